@@ -1,0 +1,45 @@
+package idem
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+)
+
+type scopeKey struct{}
+
+// ScopeFromContext returns the scope of the key that the middleware claimed
+// for the request whose context this is.
+func ScopeFromContext(ctx context.Context) (Scope, bool) {
+	s, ok := ctx.Value(scopeKey{}).(Scope)
+	return s, ok
+}
+
+// ContextWithScope returns a context that carries s, as the middleware does
+// for its handler. Use it to test handlers that call [DeriveKey].
+func ContextWithScope(ctx context.Context, s Scope) context.Context {
+	return context.WithValue(ctx, scopeKey{}, s)
+}
+
+// DeriveKey returns an idempotency key for a call to another system, such as
+// a card processor, made while handling the request whose context this is.
+//
+// The derived key is the same for the same client, key and purpose on every
+// retry and in every process, so a retried or taken-over handler repeats the
+// downstream call with the same key and the other system does the work once.
+// It differs for different purposes ("charge", "refund"), and it is a one-way
+// digest: it does not reveal the client's key. It returns "" when the context
+// carries no key.
+func DeriveKey(ctx context.Context, purpose string) string {
+	s, ok := ScopeFromContext(ctx)
+	if !ok {
+		return ""
+	}
+	h := sha256.New()
+	for _, part := range []string{"idem-derive-v1", s.ClientID, s.Key, purpose} {
+		writePart(h, []byte(part))
+	}
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return "idk_" + base64.RawURLEncoding.EncodeToString(sum[:24])
+}

@@ -1,0 +1,35 @@
+// Package idem makes payment-style HTTP endpoints safe to retry.
+//
+// A client that times out on POST /v1/payments cannot know whether the charge
+// happened. With idem the client sends an Idempotency-Key header; the
+// middleware returned by [New] claims the key in a [Store] before the handler
+// runs, stores the handler's response, and replays that response byte for
+// byte when the same client retries with the same key and the same request.
+//
+// The contract follows the IETF draft draft-ietf-httpapi-idempotency-key-header
+// and Stripe's v1 behaviour:
+//
+//   - a missing key on a route that requires one: 400;
+//   - a malformed, repeated or over-long key: 400;
+//   - a retry after the first request finished: the stored response, with
+//     Idempotent-Replayed: true;
+//   - a retry while the first request still runs: 409 with Retry-After;
+//   - the same key with a different request: 422, naming the fields that differ.
+//
+// Every error is an RFC 9457 problem document (application/problem+json) with
+// a stable type URI and a machine-readable code; see [Problems].
+//
+// Keys are always scoped by the authenticated client ([Config.ClientID]), and
+// requests are compared by a [Fingerprint]: SHA-256 over the method, the path,
+// the canonical query string and the canonical body (RFC 8785 for JSON, sorted
+// pairs for form bodies).
+//
+// Stores that share a database with the business data run the handler inside
+// the key's transaction ([ModeAtomic]), so the business writes and the stored
+// response commit together or not at all. Handlers that call other systems use
+// [ModeTwoPhase] with a fenced lease, and pass [DeriveKey] downstream.
+//
+// The root package depends on the standard library only. Stores live in
+// idemsqlite (embedded SQLite), idempg (PostgreSQL) and idemtest (memory, and
+// the conformance suite every store passes).
+package idem

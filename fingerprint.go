@@ -1,0 +1,318 @@
+package idem
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"mime"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/idemkit/idem/internal/jcs"
+)
+
+// Errors returned by [NewFingerprint].
+var (
+	// ErrUnsupportedMediaType means the body is neither JSON nor form data.
+	ErrUnsupportedMediaType = errors.New("idem: unsupported media type")
+	// ErrMalformedBody means the body does not parse as its media type says.
+	ErrMalformedBody = errors.New("idem: malformed request body")
+	// ErrDuplicateMember means a JSON object in the body names a member twice.
+	ErrDuplicateMember = errors.New("idem: duplicate member in JSON body")
+	// ErrMalformedQuery means the query string does not parse.
+	ErrMalformedQuery = errors.New("idem: malformed query string")
+)
+
+// BodyError describes a request that cannot be fingerprinted.
+type BodyError struct {
+	Err    error  // one of the sentinel errors above
+	Reason string // safe to show to the client
+}
+
+func (e *BodyError) Error() string { return e.Err.Error() + ": " + e.Reason }
+
+// Unwrap returns the sentinel error.
+func (e *BodyError) Unwrap() error { return e.Err }
+
+// Fingerprint identifies a request for a key: the same logical request always
+// has the same Sum, whatever the JSON member order, whitespace, number
+// spelling, or order of form and query pairs.
+type Fingerprint struct {
+	// Sum is SHA-256 over the method, the path, the canonical query, the
+	// body kind and the canonical body, each length-prefixed.
+	Sum [32]byte
+	// Fields are digests of the body's top-level fields, sorted by pointer,
+	// so that a mismatch can name the fields that differ without storing or
+	// echoing their values. Empty for a body that is not an object.
+	Fields []FieldDigest
+}
+
+// FieldDigest is the digest of one top-level field of a body.
+type FieldDigest struct {
+	Pointer string   // RFC 6901 JSON pointer, such as "/amount"
+	Digest  [16]byte // truncated SHA-256 of the pointer and the canonical value
+}
+
+// FingerprintParams are the inputs of [NewFingerprint].
+type FingerprintParams struct {
+	Method      string
+	Path        string
+	RawQuery    string
+	ContentType string
+	Body        []byte
+	// Exclude lists top-level fields left out of the fingerprint, as JSON
+	// pointers ("/client_timestamp"). They apply to JSON and form bodies.
+	Exclude []string
+	// Raw hashes a body of any media type byte for byte instead of
+	// returning ErrUnsupportedMediaType.
+	Raw bool
+}
+
+const (
+	kindEmpty = "empty"
+	kindJSON  = "json"
+	kindForm  = "form"
+	kindRaw   = "raw"
+)
+
+// NewFingerprint computes the fingerprint of a request. JSON bodies
+// (application/json and any +json type) are canonicalised by RFC 8785, and a
+// JSON object that names a member twice is rejected; form bodies
+// (application/x-www-form-urlencoded) by sorted names and values. An empty
+// body needs no content type.
+func NewFingerprint(p FingerprintParams) (Fingerprint, error) {
+	query, err := canonicalPairs(p.RawQuery, nil)
+	if err != nil {
+		return Fingerprint{}, &BodyError{Err: ErrMalformedQuery, Reason: "the query string does not parse"}
+	}
+	kind, body, fields, err := canonicalBody(p)
+	if err != nil {
+		return Fingerprint{}, err
+	}
+	h := sha256.New()
+	for _, part := range []string{"idem-fingerprint-v1", p.Method, p.Path, query.encoded, kind} {
+		writePart(h, []byte(part))
+	}
+	writePart(h, body)
+	var f Fingerprint
+	h.Sum(f.Sum[:0])
+	f.Fields = fields
+	return f, nil
+}
+
+func writePart(h hash.Hash, b []byte) {
+	var n [binary.MaxVarintLen64]byte
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
+	h.Write(b)
+}
+
+func canonicalBody(p FingerprintParams) (kind string, body []byte, fields []FieldDigest, err error) {
+	if len(p.Body) == 0 {
+		return kindEmpty, nil, nil, nil
+	}
+	media := ""
+	if p.ContentType != "" {
+		m, _, perr := mime.ParseMediaType(p.ContentType)
+		if perr != nil && !p.Raw {
+			return "", nil, nil, &BodyError{Err: ErrUnsupportedMediaType, Reason: "the Content-Type header does not parse"}
+		}
+		media = m
+	}
+	switch {
+	case media == "application/json" || strings.HasSuffix(media, "+json"):
+		body, fields, err = canonicalJSON(p.Body, p.Exclude)
+		return kindJSON, body, fields, err
+	case media == "application/x-www-form-urlencoded":
+		exclude := make(map[string]bool, len(p.Exclude))
+		for _, ptr := range p.Exclude {
+			exclude[unescapePointer(ptr)] = true
+		}
+		form, ferr := canonicalPairs(string(p.Body), exclude)
+		if ferr != nil {
+			return "", nil, nil, &BodyError{Err: ErrMalformedBody, Reason: "the form body does not parse"}
+		}
+		return kindForm, []byte(form.encoded), form.fields, nil
+	case p.Raw:
+		return kindRaw, p.Body, nil, nil
+	case media == "":
+		return "", nil, nil, &BodyError{Err: ErrUnsupportedMediaType, Reason: "the request has a body but no Content-Type; send application/json or application/x-www-form-urlencoded"}
+	default:
+		return "", nil, nil, &BodyError{Err: ErrUnsupportedMediaType, Reason: fmt.Sprintf("content type %q is not supported; send application/json or application/x-www-form-urlencoded", media)}
+	}
+}
+
+func canonicalJSON(src []byte, exclude []string) ([]byte, []FieldDigest, error) {
+	members, err := jcs.Members(src)
+	if errors.Is(err, jcs.ErrNotObject) {
+		out, err := jcs.Canonicalize(src)
+		if err != nil {
+			return nil, nil, jsonError(err)
+		}
+		return out, nil, nil
+	}
+	if err != nil {
+		return nil, nil, jsonError(err)
+	}
+	var buf bytes.Buffer
+	buf.WriteByte('{')
+	fields := make([]FieldDigest, 0, len(members))
+	for _, m := range members {
+		ptr := escapePointer(m.Name)
+		if slices.Contains(exclude, ptr) {
+			continue
+		}
+		if len(fields) > 0 {
+			buf.WriteByte(',')
+		}
+		name, _ := json.Marshal(m.Name) // the name is valid UTF-8: it came from the parser
+		canonName, err := jcs.Canonicalize(name)
+		if err != nil {
+			return nil, nil, jsonError(err)
+		}
+		buf.Write(canonName)
+		buf.WriteByte(':')
+		buf.Write(m.Value)
+		fields = append(fields, fieldDigest(ptr, m.Value))
+	}
+	buf.WriteByte('}')
+	sortFields(fields)
+	return buf.Bytes(), fields, nil
+}
+
+func jsonError(err error) error {
+	var dup *jcs.DuplicateMemberError
+	if errors.As(err, &dup) {
+		return &BodyError{Err: ErrDuplicateMember, Reason: fmt.Sprintf("the JSON body names %s more than once", dup.Pointer)}
+	}
+	if errors.Is(err, jcs.ErrTooDeep) {
+		return &BodyError{Err: ErrMalformedBody, Reason: "the JSON body is nested too deeply"}
+	}
+	if errors.Is(err, jcs.ErrNumber) {
+		return &BodyError{Err: ErrMalformedBody, Reason: "the JSON body has a number out of range"}
+	}
+	var syn *jcs.SyntaxError
+	if errors.As(err, &syn) {
+		return &BodyError{Err: ErrMalformedBody, Reason: fmt.Sprintf("the body is not valid JSON (offset %d: %s)", syn.Offset, syn.Msg)}
+	}
+	return &BodyError{Err: ErrMalformedBody, Reason: "the body is not valid JSON"}
+}
+
+type pairs struct {
+	encoded string
+	fields  []FieldDigest
+}
+
+// canonicalPairs parses URL-encoded pairs and encodes them with names sorted
+// and, for each name, values sorted.
+func canonicalPairs(raw string, exclude map[string]bool) (pairs, error) {
+	if raw == "" {
+		return pairs{}, nil
+	}
+	values, err := url.ParseQuery(raw)
+	if err != nil {
+		return pairs{}, err
+	}
+	names := make([]string, 0, len(values))
+	for name := range values {
+		if !exclude[name] {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	fields := make([]FieldDigest, 0, len(names))
+	for _, name := range names {
+		vs := slices.Clone(values[name])
+		sort.Strings(vs)
+		var fb strings.Builder
+		for _, v := range vs {
+			if b.Len() > 0 {
+				b.WriteByte('&')
+			}
+			b.WriteString(url.QueryEscape(name))
+			b.WriteByte('=')
+			b.WriteString(url.QueryEscape(v))
+			fb.WriteString(url.QueryEscape(v))
+			fb.WriteByte('&')
+		}
+		ptr := escapePointer(name)
+		fields = append(fields, fieldDigest(ptr, []byte(fb.String())))
+	}
+	sortFields(fields)
+	return pairs{encoded: b.String(), fields: fields}, nil
+}
+
+func fieldDigest(ptr string, value []byte) FieldDigest {
+	h := sha256.New()
+	writePart(h, []byte("idem-field-v1"))
+	writePart(h, []byte(ptr))
+	writePart(h, value)
+	var sum [32]byte
+	h.Sum(sum[:0])
+	var d FieldDigest
+	d.Pointer = ptr
+	copy(d.Digest[:], sum[:16])
+	return d
+}
+
+func sortFields(fields []FieldDigest) {
+	sort.Slice(fields, func(i, j int) bool { return fields[i].Pointer < fields[j].Pointer })
+}
+
+func escapePointer(name string) string {
+	return "/" + strings.ReplaceAll(strings.ReplaceAll(name, "~", "~0"), "/", "~1")
+}
+
+func unescapePointer(ptr string) string {
+	name := strings.TrimPrefix(ptr, "/")
+	return strings.ReplaceAll(strings.ReplaceAll(name, "~1", "/"), "~0", "~")
+}
+
+// EncodeFields encodes the field digests for storage, as a small JSON object
+// of pointer to base64url digest. Stores keep it as opaque bytes.
+func (f Fingerprint) EncodeFields() []byte {
+	if len(f.Fields) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(f.Fields))
+	for _, d := range f.Fields {
+		m[d.Pointer] = base64.RawURLEncoding.EncodeToString(d.Digest[:])
+	}
+	out, _ := json.Marshal(m) // a map of strings always marshals
+	return out
+}
+
+// DiffFields returns the pointers of the top-level fields that differ between
+// the stored field digests and f: changed, added or removed, sorted. It
+// returns nil when the stored digests are empty or cannot be decoded.
+func DiffFields(stored []byte, f Fingerprint) []string {
+	if len(stored) == 0 {
+		return nil
+	}
+	var old map[string]string
+	if err := json.Unmarshal(stored, &old); err != nil {
+		return nil
+	}
+	var diff []string
+	seen := make(map[string]bool, len(f.Fields))
+	for _, d := range f.Fields {
+		seen[d.Pointer] = true
+		if old[d.Pointer] != base64.RawURLEncoding.EncodeToString(d.Digest[:]) {
+			diff = append(diff, d.Pointer)
+		}
+	}
+	for ptr := range old {
+		if !seen[ptr] {
+			diff = append(diff, ptr)
+		}
+	}
+	sort.Strings(diff)
+	return diff
+}

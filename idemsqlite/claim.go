@@ -1,0 +1,328 @@
+package idemsqlite
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// ErrNoTx is returned by [TxFromContext] for a context that carries no lease.
+var ErrNoTx = errors.New("idemsqlite: no idempotency transaction in context")
+
+type txKey struct{}
+
+// TxFromContext returns the transaction that the idem middleware opened for
+// the request whose context this is. Business writes made in it commit
+// together with the stored response, or roll back with the key.
+//
+// In ModeAtomic the transaction was opened with the claim. In ModeTwoPhase
+// it is opened on the first call, so a handler can call other systems
+// before it takes SQLite's single write lock. Do not commit or roll it back.
+func TxFromContext(ctx context.Context) (*sql.Tx, error) {
+	lt, ok := ctx.Value(txKey{}).(*leaseTx)
+	if !ok {
+		return nil, ErrNoTx
+	}
+	return lt.get(ctx)
+}
+
+// leaseTx is a lease's transaction, opened at once or on first use.
+type leaseTx struct {
+	store *Store
+	mu    sync.Mutex
+	tx    *writeTx
+	ended bool
+}
+
+func (lt *leaseTx) get(ctx context.Context) (*sql.Tx, error) {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	if lt.ended {
+		return nil, sql.ErrTxDone
+	}
+	if lt.tx == nil {
+		tx, err := lt.store.begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		lt.tx = tx
+	}
+	return lt.tx.Tx, nil
+}
+
+// end takes the transaction out, so that nothing uses it after the lease ends.
+func (lt *leaseTx) end() *writeTx {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	lt.ended = true
+	tx := lt.tx
+	lt.tx = nil
+	return tx
+}
+
+// writeTx is a transaction on the write connection. The wait for the
+// connection is bounded by the caller's context; the transaction itself
+// lives until commit or rollback, whatever happens to that context.
+type writeTx struct {
+	*sql.Tx
+	conn *sql.Conn
+}
+
+func (s *Store) begin(ctx context.Context) (*writeTx, error) {
+	conn, err := s.write.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("idemsqlite: wait for the write connection: %w", unavailable(err))
+	}
+	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("idemsqlite: begin: %w", unavailable(err))
+	}
+	return &writeTx{Tx: tx, conn: conn}, nil
+}
+
+func (t *writeTx) commit() error {
+	defer t.conn.Close()
+	return t.Tx.Commit()
+}
+
+func (t *writeTx) rollback() error {
+	defer t.conn.Close()
+	return t.Tx.Rollback()
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Claim implements [idem.Store].
+func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	// Replays and keys in flight are answered from a read connection,
+	// without the write lock.
+	rec, err := load(ctx, s.read, p.Scope)
+	if err != nil {
+		return idem.ClaimResult{}, err
+	}
+	if rec != nil && !idem.Expired(rec.CreatedAt, p.Now, p.Retention) && !canTakeOver(rec, p) {
+		return idem.ClaimResult{Record: rec}, nil
+	}
+
+	s.mu.Lock()
+	if held := s.inflight[p.Scope]; held != nil {
+		c := *held
+		s.mu.Unlock()
+		return idem.ClaimResult{Record: &c}, nil
+	}
+	s.inflight[p.Scope] = &idem.Record{
+		Scope: p.Scope, Method: p.Method, Path: p.Path,
+		RequestHash: bytes.Clone(p.RequestHash), RequestFields: bytes.Clone(p.RequestFields),
+		Status: idem.StatusStarted, CreatedAt: p.Now, LockedAt: p.Now,
+	}
+	s.mu.Unlock()
+
+	res, err := s.claimTx(ctx, p)
+	if err != nil || res.Lease == nil || p.Mode == idem.ModeTwoPhase {
+		s.landed(p.Scope)
+	}
+	return res, err
+}
+
+// landed forgets a scope's in-flight mark once the database shows the truth.
+func (s *Store) landed(scope idem.Scope) {
+	s.mu.Lock()
+	delete(s.inflight, scope)
+	s.mu.Unlock()
+}
+
+func canTakeOver(rec *idem.Record, p idem.ClaimParams) bool {
+	return p.Mode == idem.ModeTwoPhase && rec.Status == idem.StatusStarted &&
+		idem.LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout) && bytes.Equal(rec.RequestHash, p.RequestHash)
+}
+
+func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	// An atomic claim's transaction outlives the claim call; it ends with
+	// Complete or Release.
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return idem.ClaimResult{}, err
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			tx.rollback()
+		}
+	}()
+	rec, err := load(ctx, tx, p.Scope)
+	if err != nil {
+		return idem.ClaimResult{}, err
+	}
+	l := &lease{store: s, scope: p.Scope, mode: p.Mode, info: idem.LeaseInfo{Token: 1}}
+	switch {
+	case rec == nil || idem.Expired(rec.CreatedAt, p.Now, p.Retention):
+		now := p.Now.UnixMicro()
+		if _, err := tx.ExecContext(ctx, queryInsertKey, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
+			p.RequestHash, nullBytes(p.RequestFields), now, now); err != nil {
+			return idem.ClaimResult{}, fmt.Errorf("idemsqlite: insert key: %w", unavailable(err))
+		}
+	case canTakeOver(rec, p):
+		if _, err := tx.ExecContext(ctx, queryTakeOverKey, p.Now.UnixMicro(), p.Scope.ClientID, p.Scope.Key, rec.Token); err != nil {
+			return idem.ClaimResult{}, fmt.Errorf("idemsqlite: take over key: %w", unavailable(err))
+		}
+		l.info = idem.LeaseInfo{Token: rec.Token + 1, TakenOver: true}
+	default:
+		return idem.ClaimResult{Record: rec}, nil
+	}
+	if p.Mode == idem.ModeAtomic {
+		keep = true
+		l.tx = &leaseTx{store: s, tx: tx}
+		return idem.ClaimResult{Lease: l}, nil
+	}
+	keep = true
+	if err := tx.commit(); err != nil {
+		return idem.ClaimResult{}, fmt.Errorf("idemsqlite: commit claim: %w", unavailable(err))
+	}
+	l.tx = &leaseTx{store: s}
+	return idem.ClaimResult{Lease: l}, nil
+}
+
+func nullBytes(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// load reads a key's record; nil when there is none.
+func load(ctx context.Context, q querier, scope idem.Scope) (*idem.Record, error) {
+	var (
+		rec                    = idem.Record{Scope: scope}
+		status                 string
+		respStatus             sql.NullInt64
+		respHeader, respBody   []byte
+		createdAt              int64
+		lockedAt               sql.NullInt64
+		requestHash, reqFields []byte
+	)
+	err := q.QueryRowContext(ctx, querySelectKey, scope.ClientID, scope.Key).Scan(
+		&rec.Method, &rec.Path, &requestHash, &reqFields, &status, &rec.Token,
+		&respStatus, &respHeader, &respBody, &createdAt, &lockedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("idemsqlite: read key: %w", unavailable(err))
+	}
+	rec.RequestHash, rec.RequestFields = requestHash, reqFields
+	rec.Status = idem.Status(status)
+	rec.CreatedAt = time.UnixMicro(createdAt).UTC()
+	if lockedAt.Valid {
+		rec.LockedAt = time.UnixMicro(lockedAt.Int64).UTC()
+	}
+	if rec.Status == idem.StatusCompleted {
+		h := http.Header{}
+		if len(respHeader) > 0 {
+			if err := json.Unmarshal(respHeader, &h); err != nil {
+				return nil, fmt.Errorf("idemsqlite: decode stored headers: %w", err)
+			}
+		}
+		if respBody == nil {
+			respBody = []byte{}
+		}
+		rec.Response = &idem.Response{StatusCode: int(respStatus.Int64), Header: h, Body: respBody}
+	}
+	return &rec, nil
+}
+
+// unavailable marks errors that mean the database could not be used now.
+func unavailable(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return errors.Join(idem.ErrUnavailable, err)
+}
+
+type lease struct {
+	store *Store
+	scope idem.Scope
+	mode  idem.Mode
+	info  idem.LeaseInfo
+	tx    *leaseTx
+}
+
+func (l *lease) Context(ctx context.Context) context.Context {
+	return context.WithValue(ctx, txKey{}, l.tx)
+}
+
+func (l *lease) Info() idem.LeaseInfo { return l.info }
+
+func (l *lease) Complete(ctx context.Context, resp *idem.Response) error {
+	defer l.finish()
+	tx := l.tx.end()
+	if tx == nil { // a two-phase handler that wrote nothing
+		var err error
+		if tx, err = l.store.begin(ctx); err != nil {
+			return err
+		}
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			tx.rollback()
+		}
+	}()
+	header, err := json.Marshal(resp.Header)
+	if err != nil {
+		return fmt.Errorf("idemsqlite: encode headers: %w", err)
+	}
+	body := resp.Body
+	if body == nil {
+		body = []byte{}
+	}
+	res, err := tx.ExecContext(ctx, queryCompleteKey, resp.StatusCode, header, body, time.Now().UnixMicro(),
+		l.scope.ClientID, l.scope.Key, l.info.Token)
+	if err != nil {
+		return fmt.Errorf("idemsqlite: complete key: %w", unavailable(err))
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("idemsqlite: complete key (token %d): %w", l.info.Token, idem.ErrLeaseLost)
+	}
+	committed = true
+	if err := tx.commit(); err != nil {
+		return fmt.Errorf("idemsqlite: commit: %w", unavailable(err))
+	}
+	return nil
+}
+
+func (l *lease) Release(ctx context.Context) error {
+	defer l.finish()
+	if tx := l.tx.end(); tx != nil {
+		if err := tx.rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+			return fmt.Errorf("idemsqlite: roll back: %w", err)
+		}
+	}
+	if l.mode == idem.ModeAtomic {
+		return nil // the claim was in the rolled-back transaction
+	}
+	if _, err := l.store.write.ExecContext(ctx, queryDeleteLease, l.scope.ClientID, l.scope.Key, l.info.Token); err != nil {
+		return fmt.Errorf("idemsqlite: release key: %w", unavailable(err))
+	}
+	return nil
+}
+
+// finish forgets the in-flight mark of an atomic lease.
+func (l *lease) finish() {
+	if l.mode == idem.ModeAtomic {
+		l.store.landed(l.scope)
+	}
+}

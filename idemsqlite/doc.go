@@ -1,0 +1,20 @@
+// Package idemsqlite is an idem.Store in an embedded SQLite database, in
+// pure Go (no cgo), for services that want idempotency with zero set-up.
+//
+// The key table lives in the application's own database file, so a handler's
+// business writes and the stored response share one transaction: take it
+// with [TxFromContext]. The schema is applied by [Store.Migrate] from
+// embedded, versioned SQL files.
+//
+//	store, err := idemsqlite.Open("payments.db", nil)
+//	...
+//	if err := store.Migrate(ctx); err != nil { ... }
+//	mw, err := idem.New(store, &idem.Config{ClientID: clientOf})
+//	mux.Handle("POST /v1/payments", mw.Wrap(createPayment))
+//
+// SQLite allows one writer at a time. The store keeps a single write
+// connection, so writers queue in the process rather than failing with
+// SQLITE_BUSY, and answers a duplicate of a key in flight from memory at
+// once with a 409. Several processes may share a file; they wait for each
+// other's write lock up to [Config.BusyTimeout].
+package idemsqlite

@@ -1,0 +1,42 @@
+package idemsqlite
+
+const (
+	queryCreateVersionTable = `CREATE TABLE IF NOT EXISTS idem_schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT    NOT NULL,
+    applied_at INTEGER NOT NULL
+)`
+
+	querySchemaVersion = `SELECT COALESCE(MAX(version), 0) FROM idem_schema_migrations`
+
+	queryRecordMigration = `INSERT INTO idem_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`
+
+	queryForgetMigration = `DELETE FROM idem_schema_migrations WHERE version = ?`
+
+	querySelectKey = `SELECT request_method, request_path, request_hash, request_fields, status, lease_token,
+       response_status, response_headers, response_body, created_at, locked_at
+FROM idempotency_keys
+WHERE client_id = ? AND idempotency_key = ?`
+
+	// queryInsertKey claims a key that does not exist or has expired; the
+	// caller holds the write lock and has read the row first.
+	queryInsertKey = `INSERT OR REPLACE INTO idempotency_keys
+    (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
+     status, lease_token, created_at, locked_at)
+VALUES (?, ?, ?, ?, ?, ?, 'started', 1, ?, ?)`
+
+	queryTakeOverKey = `UPDATE idempotency_keys
+SET lease_token = lease_token + 1, locked_at = ?
+WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
+
+	queryCompleteKey = `UPDATE idempotency_keys
+SET status = 'completed', response_status = ?, response_headers = ?, response_body = ?, completed_at = ?
+WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
+
+	queryDeleteLease = `DELETE FROM idempotency_keys
+WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
+
+	queryPurgeBatch = `DELETE FROM idempotency_keys
+WHERE (client_id, idempotency_key) IN (
+    SELECT client_id, idempotency_key FROM idempotency_keys WHERE created_at < ? LIMIT ?)`
+)

@@ -1,0 +1,252 @@
+package idemsqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/migrate"
+
+	_ "modernc.org/sqlite" // registers the pure-Go "sqlite" driver
+)
+
+//go:embed migration/*.sql
+var migrationFS embed.FS
+
+// BusyTimeoutDefault is the default of [Config.BusyTimeout].
+const BusyTimeoutDefault = 5 * time.Second
+
+// ReadConnsDefault is the default of [Config.ReadConns].
+const ReadConnsDefault = 4
+
+// Config configures a [Store].
+type Config struct {
+	// BusyTimeout is how long a statement waits for another process's
+	// write lock before failing. Defaults to BusyTimeoutDefault (5 s).
+	BusyTimeout time.Duration
+
+	// ReadConns is the number of read connections; WAL mode lets them read
+	// while a write is in progress. Defaults to ReadConnsDefault (4).
+	ReadConns int
+
+	// Logger receives migration notices. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) withDefaults() *Config {
+	out := Config{}
+	if c != nil {
+		out = *c
+	}
+	if out.BusyTimeout == 0 {
+		out.BusyTimeout = BusyTimeoutDefault
+	}
+	if out.ReadConns == 0 {
+		out.ReadConns = ReadConnsDefault
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return &out
+}
+
+func (c *Config) validate() error {
+	if c.BusyTimeout < 0 || c.ReadConns < 0 {
+		return errors.New("idemsqlite: Config.BusyTimeout and Config.ReadConns must not be negative")
+	}
+	return nil
+}
+
+var _ idem.Store = (*Store)(nil)
+
+// Store is an [idem.Store] in an SQLite database file, which it shares with
+// the application's business tables so that both commit in one transaction.
+//
+// SQLite has one writer at a time. The store keeps one write connection, so
+// writers queue inside the process instead of failing with SQLITE_BUSY, and
+// a pool of read connections for replays. A key in flight in this process
+// is answered from memory at once, without waiting for the writer.
+type Store struct {
+	write *sql.DB
+	read  *sql.DB
+	cfg   *Config
+
+	mu       sync.Mutex
+	inflight map[idem.Scope]*idem.Record
+}
+
+// Open opens (creating if needed) the database at path in WAL mode. It does
+// not apply migrations; call [Store.Migrate].
+func Open(path string, cfg *Config) (*Store, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	if path == "" {
+		return nil, errors.New("idemsqlite: a database path is required")
+	}
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", c.BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(ON)")
+	q.Set("_txlock", "immediate")
+	dsn := "file:" + path + "?" + q.Encode()
+	if strings.ContainsAny(path, "?#") {
+		return nil, fmt.Errorf("idemsqlite: database path %q must not contain ? or #", path)
+	}
+	write, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("idemsqlite: open %s: %w", path, err)
+	}
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxLifetime(0)
+	if err := write.Ping(); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("idemsqlite: open %s: %w", path, err)
+	}
+	read, err := sql.Open("sqlite", dsn+"&_pragma=query_only(1)")
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("idemsqlite: open %s for reading: %w", path, err)
+	}
+	read.SetMaxOpenConns(c.ReadConns)
+	read.SetMaxIdleConns(c.ReadConns)
+	return &Store{write: write, read: read, cfg: c, inflight: make(map[idem.Scope]*idem.Record)}, nil
+}
+
+// DB returns the write connection pool. It has one connection: inside a
+// handler use [TxFromContext] instead, never DB, or the handler waits for
+// the connection its own transaction holds.
+func (s *Store) DB() *sql.DB { return s.write }
+
+// ReadDB returns the read connection pool, for queries outside handlers'
+// transactions.
+func (s *Store) ReadDB() *sql.DB { return s.read }
+
+// Close closes both pools.
+func (s *Store) Close() error {
+	return errors.Join(s.read.Close(), s.write.Close())
+}
+
+// Migrate applies the embedded migrations that the database lacks, each in
+// its own transaction. It is safe to run from several processes at once.
+func (s *Store) Migrate(ctx context.Context) error {
+	return s.MigrateTo(ctx, -1)
+}
+
+// MigrateTo moves the schema up or down to version; -1 means the newest and
+// 0 removes everything the store created.
+func (s *Store) MigrateTo(ctx context.Context, version int) error {
+	migrations, err := migrate.Load(migrationFS, "migration")
+	if err != nil {
+		return err
+	}
+	if version < 0 {
+		version = len(migrations)
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("idemsqlite: no migration version %d; the newest is %d", version, len(migrations))
+	}
+	if _, err := s.write.ExecContext(ctx, queryCreateVersionTable); err != nil {
+		return fmt.Errorf("idemsqlite: create version table: %w", err)
+	}
+	for {
+		done, err := s.migrateStep(ctx, migrations, version)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// migrateStep applies one migration towards target in one transaction.
+func (s *Store) migrateStep(ctx context.Context, migrations []migrate.Migration, target int) (bool, error) {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("idemsqlite: migrate: %w", err)
+	}
+	defer tx.Rollback()
+	var current int
+	if err := tx.QueryRowContext(ctx, querySchemaVersion).Scan(&current); err != nil {
+		return false, fmt.Errorf("idemsqlite: read schema version: %w", err)
+	}
+	var m migrate.Migration
+	switch {
+	case current == target:
+		return true, nil
+	case current < target:
+		m = migrations[current]
+		if _, err := tx.ExecContext(ctx, m.Up); err != nil {
+			return false, fmt.Errorf("idemsqlite: migrate up to %d (%s): %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.ExecContext(ctx, queryRecordMigration, m.Version, m.Name, time.Now().UnixMicro()); err != nil {
+			return false, fmt.Errorf("idemsqlite: record migration %d: %w", m.Version, err)
+		}
+	default:
+		m = migrations[current-1]
+		if _, err := tx.ExecContext(ctx, m.Down); err != nil {
+			return false, fmt.Errorf("idemsqlite: migrate down from %d (%s): %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.ExecContext(ctx, queryForgetMigration, m.Version); err != nil {
+			return false, fmt.Errorf("idemsqlite: forget migration %d: %w", m.Version, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("idemsqlite: commit migration %d: %w", m.Version, err)
+	}
+	s.cfg.Logger.Info("idemsqlite: migrated", "version", m.Version, "name", m.Name, "up", current < target)
+	return false, nil
+}
+
+// SchemaVersion returns the applied migration version, 0 for none.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	if _, err := s.write.ExecContext(ctx, queryCreateVersionTable); err != nil {
+		return 0, fmt.Errorf("idemsqlite: create version table: %w", err)
+	}
+	var v int
+	if err := s.write.QueryRowContext(ctx, querySchemaVersion).Scan(&v); err != nil {
+		return 0, fmt.Errorf("idemsqlite: read schema version: %w", err)
+	}
+	return v, nil
+}
+
+// PurgeParams are the inputs of [Store.Purge].
+type PurgeParams struct {
+	// Before deletes keys created before this time. Required.
+	Before time.Time
+	// BatchSize is the number of keys deleted per transaction. Defaults to 1000.
+	BatchSize int
+}
+
+// Purge deletes keys created before p.Before, in batches, each in its own
+// short transaction so that requests interleave. It returns the number of
+// keys deleted.
+func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
+	if p.Before.IsZero() {
+		return 0, errors.New("idemsqlite: PurgeParams.Before is required")
+	}
+	if p.BatchSize <= 0 {
+		p.BatchSize = 1000
+	}
+	var total int64
+	for {
+		res, err := s.write.ExecContext(ctx, queryPurgeBatch, p.Before.UnixMicro(), p.BatchSize)
+		if err != nil {
+			return total, fmt.Errorf("idemsqlite: purge: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+		if n < int64(p.BatchSize) {
+			return total, nil
+		}
+	}
+}

@@ -1,0 +1,77 @@
+package idemsqlite_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemtest"
+)
+
+func openStore(t *testing.T) *idemsqlite.Store {
+	t.Helper()
+	store, err := idemsqlite.Open(filepath.Join(t.TempDir(), "idem.db"), nil)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if err := store.Migrate(context.Background()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return store
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	idemtest.RunStoreTests(t, idemtest.Harness{
+		NewStore: func(t *testing.T) idem.Store {
+			store := openStore(t)
+			if _, err := store.DB().Exec(`CREATE TABLE business (value TEXT NOT NULL)`); err != nil {
+				t.Fatalf("create business table: %v", err)
+			}
+			return store
+		},
+		Write: func(ctx context.Context, s idem.Store, value string) error {
+			tx, err := idemsqlite.TxFromContext(ctx)
+			if err != nil {
+				return err
+			}
+			_, err = tx.ExecContext(ctx, `INSERT INTO business (value) VALUES (?)`, value)
+			return err
+		},
+		Count: func(t *testing.T, s idem.Store, value string) int {
+			var n int
+			if err := s.(*idemsqlite.Store).ReadDB().QueryRow(`SELECT count(*) FROM business WHERE value = ?`, value).Scan(&n); err != nil {
+				t.Fatalf("count: %v", err)
+			}
+			return n
+		},
+	})
+}
+
+func TestMigrateUpAndDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := openStore(t)
+	if v, err := store.SchemaVersion(ctx); err != nil || v != 1 {
+		t.Fatalf("SchemaVersion = %d, %v; want 1", v, err)
+	}
+	if err := store.Migrate(ctx); err != nil { // applying twice is a no-op
+		t.Fatalf("second Migrate: %v", err)
+	}
+	if err := store.MigrateTo(ctx, 0); err != nil {
+		t.Fatalf("MigrateTo(0): %v", err)
+	}
+	var n int
+	if err := store.DB().QueryRow(`SELECT count(*) FROM sqlite_master WHERE name = 'idempotency_keys'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("idempotency_keys after migrating down: count %d, err %v; want gone", n, err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate after down: %v", err)
+	}
+	if v, _ := store.SchemaVersion(ctx); v != 1 {
+		t.Fatalf("SchemaVersion = %d after re-migrating, want 1", v)
+	}
+}

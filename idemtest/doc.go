@@ -1,0 +1,9 @@
+// Package idemtest helps test idem stores and the handlers behind idem.
+//
+// [MemoryStore] is a complete in-memory [idem.Store] for tests and examples.
+// [RunStoreTests] is the conformance suite every store must pass: claims,
+// replays, mismatches, concurrent claims electing exactly one owner,
+// release, expiry, takeover after the lock timeout, fencing of stale
+// holders, tenant isolation and, for transactional stores, that business
+// writes commit and roll back with the key.
+package idemtest

@@ -1,0 +1,137 @@
+package idemtest
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"slices"
+	"sync"
+
+	"github.com/idemkit/idem"
+)
+
+var _ idem.Store = (*MemoryStore)(nil)
+
+// MemoryStore is an [idem.Store] that keeps keys in memory. It has no
+// transactions: Lease.Context returns the context unchanged. It is safe for
+// concurrent use, and it follows the same rules as the database stores,
+// including takeover of expired two-phase leases.
+type MemoryStore struct {
+	mu      sync.Mutex
+	records map[idem.Scope]*idem.Record
+}
+
+// NewMemoryStore returns an empty store.
+func NewMemoryStore() *MemoryStore {
+	return &MemoryStore{records: make(map[idem.Scope]*idem.Record)}
+}
+
+// Claim implements [idem.Store].
+func (s *MemoryStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.records[p.Scope]
+	if ok && idem.Expired(rec.CreatedAt, p.Now, p.Retention) {
+		delete(s.records, p.Scope)
+		ok = false
+	}
+	if !ok {
+		rec = &idem.Record{
+			Scope: p.Scope, Method: p.Method, Path: p.Path,
+			RequestHash: bytes.Clone(p.RequestHash), RequestFields: bytes.Clone(p.RequestFields),
+			Status: idem.StatusStarted, CreatedAt: p.Now, LockedAt: p.Now, Token: 1,
+		}
+		s.records[p.Scope] = rec
+		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: 1}}, nil
+	}
+	if p.Mode == idem.ModeTwoPhase && rec.Status == idem.StatusStarted &&
+		idem.LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout) && bytes.Equal(rec.RequestHash, p.RequestHash) {
+		rec.Token++
+		rec.LockedAt = p.Now
+		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: rec.Token, takenOver: true}}, nil
+	}
+	return idem.ClaimResult{Record: cloneRecord(rec)}, nil
+}
+
+// Get returns a copy of the record of a scope, for tests that inspect the store.
+func (s *MemoryStore) Get(scope idem.Scope) (idem.Record, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.records[scope]
+	if !ok {
+		return idem.Record{}, false
+	}
+	return *cloneRecord(rec), true
+}
+
+// Len returns the number of keys held.
+func (s *MemoryStore) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.records)
+}
+
+func cloneRecord(r *idem.Record) *idem.Record {
+	c := *r
+	c.RequestHash = bytes.Clone(r.RequestHash)
+	c.RequestFields = bytes.Clone(r.RequestFields)
+	c.Response = cloneResponse(r.Response)
+	return &c
+}
+
+func cloneResponse(r *idem.Response) *idem.Response {
+	if r == nil {
+		return nil
+	}
+	h := make(http.Header, len(r.Header))
+	for k, v := range r.Header {
+		h[k] = slices.Clone(v)
+	}
+	return &idem.Response{StatusCode: r.StatusCode, Header: h, Body: bytes.Clone(r.Body)}
+}
+
+type memoryLease struct {
+	store     *MemoryStore
+	scope     idem.Scope
+	token     int64
+	takenOver bool
+}
+
+func (l *memoryLease) Context(ctx context.Context) context.Context { return ctx }
+
+func (l *memoryLease) Info() idem.LeaseInfo {
+	return idem.LeaseInfo{Token: l.token, TakenOver: l.takenOver}
+}
+
+// held returns the record if this lease still owns it. The caller holds mu.
+func (l *memoryLease) held() *idem.Record {
+	rec, ok := l.store.records[l.scope]
+	if !ok || rec.Token != l.token || rec.Status != idem.StatusStarted {
+		return nil
+	}
+	return rec
+}
+
+func (l *memoryLease) Complete(ctx context.Context, resp *idem.Response) error {
+	l.store.mu.Lock()
+	defer l.store.mu.Unlock()
+	rec := l.held()
+	if rec == nil {
+		return idem.ErrLeaseLost
+	}
+	rec.Status = idem.StatusCompleted
+	rec.Response = cloneResponse(resp)
+	return nil
+}
+
+func (l *memoryLease) Release(ctx context.Context) error {
+	l.store.mu.Lock()
+	defer l.store.mu.Unlock()
+	if l.held() != nil {
+		delete(l.store.records, l.scope)
+	}
+	return nil
+}

@@ -1,0 +1,127 @@
+package idem
+
+import (
+	"encoding/json"
+	"fmt"
+	"html"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// ProblemContentType is the media type of RFC 9457 problem documents.
+const ProblemContentType = "application/problem+json"
+
+// Problem is an RFC 9457 problem document. Type is a URI reference that
+// names the kind of problem; Code is the same name without the prefix, for
+// programs that switch on it.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	Code   string `json:"code"`
+
+	// Fields lists the top-level fields, as JSON pointers, that differ from
+	// the first request with this key (idempotency-key-reused only).
+	Fields []string `json:"fields,omitempty"`
+	// OriginalRequest is "METHOD /path" of the first request with this key,
+	// when the key was first used for a different endpoint.
+	OriginalRequest string `json:"original_request,omitempty"`
+}
+
+// ProblemKind is one kind of problem that idem answers with.
+type ProblemKind struct {
+	Code   string // stable machine-readable name, also the last segment of the type URI
+	Status int
+	Title  string
+	// About explains, for the page served at the type URI, when the problem
+	// happens and what a client should do.
+	About string
+}
+
+// The problem kinds of the contract. Titles follow the IETF draft's wording
+// where it has one.
+var (
+	ProblemKeyMissing = ProblemKind{"idempotency-key-missing", http.StatusBadRequest, "Idempotency-Key is missing",
+		"This endpoint requires an Idempotency-Key header. Generate one key per logical operation (a v4 UUID is fine), and send the same key on every retry of that operation."}
+	ProblemKeyMalformed = ProblemKind{"idempotency-key-malformed", http.StatusBadRequest, "Idempotency-Key is malformed",
+		"The Idempotency-Key must be one sf-string (\"...\") or bare token of 1 to 255 printable ASCII characters, sent in exactly one header field. Fix the client; the request was not processed."}
+	ProblemKeyReused = ProblemKind{"idempotency-key-reused", http.StatusUnprocessableEntity, "Idempotency-Key is already used",
+		"The key was first used with a different request. The fields that differ are listed in \"fields\". This is a client bug: use a new key for a new operation, and never change the body of a retry."}
+	ProblemKeyInUse = ProblemKind{"idempotency-key-in-use", http.StatusConflict, "A request is outstanding for this Idempotency-Key",
+		"The first request with this key is still being processed. Wait for the number of seconds in Retry-After and retry with the same key and body: you will get its result."}
+	ProblemBodyMalformed = ProblemKind{"request-body-malformed", http.StatusBadRequest, "Request body is malformed",
+		"The body does not parse as its Content-Type says, or a JSON object names a member twice. The request was not processed."}
+	ProblemBodyTooLarge = ProblemKind{"request-body-too-large", http.StatusRequestEntityTooLarge, "Request body is too large",
+		"The body is larger than this endpoint accepts. The request was not processed."}
+	ProblemMediaType = ProblemKind{"unsupported-media-type", http.StatusUnsupportedMediaType, "Unsupported media type",
+		"Send application/json or application/x-www-form-urlencoded. The request was not processed."}
+	ProblemUnauthenticated = ProblemKind{"unauthenticated", http.StatusUnauthorized, "Authentication required",
+		"Idempotency keys are scoped to the authenticated client, and this request has no client identity. Send valid credentials."}
+	ProblemUnavailable = ProblemKind{"store-unavailable", http.StatusServiceUnavailable, "Idempotency store unavailable",
+		"The service cannot record the key right now, so it did not process the request. Retry with the same key after Retry-After."}
+)
+
+// Problems lists every problem kind idem answers with.
+var Problems = []ProblemKind{
+	ProblemKeyMissing, ProblemKeyMalformed, ProblemKeyReused, ProblemKeyInUse,
+	ProblemBodyMalformed, ProblemBodyTooLarge, ProblemMediaType, ProblemUnauthenticated, ProblemUnavailable,
+}
+
+// ProblemTypeBaseDefault is the default prefix of problem type URIs.
+const ProblemTypeBaseDefault = "/problems/"
+
+// New returns a problem of this kind with a detail message.
+func (k ProblemKind) New(base, detail string) *Problem {
+	return &Problem{Type: base + k.Code, Title: k.Title, Status: k.Status, Detail: detail, Code: k.Code}
+}
+
+// WriteProblem writes p as application/problem+json. retryAfter > 0 adds a
+// Retry-After header, in seconds.
+func WriteProblem(w http.ResponseWriter, p *Problem, retryAfter int) {
+	body, err := json.Marshal(p)
+	if err != nil { // a Problem has only strings and ints
+		panic(fmt.Sprintf("idem: marshal problem: %v", err))
+	}
+	h := w.Header()
+	h.Set("Content-Type", ProblemContentType)
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	if retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(retryAfter))
+	}
+	w.WriteHeader(p.Status)
+	w.Write(append(body, '\n'))
+}
+
+// ProblemsHandler serves a short page for each problem type under its type
+// URI, so that the relative URIs in problem documents resolve. Mount it at
+// the type base, for example mux.Handle("GET /problems/", idem.ProblemsHandler()).
+func ProblemsHandler() http.Handler {
+	byCode := make(map[string]ProblemKind, len(Problems))
+	for _, k := range Problems {
+		byCode[k.Code] = k
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		code := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		if code == "" {
+			var b strings.Builder
+			b.WriteString("<!doctype html><title>Problem types</title><h1>Problem types</h1><ul>")
+			for _, k := range Problems {
+				fmt.Fprintf(&b, "<li><a href=\"%s\">%s</a>: %d %s</li>", k.Code, k.Code, k.Status, html.EscapeString(k.Title))
+			}
+			b.WriteString("</ul>")
+			w.Write([]byte(b.String()))
+			return
+		}
+		k, ok := byCode[code]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintf(w, "<!doctype html><title>%s</title><h1>%s</h1><p>Status: %d. Code: <code>%s</code>.</p><p>%s</p>",
+			html.EscapeString(k.Title), html.EscapeString(k.Title), k.Status, k.Code, html.EscapeString(k.About))
+	})
+}

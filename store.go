@@ -1,0 +1,188 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Scope identifies a key: the authenticated client and the key it sent.
+// Keys of different clients never meet.
+type Scope struct {
+	ClientID string
+	Key      string
+}
+
+// Mode says how a store runs the handler relative to the key's transaction.
+type Mode int
+
+const (
+	// ModeAtomic holds one database transaction from the claim to the stored
+	// response. The handler's business writes run in it, and everything
+	// commits at once or not at all: a crash never leaves a key behind. Use
+	// it when all side effects of the handler are in the store's database.
+	ModeAtomic Mode = iota
+
+	// ModeTwoPhase commits the claim first, as a lease with a fencing token,
+	// then runs the handler. The response is stored in the same transaction
+	// as the handler's business writes, and that transaction commits only if
+	// the lease is still the holder's. A key whose holder died is taken over
+	// after the lock timeout. Use it when the handler calls other systems,
+	// and pass those systems a key from [DeriveKey].
+	ModeTwoPhase
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeAtomic:
+		return "atomic"
+	case ModeTwoPhase:
+		return "two-phase"
+	}
+	return "unknown"
+}
+
+// Status is the state of a stored key.
+type Status string
+
+const (
+	// StatusStarted means a request owns the key and has not finished.
+	StatusStarted Status = "started"
+	// StatusCompleted means the response is stored and will be replayed.
+	StatusCompleted Status = "completed"
+)
+
+// Response is a stored response: what a replay sends back.
+type Response struct {
+	StatusCode int
+	Header     http.Header // only the headers allowed by the replay list
+	Body       []byte
+}
+
+// Record is a key as a store holds it.
+type Record struct {
+	Scope  Scope
+	Method string
+	Path   string
+
+	// RequestHash is the [Fingerprint] sum of the first request.
+	RequestHash []byte
+	// RequestFields are the first request's field digests, in the opaque
+	// encoding of [Fingerprint.EncodeFields]. It may be empty.
+	RequestFields []byte
+
+	Status   Status
+	Response *Response // set when Status is StatusCompleted
+
+	CreatedAt time.Time
+	// LockedAt is when the current holder claimed the key. It is zero when
+	// the store cannot see it, as for an atomic claim whose transaction is
+	// still open.
+	LockedAt time.Time
+	// Token is the fencing token of the current lease. It grows by one on
+	// every takeover.
+	Token int64
+}
+
+// ClaimParams are the inputs of [Store.Claim].
+type ClaimParams struct {
+	Scope  Scope
+	Method string
+	Path   string
+
+	RequestHash   []byte
+	RequestFields []byte
+
+	Mode Mode
+	// Now is the time of the claim, from the middleware's clock. Stores use
+	// it, not their own clock, for created_at, locked_at and every expiry
+	// test, so that tests can move time.
+	Now time.Time
+	// LockTimeout is how long a two-phase lease lasts. A started key whose
+	// lease is older than this is taken over by the next request with the
+	// same request hash.
+	LockTimeout time.Duration
+	// Retention is how long a key lives. A claim that finds a key older than
+	// this replaces it, as if the key had been purged.
+	Retention time.Duration
+}
+
+// ClaimResult is the output of [Store.Claim]: exactly one of Lease and
+// Record is set.
+type ClaimResult struct {
+	// Lease is set when the caller now owns the key.
+	Lease Lease
+	// Record is set when the key exists and the caller does not own it.
+	// The caller compares the request hash and either replays the stored
+	// response, answers 422, or answers 409 while the key is started.
+	Record *Record
+}
+
+// Store keeps idempotency keys.
+//
+// Claim must elect exactly one owner among any number of concurrent claims of
+// one scope, across goroutines and processes. It must never block on another
+// owner's open transaction: a key that is in flight is reported at once as a
+// Record with Status StatusStarted. Errors from the database are returned
+// wrapped; the middleware answers them with 503 and never runs the handler.
+//
+// The conformance suite in package idemtest checks every rule; run it against
+// any new store.
+type Store interface {
+	Claim(ctx context.Context, p ClaimParams) (ClaimResult, error)
+}
+
+// Lease is the ownership of a key, returned by a successful claim. Exactly
+// one of Complete and Release must be called, once.
+type Lease interface {
+	// Context returns a context derived from ctx that carries the lease's
+	// transaction, for the handler. Each store has an accessor for it, such
+	// as idemsqlite.TxFromContext.
+	Context(ctx context.Context) context.Context
+
+	// Complete stores the response and commits it together with the
+	// handler's business writes. It returns an error wrapping
+	// [ErrLeaseLost] when another request took the key over, in which case
+	// the handler's writes were rolled back.
+	Complete(ctx context.Context, resp *Response) error
+
+	// Release rolls back the handler's writes and frees the key, so the
+	// client can retry with the same key.
+	Release(ctx context.Context) error
+
+	// Info describes the lease.
+	Info() LeaseInfo
+}
+
+// LeaseInfo describes a lease.
+type LeaseInfo struct {
+	// Token is the fencing token, 1 for a first claim.
+	Token int64
+	// TakenOver is true when the claim took the key over from a holder
+	// whose lease had expired.
+	TakenOver bool
+}
+
+// Store errors.
+var (
+	// ErrLeaseLost means the key was taken over by another request, or
+	// completed by one, before this holder could store its response.
+	ErrLeaseLost = errors.New("idem: lease lost to another request")
+
+	// ErrUnavailable means the store cannot be reached. Stores wrap
+	// connection failures, timeouts and pool exhaustion with it.
+	ErrUnavailable = errors.New("idem: store unavailable")
+)
+
+// Expired reports whether a record created at created is past retention at now.
+// Stores use it for the expiry rule of [ClaimParams.Retention].
+func Expired(created, now time.Time, retention time.Duration) bool {
+	return retention > 0 && !now.Before(created.Add(retention))
+}
+
+// LeaseExpired reports whether a lease taken at locked is past the lock
+// timeout at now.
+func LeaseExpired(locked, now time.Time, timeout time.Duration) bool {
+	return !now.Before(locked.Add(timeout))
+}
