@@ -18,11 +18,12 @@ import (
 
 // Defaults of [Config].
 const (
-	LockTimeoutDefault    = 30 * time.Second
-	RetentionDefault      = 24 * time.Hour
-	MaxBodyBytesDefault   = 1 << 20
-	StoreTimeoutDefault   = 10 * time.Second
-	UnavailableRetryAfter = 1 // seconds, on 503 answers
+	LockTimeoutDefault        = 30 * time.Second
+	RetentionDefault          = 24 * time.Hour
+	MaxBodyBytesDefault       = 1 << 20
+	StoreTimeoutDefault       = 10 * time.Second
+	MaxConflictRetriesDefault = 3
+	UnavailableRetryAfter     = 1 // seconds, on 503 answers
 )
 
 // Headers that are never stored or replayed, whatever the configuration.
@@ -73,6 +74,11 @@ type Config struct {
 	// DefaultOutcomePolicy, which releases the key on 5xx.
 	Outcome OutcomePolicy
 
+	// MaxConflictRetries is how many times an atomic request whose
+	// transaction hit a serialization failure or deadlock is run again
+	// (see ConflictReporter). Defaults to MaxConflictRetriesDefault (3).
+	MaxConflictRetries int
+
 	// StoreTimeout bounds each store call, so a stuck database answers 503
 	// instead of holding requests. Defaults to StoreTimeoutDefault (10 s).
 	StoreTimeout time.Duration
@@ -108,6 +114,9 @@ func (c *Config) withDefaults() *Config {
 	if out.Outcome == nil {
 		out.Outcome = DefaultOutcomePolicy
 	}
+	if out.MaxConflictRetries == 0 {
+		out.MaxConflictRetries = MaxConflictRetriesDefault
+	}
 	if out.StoreTimeout == 0 {
 		out.StoreTimeout = StoreTimeoutDefault
 	}
@@ -130,7 +139,7 @@ func (c *Config) validate() error {
 	if c.Mode != ModeAtomic && c.Mode != ModeTwoPhase {
 		return fmt.Errorf("idem: unknown Config.Mode %d", c.Mode)
 	}
-	if c.LockTimeout < 0 || c.Retention < 0 || c.MaxBodyBytes < 0 || c.StoreTimeout < 0 {
+	if c.LockTimeout < 0 || c.Retention < 0 || c.MaxBodyBytes < 0 || c.StoreTimeout < 0 || c.MaxConflictRetries < 0 {
 		return errors.New("idem: durations and sizes in Config must not be negative")
 	}
 	if c.Retention <= c.LockTimeout {
@@ -233,30 +242,36 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 
 	scope := Scope{ClientID: clientID, Key: key}
-	now := m.cfg.Now()
-	claimCtx, cancel := context.WithTimeout(r.Context(), m.cfg.StoreTimeout)
-	res, err := m.store.Claim(claimCtx, ClaimParams{
-		Scope: scope, Method: r.Method, Path: r.URL.EscapedPath(),
-		RequestHash: fp.Sum[:], RequestFields: fp.EncodeFields(),
-		Mode: m.cfg.Mode, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
-	})
-	cancel()
-	if err != nil {
-		if r.Context().Err() != nil {
-			return // the client went away; nothing was claimed
+	for attempt := 0; ; attempt++ {
+		now := m.cfg.Now()
+		claimCtx, cancel := context.WithTimeout(r.Context(), m.cfg.StoreTimeout)
+		res, err := m.store.Claim(claimCtx, ClaimParams{
+			Scope: scope, Method: r.Method, Path: r.URL.EscapedPath(),
+			RequestHash: fp.Sum[:], RequestFields: fp.EncodeFields(),
+			Mode: m.cfg.Mode, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
+		})
+		cancel()
+		if err != nil {
+			if r.Context().Err() != nil {
+				return // the client went away; nothing was claimed
+			}
+			m.cfg.Logger.ErrorContext(r.Context(), "idem: claim failed", "client_id", clientID, "key_digest", keyDigest(key), "err", err)
+			m.problem(w, ProblemUnavailable, "The idempotency store did not answer; the request was not processed.", UnavailableRetryAfter)
+			return
 		}
-		m.cfg.Logger.ErrorContext(r.Context(), "idem: claim failed", "client_id", clientID, "key_digest", keyDigest(key), "err", err)
-		m.problem(w, ProblemUnavailable, "The idempotency store did not answer; the request was not processed.", UnavailableRetryAfter)
-		return
+		if res.Record != nil {
+			m.answerExisting(w, r, res.Record, fp, now)
+			return
+		}
+		if info := res.Lease.Info(); info.TakenOver {
+			m.cfg.Logger.InfoContext(r.Context(), "idem: took over an expired lease", "client_id", clientID, "key_digest", keyDigest(key), "token", info.Token)
+		}
+		rerun := m.cfg.Mode == ModeAtomic && attempt < m.cfg.MaxConflictRetries
+		if !m.run(w, r, next, res.Lease, scope, body, rerun) {
+			return
+		}
+		m.cfg.Logger.InfoContext(r.Context(), "idem: transaction conflict; running the request again", "client_id", clientID, "key_digest", keyDigest(key), "attempt", attempt+1)
 	}
-	if res.Record != nil {
-		m.answerExisting(w, r, res.Record, fp, now)
-		return
-	}
-	if info := res.Lease.Info(); info.TakenOver {
-		m.cfg.Logger.InfoContext(r.Context(), "idem: took over an expired lease", "client_id", clientID, "key_digest", keyDigest(key), "token", info.Token)
-	}
-	m.run(w, r, next, res.Lease, scope, body)
 }
 
 func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
@@ -340,7 +355,9 @@ func bodyAllowed(status int) bool {
 }
 
 // run runs the handler under the lease and stores or releases its response.
-func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease Lease, scope Scope, body []byte) {
+// It returns true, having written nothing, when rerun is allowed and the
+// lease's transaction hit a conflict that a rerun may fix.
+func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease Lease, scope Scope, body []byte, rerun bool) bool {
 	// Finishing the lease must not depend on the client staying connected:
 	// a handler that finished its work commits it, and the client's retry
 	// gets the replay.
@@ -371,12 +388,19 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	status := rec.statusCode()
 	ctx, cancel := finishCtx()
 	defer cancel()
-	if m.cfg.Outcome(status) == OutcomeRelease {
+	conflicted := func() bool {
+		cr, ok := lease.(ConflictReporter)
+		return rerun && ok && cr.Conflicted()
+	}
+	if conflicted() || m.cfg.Outcome(status) == OutcomeRelease {
 		if err := lease.Release(ctx); err != nil {
 			m.cfg.Logger.ErrorContext(ctx, "idem: release failed", "client_id", scope.ClientID, "key_digest", keyDigest(scope.Key), "err", err)
 		}
+		if conflicted() {
+			return true
+		}
 		rec.writeTo(w)
-		return
+		return false
 	}
 	resp := &Response{StatusCode: status, Header: make(http.Header), Body: rec.body.Bytes()}
 	for _, name := range m.replayHeaders {
@@ -387,6 +411,8 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	switch err := lease.Complete(ctx, resp); {
 	case err == nil:
 		rec.writeTo(w)
+	case conflicted():
+		return true // Complete rolled back; the commit itself hit the conflict
 	case errors.Is(err, ErrLeaseLost):
 		m.cfg.Logger.WarnContext(ctx, "idem: lease lost; the handler's writes were rolled back", "client_id", scope.ClientID, "key_digest", keyDigest(scope.Key))
 		m.problem(w, ProblemKeyInUse, "Another request took this key over; retry with the same key to get its result.", 1)
@@ -394,6 +420,7 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		m.cfg.Logger.ErrorContext(ctx, "idem: storing the response failed; the handler's writes were rolled back", "client_id", scope.ClientID, "key_digest", keyDigest(scope.Key), "err", err)
 		m.problem(w, ProblemUnavailable, "The result could not be recorded, so it was rolled back; retry with the same key.", UnavailableRetryAfter)
 	}
+	return false
 }
 
 // keyDigest is a short digest of a key for logs, which never carry keys.

@@ -155,6 +155,15 @@ type Lease interface {
 	Info() LeaseInfo
 }
 
+// ConflictReporter is implemented by leases whose transaction can fail
+// with a serialization failure or a deadlock, which a rerun may fix. After
+// the handler returns, the middleware asks Conflicted; in ModeAtomic it then
+// releases the lease and runs the whole request again, claim included, up
+// to [Config.MaxConflictRetries] times.
+type ConflictReporter interface {
+	Conflicted() bool
+}
+
 // LeaseInfo describes a lease.
 type LeaseInfo struct {
 	// Token is the fencing token, 1 for a first claim.

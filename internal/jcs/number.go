@@ -1,0 +1,159 @@
+package jcs
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// maxExactDigits is the number of digits below which every integer is exact
+// in a double (10^15 < 2^53), so its JSON text is already canonical.
+const maxExactDigits = 15
+
+// number reads the JSON number at p.pos and appends its canonical form to dst.
+func (p *parser) number(dst []byte) ([]byte, error) {
+	src := p.src
+	start := p.pos
+	i := start
+	if src[i] == '-' {
+		i++
+	}
+	intStart := i
+	switch {
+	case i < len(src) && src[i] == '0':
+		i++
+	case i < len(src) && isDigit(src[i]):
+		for i < len(src) && isDigit(src[i]) {
+			i++
+		}
+	default:
+		return nil, p.syntaxErrorAt(i, "invalid number: missing digits")
+	}
+	intDigits := i - intStart
+	plain := true
+	if i < len(src) && src[i] == '.' {
+		plain = false
+		i++
+		if i >= len(src) || !isDigit(src[i]) {
+			return nil, p.syntaxErrorAt(i, "invalid number: missing digits after decimal point")
+		}
+		for i < len(src) && isDigit(src[i]) {
+			i++
+		}
+	}
+	if i < len(src) && (src[i] == 'e' || src[i] == 'E') {
+		plain = false
+		i++
+		if i < len(src) && (src[i] == '+' || src[i] == '-') {
+			i++
+		}
+		if i >= len(src) || !isDigit(src[i]) {
+			return nil, p.syntaxErrorAt(i, "invalid number: missing digits in exponent")
+		}
+		for i < len(src) && isDigit(src[i]) {
+			i++
+		}
+	}
+	p.pos = i
+	text := src[start:i]
+
+	if plain && intDigits <= maxExactDigits {
+		// A short integer is exact and has no leading zeros (the grammar
+		// forbids them), so it is its own canonical form, except -0.
+		if text[0] == '-' && text[1] == '0' {
+			return append(dst, '0'), nil
+		}
+		return append(dst, text...), nil
+	}
+	f, err := strconv.ParseFloat(string(text), 64)
+	if err != nil {
+		// The grammar has been checked, so only a range error is possible:
+		// the magnitude rounds to infinity. Underflow reads as zero without
+		// an error, as in ECMAScript.
+		if len(text) > 40 {
+			text = text[:40]
+		}
+		return nil, fmt.Errorf("%w: %s at offset %d", ErrNumber, text, start)
+	}
+	return appendNumber(dst, f), nil
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// appendNumber appends the finite double f to dst as ECMAScript's
+// Number.prototype.toString writes it (ECMA-262 Number::toString, which RFC
+// 8785 section 3.2.2.3 adopts).
+func appendNumber(dst []byte, f float64) []byte {
+	if f == 0 {
+		// Both +0 and -0.
+		return append(dst, '0')
+	}
+	if f < 0 {
+		dst = append(dst, '-')
+		f = -f
+	}
+
+	// strconv's shortest form gives the digits s (k of them) and the exponent
+	// of the first digit; ECMAScript calls n the position of the decimal point
+	// relative to the first digit, so that f = s × 10^(n−k).
+	var buf [32]byte
+	b := strconv.AppendFloat(buf[:0], f, 'e', -1, 64) // d[.ddd]e±xx
+	var digitBuf [24]byte
+	digits := append(digitBuf[:0], b[0])
+	i := 1
+	if b[i] == '.' {
+		for i++; b[i] != 'e'; i++ {
+			digits = append(digits, b[i])
+		}
+	}
+	i++ // 'e'
+	expNeg := b[i] == '-'
+	exp := 0
+	for i++; i < len(b); i++ {
+		exp = exp*10 + int(b[i]-'0')
+	}
+	if expNeg {
+		exp = -exp
+	}
+	k := len(digits)
+	n := exp + 1
+
+	switch {
+	case k <= n && n <= 21:
+		// An integer: the digits followed by n−k zeros.
+		dst = append(dst, digits...)
+		for range n - k {
+			dst = append(dst, '0')
+		}
+	case 0 < n && n <= 21:
+		// A decimal point inside the digits.
+		dst = append(dst, digits[:n]...)
+		dst = append(dst, '.')
+		dst = append(dst, digits[n:]...)
+	case -6 < n && n <= 0:
+		// A small fraction: "0." and −n zeros before the digits.
+		dst = append(dst, '0', '.')
+		for range -n {
+			dst = append(dst, '0')
+		}
+		dst = append(dst, digits...)
+	default:
+		// Exponent form: d[.ddd]e±x.
+		dst = append(dst, digits[0])
+		if k > 1 {
+			dst = append(dst, '.')
+			dst = append(dst, digits[1:]...)
+		}
+		dst = append(dst, 'e')
+		if n-1 < 0 {
+			dst = append(dst, '-')
+		} else {
+			dst = append(dst, '+')
+		}
+		e := n - 1
+		if e < 0 {
+			e = -e
+		}
+		dst = strconv.AppendInt(dst, int64(e), 10)
+	}
+	return dst
+}

@@ -1,0 +1,134 @@
+package jcs
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// appendixB is the number serialisation table of RFC 8785 Appendix B, less
+// NaN and the infinities, which JSON cannot express.
+var appendixB = []struct {
+	bits uint64
+	want string
+}{
+	{0x0000000000000000, "0"},
+	{0x8000000000000000, "0"},
+	{0x0000000000000001, "5e-324"},
+	{0x8000000000000001, "-5e-324"},
+	{0x7fefffffffffffff, "1.7976931348623157e+308"},
+	{0xffefffffffffffff, "-1.7976931348623157e+308"},
+	{0x4340000000000000, "9007199254740992"},
+	{0xc340000000000000, "-9007199254740992"},
+	{0x4430000000000000, "295147905179352830000"},
+	{0x44b52d02c7e14af5, "9.999999999999997e+22"},
+	{0x44b52d02c7e14af6, "1e+23"},
+	{0x44b52d02c7e14af7, "1.0000000000000001e+23"},
+	{0x444b1ae4d6e2ef4e, "999999999999999700000"},
+	{0x444b1ae4d6e2ef4f, "999999999999999900000"},
+	{0x444b1ae4d6e2ef50, "1e+21"},
+	{0x3eb0c6f7a0b5ed8c, "9.999999999999997e-7"},
+	{0x3eb0c6f7a0b5ed8d, "0.000001"},
+	{0x41b3de4355555553, "333333333.3333332"},
+	{0x41b3de4355555554, "333333333.33333325"},
+	{0x41b3de4355555555, "333333333.3333333"},
+	{0x41b3de4355555556, "333333333.3333334"},
+	{0x41b3de4355555557, "333333333.33333343"},
+	{0xbecbf647612f3696, "-0.0000033333333333333333"},
+	{0x43143ff3c1cb0959, "1424953923781206.2"},
+	// Not in the table, but on the boundaries of ECMAScript's layouts.
+	{0x3e7ad7f29abcaf48, "1e-7"},
+	{0x3e7ad7f29abcaf47, "9.999999999999998e-8"},
+	{0x3ff0000000000000, "1"},
+	{0x3fb999999999999a, "0.1"},
+	{0x4415af1d78b58c40, "100000000000000000000"},
+	{0x3fe0000000000000, "0.5"},
+	{0x7fe0000000000000, "8.98846567431158e+307"},
+	{0x0010000000000000, "2.2250738585072014e-308"},
+}
+
+func TestAppendNumberAppendixB(t *testing.T) {
+	t.Parallel()
+	for _, tt := range appendixB {
+		t.Run(strconv.FormatUint(tt.bits, 16), func(t *testing.T) {
+			t.Parallel()
+			f := math.Float64frombits(tt.bits)
+			if got := string(appendNumber(nil, f)); got != tt.want {
+				t.Errorf("appendNumber(%016x) = %s, want %s", tt.bits, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCanonicalizeNumberAppendixB(t *testing.T) {
+	t.Parallel()
+	for _, tt := range appendixB {
+		f := math.Float64frombits(tt.bits)
+		// Each value is fed in three spellings that read back to the same
+		// double but differ from the canonical text, so the parser is
+		// exercised as well as the formatter.
+		spellings := []string{
+			strconv.FormatFloat(f, 'e', 16, 64),
+			strconv.FormatFloat(f, 'E', -1, 64),
+			strings.Replace(strconv.FormatFloat(f, 'e', 20, 64), "e", "0e", 1),
+		}
+		for _, in := range spellings {
+			t.Run(in, func(t *testing.T) {
+				t.Parallel()
+				got, err := Canonicalize([]byte(in))
+				if err != nil {
+					t.Fatalf("Canonicalize(%s) error = %v", in, err)
+				}
+				if string(got) != tt.want {
+					t.Errorf("Canonicalize(%s) = %s, want %s", in, got, tt.want)
+				}
+			})
+		}
+	}
+}
+
+// ecmaNumber is a second, independent reading of ECMAScript's
+// Number::toString: fixed notation from 1e-6 up to 1e21, otherwise exponent
+// notation with no leading zeros in the exponent.
+func ecmaNumber(f float64) string {
+	if f == 0 {
+		return "0"
+	}
+	if a := math.Abs(f); a >= 1e-6 && a < 1e21 {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	s := strconv.FormatFloat(f, 'e', -1, 64)
+	mant, exp, _ := strings.Cut(s, "e")
+	sign, digits := exp[:1], strings.TrimLeft(exp[1:], "0")
+	return mant + "e" + sign + digits
+}
+
+func TestAppendNumberMatchesECMAScriptRules(t *testing.T) {
+	t.Parallel()
+
+	rng := rand.New(rand.NewPCG(8785, 1))
+	// Random bit patterns cover every exponent; random decimals near the
+	// layout boundaries cover the switches between notations.
+	const n = 200000
+	for i := range n {
+		var f float64
+		if i%2 == 0 {
+			f = math.Float64frombits(rng.Uint64())
+		} else {
+			f = (rng.Float64() + 0.5) * math.Pow10(rng.IntN(60)-30)
+		}
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			continue
+		}
+		got := string(appendNumber(nil, f))
+		if want := ecmaNumber(f); got != want {
+			t.Fatalf("appendNumber(%016x) = %s, want %s", math.Float64bits(f), got, want)
+		}
+		back, err := strconv.ParseFloat(got, 64)
+		if err != nil || back != f {
+			t.Fatalf("appendNumber(%016x) = %s, which reads back as %v, %v", math.Float64bits(f), got, back, err)
+		}
+	}
+}
