@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -28,6 +29,9 @@ type Problem struct {
 	// OriginalRequest is "METHOD /path" of the first request with this key,
 	// when the key was first used for a different endpoint.
 	OriginalRequest string `json:"original_request,omitempty"`
+	// Param names the request parameter that failed validation, for an
+	// application's own validation problems.
+	Param string `json:"param,omitempty"`
 }
 
 // ProblemKind is one kind of problem that idem answers with.
@@ -96,11 +100,13 @@ func WriteProblem(w http.ResponseWriter, p *Problem, retryAfter int) {
 }
 
 // ProblemsHandler serves a short page for each problem type under its type
-// URI, so that the relative URIs in problem documents resolve. Mount it at
-// the type base, for example mux.Handle("GET /problems/", idem.ProblemsHandler()).
-func ProblemsHandler() http.Handler {
-	byCode := make(map[string]ProblemKind, len(Problems))
-	for _, k := range Problems {
+// URI, so that the relative URIs in problem documents resolve: idem's own
+// kinds and the application's extra ones. Mount it at the type base, for
+// example mux.Handle("GET /problems/", idem.ProblemsHandler()).
+func ProblemsHandler(extra ...ProblemKind) http.Handler {
+	kinds := append(slices.Clone(Problems), extra...)
+	byCode := make(map[string]ProblemKind, len(kinds))
+	for _, k := range kinds {
 		byCode[k.Code] = k
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -109,7 +115,7 @@ func ProblemsHandler() http.Handler {
 		if code == "" {
 			var b strings.Builder
 			b.WriteString("<!doctype html><title>Problem types</title><h1>Problem types</h1><ul>")
-			for _, k := range Problems {
+			for _, k := range kinds {
 				fmt.Fprintf(&b, "<li><a href=\"%s\">%s</a>: %d %s</li>", k.Code, k.Code, k.Status, html.EscapeString(k.Title))
 			}
 			b.WriteString("</ul>")
