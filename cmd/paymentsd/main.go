@@ -1,0 +1,221 @@
+// Command paymentsd is idem's reference payments service: POST /v1/payments
+// behind the Idempotency-Key contract, on embedded SQLite by default or on
+// PostgreSQL.
+//
+//	go run ./cmd/paymentsd                 # 127.0.0.1:8080, sqlite:paymentsd.db
+//	go run ./cmd/paymentsd -db postgres://postgres@127.0.0.1:5432/test
+//
+// Run with -h for every flag; each has an environment variable twin.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/payments"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := Run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "paymentsd:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+// devTokens are used when no tokens are configured, with a warning.
+const devTokens = "sk_test_alice=alice,sk_test_bob=bob"
+
+// options are the parsed flags.
+type options struct {
+	addr          string
+	db            string
+	tokens        string
+	mode          string
+	migrate       bool
+	retention     time.Duration
+	lockTimeout   time.Duration
+	purgeInterval time.Duration
+	shutdown      time.Duration
+	processor     string
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("paymentsd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := &options{}
+	env := func(name, def string) string {
+		if v, ok := os.LookupEnv(name); ok {
+			return v
+		}
+		return def
+	}
+	envDur := func(name string, def time.Duration) time.Duration {
+		if v, ok := os.LookupEnv(name); ok {
+			if d, err := time.ParseDuration(v); err == nil {
+				return d
+			}
+		}
+		return def
+	}
+	envBool := func(name string, def bool) bool {
+		if v, ok := os.LookupEnv(name); ok {
+			if b, err := strconv.ParseBool(v); err == nil {
+				return b
+			}
+		}
+		return def
+	}
+	fs.StringVar(&o.addr, "addr", env("PAYMENTSD_ADDR", "127.0.0.1:8080"), "listen address (env PAYMENTSD_ADDR)")
+	fs.StringVar(&o.db, "db", env("DATABASE_URL", "sqlite:paymentsd.db"), "database: sqlite:PATH or postgres://... (env DATABASE_URL)")
+	fs.StringVar(&o.tokens, "tokens", env("PAYMENTSD_TOKENS", ""), "bearer tokens as token=client,token=client (env PAYMENTSD_TOKENS; default: development tokens "+devTokens+")")
+	fs.StringVar(&o.mode, "mode", env("PAYMENTSD_MODE", "atomic"), "idempotency mode: atomic or two-phase (env PAYMENTSD_MODE)")
+	fs.BoolVar(&o.migrate, "migrate", envBool("PAYMENTSD_MIGRATE", true), "apply database migrations at start; safe with several instances (env PAYMENTSD_MIGRATE)")
+	fs.DurationVar(&o.retention, "retention", envDur("PAYMENTSD_RETENTION", idem.RetentionDefault), "how long keys are kept (env PAYMENTSD_RETENTION)")
+	fs.DurationVar(&o.lockTimeout, "lock-timeout", envDur("PAYMENTSD_LOCK_TIMEOUT", idem.LockTimeoutDefault), "two-phase lease length before takeover (env PAYMENTSD_LOCK_TIMEOUT)")
+	fs.DurationVar(&o.purgeInterval, "purge-interval", envDur("PAYMENTSD_PURGE_INTERVAL", 10*time.Minute), "how often expired keys are purged; 0 disables (env PAYMENTSD_PURGE_INTERVAL)")
+	fs.DurationVar(&o.shutdown, "shutdown-timeout", envDur("PAYMENTSD_SHUTDOWN_TIMEOUT", 30*time.Second), "how long in-flight requests may finish on SIGINT/SIGTERM (env PAYMENTSD_SHUTDOWN_TIMEOUT)")
+	fs.StringVar(&o.processor, "processor", env("PAYMENTSD_PROCESSOR", ""), "base URL of a card processor (processord) to charge; empty charges nothing (env PAYMENTSD_PROCESSOR)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	return o, nil
+}
+
+func parseTokens(s string) (map[string]string, error) {
+	tokens := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		token, client, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || token == "" || client == "" {
+			return nil, fmt.Errorf("bad token pair %q: want token=client", pair)
+		}
+		tokens[token] = client
+	}
+	return tokens, nil
+}
+
+func parseMode(s string) (idem.Mode, error) {
+	switch s {
+	case "atomic":
+		return idem.ModeAtomic, nil
+	case "two-phase":
+		return idem.ModeTwoPhase, nil
+	}
+	return 0, fmt.Errorf("unknown mode %q: want atomic or two-phase", s)
+}
+
+// Run runs the service until ctx is done, then shuts down gracefully: the
+// listener closes, in-flight requests finish (their transactions commit or
+// roll back whole), and the database closes.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	if o.tokens == "" {
+		logger.Warn("paymentsd: no tokens configured; using the development tokens, never do this in production", "tokens", devTokens)
+		o.tokens = devTokens
+	}
+	tokens, err := parseTokens(o.tokens)
+	if err != nil {
+		return err
+	}
+	mode, err := parseMode(o.mode)
+	if err != nil {
+		return err
+	}
+
+	db, err := openDatabase(ctx, o.db, o.migrate, logger)
+	if err != nil {
+		return err
+	}
+	defer db.close()
+
+	var processor payments.Processor
+	if o.processor != "" {
+		processor = payments.NewProcessorClient(o.processor, nil)
+	}
+	svc, err := payments.NewService(payments.Config{
+		Repo: db.repo, Store: db.store, Tokens: tokens, Processor: processor, Logger: logger,
+		Idem: idem.Config{Mode: mode, Retention: o.retention, LockTimeout: o.lockTimeout, Logger: logger},
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           svc.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	fmt.Fprintf(stdout, "paymentsd: listening on http://%s (database %s, mode %s)\n", ln.Addr(), db.name, mode)
+
+	purgeCtx, stopPurge := context.WithCancel(ctx)
+	defer stopPurge()
+	if o.purgeInterval > 0 {
+		go purgeLoop(purgeCtx, db, o.purgeInterval, o.retention, logger)
+	}
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("paymentsd: shutting down; in-flight requests may finish", "timeout", o.shutdown)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.shutdown)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	fmt.Fprintln(stdout, "paymentsd: stopped")
+	return nil
+}
+
+// purgeLoop deletes keys older than the retention period, so the table does
+// not grow without bound.
+func purgeLoop(ctx context.Context, db *database, every, retention time.Duration, logger *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := db.purge(ctx, time.Now().Add(-retention))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			logger.Error("paymentsd: purge failed", "err", err)
+		case n > 0:
+			logger.Info("paymentsd: purged expired keys", "deleted", n)
+		}
+	}
+}

@@ -1,0 +1,261 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Repo stores payments. Insert runs in the transaction that the idem
+// middleware opened for the request, so the payment row and the key row
+// commit together.
+type Repo interface {
+	Insert(ctx context.Context, p *Payment) error
+	Get(ctx context.Context, clientID, id string) (*Payment, error)
+}
+
+// Processor charges a card at a downstream processor. The key is derived
+// from the client's idempotency key, so a retried or taken-over request
+// charges once.
+type Processor interface {
+	Charge(ctx context.Context, key string, p Params) (chargeID string, err error)
+}
+
+// Problem kinds of the payments API, besides idem's own.
+var (
+	ProblemInvalidCredentials = idem.ProblemKind{Code: "invalid-credentials", Status: http.StatusUnauthorized, Title: "Invalid credentials",
+		About: "Send Authorization: Bearer <secret key>. The key is missing, malformed or unknown."}
+	ProblemInvalidParameter = idem.ProblemKind{Code: "invalid-parameter", Status: http.StatusBadRequest, Title: "Invalid parameter",
+		About: "A request parameter is missing or invalid; \"param\" names it. The request was not processed, so a corrected retry may reuse the same Idempotency-Key."}
+	ProblemNotFound = idem.ProblemKind{Code: "not-found", Status: http.StatusNotFound, Title: "Not found",
+		About: "No resource of yours has this address."}
+	ProblemInternal = idem.ProblemKind{Code: "internal-error", Status: http.StatusInternalServerError, Title: "Internal error",
+		About: "The service failed and rolled the request back. Retry with the same Idempotency-Key."}
+	ProblemProcessor = idem.ProblemKind{Code: "processor-unavailable", Status: http.StatusBadGateway, Title: "Card processor unavailable",
+		About: "The card processor did not answer. Nothing was recorded; retry with the same Idempotency-Key, and the processor will charge at most once."}
+)
+
+// Config configures the service's HTTP handler.
+type Config struct {
+	// Repo stores payments. Required.
+	Repo Repo
+	// Store keeps idempotency keys. Required.
+	Store idem.Store
+	// Tokens maps bearer tokens to client ids. Required.
+	Tokens map[string]string
+	// Idem configures the middleware; ClientID is set by the service.
+	// Defaults to idem's defaults.
+	Idem idem.Config
+	// Processor, when set, is charged before the payment is recorded.
+	// Defaults to none: payments succeed without a downstream call.
+	Processor Processor
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Now defaults to time.Now.
+	Now func() time.Time
+}
+
+type clientKey struct{}
+
+// Service is the payments HTTP API.
+type Service struct {
+	cfg Config
+	mw  *idem.Middleware
+}
+
+// NewService checks cfg and builds the service.
+func NewService(cfg Config) (*Service, error) {
+	if cfg.Repo == nil || cfg.Store == nil {
+		return nil, errors.New("payments: Config.Repo and Config.Store are required")
+	}
+	if len(cfg.Tokens) == 0 {
+		return nil, errors.New("payments: Config.Tokens must map at least one token to a client")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	ic := cfg.Idem
+	ic.ClientID = func(r *http.Request) (string, bool) {
+		c, ok := r.Context().Value(clientKey{}).(string)
+		return c, ok
+	}
+	if ic.Logger == nil {
+		ic.Logger = cfg.Logger
+	}
+	mw, err := idem.New(cfg.Store, &ic)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Idem = ic
+	return &Service{cfg: cfg, mw: mw}, nil
+}
+
+// Handler returns the service's routes.
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/payments", s.authenticate(s.mw.Wrap(http.HandlerFunc(s.create))))
+	mux.Handle("GET /v1/payments/{id}", s.authenticate(http.HandlerFunc(s.get)))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	mux.Handle("GET /problems/", idem.ProblemsHandler(ProblemInvalidCredentials, ProblemInvalidParameter, ProblemNotFound, ProblemInternal, ProblemProcessor))
+	mux.HandleFunc("GET /openapi.json", s.openAPI)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		problem(w, ProblemNotFound, fmt.Sprintf("There is no %s %s.", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+func problem(w http.ResponseWriter, k idem.ProblemKind, detail string) {
+	idem.WriteProblem(w, k.New(idem.ProblemTypeBaseDefault, detail), 0)
+}
+
+// authenticate maps the bearer token to a client id, or answers 401.
+func (s *Service) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		token, ok := strings.CutPrefix(auth, "Bearer ")
+		client, known := s.cfg.Tokens[strings.TrimSpace(token)]
+		if !ok || !known {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="payments"`)
+			problem(w, ProblemInvalidCredentials, "Send Authorization: Bearer <secret key> with a valid key.")
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientKey{}, client)))
+	})
+}
+
+func (s *Service) create(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		problem(w, idem.ProblemBodyMalformed, "The request body could not be read.")
+		return
+	}
+	params, err := ParseParams(r.Header.Get("Content-Type"), body)
+	if err != nil {
+		var pe *ParamError
+		errors.As(err, &pe)
+		p := ProblemInvalidParameter.New(idem.ProblemTypeBaseDefault, fmt.Sprintf("%s %s.", pe.Param, pe.Reason))
+		p.Param = pe.Param
+		idem.WriteProblem(w, p, 0)
+		return
+	}
+	client, _ := r.Context().Value(clientKey{}).(string)
+	scope, _ := idem.ScopeFromContext(r.Context())
+	if s.cfg.Processor != nil {
+		if _, err := s.cfg.Processor.Charge(r.Context(), idem.DeriveKey(r.Context(), "charge"), params); err != nil {
+			s.cfg.Logger.WarnContext(r.Context(), "payments: processor failed", "client_id", client, "err", err)
+			problem(w, ProblemProcessor, "The card processor did not answer; retry with the same Idempotency-Key.")
+			return
+		}
+	}
+	p := &Payment{
+		ID: NewID(), Object: "payment", Amount: params.Amount, Currency: params.Currency,
+		Customer: params.Customer, Description: params.Description, Status: "succeeded",
+		Created: s.cfg.Now().Unix(), ClientID: client, IdempotencyKey: scope.Key,
+	}
+	if err := s.cfg.Repo.Insert(r.Context(), p); err != nil {
+		s.cfg.Logger.ErrorContext(r.Context(), "payments: insert failed", "client_id", client, "err", err)
+		problem(w, ProblemInternal, "The payment could not be recorded; nothing was charged. Retry with the same Idempotency-Key.")
+		return
+	}
+	w.Header().Set("Location", "/v1/payments/"+p.ID)
+	writeJSON(w, http.StatusCreated, p)
+}
+
+func (s *Service) get(w http.ResponseWriter, r *http.Request) {
+	client, _ := r.Context().Value(clientKey{}).(string)
+	p, err := s.cfg.Repo.Get(r.Context(), client, r.PathValue("id"))
+	switch {
+	case errors.Is(err, ErrNotFound):
+		problem(w, ProblemNotFound, "You have no payment with this id.")
+	case err != nil:
+		s.cfg.Logger.ErrorContext(r.Context(), "payments: read failed", "client_id", client, "err", err)
+		problem(w, ProblemInternal, "The payment could not be read; retry.")
+	default:
+		writeJSON(w, http.StatusOK, p)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("payments: marshal response: %v", err))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// openAPI publishes the API and its idempotency policy, as the draft
+// standard requires a resource to do.
+func (s *Service) openAPI(w http.ResponseWriter, r *http.Request) {
+	ic := s.cfg.Idem
+	retention := ic.Retention
+	if retention == 0 {
+		retention = idem.RetentionDefault
+	}
+	lock := ic.LockTimeout
+	if lock == 0 {
+		lock = idem.LockTimeoutDefault
+	}
+	policy := fmt.Sprintf("Idempotency keys are retained for %s (%d seconds) after their first use; "+
+		"after that, reusing a key creates a new payment. A request that fails with a 5xx is not stored: "+
+		"retry it with the same key. Keys are scoped per client; at most %d characters.",
+		humanDuration(retention), int(retention.Seconds()), idem.MaxKeyLength)
+	doc := map[string]any{
+		"openapi": "3.1.0",
+		"info": map[string]any{
+			"title": "idem reference payments API", "version": "1",
+			"description": policy,
+		},
+		"x-idempotency": map[string]any{
+			"header": idem.HeaderKey, "retention": humanDuration(retention), "retention_seconds": int(retention.Seconds()),
+			"lock_timeout_seconds": int(lock.Seconds()), "max_key_length": idem.MaxKeyLength,
+			"replay_header": idem.HeaderReplayed, "server_errors": "released, not stored; retry with the same key",
+			"scope": "per authenticated client",
+		},
+		"paths": map[string]any{
+			"/v1/payments": map[string]any{"post": map[string]any{
+				"summary": "Create a payment",
+				"parameters": []any{map[string]any{
+					"name": idem.HeaderKey, "in": "header", "required": true,
+					"description": "A unique key per logical payment (a v4 UUID). " + policy,
+					"schema":      map[string]any{"type": "string", "maxLength": idem.MaxKeyLength},
+				}},
+				"responses": map[string]any{
+					"201": map[string]any{"description": "Created; a retry with the same key replays this response with Idempotent-Replayed: true."},
+					"400": map[string]any{"description": "Missing or malformed Idempotency-Key, or an invalid parameter (problem+json)."},
+					"401": map[string]any{"description": "Invalid credentials."},
+					"409": map[string]any{"description": "A request with this key is still in progress; retry after Retry-After."},
+					"422": map[string]any{"description": "The key was used with a different request; \"fields\" names what differs."},
+				},
+			}},
+			"/v1/payments/{id}": map[string]any{"get": map[string]any{"summary": "Retrieve one of your payments"}},
+		},
+	}
+	writeJSON(w, http.StatusOK, doc)
+}
+
+func humanDuration(d time.Duration) string {
+	switch {
+	case d%(24*time.Hour) == 0 && d >= 48*time.Hour:
+		return fmt.Sprintf("%d days", d/(24*time.Hour))
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%d hours", d/time.Hour)
+	default:
+		return d.String()
+	}
+}
