@@ -69,7 +69,7 @@ func ParseKey(field string) (string, error) {
 	if s[0] != '"' {
 		return parseBareKey(s)
 	}
-	key, rest, err := parseSFString(s)
+	key, rest, err := parseSFString(s, MaxKeyLength)
 	if err != nil {
 		return "", err
 	}
@@ -132,8 +132,8 @@ func parseBareKey(s string) (string, error) {
 }
 
 // parseSFString parses an RFC 9651 sf-string at the start of s and returns
-// its value and the rest of s.
-func parseSFString(s string) (string, string, error) {
+// its value and the rest of s. A value longer than limit is an error.
+func parseSFString(s string, limit int) (string, string, error) {
 	buf := make([]byte, 0, len(s))
 	for i := 1; i < len(s); i++ {
 		c := s[i]
@@ -154,7 +154,7 @@ func parseSFString(s string) (string, string, error) {
 		default:
 			buf = append(buf, c)
 		}
-		if len(buf) > MaxKeyLength {
+		if len(buf) > limit {
 			return "", "", tooLong(len(buf))
 		}
 	}
@@ -204,15 +204,34 @@ func isParamKeyChar(c byte, first bool) bool {
 }
 
 // skipBareItem skips one RFC 9651 bare item: a string, token, number,
-// boolean, or byte sequence.
+// boolean, byte sequence, date or display string.
 func skipBareItem(s string) (string, error) {
 	if s == "" {
 		return "", malformed("a parameter after the key has an empty value")
 	}
 	switch c := s[0]; {
 	case c == '"':
-		_, rest, err := parseSFString(s)
+		_, rest, err := parseSFString(s, len(s))
 		return rest, err
+	case c == '%': // display string: %"..." with %xx escapes
+		if len(s) < 2 || s[1] != '"' {
+			return "", malformed("invalid display string parameter")
+		}
+		for i := 2; i < len(s); i++ {
+			switch {
+			case s[i] == '"':
+				return s[i+1:], nil
+			case s[i] < 0x20 || s[i] > 0x7e:
+				return "", malformed("invalid display string parameter")
+			}
+		}
+		return "", malformed("unterminated display string parameter")
+	case c == '@': // date: @ and an integer
+		rest, err := skipBareItem(s[1:])
+		if err != nil || len(s) < 2 || (s[1] != '-' && (s[1] < '0' || s[1] > '9')) {
+			return "", malformed("invalid date parameter")
+		}
+		return rest, nil
 	case c == '?':
 		if len(s) < 2 || (s[1] != '0' && s[1] != '1') {
 			return "", malformed("a boolean parameter must be ?0 or ?1")
