@@ -82,13 +82,9 @@ func NewProcessorHandler(ctx context.Context, cfg ProcessorConfig) (http.Handler
 			problem(w, idem.ProblemKind{Code: "processor-busy", Status: http.StatusServiceUnavailable, Title: "Processor busy"}, "Simulated failure; nothing was charged.")
 			return
 		}
-		if cfg.Delay > 0 {
-			select {
-			case <-time.After(cfg.Delay):
-			case <-r.Context().Done():
-				return
-			}
-		}
+		// Like a real processor, a charge that has started finishes even
+		// when the caller goes away.
+		ctx := context.WithoutCancel(r.Context())
 		body, _ := io.ReadAll(r.Body)
 		params, err := ParseParams(r.Header.Get("Content-Type"), body)
 		if err != nil {
@@ -99,15 +95,17 @@ func NewProcessorHandler(ctx context.Context, cfg ProcessorConfig) (http.Handler
 			idem.WriteProblem(w, p, 0)
 			return
 		}
-		scope, _ := idem.ScopeFromContext(r.Context())
+		scope, _ := idem.ScopeFromContext(ctx)
+		cfg.Logger.InfoContext(ctx, "processord: charging", "amount", params.Amount, "currency", params.Currency)
+		time.Sleep(cfg.Delay)
 		c := &Charge{ID: "ch_" + rand.Text(), Object: "charge", Amount: params.Amount, Currency: params.Currency, Customer: params.Customer, Created: time.Now().Unix()}
-		tx, err := idemsqlite.TxFromContext(r.Context())
+		tx, err := idemsqlite.TxFromContext(ctx)
 		if err == nil {
-			_, err = tx.ExecContext(r.Context(), `INSERT INTO charges (id, client_id, idempotency_key, amount, currency, customer, created) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			_, err = tx.ExecContext(ctx, `INSERT INTO charges (id, client_id, idempotency_key, amount, currency, customer, created) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 				c.ID, scope.ClientID, scope.Key, c.Amount, c.Currency, c.Customer, c.Created)
 		}
 		if err != nil {
-			cfg.Logger.ErrorContext(r.Context(), "processord: insert charge failed", "err", err)
+			cfg.Logger.ErrorContext(ctx, "processord: insert charge failed", "err", err)
 			problem(w, ProblemInternal, "The charge could not be recorded; nothing was charged.")
 			return
 		}
