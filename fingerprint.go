@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem/internal/jcs"
 )
@@ -137,6 +138,11 @@ func canonicalBody(p FingerprintParams) (kind string, body []byte, fields []Fiel
 		form, ferr := canonicalPairs(string(p.Body), exclude)
 		if ferr != nil {
 			return "", nil, nil, &BodyError{Err: ErrMalformedBody, Reason: "the form body does not parse"}
+		}
+		for _, d := range form.fields {
+			if !utf8.ValidString(d.Pointer) {
+				return "", nil, nil, &BodyError{Err: ErrMalformedBody, Reason: "a form field name is not UTF-8 after percent-decoding"}
+			}
 		}
 		return kindForm, []byte(form.encoded), form.fields, nil
 	case p.Raw:
@@ -278,7 +284,7 @@ func unescapePointer(ptr string) string {
 // EncodeFields encodes the field digests for storage, as a small JSON object
 // of pointer to base64url digest. Stores keep it as opaque bytes.
 func (f Fingerprint) EncodeFields() []byte {
-	if len(f.Fields) == 0 {
+	if f.Fields == nil { // not an object; an empty object encodes as {}
 		return nil
 	}
 	m := make(map[string]string, len(f.Fields))
