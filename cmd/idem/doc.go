@@ -1,0 +1,21 @@
+// Command idem is the operator tool for services that use idem, the
+// Idempotency-Key toolkit.
+//
+// Usage:
+//
+//	idem <command> [flags]
+//
+// The commands are:
+//
+//	check   test a live endpoint against the Idempotency-Key contract
+//
+// "idem help <command>" or "idem <command> -h" prints a command's flags; most
+// flags have an environment-variable twin named in their help, such as
+// IDEM_CHECK_URL for check's --url.
+//
+// Exit codes: 0 on success, 1 when a command ran and found a failure (for
+// check: a required check did not pass), 2 for usage errors.
+//
+// SIGINT and SIGTERM cancel the running command; check then reports what it
+// has so far.
+package main
