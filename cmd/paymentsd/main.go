@@ -153,7 +153,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	var processor payments.Processor
 	if o.processor != "" {
-		processor = payments.NewProcessorClient(o.processor, nil)
+		if processor, err = payments.NewProcessorClient(o.processor, nil); err != nil {
+			return err
+		}
 	}
 	svc, err := payments.NewService(payments.Config{
 		Repo: db.repo, Store: db.store, Tokens: tokens, Processor: processor, Logger: logger,

@@ -18,21 +18,17 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/internal/pgtest"
 )
 
 var binDir string // built binaries, shared by the process tests
 
 func TestMain(m *testing.M) {
-	code := run(m)
+	code := pgtest.Run(m)
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
 	os.Exit(code)
-}
-
-// run is TestMain's body, so that deferred cleanups run before os.Exit.
-func run(m *testing.M) int {
-	return m.Run()
 }
 
 var buildOnce struct {
@@ -114,13 +110,16 @@ type answer struct {
 
 func post(t *testing.T, base, token, key, body string) answer {
 	t.Helper()
+	return postWith(&http.Client{Timeout: 20 * time.Second}, base, token, key, body)
+}
+
+func postWith(client *http.Client, base, token, key, body string) answer {
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/payments", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	client := &http.Client{Timeout: 20 * time.Second}
 	res, err := client.Do(req)
 	if err != nil {
 		return answer{status: 0, body: []byte(err.Error())}

@@ -10,36 +10,40 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 )
 
 // ProcessorClient charges cards at a processord (or any processor with the
-// same API: POST /v1/charges behind the Idempotency-Key contract).
+// same API: POST /v1/charges behind the Idempotency-Key contract). It is an
+// idemclient: a lost answer, a 5xx or a 409 is retried with the same key.
 type ProcessorClient struct {
 	base   string
-	client *http.Client
+	client *idemclient.Client
 }
 
 var _ Processor = (*ProcessorClient)(nil)
 
 // NewProcessorClient returns a client for the processor at base. A nil
-// client means one with a 10 s timeout.
-func NewProcessorClient(base string, client *http.Client) *ProcessorClient {
-	if client == nil {
-		client = &http.Client{Timeout: 10 * time.Second}
+// cfg means idemclient's defaults with a 10 s total deadline.
+func NewProcessorClient(base string, cfg *idemclient.Config) (*ProcessorClient, error) {
+	if cfg == nil {
+		cfg = &idemclient.Config{MaxElapsed: 10 * time.Second}
 	}
-	return &ProcessorClient{base: strings.TrimSuffix(base, "/"), client: client}
+	client, err := idemclient.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &ProcessorClient{base: strings.TrimSuffix(base, "/"), client: client}, nil
 }
 
 // Charge asks the processor to charge p once for key.
 func (c *ProcessorClient) Charge(ctx context.Context, key string, p Params) (string, error) {
 	body, _ := json.Marshal(map[string]any{"amount": p.Amount, "currency": p.Currency, "customer": p.Customer})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/charges", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(idemclient.WithKey(ctx, key), http.MethodPost, c.base+"/v1/charges", bytes.NewReader(body))
 	if err != nil {
 		return "", fmt.Errorf("payments: charge: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(idem.HeaderKey, `"`+key+`"`)
 	req.Header.Set("Authorization", "Bearer paymentsd")
 	resp, err := c.client.Do(req)
 	if err != nil {

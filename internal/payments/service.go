@@ -57,6 +57,10 @@ type Config struct {
 	// Processor, when set, is charged before the payment is recorded.
 	// Defaults to none: payments succeed without a downstream call.
 	Processor Processor
+	// WithoutIdempotency serves POST /v1/payments without the middleware.
+	// It exists only as the baseline that benchmarks measure idem against;
+	// never run a payments API like this. Defaults to false.
+	WithoutIdempotency bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Now defaults to time.Now.
@@ -104,7 +108,11 @@ func NewService(cfg Config) (*Service, error) {
 // Handler returns the service's routes.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/payments", s.authenticate(s.mw.Wrap(http.HandlerFunc(s.create))))
+	create := s.mw.Wrap(http.HandlerFunc(s.create))
+	if s.cfg.WithoutIdempotency {
+		create = http.HandlerFunc(s.create)
+	}
+	mux.Handle("POST /v1/payments", s.authenticate(create))
 	mux.Handle("GET /v1/payments/{id}", s.authenticate(http.HandlerFunc(s.get)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

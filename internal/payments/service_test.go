@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/payments"
 )
@@ -287,7 +288,11 @@ func TestLostProcessorAnswerChargesOnce(t *testing.T) {
 	psrv := httptest.NewServer(ph)
 	t.Cleanup(psrv.Close)
 
-	proc := &lossyProcessor{real: payments.NewProcessorClient(psrv.URL, nil)}
+	client, err := payments.NewProcessorClient(psrv.URL, &idemclient.Config{MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc := &lossyProcessor{real: client}
 	f := setup(t, idem.ModeTwoPhase, proc)
 	body := `{"amount":4200,"currency":"usd","customer":"cus_123"}`
 	first := f.post(t, "sk_alice", "k-lossy", jsonType, body)

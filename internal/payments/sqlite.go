@@ -37,13 +37,21 @@ func NewSQLiteRepo(ctx context.Context, store *idemsqlite.Store) (*SQLiteRepo, e
 	return &SQLiteRepo{store: store}, nil
 }
 
-// Insert records p in the request's idempotency transaction.
+// Insert records p in the request's idempotency transaction, or on its own
+// when the request has none (the service runs without the middleware only
+// as a benchmark baseline).
 func (r *SQLiteRepo) Insert(ctx context.Context, p *Payment) error {
+	var db interface {
+		ExecContext(context.Context, string, ...any) (sql.Result, error)
+	} = r.store.DB()
 	tx, err := idemsqlite.TxFromContext(ctx)
-	if err != nil {
+	switch {
+	case err == nil:
+		db = tx
+	case !errors.Is(err, idemsqlite.ErrNoTx):
 		return err
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO payments
+	_, err = db.ExecContext(ctx, `INSERT INTO payments
     (id, client_id, amount, currency, customer, description, status, created, idempotency_key)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		p.ID, p.ClientID, p.Amount, p.Currency, p.Customer, p.Description, p.Status, p.Created, p.IdempotencyKey)

@@ -62,6 +62,12 @@ var (
 // package started that is still running, then exits with the tests' code.
 // Call it from TestMain.
 func Main(m *testing.M) {
+	os.Exit(Run(m))
+}
+
+// Run is Main without the exit: it runs the tests, stops the clusters it
+// started and returns the exit code, for a TestMain with cleanup of its own.
+func Run(m *testing.M) int {
 	mainActive.Store(true)
 	code := m.Run()
 	if err := shutdown(); err != nil {
@@ -70,7 +76,7 @@ func Main(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // shutdown closes the shared admin pool and every live cluster.
