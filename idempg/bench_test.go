@@ -1,0 +1,55 @@
+package idempg_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// BenchmarkClaimComplete claims a new key, writes one business row in the
+// lease's transaction and completes it: the cost of a first request.
+func BenchmarkClaimComplete(b *testing.B) {
+	store := setup(b, nil)
+	for _, mode := range modes {
+		b.Run(mode.String(), func(b *testing.B) {
+			ctx := context.Background()
+			resp := response(`{"id":"pay_1","amount":4200}`)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				scope := idem.Scope{ClientID: "bench", Key: fmt.Sprintf("%s-%d-%d", mode, time.Now().UnixNano(), i)}
+				res, err := store.Claim(ctx, params(mode, scope, "a", epoch))
+				if err != nil || res.Lease == nil {
+					b.Fatalf("Claim: lease %v, err %v", res.Lease != nil, err)
+				}
+				if err := write(res.Lease.Context(ctx), scope.Key); err != nil {
+					b.Fatalf("write: %v", err)
+				}
+				if err := res.Lease.Complete(ctx, resp); err != nil {
+					b.Fatalf("Complete: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkReplay claims a completed key: the cost of a retry, one round
+// trip.
+func BenchmarkReplay(b *testing.B) {
+	store := setup(b, nil)
+	ctx := context.Background()
+	scope := newScope("bench")
+	complete(b, mustLease(b, store, params(idem.ModeAtomic, scope, "a", epoch)), `{"id":"pay_1","amount":4200}`)
+	p := params(idem.ModeAtomic, scope, "a", epoch.Add(time.Minute))
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := store.Claim(ctx, p)
+		if err != nil || res.Record == nil || res.Record.Status != idem.StatusCompleted {
+			b.Fatalf("Claim: record %v, err %v", res.Record, err)
+		}
+	}
+}

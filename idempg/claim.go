@@ -1,0 +1,545 @@
+package idempg
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+)
+
+// claimAttempts bounds how often a claim starts over because the key changed
+// between its read and its write. Each attempt is a few round trips and never
+// waits for another request.
+const claimAttempts = 3
+
+// cleanupTimeout bounds a rollback made after a failure, whose context may
+// already be done.
+const cleanupTimeout = 5 * time.Second
+
+// Claim implements [idem.Store].
+//
+// It first reads the key on a pooled connection, outside any transaction,
+// and in the same statement tries the key's advisory lock (letting it go at
+// once). A completed key, a started one that cannot be taken over, and a key
+// whose lock is held by a request in flight are answered in that one round
+// trip. Otherwise it sends, in one more round trip, the transaction that
+// takes the lock without waiting and inserts, replaces or takes over the
+// row. A key in flight whose row is not visible is answered with a Record
+// whose Status is idem.StatusStarted and whose request hash is unknown.
+func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
+	}
+	if p.Mode != idem.ModeAtomic && p.Mode != idem.ModeTwoPhase {
+		return idem.ClaimResult{}, fmt.Errorf("idempg: claim: unknown mode %d", p.Mode)
+	}
+	for range claimAttempts {
+		rec, free, err := s.probe(ctx, p.Scope)
+		if err != nil {
+			return idem.ClaimResult{}, err
+		}
+		switch {
+		case rec != nil && !replaceable(rec, p):
+			return idem.ClaimResult{Record: rec}, nil
+		case !free:
+			return idem.ClaimResult{Record: inFlight(p.Scope)}, nil
+		}
+		res, again, err := s.claimTx(ctx, p, rec)
+		if err != nil || !again {
+			return res, err
+		}
+	}
+	// The key changed under every attempt: other requests are working on it.
+	return idem.ClaimResult{Record: inFlight(p.Scope)}, nil
+}
+
+// inFlight is the answer for a key whose holder's transaction is open: its
+// request is not visible, so only the status is known.
+func inFlight(scope idem.Scope) *idem.Record {
+	return &idem.Record{Scope: scope, Status: idem.StatusStarted}
+}
+
+// replaceable reports whether a claim may replace rec (past retention) or
+// take it over (a two-phase lease that expired, for the same request).
+func replaceable(rec *idem.Record, p idem.ClaimParams) bool {
+	return idem.Expired(rec.CreatedAt, p.Now, p.Retention) || canTakeOver(rec, p)
+}
+
+func canTakeOver(rec *idem.Record, p idem.ClaimParams) bool {
+	return p.Mode == idem.ModeTwoPhase && rec.Status == idem.StatusStarted &&
+		idem.LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout) && bytes.Equal(rec.RequestHash, p.RequestHash)
+}
+
+// probe is the fast path: it reads a key on a pooled connection (nil when
+// there is none) and reports whether the key's advisory lock was free. A
+// read is safe to repeat, so one that failed because the pooled connection
+// had died while idle (the server restarted, say) is tried once more on
+// another.
+//
+// A probe holds the lock for the length of its statement, so a concurrent
+// claim of a new key may find it taken and answer 409 while the prober goes
+// on to claim. Some request still always owns the key: the last of the
+// probes that found the lock free is never disturbed by a later probe, and
+// its claim fails only if another claim took the key.
+func (s *Store) probe(ctx context.Context, scope idem.Scope) (rec *idem.Record, free bool, err error) {
+	for attempt := 0; ; attempt++ {
+		conn, err := s.acquire(ctx, "read key")
+		if err != nil {
+			return nil, false, err
+		}
+		rec, free, err := loadFrom(ctx, conn, queryProbeKey, scope, lockKey(scope))
+		broken := conn.Conn().IsClosed()
+		conn.Release()
+		if err == nil {
+			return rec, free, nil
+		}
+		if !broken || attempt > 0 || ctx.Err() != nil {
+			return nil, false, wrapErr(ctx, "read key", err)
+		}
+	}
+}
+
+type queryRower interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// loadFrom reads a key through q with query, queryProbeKey or queryLoadKey;
+// rec is nil when there is none. free is the first column: whether the
+// key's advisory lock was free, for queryProbeKey.
+func loadFrom(ctx context.Context, q queryRower, query string, scope idem.Scope, args ...any) (rec *idem.Record, free bool, err error) {
+	var (
+		method, path, status *string
+		hash, fields         []byte
+		token                *int64
+		respStatus           *int32
+		respHeader, respBody []byte
+		createdAt, lockedAt  *time.Time
+	)
+	err = q.QueryRow(ctx, query, append([]any{scope.ClientID, scope.Key}, args...)...).Scan(
+		&free, &method, &path, &hash, &fields, &status, &token,
+		&respStatus, &respHeader, &respBody, &createdAt, &lockedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if method == nil { // the probe's outer join found no key
+		return nil, free, nil
+	}
+	rec = &idem.Record{
+		Scope: scope, Method: *method, Path: *path,
+		RequestHash: hash, RequestFields: fields,
+		Status: idem.Status(*status), Token: *token, CreatedAt: createdAt.UTC(),
+	}
+	if lockedAt != nil {
+		rec.LockedAt = lockedAt.UTC()
+	}
+	if rec.Status == idem.StatusCompleted {
+		h := http.Header{}
+		if len(respHeader) > 0 {
+			if err := json.Unmarshal(respHeader, &h); err != nil {
+				return nil, false, fmt.Errorf("decode stored headers: %w", err)
+			}
+		}
+		if respBody == nil {
+			respBody = []byte{}
+		}
+		code := 0
+		if respStatus != nil {
+			code = int(*respStatus)
+		}
+		rec.Response = &idem.Response{StatusCode: code, Header: h, Body: respBody}
+	}
+	return rec, free, nil
+}
+
+// claimStatement queues on b the statement that claims the key: insert it,
+// replace it (seen is past retention) or take it over (seen's lease
+// expired). It returns whether the claim is a takeover.
+func claimStatement(b *pgx.Batch, p idem.ClaimParams, seen *idem.Record) (qq *pgx.QueuedQuery, takeover bool) {
+	lock := lockKey(p.Scope)
+	fields := p.RequestFields
+	if len(fields) == 0 {
+		fields = nil
+	}
+	switch {
+	case seen == nil:
+		return b.Queue(queryClaimInsert, lock, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
+			p.RequestHash, fields, p.Now), false
+	case idem.Expired(seen.CreatedAt, p.Now, p.Retention):
+		return b.Queue(queryClaimReplace, lock, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
+			p.RequestHash, fields, p.Now, seen.Token, seen.CreatedAt), false
+	default:
+		return b.Queue(queryClaimTakeOver, lock, p.Scope.ClientID, p.Scope.Key, p.Now, seen.Token), true
+	}
+}
+
+// claimOutcome is what the claim statement answered.
+type claimOutcome struct {
+	acquired bool       // the advisory lock was free
+	token    *int64     // the new lease's token; nil when no row changed
+	ctid     pgtype.TID // where the claimed row version is
+}
+
+// claimTx runs the claim's transaction, in one round trip. It returns again
+// when the key changed since seen was read, so that Claim starts over.
+func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Record) (res idem.ClaimResult, again bool, err error) {
+	conn, err := s.acquire(ctx, "claim")
+	if err != nil {
+		return idem.ClaimResult{}, false, err
+	}
+	atomicMode := p.Mode == idem.ModeAtomic
+	keep := false
+	defer func() {
+		if !keep {
+			conn.Release()
+		}
+	}()
+
+	// Two-phase claims commit in the same round trip; an atomic claim's
+	// transaction stays open for the handler, with its lock_timeout back
+	// to what it was.
+	b := &pgx.Batch{}
+	if atomicMode {
+		b.BeginTx(pgx.TxOptions{IsoLevel: s.cfg.IsoLevel})
+		b.Queue(querySaveLockTimeout)
+	} else {
+		b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	}
+	b.Queue(querySetLockTimeout, s.claimLockTimeout)
+	var out claimOutcome
+	qq, takeover := claimStatement(b, p, seen)
+	qq.QueryRow(func(row pgx.Row) error { return row.Scan(&out.acquired, &out.token, &out.ctid) })
+	if atomicMode {
+		b.Queue(queryRestoreLockTimeout)
+	} else {
+		b.Queue(queryCommit)
+	}
+	br := conn.SendBatch(ctx, b)
+	tx := br.Tx()
+	if err := br.Close(); err != nil {
+		rollback(ctx, tx)
+		switch {
+		case ctx.Err() != nil:
+			return idem.ClaimResult{}, false, wrapErr(ctx, "claim", err)
+		case pgCode(err) == codeLockNotAvailable:
+			// A statement that does not take the advisory lock holds the row
+			// for a moment, such as a response being stored right now.
+			return idem.ClaimResult{Record: inFlight(p.Scope)}, false, nil
+		case isConflict(err):
+			// A serializable claim whose snapshot predates the row.
+			return idem.ClaimResult{}, true, nil
+		}
+		return idem.ClaimResult{}, false, wrapErr(ctx, "claim", err)
+	}
+	if !out.acquired || out.token == nil {
+		if atomicMode {
+			if err := tx.Rollback(ctx); err != nil {
+				return idem.ClaimResult{}, false, wrapErr(ctx, "claim: roll back", err)
+			}
+		}
+		if !out.acquired {
+			return idem.ClaimResult{Record: inFlight(p.Scope)}, false, nil
+		}
+		return idem.ClaimResult{}, true, nil // the row changed since seen
+	}
+
+	l := &lease{
+		store:     s,
+		scope:     p.Scope,
+		mode:      p.Mode,
+		info:      idem.LeaseInfo{Token: *out.token, TakenOver: takeover},
+		claimedAt: p.Now,
+		start:     time.Now(),
+		tx:        &leaseTx{store: s},
+	}
+	if atomicMode {
+		keep = true
+		l.ctid = out.ctid
+		l.tx.open(conn, tx)
+	}
+	return idem.ClaimResult{Lease: l}, false, nil
+}
+
+// rollback rolls tx back after a failure, when tx is open. The connection
+// is released by its owner; a connection left inside a transaction is
+// closed by the pool rather than reused.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	if tx == nil || tx.Conn() == nil || tx.Conn().IsClosed() || tx.Conn().PgConn().TxStatus() == 'I' {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}
+
+// ClaimTx claims a key inside tx, a transaction of the caller's, for work
+// that must commit in the caller's transaction. The claim is atomic:
+// p.Mode must be idem.ModeAtomic.
+//
+// ClaimTx opens a savepoint in tx for the lease. The lease's Context carries
+// that savepoint for [TxFromContext]; Complete stores the response in it and
+// releases it, without committing: the caller commits tx, and until it does
+// the key is in flight to everyone else. Release rolls back to the savepoint,
+// undoing the claim and every write made through the lease since, and leaves
+// tx open and usable. If tx rolls back, so does the key.
+//
+// Existing keys are read through tx, so a caller's REPEATABLE READ or
+// SERIALIZABLE snapshot may miss a key committed after it was taken; the
+// claim then fails with the serialization error and the caller must run its
+// transaction again.
+func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (idem.ClaimResult, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
+	}
+	if tx == nil {
+		return idem.ClaimResult{}, errors.New("idempg: ClaimTx needs a transaction")
+	}
+	if p.Mode != idem.ModeAtomic {
+		return idem.ClaimResult{}, fmt.Errorf("idempg: ClaimTx claims atomically; got mode %s", p.Mode)
+	}
+	for range claimAttempts {
+		res, again, err := s.claimInTx(ctx, tx, p)
+		if err != nil || !again {
+			return res, err
+		}
+	}
+	return idem.ClaimResult{Record: inFlight(p.Scope)}, nil
+}
+
+func (s *Store) claimInTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (res idem.ClaimResult, again bool, err error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return idem.ClaimResult{}, false, wrapErr(ctx, "claim: savepoint", err)
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			_ = sp.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	seen, _, err := loadFrom(ctx, sp, queryLoadKey, p.Scope)
+	if err != nil {
+		return idem.ClaimResult{}, false, wrapErr(ctx, "claim: read key", err)
+	}
+	if seen != nil && !replaceable(seen, p) {
+		return idem.ClaimResult{Record: seen}, false, nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(querySaveLockTimeout)
+	b.Queue(querySetLockTimeout, s.claimLockTimeout)
+	var out claimOutcome
+	qq, _ := claimStatement(b, p, seen)
+	qq.QueryRow(func(row pgx.Row) error { return row.Scan(&out.acquired, &out.token, &out.ctid) })
+	b.Queue(queryRestoreLockTimeout)
+	if err := sp.SendBatch(ctx, b).Close(); err != nil {
+		if pgCode(err) == codeLockNotAvailable && ctx.Err() == nil {
+			return idem.ClaimResult{Record: inFlight(p.Scope)}, false, nil
+		}
+		return idem.ClaimResult{}, false, wrapErr(ctx, "claim", err)
+	}
+	switch {
+	case !out.acquired:
+		return idem.ClaimResult{Record: inFlight(p.Scope)}, false, nil
+	case out.token == nil:
+		return idem.ClaimResult{}, true, nil
+	}
+	keep = true
+	l := &lease{
+		store:     s,
+		scope:     p.Scope,
+		mode:      idem.ModeAtomic,
+		info:      idem.LeaseInfo{Token: *out.token},
+		claimedAt: p.Now,
+		start:     time.Now(),
+		tx:        &leaseTx{store: s},
+		inTx:      true,
+		ctid:      out.ctid,
+	}
+	l.tx.open(nil, sp)
+	return idem.ClaimResult{Lease: l}, false, nil
+}
+
+var _ idem.ConflictReporter = (*lease)(nil)
+
+// lease is the ownership of a key.
+type lease struct {
+	store     *Store
+	scope     idem.Scope
+	mode      idem.Mode
+	info      idem.LeaseInfo
+	claimedAt time.Time // the claim's Now, on the middleware's clock
+	start     time.Time // when the claim returned, for completed_at
+	tx        *leaseTx
+	inTx      bool // claimed by ClaimTx: tx is a savepoint of the caller's
+	// ctid is where the claimed row is, when the lease's transaction
+	// claimed it (atomic mode): only that transaction can change it.
+	ctid pgtype.TID
+}
+
+func (l *lease) Context(ctx context.Context) context.Context {
+	return context.WithValue(ctx, txKey{}, l.tx)
+}
+
+func (l *lease) Info() idem.LeaseInfo { return l.info }
+
+// Conflicted implements [idem.ConflictReporter]: it reports whether a
+// statement of the handler's transaction, or its commit, failed with a
+// serialization failure (40001) or a deadlock (40P01).
+func (l *lease) Conflicted() bool { return l.tx.conflicted.Load() }
+
+// completedAt is the time of completion on the claim's clock.
+func (l *lease) completedAt() time.Time {
+	return l.claimedAt.Add(time.Since(l.start))
+}
+
+func (l *lease) Complete(ctx context.Context, resp *idem.Response) error {
+	if resp == nil {
+		return errors.New("idempg: complete key: no response")
+	}
+	conn, tx, ended := l.tx.end()
+	if ended {
+		return fmt.Errorf("idempg: complete key: %w", ErrLeaseEnded)
+	}
+	if l.inTx {
+		return l.completeInTx(ctx, tx, resp)
+	}
+	header, err := json.Marshal(resp.Header)
+	if err != nil {
+		if tx != nil {
+			_ = endTx(ctx, conn, tx)
+		}
+		return fmt.Errorf("idempg: encode headers: %w", err)
+	}
+	// The fenced update and COMMIT go in one round trip. If the fence
+	// fails, the server skips the COMMIT and the transaction stays aborted.
+	// A two-phase handler that never asked for its transaction gets one
+	// here, begun in the same round trip.
+	b := &pgx.Batch{}
+	if tx == nil {
+		if conn, err = l.store.acquire(ctx, "complete key"); err != nil {
+			return err
+		}
+		b.BeginTx(pgx.TxOptions{IsoLevel: l.store.cfg.IsoLevel})
+	}
+	defer conn.Release()
+	query, args := l.completeQuery(resp, header)
+	b.Queue(query, args...)
+	b.Queue(queryCommit).Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			return errors.New("the transaction was rolled back instead of committed")
+		}
+		return nil
+	})
+	var br pgx.BatchResults
+	if tx == nil {
+		br = conn.SendBatch(ctx, b)
+		tx = br.Tx()
+	} else {
+		br = tx.SendBatch(ctx, b)
+	}
+	err = br.Close()
+	if err == nil {
+		return nil
+	}
+	if isConflict(err) {
+		l.tx.conflicted.Store(true)
+	}
+	rollback(ctx, tx)
+	if pgCode(err) == codeLeaseLost {
+		return fmt.Errorf("idempg: complete key (token %d): %w", l.info.Token, idem.ErrLeaseLost)
+	}
+	return wrapErr(ctx, "complete key", err)
+}
+
+// completeQuery returns the fenced update that stores resp.
+func (l *lease) completeQuery(resp *idem.Response, header []byte) (string, []any) {
+	body := resp.Body
+	if body == nil {
+		body = []byte{}
+	}
+	args := []any{l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body, l.completedAt()}
+	if l.ctid.Valid {
+		return queryCompleteOwnKey, append(args, l.ctid)
+	}
+	return queryCompleteKey, args
+}
+
+// completeInTx stores the response in the savepoint of a ClaimTx lease and
+// releases the savepoint; the caller commits.
+func (l *lease) completeInTx(ctx context.Context, sp pgx.Tx, resp *idem.Response) error {
+	header, err := json.Marshal(resp.Header)
+	if err != nil {
+		_ = sp.Rollback(context.WithoutCancel(ctx))
+		return fmt.Errorf("idempg: encode headers: %w", err)
+	}
+	query, args := l.completeQuery(resp, header)
+	_, err = sp.Exec(ctx, query, args...)
+	if err == nil {
+		err = sp.Commit(ctx)
+	}
+	if err == nil {
+		return nil
+	}
+	if isConflict(err) {
+		l.tx.conflicted.Store(true)
+	}
+	_ = sp.Rollback(context.WithoutCancel(ctx))
+	if pgCode(err) == codeLeaseLost {
+		return fmt.Errorf("idempg: complete key (token %d): %w", l.info.Token, idem.ErrLeaseLost)
+	}
+	return wrapErr(ctx, "complete key", err)
+}
+
+func (l *lease) Release(ctx context.Context) error {
+	conn, tx, ended := l.tx.end()
+	if ended {
+		return fmt.Errorf("idempg: release key: %w", ErrLeaseEnded)
+	}
+	if l.inTx {
+		// Back to the savepoint: the claim and the handler's writes go.
+		if err := tx.Rollback(ctx); err != nil {
+			return wrapErr(ctx, "release key: roll back to savepoint", err)
+		}
+		return nil
+	}
+	if tx != nil {
+		if err := endTx(ctx, conn, tx); err != nil {
+			return err
+		}
+	}
+	if l.mode == idem.ModeAtomic {
+		return nil // the claim was in the rolled-back transaction
+	}
+	conn, err := l.store.acquire(ctx, "release key")
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, queryReleaseKey, l.scope.ClientID, l.scope.Key, l.info.Token); err != nil {
+		return wrapErr(ctx, "release key", err)
+	}
+	return nil
+}
+
+// endTx rolls tx back and returns its connection to the pool. A connection
+// that has died needs no rollback: the server ended the transaction.
+func endTx(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx) error {
+	defer conn.Release()
+	err := tx.Rollback(ctx)
+	if err != nil && !conn.Conn().IsClosed() {
+		return wrapErr(ctx, "release key: roll back", err)
+	}
+	return nil
+}

@@ -1,0 +1,110 @@
+// Package idempg is an idem.Store in PostgreSQL, on a pgx v5 pool.
+//
+// The key table, idempotency_keys, lives in the application's own database,
+// so that a handler's business writes and the stored response commit in one
+// transaction: the handler takes it with [TxFromContext]. The schema comes
+// from embedded, versioned SQL files applied by [Store.Migrate].
+//
+//	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	...
+//	store, err := idempg.New(pool, nil)
+//	...
+//	if err := store.Migrate(ctx); err != nil { ... }
+//	mw, err := idem.New(store, &idem.Config{ClientID: clientOf})
+//	mux.Handle("POST /v1/payments", mw.Wrap(createPayment))
+//
+//	func createPayment(w http.ResponseWriter, r *http.Request) {
+//		tx, err := idempg.TxFromContext(r.Context())
+//		...
+//		_, err = tx.Exec(r.Context(), `INSERT INTO payments ...`)
+//		...
+//	}
+//
+// # Replays and duplicates: one round trip
+//
+// Every claim first reads the key by its primary key on a pooled connection,
+// outside any transaction, and in the same statement tries the key's
+// advisory lock (letting it go at once). A completed key is replayed from
+// that read; a two-phase key whose lease is alive, and a key whose lock is
+// held by a request in flight, are answered 409 from it. Only a new key, a
+// key past retention or an expired lease goes on to a transaction, which is
+// sent in one more round trip (pgx pipelines BEGIN and the claim).
+//
+// Replays must come from the primary, never from an asynchronous read
+// replica: a replica that lags shows a finished key as new, and the request
+// runs twice. Give the store a pool on the primary.
+//
+// # Atomic mode
+//
+// In idem.ModeAtomic the claim opens a transaction that outlives the Claim
+// call and runs the handler. It takes the key's transaction-scoped advisory
+// lock with pg_try_advisory_xact_lock, which answers at once, and inserts the
+// started row with INSERT ... ON CONFLICT DO NOTHING. The lease's Complete
+// stores the response with a fenced UPDATE and commits, in one round trip,
+// so the business writes, the key and the response commit together or not
+// at all: a crash at any point leaves nothing, and the key is free again at
+// once. Release rolls everything back.
+//
+// The holder's uncommitted row is invisible to other requests, but its
+// advisory lock is not: a duplicate that finds the lock taken is answered
+// "in flight" (409) at once, without ever waiting for the holder's row lock,
+// however long the holder runs. Each request in flight holds a pool
+// connection for its duration; size the pool for that.
+//
+// # Two-phase mode
+//
+// In idem.ModeTwoPhase the claim commits a started row first, with locked_at
+// and a fencing token (lease_token, 1 for a first claim), under the same
+// advisory lock. The handler's transaction is opened on its first
+// TxFromContext, so a handler can call a card processor (with a key from
+// idem.DeriveKey) before it holds a connection. Complete runs the fenced
+// UPDATE ... WHERE lease_token = $token AND status = 'started' in the
+// handler's transaction and commits only if exactly one row matched; the
+// check is a function of the schema that raises SQLSTATE IDEM1 otherwise,
+// which aborts the transaction before its COMMIT. Release rolls back and
+// deletes the row if the token still matches.
+//
+// A started key whose lease is older than the lock timeout is taken over by
+// the next request with the same fingerprint: the token grows by one
+// (UPDATE ... SET lease_token = lease_token + 1 WHERE lease_token = $old).
+// The holder it was taken from, if it is only slow and not dead, can no
+// longer commit: its fenced update matches no row, its business writes roll
+// back, and Complete returns an error wrapping idem.ErrLeaseLost. A key that
+// outlived retention is replaced in place by the next claim; its token grows
+// too, so that no earlier holder can ever complete it.
+//
+// # Conflicts, errors and timeouts
+//
+// With Config.IsoLevel set to serializable, or with handlers that can
+// deadlock, the lease implements idem.ConflictReporter: a statement of the
+// handler's transaction, or its commit, that failed with SQLSTATE 40001 or
+// 40P01 makes the middleware release the key and run the request again.
+//
+// Waiting for a pool connection is bounded by Config.AcquireTimeout; after
+// it, and on any connection failure, calls fail with an error wrapping
+// idem.ErrUnavailable, which the middleware answers with 503 and
+// Retry-After, without running the handler. A cancelled context returns the
+// context's error. Nothing above the store sees pgx types, except the
+// pgx.Tx of TxFromContext.
+//
+// When a handler's context is cancelled during a statement, pgx by default
+// closes the connection; the server ends the transaction, and frees the key,
+// only when it next reads from or writes to it, which a long statement
+// delays. To stop the statement on the server at once, build the pool with
+// pgconn.CancelRequestContextWatcherHandler as the connection config's
+// BuildContextWatcherHandler.
+//
+// # Inside the caller's transaction
+//
+// [Store.ClaimTx] claims a key in a transaction of the caller's, for work
+// that is not an HTTP handler, such as a queue consumer: the response is
+// stored in that transaction and commits when the caller commits it.
+//
+// # Retention
+//
+// [Store.Purge] deletes keys created before a time, in short batches that
+// skip rows held by requests in flight. Keys past retention that the purge
+// has not reached yet are treated as absent by claims. Do not partition the
+// key table by created_at: PostgreSQL enforces uniqueness per partition
+// only, so a key would be accepted again in the next partition.
+package idempg

@@ -1,0 +1,83 @@
+package idempg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemkit/idem"
+)
+
+// Errors of the package.
+var (
+	// ErrNoTx is returned by [TxFromContext] for a context that carries no
+	// lease of this package.
+	ErrNoTx = errors.New("idempg: no idempotency transaction in context")
+
+	// ErrLeaseEnded is returned by [TxFromContext] once the lease has been
+	// completed or released.
+	ErrLeaseEnded = errors.New("idempg: the lease has ended")
+
+	// ErrTxManaged is returned by Commit and Rollback of the transaction
+	// that [TxFromContext] returns: the lease commits it with the stored
+	// response, or rolls it back on release. Nested transactions (savepoints
+	// from its Begin) commit and roll back as usual.
+	ErrTxManaged = errors.New("idempg: the transaction belongs to the idempotency lease; do not commit or roll it back")
+)
+
+// SQLSTATE codes the store looks at.
+const (
+	codeLeaseLost           = "IDEM1" // raised by idem_lease_held, see the migration
+	codeLockNotAvailable    = "55P03"
+	codeSerializationFailed = "40001"
+	codeDeadlockDetected    = "40P01"
+)
+
+func pgCode(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// isConflict reports whether err is a serialization failure or a deadlock,
+// which running the transaction again may fix.
+func isConflict(err error) bool {
+	code := pgCode(err)
+	return code == codeSerializationFailed || code == codeDeadlockDetected
+}
+
+// isUnavailable reports whether err means that the database cannot be used
+// now, as opposed to an error in what was asked of it.
+func isUnavailable(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		// pgx returns its own errors, not PostgreSQL's, for a failed
+		// connection, a closed or broken connection and network timeouts.
+		return true
+	}
+	switch pgErr.Code[:2] {
+	case "08", // connection exception
+		"53", // insufficient resources, such as too many connections
+		"57", // operator intervention: shutdown, statement timeout
+		"58": // system error
+		return true
+	}
+	return false
+}
+
+// wrapErr translates an error of a database call made for op. Cancellation
+// or expiry of ctx returns ctx's error; errors that mean the database cannot
+// be used now wrap idem.ErrUnavailable; the rest are wrapped as they are.
+func wrapErr(ctx context.Context, op string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("idempg: %s: %w", op, ctxErr)
+	}
+	if isUnavailable(err) {
+		return fmt.Errorf("idempg: %s: %w: %w", op, idem.ErrUnavailable, err)
+	}
+	return fmt.Errorf("idempg: %s: %w", op, err)
+}

@@ -1,0 +1,2 @@
+DROP FUNCTION idem_lease_held(bigint);
+DROP TABLE idempotency_keys;

@@ -1,0 +1,78 @@
+package idempg
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+)
+
+// Defaults and bounds of [Store.Purge].
+const (
+	// PurgeBatchSizeDefault is the default of [PurgeParams.BatchSize].
+	PurgeBatchSizeDefault = 1000
+
+	// purgeBatchTimeout bounds each batch's statement.
+	purgeBatchTimeout = 30 * time.Second
+	// purgePause is the mean pause between batches, jittered by half
+	// either way, so that requests get the table in between.
+	purgePause = 10 * time.Millisecond
+)
+
+// PurgeParams are the inputs of [Store.Purge].
+type PurgeParams struct {
+	// Before deletes keys created before this time, on the middleware's
+	// clock: now minus the published retention. Required.
+	Before time.Time
+
+	// BatchSize is the number of keys deleted per statement. Defaults to
+	// PurgeBatchSizeDefault (1000).
+	BatchSize int
+}
+
+// Purge deletes keys created before p.Before, in batches. Each batch is one
+// short DELETE statement of its own, under a timeout, followed by a short
+// jittered pause; rows that a request in flight holds are skipped, never
+// waited for. It returns the number of keys deleted, also when it fails
+// part way.
+func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
+	if p.Before.IsZero() {
+		return 0, errors.New("idempg: PurgeParams.Before is required")
+	}
+	if p.BatchSize < 0 {
+		return 0, errors.New("idempg: PurgeParams.BatchSize must not be negative")
+	}
+	if p.BatchSize == 0 {
+		p.BatchSize = PurgeBatchSizeDefault
+	}
+	var total int64
+	for {
+		n, err := s.purgeBatch(ctx, p)
+		total += n
+		if err != nil || n < int64(p.BatchSize) {
+			return total, err
+		}
+		pause := time.NewTimer(purgePause/2 + rand.N(purgePause))
+		select {
+		case <-ctx.Done():
+			pause.Stop()
+			return total, wrapErr(ctx, "purge", ctx.Err())
+		case <-pause.C:
+		}
+	}
+}
+
+func (s *Store) purgeBatch(ctx context.Context, p PurgeParams) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, purgeBatchTimeout)
+	defer cancel()
+	conn, err := s.acquire(ctx, "purge")
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	tag, err := conn.Exec(ctx, queryPurgeBatch, p.Before, p.BatchSize)
+	if err != nil {
+		return 0, wrapErr(ctx, "purge", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,141 @@
+package idempg
+
+// Hand-written SQL, one statement per constant. Parameters that PostgreSQL
+// cannot type from their context carry explicit casts.
+const (
+	queryMigrationLock = `SELECT pg_advisory_xact_lock($1)`
+
+	queryCreateVersionTable = `CREATE TABLE IF NOT EXISTS idem_schema_migrations (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)`
+
+	queryVersionTableExists = `SELECT to_regclass('idem_schema_migrations') IS NOT NULL`
+
+	querySchemaVersion = `SELECT COALESCE(max(version), 0) FROM idem_schema_migrations`
+
+	queryRecordMigration = `INSERT INTO idem_schema_migrations (version, name) VALUES ($1, $2)`
+
+	queryForgetMigration = `DELETE FROM idem_schema_migrations WHERE version = $1`
+
+	// queryProbeKey is the fast path: one primary-key lookup, outside any
+	// transaction, that also tries the key's advisory lock and lets it go
+	// at once (the statement is its own transaction). It answers replays,
+	// two-phase keys in flight, and atomic keys in flight, whose rows are
+	// invisible but whose lock is held. It returns one row even when the
+	// key does not exist.
+	queryProbeKey = `SELECT pg_try_advisory_xact_lock($3::bigint),
+       k.request_method, k.request_path, k.request_hash, k.request_fields, k.status, k.lease_token,
+       k.response_status, k.response_headers, k.response_body, k.created_at, k.locked_at
+FROM (VALUES (true)) AS one (row)
+LEFT JOIN idempotency_keys k ON k.client_id = $1 AND k.idempotency_key = $2`
+
+	// queryLoadKey reads a key inside a transaction, without its lock.
+	queryLoadKey = `SELECT true,
+       request_method, request_path, request_hash, request_fields, status, lease_token,
+       response_status, response_headers, response_body, created_at, locked_at
+FROM idempotency_keys
+WHERE client_id = $1 AND idempotency_key = $2`
+
+	// The claim's lock_timeout is transaction-local. An atomic claim's
+	// transaction goes on to run the handler, so the claim saves the
+	// caller's setting in a placeholder variable and puts it back after the
+	// claim statement, in the same round trip.
+	querySaveLockTimeout    = `SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true)`
+	querySetLockTimeout     = `SELECT set_config('lock_timeout', $1, true)`
+	queryRestoreLockTimeout = `SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)`
+
+	// queryClaimInsert takes the key's advisory lock without waiting and,
+	// only if it got it, inserts a started row unless one exists. It returns
+	// whether the lock was taken, and the new row's token and ctid (NULL
+	// when nothing was inserted). The guard CTE is evaluated once, before
+	// the insert reads it.
+	queryClaimInsert = `WITH guard AS (
+    SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired
+), claimed AS (
+    INSERT INTO idempotency_keys
+        (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
+         status, lease_token, created_at, locked_at)
+    SELECT $2::text, $3::text, $4::text, $5::text, $6::bytea, $7::bytea,
+           'started', 1, $8::timestamptz, $8::timestamptz
+    FROM guard WHERE guard.acquired
+    ON CONFLICT (client_id, idempotency_key) DO NOTHING
+    RETURNING lease_token, ctid
+)
+SELECT guard.acquired, claimed.lease_token, claimed.ctid FROM guard LEFT JOIN claimed ON true`
+
+	// queryClaimReplace turns a key past retention into a fresh started
+	// row, if the row is still the version the caller read ($9 token, $10
+	// created_at). The token keeps growing, so that a holder of the old row
+	// can never complete the new one.
+	queryClaimReplace = `WITH guard AS (
+    SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired
+), replaced AS (
+    UPDATE idempotency_keys k
+    SET request_method = $4::text, request_path = $5::text, request_hash = $6::bytea, request_fields = $7::bytea,
+        status = 'started', lease_token = k.lease_token + 1,
+        response_status = NULL, response_headers = NULL, response_body = NULL,
+        created_at = $8::timestamptz, locked_at = $8::timestamptz, completed_at = NULL
+    FROM guard
+    WHERE guard.acquired AND k.client_id = $2::text AND k.idempotency_key = $3::text
+      AND k.lease_token = $9::bigint AND k.created_at = $10::timestamptz
+    RETURNING k.lease_token, k.ctid
+)
+SELECT guard.acquired, replaced.lease_token, replaced.ctid FROM guard LEFT JOIN replaced ON true`
+
+	// queryClaimTakeOver takes over a started key whose lease expired, if
+	// its token is still $5.
+	queryClaimTakeOver = `WITH guard AS (
+    SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired
+), taken AS (
+    UPDATE idempotency_keys k
+    SET lease_token = k.lease_token + 1, locked_at = $4::timestamptz
+    FROM guard
+    WHERE guard.acquired AND k.client_id = $2::text AND k.idempotency_key = $3::text
+      AND k.status = 'started' AND k.lease_token = $5::bigint
+    RETURNING k.lease_token, k.ctid
+)
+SELECT guard.acquired, taken.lease_token, taken.ctid FROM guard LEFT JOIN taken ON true`
+
+	// queryCompleteKey is the fence: it stores the response only if the
+	// lease's token still holds the started key, and idem_lease_held raises
+	// SQLSTATE IDEM1 otherwise, which aborts the transaction.
+	queryCompleteKey = `WITH done AS (
+    UPDATE idempotency_keys
+    SET status = 'completed', response_status = $4, response_headers = $5, response_body = $6, completed_at = $7
+    WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
+    RETURNING 1
+)
+SELECT idem_lease_held(count(*)) FROM done`
+
+	// queryCompleteOwnKey is queryCompleteKey for a row that the same
+	// transaction claimed ($8 is the ctid the claim returned), as in atomic
+	// mode: nobody else can change or move that row, and finding it by ctid
+	// takes no predicate lock on the primary key's index pages, which under
+	// SERIALIZABLE would make requests for unrelated keys fail each other.
+	queryCompleteOwnKey = `WITH done AS (
+    UPDATE idempotency_keys
+    SET status = 'completed', response_status = $4, response_headers = $5, response_body = $6, completed_at = $7
+    WHERE ctid = $8::tid AND client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
+    RETURNING 1
+)
+SELECT idem_lease_held(count(*)) FROM done`
+
+	queryCommit = `COMMIT`
+
+	// queryReleaseKey frees a two-phase key, unless another request took it
+	// over.
+	queryReleaseKey = `DELETE FROM idempotency_keys
+WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3`
+
+	// queryPurgeBatch deletes up to $2 keys created before $1. Rows locked
+	// by a request in flight are skipped, so the purge never waits for one.
+	queryPurgeBatch = `DELETE FROM idempotency_keys
+WHERE (client_id, idempotency_key) IN (
+    SELECT client_id, idempotency_key FROM idempotency_keys
+    WHERE created_at < $1
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)`
+)

@@ -1,0 +1,156 @@
+package idempg
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+)
+
+// Defaults of [Config].
+const (
+	// AcquireTimeoutDefault is the default of [Config.AcquireTimeout].
+	AcquireTimeoutDefault = 2 * time.Second
+	// ClaimLockTimeoutDefault is the default of [Config.ClaimLockTimeout].
+	ClaimLockTimeoutDefault = 100 * time.Millisecond
+)
+
+// Config configures a [Store].
+type Config struct {
+	// AcquireTimeout bounds the wait for a connection from the pool, in
+	// Claim, in the first TxFromContext of a two-phase handler, and in
+	// Release. When it passes, the call fails with an error wrapping
+	// idem.ErrUnavailable, which the middleware answers with 503. Defaults
+	// to AcquireTimeoutDefault (2 s).
+	AcquireTimeout time.Duration
+
+	// ClaimLockTimeout is the lock_timeout of the claim's statements. The
+	// claim never waits for another request's key (it uses an advisory lock
+	// that it tries without waiting); this guards the rare row lock held by
+	// a statement that does not take that lock, such as the purge or a
+	// response being stored at that very moment. A claim that runs into it
+	// is answered as a key in flight. Defaults to ClaimLockTimeoutDefault
+	// (100 ms).
+	ClaimLockTimeout time.Duration
+
+	// IsoLevel is the isolation level of the transactions that run
+	// handlers: the claim's transaction in idem.ModeAtomic, the handler's in
+	// idem.ModeTwoPhase. With pgx.Serializable or pgx.RepeatableRead a
+	// handler's transaction may fail with a serialization failure, which
+	// the lease reports through idem.ConflictReporter so that the middleware
+	// runs the request again. Defaults to "", the server's
+	// default_transaction_isolation (read committed unless configured).
+	IsoLevel pgx.TxIsoLevel
+
+	// Logger receives migration notices. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) withDefaults() *Config {
+	out := Config{}
+	if c != nil {
+		out = *c
+	}
+	if out.AcquireTimeout == 0 {
+		out.AcquireTimeout = AcquireTimeoutDefault
+	}
+	if out.ClaimLockTimeout == 0 {
+		out.ClaimLockTimeout = ClaimLockTimeoutDefault
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return &out
+}
+
+func (c *Config) validate() error {
+	if c.AcquireTimeout < 0 || c.ClaimLockTimeout < 0 {
+		return errors.New("idempg: Config.AcquireTimeout and Config.ClaimLockTimeout must not be negative")
+	}
+	if c.ClaimLockTimeout < time.Millisecond {
+		return fmt.Errorf("idempg: Config.ClaimLockTimeout (%s) must be at least 1ms", c.ClaimLockTimeout)
+	}
+	switch c.IsoLevel {
+	case "", pgx.Serializable, pgx.RepeatableRead, pgx.ReadCommitted:
+	default:
+		return fmt.Errorf("idempg: unsupported Config.IsoLevel %q", c.IsoLevel)
+	}
+	return nil
+}
+
+var _ idem.Store = (*Store)(nil)
+
+// Store is an [idem.Store] in PostgreSQL. The key table lives in the
+// application's database, so a handler's business writes and the stored
+// response commit in one transaction; take it with [TxFromContext].
+//
+// A Store is safe for concurrent use. It does not own the pool.
+type Store struct {
+	pool *pgxpool.Pool
+	cfg  *Config
+
+	// claimLockTimeout is cfg.ClaimLockTimeout as a lock_timeout value.
+	claimLockTimeout string
+}
+
+// New returns a store on pool. It does not apply migrations; call
+// [Store.Migrate].
+//
+// Size the pool for the handlers in flight: in idem.ModeAtomic every request
+// holds a connection from its claim until its response is stored.
+func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("idempg: a pool is required")
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Store{
+		pool:             pool,
+		cfg:              c,
+		claimLockTimeout: fmt.Sprintf("%dms", c.ClaimLockTimeout.Milliseconds()),
+	}, nil
+}
+
+// Pool returns the store's pool, for work outside handlers. Inside a
+// handler use [TxFromContext].
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// acquire takes a connection from the pool, waiting at most
+// Config.AcquireTimeout.
+func (s *Store) acquire(ctx context.Context, op string) (*pgxpool.Conn, error) {
+	actx, cancel := context.WithTimeout(ctx, s.cfg.AcquireTimeout)
+	defer cancel()
+	conn, err := s.pool.Acquire(actx)
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("idempg: %s: no connection within %s: %w", op, s.cfg.AcquireTimeout, idem.ErrUnavailable)
+		}
+		return nil, wrapErr(ctx, op, err)
+	}
+	return conn, nil
+}
+
+// lockKey is the advisory lock of a scope: the first 8 bytes of a SHA-256
+// digest of the client and the key, length-prefixed so that no two scopes
+// share an encoding. Distinct scopes collide with probability 2^-64; a
+// collision only makes one claim answer "in flight" while the other runs.
+func lockKey(scope idem.Scope) int64 {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	h.Write([]byte("idem-lock-v1"))
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(scope.ClientID)))])
+	h.Write([]byte(scope.ClientID))
+	h.Write([]byte(scope.Key))
+	var sum [sha256.Size]byte
+	return int64(binary.BigEndian.Uint64(h.Sum(sum[:0])))
+}
