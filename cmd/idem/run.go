@@ -29,6 +29,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"check", "test a live endpoint against the Idempotency-Key contract", runCheck},
+		{"bench", "measure idem on the reference payments endpoint, as ratios to the bare endpoint", runBench},
 	}
 }
 

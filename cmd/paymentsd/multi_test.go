@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/internal/pgtest"
+)
+
+// TestThreeInstancesOnePostgres runs three paymentsd processes on one
+// PostgreSQL database (all migrating at start) and sends 500 keys, each 8
+// times at once, spread over the three: exactly 500 payments, and every
+// answer a 201, a byte-identical replay, or a 409; no 5xx.
+func TestThreeInstancesOnePostgres(t *testing.T) {
+	t.Parallel()
+	paymentsd, _ := binaries(t)
+	dbURL := pgtest.NewDatabase(t)
+
+	// Three instances started at once, each applying migrations.
+	instances := make([]*process, 3)
+	var wg sync.WaitGroup
+	for i := range instances {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			instances[i] = start(t, paymentsd, "-addr", "127.0.0.1:0", "-db", dbURL, "-migrate")
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	const keys, copies = 500, 8
+	type outcome struct {
+		status   int
+		replayed bool
+		body     []byte
+	}
+	results := make([][copies]outcome, keys)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	work := make(chan int)
+	var workers sync.WaitGroup
+	for range 8 { // 8 keys in flight, 64 requests at once
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for k := range work {
+				var burst sync.WaitGroup
+				start := make(chan struct{})
+				for c := range copies {
+					burst.Add(1)
+					go func() {
+						defer burst.Done()
+						<-start
+						base := instances[(k+c)%len(instances)].base
+						a := postWith(client, base, "sk_a", fmt.Sprintf("multi-%d", k), fmt.Sprintf(`{"amount":%d,"currency":"usd","customer":"cus_%d"}`, 100+k, k))
+						results[k][c] = outcome{a.status, a.header.Get("Idempotent-Replayed") == "true", a.body}
+					}()
+				}
+				close(start)
+				burst.Wait()
+			}
+		}()
+	}
+	for k := range keys {
+		work <- k
+	}
+	close(work)
+	workers.Wait()
+
+	statuses := map[string]int{}
+	for k, copies := range results {
+		var original []byte
+		for _, o := range copies {
+			if o.status == http.StatusCreated && !o.replayed {
+				if original != nil {
+					t.Errorf("key %d executed twice", k)
+				}
+				original = o.body
+			}
+		}
+		for _, o := range copies {
+			switch {
+			case o.status == http.StatusCreated && o.replayed:
+				statuses["201 replay"]++
+				if original != nil && !bytes.Equal(o.body, original) {
+					t.Errorf("key %d: replay %s differs from the original %s", k, o.body, original)
+				}
+			case o.status == http.StatusCreated:
+				statuses["201"]++
+			case o.status == http.StatusConflict:
+				statuses["409"]++
+			default:
+				statuses[fmt.Sprint(o.status)]++
+				t.Errorf("key %d: status %d: %s", k, o.status, o.body)
+			}
+		}
+	}
+	t.Logf("answers: %v", statuses)
+
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var payments, distinct int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT idempotency_key) FROM payments`).Scan(&payments, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if payments != keys || distinct != keys {
+		t.Fatalf("%d payment rows for %d distinct keys, want exactly %d", payments, distinct, keys)
+	}
+	if statuses["201"] != keys {
+		t.Errorf("%d original 201s, want one per key (%d)", statuses["201"], keys)
+	}
+}

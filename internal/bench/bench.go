@@ -1,0 +1,317 @@
+// Package bench measures the cost of idem on the reference payments
+// endpoint: POST /v1/payments over real HTTP on loopback, with the
+// middleware in each mode and switched off, in one process on one database,
+// interleaved in rounds so that a noisy machine affects every variant alike.
+// Results are throughput ratios to the bare endpoint.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/internal/payments"
+)
+
+// Variants, in the order they run in each round.
+const (
+	Bare     = "bare"      // the endpoint without the middleware
+	Atomic   = "atomic"    // new keys, ModeAtomic
+	TwoPhase = "two-phase" // new keys, ModeTwoPhase
+	Replay   = "replay"    // retries of completed keys
+)
+
+// AllVariants lists every variant.
+var AllVariants = []string{Bare, Atomic, TwoPhase, Replay}
+
+// Config configures a run.
+type Config struct {
+	// DatabaseURL is postgres://... or sqlite:PATH. Use a scratch database:
+	// the run adds payment and key rows. Required.
+	DatabaseURL string
+	// Duration is how long each variant runs in each round. Defaults to 3 s.
+	Duration time.Duration
+	// Rounds is how many times the variants are interleaved. Defaults to 3.
+	Rounds int
+	// Concurrency is the number of clients sending at once. Defaults to 8.
+	Concurrency int
+	// Variants to run. Defaults to AllVariants; Bare always runs.
+	Variants []string
+	// Progress receives a line per variant and round. Defaults to io.Discard.
+	Progress io.Writer
+}
+
+// Result is one variant's total over all rounds.
+type Result struct {
+	Variant   string
+	Requests  int64
+	Errors    int64 // answers other than the expected status
+	Elapsed   time.Duration
+	PerSecond float64
+	// Ratio is PerSecond divided by the bare endpoint's.
+	Ratio    float64
+	P50, P99 time.Duration
+}
+
+// Run runs the benchmark.
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	if cfg.DatabaseURL == "" {
+		return nil, errors.New("bench: a database URL is required")
+	}
+	if cfg.Duration <= 0 {
+		cfg.Duration = 3 * time.Second
+	}
+	if cfg.Rounds <= 0 {
+		cfg.Rounds = 3
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 8
+	}
+	if len(cfg.Variants) == 0 {
+		cfg.Variants = AllVariants
+	}
+	for _, v := range cfg.Variants {
+		if !slices.Contains(AllVariants, v) {
+			return nil, fmt.Errorf("bench: unknown variant %q; want one of %s", v, strings.Join(AllVariants, ", "))
+		}
+	}
+	if !slices.Contains(cfg.Variants, Bare) {
+		cfg.Variants = append([]string{Bare}, cfg.Variants...)
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+
+	db, err := open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	defer db.close()
+
+	// Replays are retries sent to the atomic endpoint, which creates the keys.
+	endpoints := slices.Clone(cfg.Variants)
+	if slices.Contains(endpoints, Replay) && !slices.Contains(endpoints, Atomic) {
+		endpoints = append(endpoints, Atomic)
+	}
+	servers := map[string]*httptest.Server{}
+	for _, v := range endpoints {
+		if v == Replay {
+			continue
+		}
+		pc := payments.Config{
+			Repo: db.repo, Store: db.store, Tokens: map[string]string{"sk_bench": "bench"},
+			Logger: slog.New(slog.DiscardHandler), WithoutIdempotency: v == Bare,
+		}
+		if v == TwoPhase {
+			pc.Idem.Mode = idem.ModeTwoPhase
+		}
+		svc, err := payments.NewService(pc)
+		if err != nil {
+			return nil, err
+		}
+		srv := httptest.NewServer(svc.Handler())
+		defer srv.Close()
+		servers[v] = srv
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}}
+
+	// Keys that the replay variant retries, created once up front.
+	var replayKeys []string
+	if slices.Contains(cfg.Variants, Replay) {
+		for i := range 256 {
+			key := fmt.Sprintf("bench-replay-%d-%d", time.Now().UnixNano(), i)
+			if status, err := send(ctx, client, servers[Atomic].URL, key); err != nil || status != http.StatusCreated {
+				return nil, fmt.Errorf("bench: create replay key: status %d: %v", status, err)
+			}
+			replayKeys = append(replayKeys, key)
+		}
+	}
+
+	totals := map[string]*tally{}
+	for _, v := range cfg.Variants {
+		totals[v] = &tally{}
+	}
+	var seq atomic.Int64
+	for round := 1; round <= cfg.Rounds; round++ {
+		for _, v := range cfg.Variants {
+			var url string
+			var next func() string
+			if v == Replay {
+				url = servers[Atomic].URL
+				next = func() string { return replayKeys[int(seq.Add(1))%len(replayKeys)] }
+			} else {
+				url = servers[v].URL
+				next = func() string { return fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), seq.Add(1)) }
+			}
+			t := measure(ctx, client, url, cfg, next, http.StatusCreated)
+			totals[v].add(t)
+			fmt.Fprintf(cfg.Progress, "round %d %-9s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n",
+				round, v, float64(t.n)/t.elapsed.Seconds(), ms(t.quantile(0.50)), ms(t.quantile(0.99)), t.errors)
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	bare := totals[Bare].rate()
+	var out []Result
+	for _, v := range cfg.Variants {
+		t := totals[v]
+		out = append(out, Result{
+			Variant: v, Requests: t.n, Errors: t.errors, Elapsed: t.elapsed,
+			PerSecond: t.rate(), Ratio: t.rate() / bare,
+			P50: t.quantile(0.50), P99: t.quantile(0.99),
+		})
+	}
+	return out, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// WriteTable writes results as a table.
+func WriteTable(w io.Writer, results []Result) {
+	fmt.Fprintf(w, "%-10s %10s %10s %8s %9s %9s %7s\n", "variant", "requests", "req/s", "ratio", "p50 ms", "p99 ms", "errors")
+	for _, r := range results {
+		fmt.Fprintf(w, "%-10s %10d %10.0f %7.2fx %9.2f %9.2f %7d\n", r.Variant, r.Requests, r.PerSecond, r.Ratio, ms(r.P50), ms(r.P99), r.Errors)
+	}
+}
+
+type tally struct {
+	n, errors int64
+	elapsed   time.Duration
+	latencies []time.Duration
+}
+
+func (t *tally) add(o *tally) {
+	t.n += o.n
+	t.errors += o.errors
+	t.elapsed += o.elapsed
+	t.latencies = append(t.latencies, o.latencies...)
+}
+
+func (t *tally) rate() float64 {
+	if t.elapsed <= 0 {
+		return 0
+	}
+	return float64(t.n) / t.elapsed.Seconds()
+}
+
+func (t *tally) quantile(q float64) time.Duration {
+	if len(t.latencies) == 0 {
+		return 0
+	}
+	s := slices.Clone(t.latencies)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))]
+}
+
+// measure runs cfg.Concurrency clients against url for cfg.Duration.
+func measure(ctx context.Context, client *http.Client, url string, cfg Config, nextKey func() string, want int) *tally {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	var mu sync.Mutex
+	total := &tally{}
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for range cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := &tally{}
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				status, err := send(ctx, client, url, nextKey())
+				if ctx.Err() != nil {
+					break // cut off by the end of the run
+				}
+				local.n++
+				local.latencies = append(local.latencies, time.Since(t0))
+				if err != nil || status != want {
+					local.errors++
+				}
+			}
+			mu.Lock()
+			total.add(local)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	total.elapsed = time.Since(begin)
+	return total
+}
+
+const body = `{"amount":4200,"currency":"usd","customer":"cus_bench"}`
+
+func send(ctx context.Context, client *http.Client, base, key string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/payments", strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer sk_bench")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode, nil
+}
+
+type database struct {
+	store idem.Store
+	repo  payments.Repo
+	close func()
+}
+
+func open(ctx context.Context, url string) (*database, error) {
+	quiet := slog.New(slog.DiscardHandler)
+	if path, ok := strings.CutPrefix(url, "sqlite:"); ok {
+		store, err := idemsqlite.Open(path, &idemsqlite.Config{Logger: quiet})
+		if err != nil {
+			return nil, err
+		}
+		if err := store.Migrate(ctx); err != nil {
+			store.Close()
+			return nil, err
+		}
+		repo, err := payments.NewSQLiteRepo(ctx, store)
+		if err != nil {
+			store.Close()
+			return nil, err
+		}
+		return &database{store: store, repo: repo, close: func() { store.Close() }}, nil
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect: %w", err)
+	}
+	store, err := idempg.New(pool, &idempg.Config{Logger: quiet})
+	if err == nil {
+		err = store.Migrate(ctx)
+	}
+	var repo *payments.PostgresRepo
+	if err == nil {
+		repo, err = payments.NewPostgresRepo(ctx, pool)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &database{store: store, repo: repo, close: pool.Close}, nil
+}

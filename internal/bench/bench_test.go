@@ -1,0 +1,60 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestRunMeasuresEveryVariant runs a short benchmark on each store and
+// checks that every variant made requests without errors and the ratios
+// are computed against the bare endpoint. It asserts no speed: speed
+// targets live in docs/benchmarks.md and in `idem bench`.
+func TestRunMeasuresEveryVariant(t *testing.T) {
+	t.Parallel()
+	for name, url := range map[string]func(t *testing.T) string{
+		"sqlite":   func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "bench.db") },
+		"postgres": func(t *testing.T) string { return pgtest.NewDatabase(t) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var progress bytes.Buffer
+			results, err := Run(context.Background(), Config{
+				DatabaseURL: url(t), Duration: 150 * time.Millisecond, Rounds: 1, Concurrency: 4, Progress: &progress,
+			})
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if len(results) != len(AllVariants) {
+				t.Fatalf("%d results, want %d", len(results), len(AllVariants))
+			}
+			for _, r := range results {
+				if r.Requests == 0 || r.Errors != 0 || r.PerSecond <= 0 || r.P99 < r.P50 {
+					t.Errorf("%s: %+v; want requests, no errors, p99 >= p50", r.Variant, r)
+				}
+			}
+			if results[0].Variant != Bare || results[0].Ratio != 1 {
+				t.Errorf("first result %+v, want the bare endpoint with ratio 1", results[0])
+			}
+			var table bytes.Buffer
+			WriteTable(&table, results)
+			if !strings.Contains(table.String(), "two-phase") || !strings.Contains(progress.String(), "round 1") {
+				t.Errorf("table:\n%s\nprogress:\n%s", table.String(), progress.String())
+			}
+		})
+	}
+}
+
+func TestRunRejectsUnknownVariant(t *testing.T) {
+	t.Parallel()
+	if _, err := Run(context.Background(), Config{DatabaseURL: "sqlite:x", Variants: []string{"fast"}}); err == nil {
+		t.Fatal("Run with an unknown variant succeeded")
+	}
+}

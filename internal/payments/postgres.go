@@ -1,0 +1,99 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/idempg"
+)
+
+// PostgresRepo keeps payments in PostgreSQL, in the same database as the
+// idempg store.
+type PostgresRepo struct {
+	pool *pgxpool.Pool
+}
+
+var _ Repo = (*PostgresRepo)(nil)
+
+// postgresSchemaLock serialises schema creation across instances starting
+// at once; CREATE TABLE IF NOT EXISTS alone races on the catalog.
+const postgresSchemaLock = 0x70617973 // "pays"
+
+const postgresSchema = `CREATE TABLE IF NOT EXISTS payments (
+    id              text        PRIMARY KEY,
+    client_id       text        NOT NULL,
+    amount          bigint      NOT NULL CHECK (amount > 0),
+    currency        text        NOT NULL,
+    customer        text        NOT NULL,
+    description     text        NOT NULL DEFAULT '',
+    status          text        NOT NULL,
+    created         bigint      NOT NULL,
+    idempotency_key text        NOT NULL
+);
+CREATE INDEX IF NOT EXISTS payments_client_key_idx ON payments (client_id, idempotency_key)`
+
+// NewPostgresRepo creates the payments table if needed.
+func NewPostgresRepo(ctx context.Context, pool *pgxpool.Pool) (*PostgresRepo, error) {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, postgresSchemaLock); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, postgresSchema)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("payments: create table: %w", err)
+	}
+	return &PostgresRepo{pool: pool}, nil
+}
+
+// Insert records p in the request's idempotency transaction, or on its own
+// when the request has none (the service runs without the middleware only
+// as a benchmark baseline).
+func (r *PostgresRepo) Insert(ctx context.Context, p *Payment) error {
+	var db interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	} = r.pool
+	tx, err := idempg.TxFromContext(ctx)
+	switch {
+	case err == nil:
+		db = tx
+	case !errors.Is(err, idempg.ErrNoTx):
+		return err
+	}
+	_, err = db.Exec(ctx, `INSERT INTO payments
+    (id, client_id, amount, currency, customer, description, status, created, idempotency_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		p.ID, p.ClientID, p.Amount, p.Currency, p.Customer, p.Description, p.Status, p.Created, p.IdempotencyKey)
+	if err != nil {
+		return fmt.Errorf("payments: insert: %w", err)
+	}
+	return nil
+}
+
+// Get returns a payment of the client.
+func (r *PostgresRepo) Get(ctx context.Context, clientID, id string) (*Payment, error) {
+	p := &Payment{Object: "payment", ClientID: clientID}
+	err := r.pool.QueryRow(ctx, `SELECT id, amount, currency, customer, description, status, created, idempotency_key
+FROM payments WHERE client_id = $1 AND id = $2`, clientID, id).Scan(
+		&p.ID, &p.Amount, &p.Currency, &p.Customer, &p.Description, &p.Status, &p.Created, &p.IdempotencyKey)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("payments: get: %w", err)
+	}
+	return p, nil
+}
+
+// Count returns the number of payments made with a client's key.
+func (r *PostgresRepo) Count(ctx context.Context, clientID, key string) (int, error) {
+	var n int
+	err := r.pool.QueryRow(ctx, `SELECT count(*) FROM payments WHERE client_id = $1 AND idempotency_key = $2`, clientID, key).Scan(&n)
+	return n, err
+}
