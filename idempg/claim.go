@@ -34,8 +34,10 @@ const cleanupTimeout = 5 * time.Second
 // whose lock is held by a request in flight are answered in that one round
 // trip. Otherwise it sends, in one more round trip, the transaction that
 // takes the lock without waiting and inserts, replaces or takes over the
-// row. A key in flight whose row is not visible is answered with a Record
-// whose Status is idem.StatusStarted and whose request hash is unknown.
+// row. A new key in atomic mode at READ COMMITTED is claimed by its lock
+// alone, and its row is written once, completed, by Complete (claimAtomic).
+// A key in flight whose row is not visible is answered with a Record whose
+// Status is idem.StatusStarted and whose request hash is unknown.
 func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
@@ -47,6 +49,9 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 		rec, free, err := s.probe(ctx, p.Scope)
 		if err != nil {
 			return idem.ClaimResult{}, err
+		}
+		if p.Mode == idem.ModeAtomic && s.lateInsert() && free && rec == nil {
+			return s.claimAtomic(ctx, p)
 		}
 		switch {
 		case rec != nil && !replaceable(rec, p):
@@ -61,6 +66,98 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 	}
 	// The key changed under every attempt: other requests are working on it.
 	return idem.ClaimResult{Record: inFlight(p.Scope)}, nil
+}
+
+// lateInsert reports whether atomic claims write no row until Complete,
+// which needs READ COMMITTED: at REPEATABLE READ or SERIALIZABLE the read of
+// the key table would enter the transaction's snapshot and predicate locks,
+// and requests for unrelated keys could fail each other.
+func (s *Store) lateInsert() bool {
+	return s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted
+}
+
+// claimAtomic is the atomic claim at READ COMMITTED, in one round trip: it
+// begins the transaction and, in the same statement as the read of the
+// key, takes the key's advisory lock for the rest of the transaction. The
+// lock is the claim: no other claim can take it while the handler runs, so
+// the claim writes no row, and Complete inserts the completed row with the
+// response. The unique key stays the final fence: if a completed row
+// appears anyway, Complete fails and everything rolls back.
+//
+// Claim calls it after the probe found no key and a free lock, so replays
+// never get here. A key that appeared since, or whose lock another claim
+// took, is answered at once and the transaction is rolled back in the
+// background.
+func (s *Store) claimAtomic(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	for attempt := 0; ; attempt++ {
+		conn, err := s.acquire(ctx, "claim")
+		if err != nil {
+			return idem.ClaimResult{}, err
+		}
+		b := &pgx.Batch{}
+		b.BeginTx(pgx.TxOptions{IsoLevel: s.cfg.IsoLevel})
+		var (
+			rec  *idem.Record
+			free bool
+		)
+		b.Queue(queryProbeKey, p.Scope.ClientID, p.Scope.Key, lockKey(p.Scope)).QueryRow(func(row pgx.Row) error {
+			var err error
+			rec, free, err = scanKey(row, p.Scope)
+			return err
+		})
+		br := conn.SendBatch(ctx, b)
+		tx := br.Tx()
+		if err := br.Close(); err != nil {
+			rollback(ctx, tx)
+			broken := conn.Conn().IsClosed()
+			conn.Release()
+			// A pooled connection that died while idle (the server
+			// restarted, say) is worth one more try on another.
+			if broken && attempt == 0 && ctx.Err() == nil {
+				continue
+			}
+			return idem.ClaimResult{}, wrapErr(ctx, "claim", err)
+		}
+		var answer *idem.Record
+		switch {
+		case rec != nil && !idem.Expired(rec.CreatedAt, p.Now, p.Retention):
+			answer = rec // final: whoever else holds the lock only reads it
+		case !free:
+			answer = inFlight(p.Scope)
+		}
+		if answer != nil {
+			go func() { // the answer does not depend on the rollback
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+				defer cancel()
+				_ = tx.Rollback(ctx)
+				conn.Release()
+			}()
+			return idem.ClaimResult{Record: answer}, nil
+		}
+		row := &pendingRow{method: p.Method, path: p.Path, hash: p.RequestHash, fields: p.RequestFields, replaceToken: -1}
+		token := int64(1)
+		if rec != nil { // past retention: Complete replaces it, if it is still there
+			token = rec.Token + 1
+			row.replaceToken, row.replaceCreated = rec.Token, rec.CreatedAt
+		}
+		l := &lease{
+			store: s, scope: p.Scope, mode: idem.ModeAtomic,
+			info:      idem.LeaseInfo{Token: token},
+			claimedAt: p.Now, start: time.Now(),
+			tx:      &leaseTx{store: s},
+			pending: row,
+		}
+		l.tx.open(conn, tx)
+		return idem.ClaimResult{Lease: l}, nil
+	}
+}
+
+// pendingRow is the key row that an atomic lease inserts on Complete.
+type pendingRow struct {
+	method, path   string
+	hash, fields   []byte
+	replaceToken   int64 // the token of a row past retention to replace; -1 for none
+	replaceCreated time.Time
 }
 
 // inFlight is the answer for a key whose holder's transaction is open: its
@@ -117,6 +214,11 @@ type queryRower interface {
 // rec is nil when there is none. free is the first column: whether the
 // key's advisory lock was free, for queryProbeKey.
 func loadFrom(ctx context.Context, q queryRower, query string, scope idem.Scope, args ...any) (rec *idem.Record, free bool, err error) {
+	return scanKey(q.QueryRow(ctx, query, append([]any{scope.ClientID, scope.Key}, args...)...), scope)
+}
+
+// scanKey scans a row of queryProbeKey or queryLoadKey.
+func scanKey(row pgx.Row, scope idem.Scope) (rec *idem.Record, free bool, err error) {
 	var (
 		method, path, status *string
 		hash, fields         []byte
@@ -125,7 +227,7 @@ func loadFrom(ctx context.Context, q queryRower, query string, scope idem.Scope,
 		respHeader, respBody []byte
 		createdAt, lockedAt  *time.Time
 	)
-	err = q.QueryRow(ctx, query, append([]any{scope.ClientID, scope.Key}, args...)...).Scan(
+	err = row.Scan(
 		&free, &method, &path, &hash, &fields, &status, &token,
 		&respStatus, &respHeader, &respBody, &createdAt, &lockedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -386,6 +488,9 @@ type lease struct {
 	// ctid is where the claimed row is, when the lease's transaction
 	// claimed it (atomic mode): only that transaction can change it.
 	ctid pgtype.TID
+	// pending is the row that Complete inserts, for an atomic claim that
+	// holds the key by its advisory lock alone (see claimAtomic).
+	pending *pendingRow
 }
 
 func (l *lease) Context(ctx context.Context) context.Context {
@@ -463,11 +568,19 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) error {
 	return wrapErr(ctx, "complete key", err)
 }
 
-// completeQuery returns the fenced update that stores resp.
+// completeQuery returns the fenced statement that stores resp.
 func (l *lease) completeQuery(resp *idem.Response, header []byte) (string, []any) {
 	body := resp.Body
 	if body == nil {
 		body = []byte{}
+	}
+	if r := l.pending; r != nil {
+		fields := r.fields
+		if len(fields) == 0 {
+			fields = nil
+		}
+		return queryInsertCompleted, []any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, fields,
+			l.info.Token, resp.StatusCode, header, body, l.claimedAt, l.completedAt(), r.replaceToken, r.replaceCreated}
 	}
 	args := []any{l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body, l.completedAt()}
 	if l.ctid.Valid {

@@ -122,6 +122,30 @@ SELECT idem_lease_held(count(*)) FROM done`
 )
 SELECT idem_lease_held(count(*)) FROM done`
 
+	// queryInsertCompleted stores the response of an atomic lease whose
+	// claim wrote no row (its advisory lock fenced the key while the handler
+	// ran): it inserts the completed row, or replaces the row past retention
+	// that the claim saw ($13 token, $14 created_at). Anything else, a row
+	// that appeared in between, matches nothing, and idem_lease_held raises
+	// IDEM1: the unique key is the final fence.
+	queryInsertCompleted = `WITH done AS (
+    INSERT INTO idempotency_keys AS k
+        (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
+         status, lease_token, response_status, response_headers, response_body,
+         created_at, locked_at, completed_at)
+    VALUES ($1, $2, $3, $4, $5, $6, 'completed', $7, $8, $9, $10, $11, $11, $12)
+    ON CONFLICT (client_id, idempotency_key) DO UPDATE
+    SET request_method = EXCLUDED.request_method, request_path = EXCLUDED.request_path,
+        request_hash = EXCLUDED.request_hash, request_fields = EXCLUDED.request_fields,
+        status = 'completed', lease_token = EXCLUDED.lease_token,
+        response_status = EXCLUDED.response_status, response_headers = EXCLUDED.response_headers,
+        response_body = EXCLUDED.response_body, created_at = EXCLUDED.created_at,
+        locked_at = EXCLUDED.locked_at, completed_at = EXCLUDED.completed_at
+    WHERE k.lease_token = $13::bigint AND k.created_at = $14::timestamptz
+    RETURNING 1
+)
+SELECT idem_lease_held(count(*)) FROM done`
+
 	queryCommit = `COMMIT`
 
 	// queryReleaseKey frees a two-phase key, unless another request took it
