@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -271,6 +272,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			return
 		}
 		m.cfg.Logger.InfoContext(r.Context(), "idem: transaction conflict; running the request again", "client_id", clientID, "key_digest", keyDigest(key), "attempt", attempt+1)
+		// Give the transaction that won a moment to commit, with jitter so
+		// that reruns of one conflict do not collide again.
+		pause := time.NewTimer(time.Duration(attempt+1)*10*time.Millisecond + rand.N(10*time.Millisecond))
+		select {
+		case <-pause.C:
+		case <-r.Context().Done():
+			pause.Stop()
+			return
+		}
 	}
 }
 
@@ -418,6 +428,13 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		m.problem(w, ProblemKeyInUse, "Another request took this key over; retry with the same key to get its result.", 1)
 	default:
 		m.cfg.Logger.ErrorContext(ctx, "idem: storing the response failed; the handler's writes were rolled back", "client_id", scope.ClientID, "key_digest", keyDigest(scope.Key), "err", err)
+		if m.cfg.Mode == ModeTwoPhase {
+			// Free the committed claim now, so the client's retry need not
+			// wait for the lease to run out.
+			if err := lease.Release(ctx); err != nil {
+				m.cfg.Logger.ErrorContext(ctx, "idem: release after a failed complete failed; the key is freed when its lease expires", "client_id", scope.ClientID, "key_digest", keyDigest(scope.Key), "err", err)
+			}
+		}
 		m.problem(w, ProblemUnavailable, "The result could not be recorded, so it was rolled back; retry with the same key.", UnavailableRetryAfter)
 	}
 	return false

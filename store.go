@@ -134,7 +134,10 @@ type Store interface {
 }
 
 // Lease is the ownership of a key, returned by a successful claim. Exactly
-// one of Complete and Release must be called, once.
+// one of Complete and Release must be called, once; the one exception is
+// Release after a Complete that failed with an error other than
+// ErrLeaseLost, which frees a two-phase key whose response could not be
+// stored. Release never frees a key that another request took over.
 type Lease interface {
 	// Context returns a context derived from ctx that carries the lease's
 	// transaction, for the handler. Each store has an accessor for it, such

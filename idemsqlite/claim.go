@@ -170,9 +170,12 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams) (idem.ClaimResu
 	l := &lease{store: s, scope: p.Scope, mode: p.Mode, info: idem.LeaseInfo{Token: 1}}
 	switch {
 	case rec == nil || idem.Expired(rec.CreatedAt, p.Now, p.Retention):
+		if rec != nil {
+			l.info.Token = rec.Token + 1
+		}
 		now := p.Now.UnixMicro()
 		if _, err := tx.ExecContext(ctx, queryInsertKey, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
-			p.RequestHash, nullBytes(p.RequestFields), now, now); err != nil {
+			p.RequestHash, nullBytes(p.RequestFields), l.info.Token, now, now); err != nil {
 			return idem.ClaimResult{}, fmt.Errorf("idemsqlite: insert key: %w", unavailable(err))
 		}
 	case canTakeOver(rec, p):

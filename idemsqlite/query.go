@@ -19,11 +19,12 @@ FROM idempotency_keys
 WHERE client_id = ? AND idempotency_key = ?`
 
 	// queryInsertKey claims a key that does not exist or has expired; the
-	// caller holds the write lock and has read the row first.
+	// caller holds the write lock and has read the row first. A replaced
+	// row's token keeps growing, so its old holder can never complete it.
 	queryInsertKey = `INSERT OR REPLACE INTO idempotency_keys
     (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
      status, lease_token, created_at, locked_at)
-VALUES (?, ?, ?, ?, ?, ?, 'started', 1, ?, ?)`
+VALUES (?, ?, ?, ?, ?, ?, 'started', ?, ?, ?)`
 
 	queryTakeOverKey = `UPDATE idempotency_keys
 SET lease_token = lease_token + 1, locked_at = ?

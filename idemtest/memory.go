@@ -34,18 +34,20 @@ func (s *MemoryStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.Claim
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, ok := s.records[p.Scope]
-	if ok && idem.Expired(rec.CreatedAt, p.Now, p.Retention) {
-		delete(s.records, p.Scope)
-		ok = false
-	}
-	if !ok {
+	if !ok || idem.Expired(rec.CreatedAt, p.Now, p.Retention) {
+		// A key past retention is replaced as if new, but its token keeps
+		// growing, so a holder of the old row can never complete the new one.
+		token := int64(1)
+		if ok {
+			token = rec.Token + 1
+		}
 		rec = &idem.Record{
 			Scope: p.Scope, Method: p.Method, Path: p.Path,
 			RequestHash: bytes.Clone(p.RequestHash), RequestFields: bytes.Clone(p.RequestFields),
-			Status: idem.StatusStarted, CreatedAt: p.Now, LockedAt: p.Now, Token: 1,
+			Status: idem.StatusStarted, CreatedAt: p.Now, LockedAt: p.Now, Token: token,
 		}
 		s.records[p.Scope] = rec
-		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: 1}}, nil
+		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: token}}, nil
 	}
 	if p.Mode == idem.ModeTwoPhase && rec.Status == idem.StatusStarted &&
 		idem.LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout) && bytes.Equal(rec.RequestHash, p.RequestHash) {

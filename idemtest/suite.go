@@ -57,6 +57,7 @@ func RunStoreTests(t *testing.T, h Harness) {
 				t.Run("TakesOverExpiredLease", s.takesOverExpiredLease)
 				t.Run("NoTakeoverWithDifferentRequest", s.noTakeoverWithDifferentRequest)
 				t.Run("StaleHolderCannotRelease", s.staleHolderCannotRelease)
+				t.Run("StaleHolderOfExpiredKeyCannotComplete", s.staleHolderOfExpiredKey)
 			}
 			t.Run("CommitsBusinessWritesWithResponse", s.commitsWrites)
 			t.Run("ReleaseRollsBackBusinessWrites", s.releaseRollsBack)
@@ -438,6 +439,27 @@ func (s suite) staleHolderCannotRelease(t *testing.T) {
 		t.Errorf("after the stale release: status %q token %d, want started with token 2", rec.Status, rec.Token)
 	}
 	complete(t, taken, sampleResponse("{}"))
+}
+
+func (s suite) staleHolderOfExpiredKey(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	scope := newScope("alice")
+	old := s.mustLease(t, store, s.params(scope, "a", epoch))
+	// Long past retention the key is new again, even while its old holder
+	// still thinks it owns it.
+	later := epoch.Add(retention + time.Second)
+	fresh := s.mustLease(t, store, s.params(scope, "a", later))
+	if info := fresh.Info(); info.TakenOver || info.Token <= 1 {
+		t.Errorf("Info() = %+v; want a new lease whose token is above the old one's", info)
+	}
+	if err := old.Complete(context.Background(), sampleResponse(`{"holder":"old"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("the old holder's Complete = %v, want ErrLeaseLost", err)
+	}
+	complete(t, fresh, sampleResponse(`{"holder":"new"}`))
+	if rec := s.mustRecord(t, store, s.params(scope, "a", later.Add(time.Second))); string(rec.Response.Body) != `{"holder":"new"}` {
+		t.Errorf("stored %q, want the new holder's response", rec.Response.Body)
+	}
 }
 
 func (s suite) needTx(t *testing.T) {
