@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,10 +13,18 @@ import (
 	"github.com/idemkit/idem/internal/payments"
 )
 
+// defaultPoolConns is the pool size when the URL sets no pool_max_conns.
+const defaultPoolConns = 16
+
 func openPostgres(ctx context.Context, url string, migrate bool, logger *slog.Logger) (*database, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	// An atomic request holds a connection from claim to commit, so the
+	// pool is sized for requests in flight, not for CPUs.
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = defaultPoolConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
