@@ -9,11 +9,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idempg"
-	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/payments"
 	"github.com/idemkit/idem/internal/pgtest"
 )
@@ -24,48 +19,17 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // store and returns its base URL.
 func paymentsServer(t *testing.T, storeKind string) string {
 	t.Helper()
-	ctx := context.Background()
-	quiet := slog.New(slog.DiscardHandler)
-	var (
-		store idem.Store
-		repo  payments.Repo
-	)
-	switch storeKind {
-	case "sqlite":
-		s, err := idemsqlite.Open(filepath.Join(t.TempDir(), "p.db"), &idemsqlite.Config{Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		if err := s.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
-		r, err := payments.NewSQLiteRepo(ctx, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		store, repo = s, r
-	case "postgres":
-		pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		s, err := idempg.New(pool, &idempg.Config{Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
-		r, err := payments.NewPostgresRepo(ctx, pool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		store, repo = s, r
+	url := "sqlite:" + filepath.Join(t.TempDir(), "p.db")
+	if storeKind == "postgres" {
+		url = pgtest.NewDatabase(t)
 	}
+	db, err := payments.OpenDatabase(context.Background(), url, true, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
 	svc, err := payments.NewService(payments.Config{
-		Repo: repo, Store: store, Logger: quiet,
+		Repo: db.Repo, Store: db.Store, Logger: slog.New(slog.DiscardHandler),
 		Tokens: map[string]string{"sk_test_alice": "alice", "sk_test_bob": "bob"},
 	})
 	if err != nil {

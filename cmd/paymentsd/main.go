@@ -145,11 +145,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	db, err := openDatabase(ctx, o.db, o.migrate, logger)
+	db, err := payments.OpenDatabase(ctx, o.db, o.migrate, logger)
 	if err != nil {
 		return err
 	}
-	defer db.close()
+	defer db.Close()
 
 	var processor payments.Processor
 	if o.processor != "" {
@@ -158,7 +158,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	svc, err := payments.NewService(payments.Config{
-		Repo: db.repo, Store: db.store, Tokens: tokens, Processor: processor, Logger: logger,
+		Repo: db.Repo, Store: db.Store, Tokens: tokens, Processor: processor, Logger: logger,
 		Idem: idem.Config{Mode: mode, Retention: o.retention, LockTimeout: o.lockTimeout, Logger: logger},
 	})
 	if err != nil {
@@ -176,7 +176,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	fmt.Fprintf(stdout, "paymentsd: listening on http://%s (database %s, mode %s)\n", ln.Addr(), db.name, mode)
+	fmt.Fprintf(stdout, "paymentsd: listening on http://%s (database %s, mode %s)\n", ln.Addr(), db.Name, mode)
 
 	purgeCtx, stopPurge := context.WithCancel(ctx)
 	defer stopPurge()
@@ -203,7 +203,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // purgeLoop deletes keys older than the retention period, so the table does
 // not grow without bound.
-func purgeLoop(ctx context.Context, db *database, every, retention time.Duration, logger *slog.Logger) {
+func purgeLoop(ctx context.Context, db *payments.Database, every, retention time.Duration, logger *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -212,7 +212,7 @@ func purgeLoop(ctx context.Context, db *database, every, retention time.Duration
 			return
 		case <-t.C:
 		}
-		n, err := db.purge(ctx, time.Now().Add(-retention))
+		n, err := db.Purge(ctx, time.Now().Add(-retention))
 		switch {
 		case err != nil && ctx.Err() == nil:
 			logger.Error("paymentsd: purge failed", "err", err)

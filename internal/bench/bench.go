@@ -19,11 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idempg"
-	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/payments"
 )
 
@@ -96,11 +92,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		cfg.Progress = io.Discard
 	}
 
-	db, err := open(ctx, cfg.DatabaseURL)
+	db, err := payments.OpenDatabase(ctx, cfg.DatabaseURL, true, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, err
 	}
-	defer db.close()
+	defer db.Close()
 
 	// Replays are retries sent to the atomic endpoint, which creates the keys.
 	endpoints := slices.Clone(cfg.Variants)
@@ -113,7 +109,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			continue
 		}
 		pc := payments.Config{
-			Repo: db.repo, Store: db.store, Tokens: map[string]string{"sk_bench": "bench"},
+			Repo: db.Repo, Store: db.Store, Tokens: map[string]string{"sk_bench": "bench"},
 			Logger: slog.New(slog.DiscardHandler), WithoutIdempotency: v == Bare,
 		}
 		if v == TwoPhase {
@@ -271,47 +267,4 @@ func send(ctx context.Context, client *http.Client, base, key string) (int, erro
 	io.Copy(io.Discard, res.Body)
 	res.Body.Close()
 	return res.StatusCode, nil
-}
-
-type database struct {
-	store idem.Store
-	repo  payments.Repo
-	close func()
-}
-
-func open(ctx context.Context, url string) (*database, error) {
-	quiet := slog.New(slog.DiscardHandler)
-	if path, ok := strings.CutPrefix(url, "sqlite:"); ok {
-		store, err := idemsqlite.Open(path, &idemsqlite.Config{Logger: quiet})
-		if err != nil {
-			return nil, err
-		}
-		if err := store.Migrate(ctx); err != nil {
-			store.Close()
-			return nil, err
-		}
-		repo, err := payments.NewSQLiteRepo(ctx, store)
-		if err != nil {
-			store.Close()
-			return nil, err
-		}
-		return &database{store: store, repo: repo, close: func() { store.Close() }}, nil
-	}
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		return nil, fmt.Errorf("bench: connect: %w", err)
-	}
-	store, err := idempg.New(pool, &idempg.Config{Logger: quiet})
-	if err == nil {
-		err = store.Migrate(ctx)
-	}
-	var repo *payments.PostgresRepo
-	if err == nil {
-		repo, err = payments.NewPostgresRepo(ctx, pool)
-	}
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return &database{store: store, repo: repo, close: pool.Close}, nil
 }

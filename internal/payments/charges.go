@@ -88,11 +88,7 @@ func NewProcessorHandler(ctx context.Context, cfg ProcessorConfig) (http.Handler
 		body, _ := io.ReadAll(r.Body)
 		params, err := ParseParams(r.Header.Get("Content-Type"), body)
 		if err != nil {
-			var pe *ParamError
-			errors.As(err, &pe)
-			p := ProblemInvalidParameter.New(idem.ProblemTypeBaseDefault, fmt.Sprintf("%s %s.", pe.Param, pe.Reason))
-			p.Param = pe.Param
-			idem.WriteProblem(w, p, 0)
+			paramProblem(w, err)
 			return
 		}
 		scope, _ := idem.ScopeFromContext(ctx)

@@ -130,6 +130,18 @@ func problem(w http.ResponseWriter, k idem.ProblemKind, detail string) {
 	idem.WriteProblem(w, k.New(idem.ProblemTypeBaseDefault, detail), 0)
 }
 
+// paramProblem answers a *ParamError from ParseParams with a 400 naming the
+// parameter.
+func paramProblem(w http.ResponseWriter, err error) {
+	var pe *ParamError
+	if !errors.As(err, &pe) {
+		pe = &ParamError{Param: "body", Reason: err.Error()}
+	}
+	p := ProblemInvalidParameter.New(idem.ProblemTypeBaseDefault, fmt.Sprintf("%s %s.", pe.Param, pe.Reason))
+	p.Param = pe.Param
+	idem.WriteProblem(w, p, 0)
+}
+
 // authenticate maps the bearer token to a client id, or answers 401.
 func (s *Service) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -153,11 +165,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	}
 	params, err := ParseParams(r.Header.Get("Content-Type"), body)
 	if err != nil {
-		var pe *ParamError
-		errors.As(err, &pe)
-		p := ProblemInvalidParameter.New(idem.ProblemTypeBaseDefault, fmt.Sprintf("%s %s.", pe.Param, pe.Reason))
-		p.Param = pe.Param
-		idem.WriteProblem(w, p, 0)
+		paramProblem(w, err)
 		return
 	}
 	client, _ := r.Context().Value(clientKey{}).(string)

@@ -1,0 +1,104 @@
+package payments
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemsqlite"
+)
+
+// DefaultPoolConns is the PostgreSQL pool size when the URL sets no
+// pool_max_conns: an atomic request holds a connection from claim to
+// commit, so the pool is sized for requests in flight, not for CPUs.
+const DefaultPoolConns = 16
+
+// Database is a key store and the payments repository on one database.
+type Database struct {
+	// Name is the database without credentials, for logs.
+	Name  string
+	Store idem.Store
+	Repo  Repo
+	// Purge deletes keys created before a time.
+	Purge func(ctx context.Context, before time.Time) (int64, error)
+	// Close closes the database.
+	Close func()
+}
+
+// OpenDatabase opens the database named by url, sqlite:PATH or
+// postgres://... (postgresql:// too), applies the store's migrations when
+// migrate is set, and creates the payments table if needed.
+func OpenDatabase(ctx context.Context, url string, migrate bool, logger *slog.Logger) (*Database, error) {
+	switch {
+	case strings.HasPrefix(url, "sqlite:"):
+		return openSQLite(ctx, strings.TrimPrefix(url, "sqlite:"), migrate, logger)
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		return openPostgres(ctx, url, migrate, logger)
+	}
+	return nil, fmt.Errorf("payments: unsupported database %q: want sqlite:PATH or postgres://...", url)
+}
+
+func openSQLite(ctx context.Context, path string, migrate bool, logger *slog.Logger) (*Database, error) {
+	store, err := idemsqlite.Open(path, &idemsqlite.Config{Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	if migrate {
+		if err := store.Migrate(ctx); err != nil {
+			store.Close()
+			return nil, err
+		}
+	}
+	repo, err := NewSQLiteRepo(ctx, store)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	return &Database{
+		Name: "sqlite:" + path, Store: store, Repo: repo,
+		Purge: func(ctx context.Context, before time.Time) (int64, error) {
+			return store.Purge(ctx, idemsqlite.PurgeParams{Before: before})
+		},
+		Close: func() { store.Close() },
+	}, nil
+}
+
+func openPostgres(ctx context.Context, url string, migrate bool, logger *slog.Logger) (*Database, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("payments: database URL: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = DefaultPoolConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("payments: connect: %w", err)
+	}
+	store, err := idempg.New(pool, &idempg.Config{Logger: logger})
+	if err == nil && migrate {
+		err = store.Migrate(ctx)
+	}
+	var repo *PostgresRepo
+	if err == nil {
+		repo, err = NewPostgresRepo(ctx, pool)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &Database{
+		Name:  fmt.Sprintf("postgres://%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database),
+		Store: store, Repo: repo,
+		Purge: func(ctx context.Context, before time.Time) (int64, error) {
+			return store.Purge(ctx, idempg.PurgeParams{Before: before})
+		},
+		Close: pool.Close,
+	}, nil
+}
