@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -201,8 +202,10 @@ func start(t *testing.T, bin string, args ...string) *process {
 	}
 	p := &process{cmd: cmd, stderr: stderr}
 	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		p.cmd.Wait()
+		if p.cmd.ProcessState == nil { // not waited for by the test
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+		}
 	})
 	p.base = waitListening(t, stdout.lines, filepath.Base(bin))
 	return p
@@ -310,5 +313,34 @@ func TestKilledMidRequestChargesOnce(t *testing.T) {
 				t.Errorf("%d charges at the processor, want 1", n)
 			}
 		})
+	}
+}
+
+// TestSIGTERMLetsInFlightRequestsFinish sends SIGTERM while a request waits
+// on the card processor: the request still gets its 201, the process exits
+// cleanly, and the payment is stored once.
+func TestSIGTERMLetsInFlightRequestsFinish(t *testing.T) {
+	t.Parallel()
+	paymentsd, processord := binaries(t)
+	dir := t.TempDir()
+	proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", filepath.Join(dir, "proc.db"), "-delay", "500ms")
+	payDB := filepath.Join(dir, "pay.db")
+	svc := start(t, paymentsd, "-addr", "127.0.0.1:0", "-db", "sqlite:"+payDB, "-processor", proc.base)
+
+	body := `{"amount":4200,"currency":"usd","customer":"cus_123"}`
+	inflight := make(chan answer, 1)
+	go func() { inflight <- post(t, svc.base, "sk_a", "term-key", body) }()
+	proc.waitLog(t, "processord: charging")
+	if err := svc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-inflight; a.status != http.StatusCreated {
+		t.Fatalf("in-flight request after SIGTERM: %d %s, want 201", a.status, a.body)
+	}
+	if err := svc.cmd.Wait(); err != nil {
+		t.Fatalf("paymentsd exited with %v after SIGTERM, want a clean exit", err)
+	}
+	if n := countRows(t, payDB, `SELECT count(*) FROM payments WHERE idempotency_key = ?`, "term-key"); n != 1 {
+		t.Errorf("%d payment rows, want 1", n)
 	}
 }
