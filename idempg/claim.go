@@ -28,14 +28,21 @@ const cleanupTimeout = 5 * time.Second
 
 // Claim implements [idem.Store].
 //
-// It first reads the key on a pooled connection, outside any transaction,
-// and in the same statement tries the key's advisory lock (letting it go at
-// once). A completed key, a started one that cannot be taken over, and a key
-// whose lock is held by a request in flight are answered in that one round
-// trip. Otherwise it sends, in one more round trip, the transaction that
-// takes the lock without waiting and inserts, replaces or takes over the
-// row. A new key in atomic mode at READ COMMITTED is claimed by its lock
-// alone, and its row is written once, completed, by Complete (claimAtomic).
+// In idem.ModeTwoPhase it first sends, in one round trip, the transaction
+// that takes the key's advisory lock without waiting and inserts a started
+// row unless the key exists: a new key is claimed at once. Only when that
+// claims nothing does it go on as in atomic mode, below, so a replay costs
+// two round trips in two-phase mode.
+//
+// In idem.ModeAtomic it first reads the key on a pooled connection, outside
+// any transaction, and in the same statement tries the key's advisory lock
+// (letting it go at once). A completed key, a started one that cannot be
+// taken over, and a key whose lock is held by a request in flight are
+// answered in that one round trip. Otherwise it sends, in one more round
+// trip, the transaction that takes the lock without waiting and inserts,
+// replaces or takes over the row. A new key in atomic mode at READ
+// COMMITTED is claimed by its lock alone, and its row is written once,
+// completed, by Complete (claimAtomic).
 // A key in flight whose row is not visible is answered with a Record whose
 // Status is idem.StatusStarted and whose request hash is unknown.
 func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
@@ -44,6 +51,14 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 	}
 	if p.Mode != idem.ModeAtomic && p.Mode != idem.ModeTwoPhase {
 		return idem.ClaimResult{}, fmt.Errorf("idempg: claim: unknown mode %d", p.Mode)
+	}
+	if p.Mode == idem.ModeTwoPhase {
+		// Most keys are new: try to insert first, and read the key only if
+		// that claimed nothing.
+		res, again, err := s.claimTx(ctx, p, nil, true)
+		if err != nil || !again {
+			return res, err
+		}
 	}
 	for range claimAttempts {
 		rec, free, err := s.probe(ctx, p.Scope)
@@ -59,7 +74,7 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 		case !free:
 			return idem.ClaimResult{Record: inFlight(p.Scope)}, nil
 		}
-		res, again, err := s.claimTx(ctx, p, rec)
+		res, again, err := s.claimTx(ctx, p, rec, false)
 		if err != nil || !again {
 			return res, err
 		}
@@ -296,7 +311,12 @@ type claimOutcome struct {
 
 // claimTx runs the claim's transaction, in one round trip. It returns again
 // when the key changed since seen was read, so that Claim starts over.
-func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Record) (res idem.ClaimResult, again bool, err error) {
+//
+// blind is a two-phase claim sent before any read of the key (seen is nil):
+// it returns again, for Claim to read the key and go on from there,
+// whenever it claimed nothing, and when its connection turned out to be
+// dead (a pooled connection that died while idle).
+func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Record, blind bool) (res idem.ClaimResult, again bool, err error) {
 	conn, err := s.acquire(ctx, "claim")
 	if err != nil {
 		return idem.ClaimResult{}, false, err
@@ -335,6 +355,8 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Reco
 		switch {
 		case ctx.Err() != nil:
 			return idem.ClaimResult{}, false, wrapErr(ctx, "claim", err)
+		case blind && (conn.Conn().IsClosed() || pgCode(err) == codeLockNotAvailable):
+			return idem.ClaimResult{}, true, nil
 		case pgCode(err) == codeLockNotAvailable:
 			// A statement that does not take the advisory lock holds the row
 			// for a moment, such as a response being stored right now.
@@ -344,6 +366,9 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Reco
 			return idem.ClaimResult{}, true, nil
 		}
 		return idem.ClaimResult{}, false, wrapErr(ctx, "claim", err)
+	}
+	if blind && (!out.acquired || out.token == nil) {
+		return idem.ClaimResult{}, true, nil // the key exists, or is in flight
 	}
 	if !out.acquired || out.token == nil {
 		if atomicMode {
@@ -522,19 +547,19 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) error {
 	}
 	header, err := json.Marshal(resp.Header)
 	if err != nil {
-		if tx != nil {
-			_ = endTx(ctx, conn, tx)
-		}
+		_ = endTx(ctx, conn, tx)
 		return fmt.Errorf("idempg: encode headers: %w", err)
 	}
 	// The fenced update and COMMIT go in one round trip. If the fence
 	// fails, the server skips the COMMIT and the transaction stays aborted.
-	// A two-phase handler that never asked for its transaction gets one
-	// here, begun in the same round trip.
+	// A two-phase handler whose transaction never began gets one here,
+	// begun in the same round trip, on the connection it took if any.
 	b := &pgx.Batch{}
 	if tx == nil {
-		if conn, err = l.store.acquire(ctx, "complete key"); err != nil {
-			return err
+		if conn == nil {
+			if conn, err = l.store.acquire(ctx, "complete key"); err != nil {
+				return err
+			}
 		}
 		b.BeginTx(pgx.TxOptions{IsoLevel: l.store.cfg.IsoLevel})
 	}
@@ -627,10 +652,8 @@ func (l *lease) Release(ctx context.Context) error {
 		}
 		return nil
 	}
-	if tx != nil {
-		if err := endTx(ctx, conn, tx); err != nil {
-			return err
-		}
+	if err := endTx(ctx, conn, tx); err != nil {
+		return err
 	}
 	if l.mode == idem.ModeAtomic {
 		return nil // the claim was in the rolled-back transaction
@@ -647,9 +670,17 @@ func (l *lease) Release(ctx context.Context) error {
 }
 
 // endTx rolls tx back and returns its connection to the pool. A connection
-// that has died needs no rollback: the server ended the transaction.
+// that has died needs no rollback: the server ended the transaction. conn
+// may be nil (no connection was taken), and tx nil (the deferred
+// transaction never began).
 func endTx(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx) error {
+	if conn == nil {
+		return nil
+	}
 	defer conn.Release()
+	if tx == nil {
+		return nil
+	}
 	err := tx.Rollback(ctx)
 	if err != nil && !conn.Conn().IsClosed() {
 		return wrapErr(ctx, "release key: roll back", err)

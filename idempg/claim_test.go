@@ -711,3 +711,29 @@ func TestConcurrentClaimsAcrossStores(t *testing.T) {
 		})
 	}
 }
+
+// TestTwoPhaseClaimOfLockedRow claims, in two-phase mode, a completed key
+// whose row another transaction is deleting, as the purge does: the claim's
+// insert waits for that transaction at most the claim lock timeout, then
+// the claim reads the key and answers with the stored response.
+func TestTwoPhaseClaimOfLockedRow(t *testing.T) {
+	t.Parallel()
+	store := setup(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	scope := newScope("alice")
+	complete(t, mustLease(t, store, params(idem.ModeTwoPhase, scope, "a", epoch)), `{"id":"pay_1"}`)
+
+	deleter, err := store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	defer deleter.Rollback(context.Background())
+	if _, err := deleter.Exec(ctx, `DELETE FROM idempotency_keys WHERE client_id = $1 AND idempotency_key = $2`, scope.ClientID, scope.Key); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	rec := mustRecord(t, store, params(idem.ModeTwoPhase, scope, "a", epoch.Add(time.Second)))
+	if rec.Status != idem.StatusCompleted || string(rec.Response.Body) != `{"id":"pay_1"}` {
+		t.Errorf("record status %q, body %q; want the completed response", rec.Status, rec.Response.Body)
+	}
+}

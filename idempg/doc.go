@@ -22,13 +22,19 @@
 //
 // # Replays and duplicates: one round trip
 //
-// Every claim first reads the key by its primary key on a pooled connection,
-// outside any transaction, and in the same statement tries the key's
-// advisory lock (letting it go at once). A completed key is replayed from
-// that read; a two-phase key whose lease is alive, and a key whose lock is
-// held by a request in flight, are answered 409 from it. Only a new key, a
-// key past retention or an expired lease goes on to a transaction, which is
-// sent in one more round trip (pgx pipelines BEGIN and the claim).
+// An atomic claim first reads the key by its primary key on a pooled
+// connection, outside any transaction, and in the same statement tries the
+// key's advisory lock (letting it go at once). A completed key is replayed
+// from that read; a two-phase key whose lease is alive, and a key whose lock
+// is held by a request in flight, are answered 409 from it. Only a new key,
+// a key past retention or an expired lease goes on to a transaction, which
+// is sent in one more round trip (pgx pipelines BEGIN and the claim).
+//
+// A two-phase claim, which must commit its row before the handler runs,
+// sends that transaction first, for a new key: it inserts the started row
+// unless the key exists, in one round trip. A key that exists, or whose lock
+// is held, is then read as above, so a two-phase replay costs two round
+// trips.
 //
 // Replays must come from the primary, never from an asynchronous read
 // replica: a replica that lags shows a finished key as new, and the request
@@ -57,7 +63,8 @@
 // and a fencing token (lease_token, 1 for a first claim), under the same
 // advisory lock. The handler's transaction is opened on its first
 // TxFromContext, so a handler can call a card processor (with a key from
-// idem.DeriveKey) before it holds a connection. Complete runs the fenced
+// idem.DeriveKey) before it holds a connection; its BEGIN goes out with
+// its first statement, in one round trip. Complete runs the fenced
 // UPDATE ... WHERE lease_token = $token AND status = 'started' in the
 // handler's transaction and commits only if exactly one row matched; the
 // check is a function of the schema that raises SQLSTATE IDEM1 otherwise,

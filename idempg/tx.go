@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,6 +21,9 @@ type txKey struct{}
 // is opened on the first call, so a handler can call other systems before it
 // holds a connection; that first call waits at most Config.AcquireTimeout
 // for one, and fails with an error wrapping idem.ErrUnavailable after that.
+// Its BEGIN is sent with the first statement, in the same round trip, when
+// that statement is an Exec with arguments; other first uses send it on
+// their own first. Until then, nothing has run on the connection.
 //
 // The lease commits the transaction or rolls it back: its Commit and
 // Rollback return [ErrTxManaged]. Savepoints from its Begin work as usual,
@@ -37,13 +41,17 @@ func TxFromContext(ctx context.Context) (pgx.Tx, error) {
 }
 
 // leaseTx is a lease's transaction, opened with the claim or on first use.
+//
+// A two-phase lease's transaction is deferred: the first TxFromContext
+// takes a connection, and BEGIN goes out with the first statement (see
+// observedTx.Exec). Until then conn is set and tx is nil.
 type leaseTx struct {
 	store *Store
 
 	mu    sync.Mutex
 	conn  *pgxpool.Conn // nil for a ClaimTx lease: the caller owns the connection
-	tx    pgx.Tx
-	view  *observedTx // what TxFromContext hands out
+	tx    pgx.Tx        // nil until the deferred transaction begins
+	view  *observedTx   // what TxFromContext hands out
 	ended bool
 
 	// done is ended, readable without mu: the transaction's connection
@@ -64,14 +72,72 @@ func (lt *leaseTx) get(ctx context.Context) (pgx.Tx, error) {
 	if lt.ended {
 		return nil, ErrLeaseEnded
 	}
-	if lt.tx == nil {
-		conn, tx, err := lt.store.begin(ctx, "begin handler transaction")
+	if lt.view == nil {
+		conn, err := lt.store.acquire(ctx, "begin handler transaction")
 		if err != nil {
 			return nil, err
 		}
-		lt.open(conn, tx)
+		lt.conn = conn
+		lt.view = &observedTx{lt: lt, top: true}
 	}
 	return lt.view, nil
+}
+
+// begin begins the deferred transaction of view, the lease's top view,
+// unless it has begun. With sql set, it sends sql and args in the same
+// round trip as BEGIN, as Exec does, and returns their result; ran reports
+// whether it did. The lock is held for the round trip, so that the lease
+// cannot end, and its connection go back to the pool, in the middle of it.
+func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args []any) (tag pgconn.CommandTag, ran bool, err error) {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	if lt.ended {
+		return pgconn.CommandTag{}, false, pgx.ErrTxClosed
+	}
+	if lt.tx != nil {
+		view.tx = lt.tx
+		return pgconn.CommandTag{}, false, nil
+	}
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: lt.store.cfg.IsoLevel})
+	if sql != "" {
+		b.Queue(sql, args...)
+	}
+	br := lt.conn.SendBatch(ctx, b)
+	tx := br.Tx()
+	_, err = br.Exec() // BEGIN
+	if err == nil && sql != "" {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	// The transaction exists once BEGIN ran, even if the statement after it
+	// failed and aborted it; Complete or Release ends it. If BEGIN did not
+	// run, the next use tries again.
+	if pg := lt.conn.Conn().PgConn(); !pg.IsClosed() && pg.TxStatus() != 'I' {
+		lt.tx, view.tx = tx, tx
+	}
+	if sql == "" && err != nil {
+		err = wrapErr(ctx, "begin handler transaction", err)
+	}
+	return tag, sql != "", err
+}
+
+// deferrable reports whether an Exec of args can go out in a batch with
+// BEGIN and behave as it would on its own: pgx sends a statement without
+// arguments by the simple protocol, which allows several statements in one
+// string, and reads an execution mode or a query rewriter from the front of
+// args, which a batch does not.
+func deferrable(args []any) bool {
+	if len(args) == 0 {
+		return false
+	}
+	switch args[0].(type) {
+	case pgx.QueryExecMode, pgx.QueryRewriter:
+		return false
+	}
+	return true
 }
 
 // end takes the transaction out, so that nothing uses it after the lease
@@ -97,38 +163,41 @@ func (lt *leaseTx) observe(err error) error {
 	return err
 }
 
-// begin opens a handler transaction on a pooled connection. The wait for
-// the connection is bounded by Config.AcquireTimeout; the transaction itself
-// lives until it is committed or rolled back, whatever happens to ctx.
-func (s *Store) begin(ctx context.Context, op string) (*pgxpool.Conn, pgx.Tx, error) {
-	conn, err := s.acquire(ctx, op)
-	if err != nil {
-		return nil, nil, err
-	}
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: s.cfg.IsoLevel})
-	if err != nil {
-		conn.Release()
-		return nil, nil, wrapErr(ctx, op, err)
-	}
-	return conn, tx, nil
-}
-
 var _ pgx.Tx = (*observedTx)(nil)
 
 // observedTx is a pgx.Tx that records serialization failures and deadlocks
 // of its statements in its lease. The lease's own transaction (top) refuses
 // Commit and Rollback; its savepoints do not.
+//
+// tx is nil while the lease's transaction is deferred; it is set, by the
+// goroutine using the view, when the transaction begins.
 type observedTx struct {
 	tx  pgx.Tx
 	lt  *leaseTx
 	top bool
 }
 
+// current returns the transaction to send a statement in, beginning the
+// deferred one first.
+func (t *observedTx) current(ctx context.Context) (pgx.Tx, error) {
+	if t.tx != nil {
+		return t.tx, nil
+	}
+	if _, _, err := t.lt.begin(ctx, t, "", nil); err != nil {
+		return nil, err
+	}
+	return t.tx, nil
+}
+
 func (t *observedTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if t.lt.done.Load() {
 		return nil, pgx.ErrTxClosed
 	}
-	inner, err := t.tx.Begin(ctx)
+	tx, err := t.current(ctx)
+	if err != nil {
+		return nil, t.lt.observe(err)
+	}
+	inner, err := tx.Begin(ctx)
 	if err != nil {
 		return nil, t.lt.observe(err)
 	}
@@ -159,7 +228,11 @@ func (t *observedTx) CopyFrom(ctx context.Context, tableName pgx.Identifier, col
 	if t.lt.done.Load() {
 		return 0, pgx.ErrTxClosed
 	}
-	n, err := t.tx.CopyFrom(ctx, tableName, columnNames, rowSrc)
+	tx, err := t.current(ctx)
+	if err != nil {
+		return 0, t.lt.observe(err)
+	}
+	n, err := tx.CopyFrom(ctx, tableName, columnNames, rowSrc)
 	return n, t.lt.observe(err)
 }
 
@@ -167,16 +240,32 @@ func (t *observedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResul
 	if t.lt.done.Load() {
 		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
 	}
-	return &observedBatch{BatchResults: t.tx.SendBatch(ctx, b), lt: t.lt}
+	tx, err := t.current(ctx)
+	if err != nil {
+		return pgx.FailedBatchResults(b, t.lt.observe(err))
+	}
+	return &observedBatch{BatchResults: tx.SendBatch(ctx, b), lt: t.lt}
 }
 
-func (t *observedTx) LargeObjects() pgx.LargeObjects { return t.tx.LargeObjects() }
+// LargeObjects begins the deferred transaction first, waiting at most
+// beginTimeout; if that fails, the large objects fail with pgx.ErrTxClosed.
+func (t *observedTx) LargeObjects() pgx.LargeObjects {
+	tx, err := t.currentNoContext()
+	if err != nil {
+		return closedTx().LargeObjects()
+	}
+	return tx.LargeObjects()
+}
 
 func (t *observedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
 	if t.lt.done.Load() {
 		return nil, pgx.ErrTxClosed
 	}
-	sd, err := t.tx.Prepare(ctx, name, sql)
+	tx, err := t.current(ctx)
+	if err != nil {
+		return nil, t.lt.observe(err)
+	}
+	sd, err := tx.Prepare(ctx, name, sql)
 	return sd, t.lt.observe(err)
 }
 
@@ -184,7 +273,18 @@ func (t *observedTx) Exec(ctx context.Context, sql string, arguments ...any) (pg
 	if t.lt.done.Load() {
 		return pgconn.CommandTag{}, pgx.ErrTxClosed
 	}
-	tag, err := t.tx.Exec(ctx, sql, arguments...)
+	if t.tx == nil && deferrable(arguments) {
+		// BEGIN and the statement in one round trip.
+		tag, ran, err := t.lt.begin(ctx, t, sql, arguments)
+		if ran || err != nil {
+			return tag, t.lt.observe(err)
+		}
+	}
+	tx, err := t.current(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, t.lt.observe(err)
+	}
+	tag, err := tx.Exec(ctx, sql, arguments...)
 	return tag, t.lt.observe(err)
 }
 
@@ -192,7 +292,11 @@ func (t *observedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Ro
 	if t.lt.done.Load() {
 		return nil, pgx.ErrTxClosed
 	}
-	rows, err := t.tx.Query(ctx, sql, args...)
+	tx, err := t.current(ctx)
+	if err != nil {
+		return nil, t.lt.observe(err)
+	}
+	rows, err := tx.Query(ctx, sql, args...)
 	if rows != nil {
 		rows = &observedRows{Rows: rows, lt: t.lt}
 	}
@@ -203,10 +307,43 @@ func (t *observedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.
 	if t.lt.done.Load() {
 		return errRow{pgx.ErrTxClosed}
 	}
-	return observedRow{row: t.tx.QueryRow(ctx, sql, args...), lt: t.lt}
+	tx, err := t.current(ctx)
+	if err != nil {
+		return errRow{t.lt.observe(err)}
+	}
+	return observedRow{row: tx.QueryRow(ctx, sql, args...), lt: t.lt}
 }
 
-func (t *observedTx) Conn() *pgx.Conn { return t.tx.Conn() }
+// Conn begins the deferred transaction first, waiting at most
+// beginTimeout, so that statements sent on the connection run in it. It
+// returns nil if that fails.
+func (t *observedTx) Conn() *pgx.Conn {
+	tx, err := t.currentNoContext()
+	if err != nil {
+		return nil
+	}
+	return tx.Conn()
+}
+
+// beginTimeout bounds the BEGIN that Conn and LargeObjects send for a
+// deferred transaction: they take no context.
+const beginTimeout = 5 * time.Second
+
+func (t *observedTx) currentNoContext() (pgx.Tx, error) {
+	if t.tx != nil {
+		return t.tx, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), beginTimeout)
+	defer cancel()
+	return t.current(ctx)
+}
+
+// closedTx returns a transaction whose methods fail with pgx.ErrTxClosed.
+func closedTx() pgx.Tx {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	return pgx.FailedBatchResults(b, pgx.ErrTxClosed).Tx()
+}
 
 // observedRows records the error that ends an iteration.
 type observedRows struct {

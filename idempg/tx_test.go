@@ -3,12 +3,17 @@ package idempg_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/internal/pgtest"
 )
 
 // conflicted asks a lease whether its transaction hit a conflict.
@@ -161,6 +166,337 @@ func TestConflictReporter(t *testing.T) {
 			}
 			if winners != 1 {
 				t.Errorf("%d transactions committed, want exactly 1", winners)
+			}
+		})
+	}
+}
+
+// TestTwoPhaseTransaction checks the two-phase handler's transaction, whose
+// BEGIN waits for its first statement: whatever that first statement is,
+// it runs inside the transaction, which commits with the response or rolls
+// back with the key.
+func TestTwoPhaseTransaction(t *testing.T) {
+	t.Parallel()
+	insert := `INSERT INTO business (value) VALUES ($1)`
+	tests := []struct {
+		name string
+		// use sends the handler's statements; key is the business value.
+		use      func(ctx context.Context, tx pgx.Tx, key string) error
+		complete bool // complete the lease; release it otherwise
+		// wantComplete is whether Complete succeeds.
+		wantComplete bool
+		wantRows     int
+		wantStatus   string
+	}{
+		{
+			name: "FirstExecCommitsWithResponse",
+			use: func(ctx context.Context, tx pgx.Tx, key string) error {
+				_, err := tx.Exec(ctx, insert, key)
+				return err
+			},
+			complete: true, wantComplete: true, wantRows: 1, wantStatus: "completed",
+		},
+		{
+			name: "FirstExecRollsBackOnRelease",
+			use: func(ctx context.Context, tx pgx.Tx, key string) error {
+				_, err := tx.Exec(ctx, insert, key)
+				return err
+			},
+		},
+		{
+			name: "FirstExecWithoutArguments",
+			use: func(ctx context.Context, tx pgx.Tx, key string) error {
+				// Several statements in one string: the simple protocol.
+				_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO business (value) VALUES ('%[1]s'); INSERT INTO business (value) VALUES ('%[1]s')`, key))
+				return err
+			},
+		},
+		{
+			name: "FirstExecWithExecMode",
+			use: func(ctx context.Context, tx pgx.Tx, key string) error {
+				_, err := tx.Exec(ctx, insert, pgx.QueryExecModeSimpleProtocol, key)
+				return err
+			},
+		},
+		{
+			name: "FirstExecWithNamedArgs",
+			use: func(ctx context.Context, tx pgx.Tx, key string) error {
+				_, err := tx.Exec(ctx, `INSERT INTO business (value) VALUES (@value)`, pgx.NamedArgs{"value": key})
+				return err
+			},
+			complete: true, wantComplete: true, wantRows: 1, wantStatus: "completed",
+		},
+		{
+			name: "FirstQueryRow",
+			use: func(ctx context.Context, tx pgx.Tx, key string) error {
+				var id int64
+				return tx.QueryRow(ctx, insert+` RETURNING id`, key).Scan(&id)
+			},
+		},
+		{
+			name: "FirstQuery",
+			use: func(ctx context.Context, tx pgx.Tx, key string) error {
+				rows, err := tx.Query(ctx, insert+` RETURNING id`, key)
+				if err != nil {
+					return err
+				}
+				rows.Close()
+				return rows.Err()
+			},
+		},
+		{
+			name: "FirstSendBatch",
+			use: func(ctx context.Context, tx pgx.Tx, key string) error {
+				b := &pgx.Batch{}
+				b.Queue(insert, key)
+				return tx.SendBatch(ctx, b).Close()
+			},
+		},
+		{
+			name: "FirstSavepoint",
+			use: func(ctx context.Context, tx pgx.Tx, key string) error {
+				return pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+					_, err := sp.Exec(ctx, insert, key)
+					return err
+				})
+			},
+		},
+		{
+			name: "FirstThroughConn",
+			use: func(ctx context.Context, tx pgx.Tx, key string) error {
+				_, err := tx.Conn().Exec(ctx, insert, key)
+				return err
+			},
+		},
+		{
+			name: "FailedFirstExecAbortsTransaction",
+			use: func(ctx context.Context, tx pgx.Tx, key string) error {
+				if _, err := tx.Exec(ctx, insert, nil); err == nil {
+					return errors.New("inserting NULL succeeded")
+				}
+				_, err := tx.Exec(ctx, insert, key)
+				if err == nil {
+					return errors.New("a statement after a failed one succeeded; want the transaction aborted")
+				}
+				return nil
+			},
+			complete: true, wantStatus: "started",
+		},
+		{
+			name:     "NoStatement",
+			use:      func(context.Context, pgx.Tx, string) error { return nil },
+			complete: true, wantComplete: true, wantStatus: "completed",
+		},
+	}
+	store := setup(t, nil)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			scope := newScope("alice")
+			l := mustLease(t, store, params(idem.ModeTwoPhase, scope, "a", epoch))
+			ctx, cancel := context.WithTimeout(l.Context(context.Background()), testTimeout)
+			defer cancel()
+			tx, err := idempg.TxFromContext(ctx)
+			if err != nil {
+				t.Fatalf("TxFromContext: %v", err)
+			}
+			if err := tt.use(ctx, tx, scope.Key); err != nil {
+				t.Fatalf("handler statements: %v", err)
+			}
+			if tt.complete {
+				err := l.Complete(ctx, response("{}"))
+				if (err == nil) != tt.wantComplete {
+					t.Errorf("Complete = %v, want success %v", err, tt.wantComplete)
+				}
+			} else if err := l.Release(ctx); err != nil {
+				t.Errorf("Release: %v", err)
+			}
+			if n := countRows(t, store, scope.Key); n != tt.wantRows {
+				t.Errorf("%d business rows, want %d", n, tt.wantRows)
+			}
+			if got := keyStatus(t, store, scope); got != tt.wantStatus {
+				t.Errorf("key status %q, want %q", got, tt.wantStatus)
+			}
+			if _, err := tx.Exec(ctx, insert, scope.Key); !errors.Is(err, pgx.ErrTxClosed) {
+				t.Errorf("a statement after the lease ended = %v, want pgx.ErrTxClosed", err)
+			}
+		})
+	}
+}
+
+// TestTwoPhaseUnusedTransactionFreesConnection takes a two-phase handler's
+// transaction without sending anything in it: completing or releasing the
+// lease returns the connection to the pool.
+func TestTwoPhaseUnusedTransactionFreesConnection(t *testing.T) {
+	t.Parallel()
+	store := setupOn(t, newPool(t, pgtest.NewDatabase(t), 2), nil)
+	for _, finish := range []string{"Complete", "Release"} {
+		t.Run(finish, func(t *testing.T) {
+			scope := newScope("alice")
+			l := mustLease(t, store, params(idem.ModeTwoPhase, scope, "a", epoch))
+			ctx := l.Context(context.Background())
+			if _, err := idempg.TxFromContext(ctx); err != nil {
+				t.Fatalf("TxFromContext: %v", err)
+			}
+			if n := store.Pool().Stat().AcquiredConns(); n != 1 {
+				t.Fatalf("%d connections acquired with the transaction taken, want 1", n)
+			}
+			var err error
+			if finish == "Complete" {
+				err = l.Complete(ctx, response("{}"))
+			} else {
+				err = l.Release(ctx)
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", finish, err)
+			}
+			if n := store.Pool().Stat().AcquiredConns(); n != 0 {
+				t.Errorf("%d connections acquired after %s, want 0", n, finish)
+			}
+		})
+	}
+}
+
+// TestConflictInFirstStatement fails a two-phase handler's first statement,
+// sent together with BEGIN, with the SQLSTATEs of a conflict: the lease
+// reports it.
+func TestConflictInFirstStatement(t *testing.T) {
+	t.Parallel()
+	store := setup(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	_, err := store.Pool().Exec(ctx, `CREATE FUNCTION fail_with(code text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'failing with %', code USING ERRCODE = code;
+END
+$$`)
+	if err != nil {
+		t.Fatalf("create function: %v", err)
+	}
+	tests := []struct {
+		code         string
+		wantConflict bool
+	}{
+		{"40001", true}, // serialization failure
+		{"40P01", true}, // deadlock
+		{"23505", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.code, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			l := mustLease(t, store, params(idem.ModeTwoPhase, newScope("alice"), "a", epoch))
+			ctx = l.Context(ctx)
+			tx, err := idempg.TxFromContext(ctx)
+			if err != nil {
+				t.Fatalf("TxFromContext: %v", err)
+			}
+			if _, err := tx.Exec(ctx, `SELECT fail_with($1)`, tt.code); err == nil {
+				t.Fatalf("the failing statement succeeded")
+			}
+			if got := conflicted(t, l); got != tt.wantConflict {
+				t.Errorf("Conflicted() = %v, want %v", got, tt.wantConflict)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("Release: %v", err)
+			}
+		})
+	}
+}
+
+// roundTrips counts the statements and batches a connection sends, each one
+// round trip once its statements are prepared.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+func (r *roundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+
+func (r *roundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+// TestRoundTrips counts the round trips of each step of a request: a new
+// two-phase key costs three (claim, the handler's first statement with its
+// BEGIN, Complete), a two-phase replay two, an atomic replay one.
+func TestRoundTrips(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatalf("parse pool config: %v", err)
+	}
+	trips := &roundTrips{}
+	cfg.MaxConns = 1 // one connection, whose statements the warm-up prepares
+	cfg.ConnConfig.Tracer = trips
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("open pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	store := setupOn(t, pool, nil)
+
+	count := func(step func() error) int64 {
+		t.Helper()
+		before := trips.n.Load()
+		if err := step(); err != nil {
+			t.Fatalf("step: %v", err)
+		}
+		return trips.n.Load() - before
+	}
+	type steps struct{ claim, write, complete, replay int64 }
+	request := func(mode idem.Mode) (got steps) {
+		scope := newScope("alice")
+		var l idem.Lease
+		got.claim = count(func() error {
+			res, err := store.Claim(ctx, params(mode, scope, "a", epoch))
+			l = res.Lease
+			if err == nil && l == nil {
+				err = errors.New("no lease")
+			}
+			return err
+		})
+		lctx := l.Context(ctx)
+		got.write = count(func() error { return write(lctx, scope.Key) })
+		got.complete = count(func() error { return l.Complete(ctx, response("{}")) })
+		got.replay = count(func() error {
+			res, err := store.Claim(ctx, params(mode, scope, "a", epoch.Add(time.Second)))
+			if err == nil && (res.Record == nil || res.Record.Status != idem.StatusCompleted) {
+				err = errors.New("no replay")
+			}
+			return err
+		})
+		return got
+	}
+	tests := []struct {
+		mode idem.Mode
+		want steps
+	}{
+		{idem.ModeTwoPhase, steps{claim: 1, write: 1, complete: 1, replay: 2}},
+		{idem.ModeAtomic, steps{claim: 2, write: 1, complete: 1, replay: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode.String(), func(t *testing.T) {
+			request(tt.mode) // prepares the statements
+			if got := request(tt.mode); got != tt.want {
+				t.Errorf("round trips %+v, want %+v", got, tt.want)
 			}
 		})
 	}
