@@ -516,6 +516,9 @@ type lease struct {
 	// pending is the row that Complete inserts, for an atomic claim that
 	// holds the key by its advisory lock alone (see claimAtomic).
 	pending *pendingRow
+	// completeFailed is set when Complete failed other than by losing the
+	// lease; Release may then still free a two-phase claim.
+	completeFailed bool
 }
 
 func (l *lease) Context(ctx context.Context) context.Context {
@@ -534,7 +537,14 @@ func (l *lease) completedAt() time.Time {
 	return l.claimedAt.Add(time.Since(l.start))
 }
 
-func (l *lease) Complete(ctx context.Context, resp *idem.Response) error {
+func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
+	defer func() {
+		// A two-phase claim is committed: a Release after this failure
+		// frees it (see idem.Lease).
+		if err != nil && !errors.Is(err, idem.ErrLeaseLost) && !errors.Is(err, ErrLeaseEnded) {
+			l.completeFailed = true
+		}
+	}()
 	if resp == nil {
 		return errors.New("idempg: complete key: no response")
 	}
@@ -643,6 +653,9 @@ func (l *lease) completeInTx(ctx context.Context, sp pgx.Tx, resp *idem.Response
 func (l *lease) Release(ctx context.Context) error {
 	conn, tx, ended := l.tx.end()
 	if ended {
+		if l.completeFailed && l.mode == idem.ModeTwoPhase && !l.inTx {
+			return l.deleteClaim(ctx)
+		}
 		return fmt.Errorf("idempg: release key: %w", ErrLeaseEnded)
 	}
 	if l.inTx {
@@ -658,6 +671,12 @@ func (l *lease) Release(ctx context.Context) error {
 	if l.mode == idem.ModeAtomic {
 		return nil // the claim was in the rolled-back transaction
 	}
+	return l.deleteClaim(ctx)
+}
+
+// deleteClaim deletes a two-phase claim's committed row, unless another
+// request took it over.
+func (l *lease) deleteClaim(ctx context.Context) error {
 	conn, err := l.store.acquire(ctx, "release key")
 	if err != nil {
 		return err

@@ -737,3 +737,25 @@ func TestTwoPhaseClaimOfLockedRow(t *testing.T) {
 		t.Errorf("record status %q, body %q; want the completed response", rec.Status, rec.Response.Body)
 	}
 }
+
+// TestReleaseAfterFailedCompleteFreesTwoPhaseKey: a two-phase claim is
+// committed, so when its response cannot be stored the middleware releases
+// it, and the client's retry owns the key at once instead of waiting for
+// the lease to run out.
+func TestReleaseAfterFailedCompleteFreesTwoPhaseKey(t *testing.T) {
+	t.Parallel()
+	store := setup(t, nil)
+	scope := newScope("alice")
+	l := mustLease(t, store, params(idem.ModeTwoPhase, scope, "a", epoch))
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := l.Complete(cancelled, response("{}"))
+	if err == nil || errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("Complete with a cancelled context = %v, want a failure other than ErrLeaseLost", err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatalf("Release after the failed Complete: %v", err)
+	}
+	retry := mustLease(t, store, params(idem.ModeTwoPhase, scope, "a", epoch.Add(time.Second)))
+	complete(t, retry, `{"retry":true}`)
+}
