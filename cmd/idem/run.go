@@ -30,6 +30,8 @@ func commands() []command {
 	return []command{
 		{"check", "test a live endpoint against the Idempotency-Key contract", runCheck},
 		{"bench", "measure idem on the reference payments endpoint, as ratios to the bare endpoint", runBench},
+		{"migrate", "move the key table's schema to the newest version, or to a given one", runMigrate},
+		{"purge", "delete keys older than the retention period", runPurge},
 	}
 }
 
