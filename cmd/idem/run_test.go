@@ -30,7 +30,7 @@ func TestRunUsage(t *testing.T) {
 	}{
 		{"NoArguments", nil, exitUsage, "", "Commands:", true},
 		{"HelpFlag", []string{"-h"}, exitOK, "Commands:", "", true},
-		{"LongHelpFlag", []string{"--help"}, exitOK, "check   test a live endpoint", "", true},
+		{"LongHelpFlag", []string{"--help"}, exitOK, "test a live endpoint against the Idempotency-Key contract", "", true},
 		{"HelpCommand", []string{"help"}, exitOK, "idem <command> [flags]", "", true},
 		{"HelpForCheck", []string{"help", "check"}, exitOK, "-second-client-header", "", true},
 		{"HelpForUnknown", []string{"help", "bogus"}, exitUsage, "", `unknown command "bogus"`, true},
