@@ -91,6 +91,10 @@ type Config struct {
 	// Logger receives store failures and takeovers. Defaults to slog.Default().
 	Logger *slog.Logger
 
+	// Metrics receives a Result for every request handled and the time of
+	// every claim. Defaults to none.
+	Metrics Metrics
+
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
@@ -126,6 +130,9 @@ func (c *Config) withDefaults() *Config {
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
+	}
+	if out.Metrics == nil {
+		out.Metrics = noMetrics{}
 	}
 	if out.Now == nil {
 		out.Now = time.Now
@@ -192,8 +199,23 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	})
 }
 
-func (m *Middleware) problem(w http.ResponseWriter, k ProblemKind, detail string, retryAfter int) {
+// problem answers with a problem of kind k and counts its result.
+func (m *Middleware) problem(w http.ResponseWriter, r *http.Request, k ProblemKind, detail string, retryAfter int) {
+	m.cfg.Metrics.Request(r.Context(), resultOf(k))
 	WriteProblem(w, k.New(m.cfg.ProblemTypeBase, detail), retryAfter)
+}
+
+// resultOf is the Result counted for a problem the middleware answers.
+func resultOf(k ProblemKind) Result {
+	switch k.Code {
+	case ProblemKeyInUse.Code:
+		return ResultInFlight
+	case ProblemKeyReused.Code:
+		return ResultMismatch
+	case ProblemUnavailable.Code:
+		return ResultUnavailable
+	}
+	return ResultRejected
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -205,13 +227,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if err != nil {
 		var ke *KeyError
 		errors.As(err, &ke)
-		m.problem(w, ProblemKeyMalformed, ke.Reason+".", 0)
+		m.problem(w, r, ProblemKeyMalformed, ke.Reason+".", 0)
 		return
 	}
 	required := m.cfg.Require(r)
 	if !present {
 		if required {
-			m.problem(w, ProblemKeyMissing, fmt.Sprintf("%s %s requires an Idempotency-Key header.", r.Method, r.URL.Path), 0)
+			m.problem(w, r, ProblemKeyMissing, fmt.Sprintf("%s %s requires an Idempotency-Key header.", r.Method, r.URL.Path), 0)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -219,7 +241,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	clientID, ok := m.cfg.ClientID(r)
 	if !ok || clientID == "" {
-		m.problem(w, ProblemUnauthenticated, "The request carries no client identity.", 0)
+		m.problem(w, r, ProblemUnauthenticated, "The request carries no client identity.", 0)
 		return
 	}
 	body, ok := m.readBody(w, r)
@@ -235,9 +257,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		var be *BodyError
 		errors.As(err, &be)
 		if errors.Is(err, ErrUnsupportedMediaType) {
-			m.problem(w, ProblemMediaType, be.Reason+".", 0)
+			m.problem(w, r, ProblemMediaType, be.Reason+".", 0)
 		} else {
-			m.problem(w, ProblemBodyMalformed, be.Reason+".", 0)
+			m.problem(w, r, ProblemBodyMalformed, be.Reason+".", 0)
 		}
 		return
 	}
@@ -246,18 +268,20 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	for attempt := 0; ; attempt++ {
 		now := m.cfg.Now()
 		claimCtx, cancel := context.WithTimeout(r.Context(), m.cfg.StoreTimeout)
+		started := time.Now()
 		res, err := m.store.Claim(claimCtx, ClaimParams{
 			Scope: scope, Method: r.Method, Path: r.URL.EscapedPath(),
 			RequestHash: fp.Sum[:], RequestFields: fp.EncodeFields(),
 			Mode: m.cfg.Mode, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
 		})
 		cancel()
+		m.cfg.Metrics.Claim(r.Context(), time.Since(started), err)
 		if err != nil {
 			if r.Context().Err() != nil {
 				return // the client went away; nothing was claimed
 			}
 			m.cfg.Logger.ErrorContext(r.Context(), "idem: claim failed", "client_id", clientID, "key_digest", keyDigest(key), "err", err)
-			m.problem(w, ProblemUnavailable, "The idempotency store did not answer; the request was not processed.", UnavailableRetryAfter)
+			m.problem(w, r, ProblemUnavailable, "The idempotency store did not answer; the request was not processed.", UnavailableRetryAfter)
 			return
 		}
 		if res.Record != nil {
@@ -265,12 +289,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			return
 		}
 		if info := res.Lease.Info(); info.TakenOver {
+			m.cfg.Metrics.Request(r.Context(), ResultTakenOver)
 			m.cfg.Logger.InfoContext(r.Context(), "idem: took over an expired lease", "client_id", clientID, "key_digest", keyDigest(key), "token", info.Token)
 		}
 		rerun := m.cfg.Mode == ModeAtomic && attempt < m.cfg.MaxConflictRetries
 		if !m.run(w, r, next, res.Lease, scope, body, rerun) {
 			return
 		}
+		m.cfg.Metrics.Request(r.Context(), ResultRerun)
 		m.cfg.Logger.InfoContext(r.Context(), "idem: transaction conflict; running the request again", "client_id", clientID, "key_digest", keyDigest(key), "attempt", attempt+1)
 		// Give the transaction that won a moment to commit, with jitter so
 		// that reruns of one conflict do not collide again.
@@ -288,7 +314,7 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 	max := m.cfg.MaxBodyBytes
 	tooLarge := fmt.Sprintf("The body is larger than the limit of %d bytes.", max)
 	if r.ContentLength > max {
-		m.problem(w, ProblemBodyTooLarge, tooLarge, 0)
+		m.problem(w, r, ProblemBodyTooLarge, tooLarge, 0)
 		return nil, false
 	}
 	if r.Body == nil || r.Body == http.NoBody {
@@ -298,9 +324,9 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			m.problem(w, ProblemBodyTooLarge, tooLarge, 0)
+			m.problem(w, r, ProblemBodyTooLarge, tooLarge, 0)
 		} else {
-			m.problem(w, ProblemBodyMalformed, "The request body could not be read.", 0)
+			m.problem(w, r, ProblemBodyMalformed, "The request body could not be read.", 0)
 		}
 		return nil, false
 	}
@@ -319,10 +345,12 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, rec 
 		} else {
 			p.Detail = "This key was first used with a different request: the query string or body differs."
 		}
+		m.cfg.Metrics.Request(r.Context(), ResultMismatch)
 		WriteProblem(w, p, 0)
 		return
 	}
 	if rec.Status == StatusCompleted && rec.Response != nil {
+		m.cfg.Metrics.Request(r.Context(), ResultReplayed)
 		m.replay(w, rec.Response)
 		return
 	}
@@ -331,7 +359,7 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, rec 
 		left := rec.LockedAt.Add(m.cfg.LockTimeout).Sub(now)
 		retry = max(1, int((left+time.Second-1)/time.Second))
 	}
-	m.problem(w, ProblemKeyInUse, "The first request with this key is still being processed; retry with the same key after Retry-After.", retry)
+	m.problem(w, r, ProblemKeyInUse, "The first request with this key is still being processed; retry with the same key after Retry-After.", retry)
 }
 
 func plural(n int, one, many string) string {
@@ -383,6 +411,7 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		// let the panic go on to the server.
 		ctx, cancel := finishCtx()
 		defer cancel()
+		m.cfg.Metrics.Request(ctx, ResultReleased)
 		if err := lease.Release(ctx); err != nil {
 			m.cfg.Logger.ErrorContext(ctx, "idem: release after panic failed", "client_id", scope.ClientID, "key_digest", keyDigest(scope.Key), "err", err)
 		}
@@ -409,6 +438,7 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		if conflicted() {
 			return true
 		}
+		m.cfg.Metrics.Request(r.Context(), ResultReleased)
 		rec.writeTo(w)
 		return false
 	}
@@ -420,12 +450,14 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	}
 	switch err := lease.Complete(ctx, resp); {
 	case err == nil:
+		m.cfg.Metrics.Request(r.Context(), ResultExecuted)
 		rec.writeTo(w)
 	case conflicted():
 		return true // Complete rolled back; the commit itself hit the conflict
 	case errors.Is(err, ErrLeaseLost):
 		m.cfg.Logger.WarnContext(ctx, "idem: lease lost; the handler's writes were rolled back", "client_id", scope.ClientID, "key_digest", keyDigest(scope.Key))
-		m.problem(w, ProblemKeyInUse, "Another request took this key over; retry with the same key to get its result.", 1)
+		m.cfg.Metrics.Request(r.Context(), ResultLeaseLost)
+		WriteProblem(w, ProblemKeyInUse.New(m.cfg.ProblemTypeBase, "Another request took this key over; retry with the same key to get its result."), 1)
 	default:
 		m.cfg.Logger.ErrorContext(ctx, "idem: storing the response failed; the handler's writes were rolled back", "client_id", scope.ClientID, "key_digest", keyDigest(scope.Key), "err", err)
 		if m.cfg.Mode == ModeTwoPhase {
@@ -435,7 +467,7 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 				m.cfg.Logger.ErrorContext(ctx, "idem: release after a failed complete failed; the key is freed when its lease expires", "client_id", scope.ClientID, "key_digest", keyDigest(scope.Key), "err", err)
 			}
 		}
-		m.problem(w, ProblemUnavailable, "The result could not be recorded, so it was rolled back; retry with the same key.", UnavailableRetryAfter)
+		m.problem(w, r, ProblemUnavailable, "The result could not be recorded, so it was rolled back; retry with the same key.", UnavailableRetryAfter)
 	}
 	return false
 }

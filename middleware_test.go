@@ -615,3 +615,51 @@ func TestConcurrentDuplicatesExecuteOnce(t *testing.T) {
 		})
 	}
 }
+
+// countingMetrics counts results, as a Prometheus adapter would.
+type countingMetrics struct {
+	mu     sync.Mutex
+	counts map[idem.Result]int
+	claims int
+}
+
+func (c *countingMetrics) Request(_ context.Context, r idem.Result) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts[r]++
+}
+
+func (c *countingMetrics) Claim(context.Context, time.Duration, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.claims++
+}
+
+func TestMetricsCountEveryResult(t *testing.T) {
+	t.Parallel()
+	m := &countingMetrics{counts: map[idem.Result]int{}}
+	e := setup(t, &idem.Config{Metrics: m})
+	e.do(req{body: payment, keys: []string{"m1"}})                  // executed
+	e.do(req{body: payment, keys: []string{"m1"}})                  // replayed
+	e.do(req{body: `{"amount":1}`, keys: []string{"m1"}})           // mismatch
+	e.do(req{body: payment})                                        // rejected: no key
+	e.do(req{body: payment, keys: []string{`"bad`}})                // rejected: malformed
+	e.do(req{body: payment, behave: "500", keys: []string{"m2"}})   // released
+	e.do(req{body: payment, behave: "panic", keys: []string{"m3"}}) // released
+	e.do(req{method: http.MethodGet, keys: []string{"m4"}})         // not handled
+	// net/http's client resends a request with an Idempotency-Key once
+	// when the server drops the connection, as it does for the panicking
+	// handler: that request is claimed and released twice.
+	want := map[idem.Result]int{
+		idem.ResultExecuted: 1, idem.ResultReplayed: 1, idem.ResultMismatch: 1,
+		idem.ResultRejected: 2, idem.ResultReleased: 3,
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if fmt.Sprint(m.counts) != fmt.Sprint(want) {
+		t.Errorf("results = %v, want %v", m.counts, want)
+	}
+	if m.claims != 6 {
+		t.Errorf("%d claims observed, want 6 (one per request that reached the store)", m.claims)
+	}
+}

@@ -158,6 +158,21 @@ func TestRunServesTheTourAndStopsGracefully(t *testing.T) {
 	if reused.status != 422 || missing.status != 400 {
 		t.Fatalf("reuse %d (want 422), missing key %d (want 400)", reused.status, missing.status)
 	}
+	res, err = http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, want := range []string{
+		`idem_requests_total{result="executed"} 1`, `idem_requests_total{result="replayed"} 1`,
+		`idem_requests_total{result="mismatch"} 1`, `idem_requests_total{result="rejected"} 1`,
+		`idem_claim_duration_seconds_count{outcome="ok"} 3`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	cancel()
 	select {
 	case err := <-done:

@@ -1,0 +1,108 @@
+// Package idemprom reports what the idem middleware does as Prometheus
+// metrics. It builds collectors; the application registers them on its own
+// registry, so there are no global registrations:
+//
+//	m := idemprom.New(nil)
+//	registry.MustRegister(m)
+//	mw, err := idem.New(store, &idem.Config{ClientID: clientOf, Metrics: m})
+//
+// Metrics (with the default namespace "idem"):
+//
+//	idem_requests_total{result}             counter, one of idem's Result values
+//	idem_claim_duration_seconds{outcome}    histogram of Store.Claim, outcome ok or error
+package idemprom
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemkit/idem"
+)
+
+// NamespaceDefault is the default metric namespace.
+const NamespaceDefault = "idem"
+
+// Config configures the collectors.
+type Config struct {
+	// Namespace prefixes every metric name. Defaults to NamespaceDefault.
+	Namespace string
+	// ConstLabels are added to every metric, such as the service name.
+	// Defaults to none.
+	ConstLabels prometheus.Labels
+	// ClaimBuckets are the histogram buckets of claim durations, in
+	// seconds. Defaults to 0.25 ms to 2.5 s, exponential.
+	ClaimBuckets []float64
+}
+
+var (
+	_ idem.Metrics         = (*Metrics)(nil)
+	_ prometheus.Collector = (*Metrics)(nil)
+)
+
+// Metrics is an idem.Metrics that is also a prometheus.Collector.
+type Metrics struct {
+	requests *prometheus.CounterVec
+	claims   *prometheus.HistogramVec
+}
+
+// New builds the collectors. A nil cfg uses the defaults.
+func New(cfg *Config) *Metrics {
+	c := Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Namespace == "" {
+		c.Namespace = NamespaceDefault
+	}
+	if c.ClaimBuckets == nil {
+		c.ClaimBuckets = prometheus.ExponentialBuckets(0.00025, 2.5, 10)
+	}
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: c.Namespace, Name: "requests_total", ConstLabels: c.ConstLabels,
+			Help: "Requests handled by the idem middleware, by result (executed, replayed, in_flight, mismatch, rejected, released, unavailable, lease_lost, taken_over, conflict_rerun).",
+		}, []string{"result"}),
+		claims: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: c.Namespace, Name: "claim_duration_seconds", ConstLabels: c.ConstLabels,
+			Help:    "Time of Store.Claim calls, by outcome (ok or error).",
+			Buckets: c.ClaimBuckets,
+		}, []string{"outcome"}),
+	}
+	// Every result exists from the start, so rates and alerts need no
+	// special case for a series that has not appeared yet.
+	for _, r := range []idem.Result{idem.ResultExecuted, idem.ResultReleased, idem.ResultReplayed, idem.ResultInFlight,
+		idem.ResultMismatch, idem.ResultRejected, idem.ResultUnavailable, idem.ResultLeaseLost, idem.ResultTakenOver, idem.ResultRerun} {
+		m.requests.WithLabelValues(string(r))
+	}
+	return m
+}
+
+// Request implements idem.Metrics.
+func (m *Metrics) Request(_ context.Context, r idem.Result) {
+	m.requests.WithLabelValues(string(r)).Inc()
+}
+
+// Claim implements idem.Metrics. A claim abandoned because the client went
+// away counts as ok: the store did not fail.
+func (m *Metrics) Claim(_ context.Context, d time.Duration, err error) {
+	outcome := "ok"
+	if err != nil && !errors.Is(err, context.Canceled) {
+		outcome = "error"
+	}
+	m.claims.WithLabelValues(outcome).Observe(d.Seconds())
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.requests.Describe(ch)
+	m.claims.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.requests.Collect(ch)
+	m.claims.Collect(ch)
+}
