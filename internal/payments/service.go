@@ -269,6 +269,8 @@ func humanDuration(d time.Duration) string {
 	switch {
 	case d%(24*time.Hour) == 0 && d >= 48*time.Hour:
 		return fmt.Sprintf("%d days", d/(24*time.Hour))
+	case d == time.Hour:
+		return "1 hour"
 	case d%time.Hour == 0:
 		return fmt.Sprintf("%d hours", d/time.Hour)
 	default:
