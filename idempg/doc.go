@@ -44,12 +44,17 @@
 //
 // In idem.ModeAtomic the claim opens a transaction that outlives the Claim
 // call and runs the handler. It takes the key's transaction-scoped advisory
-// lock with pg_try_advisory_xact_lock, which answers at once, and inserts the
-// started row with INSERT ... ON CONFLICT DO NOTHING. The lease's Complete
-// stores the response with a fenced UPDATE and commits, in one round trip,
-// so the business writes, the key and the response commit together or not
-// at all: a crash at any point leaves nothing, and the key is free again at
-// once. Release rolls everything back.
+// lock with pg_try_advisory_xact_lock, which answers at once. At READ
+// COMMITTED (the default) the lock alone holds the key: the claim writes no
+// row, and the lease's Complete inserts the completed row, with the
+// response, and commits, in one round trip; if a row for the key appeared
+// meanwhile the insert matches nothing and everything rolls back, so the
+// unique key stays the final fence. At REPEATABLE READ or SERIALIZABLE the
+// claim inserts a started row with INSERT ... ON CONFLICT DO NOTHING instead
+// and Complete updates it, so that no read of the key table enters the
+// transaction's snapshot. Either way the business writes, the key and the
+// response commit together or not at all: a crash at any point leaves
+// nothing, and the key is free again at once. Release rolls everything back.
 //
 // The holder's uncommitted row is invisible to other requests, but its
 // advisory lock is not: a duplicate that finds the lock taken is answered
