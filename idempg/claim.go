@@ -34,13 +34,13 @@ const cleanupTimeout = 5 * time.Second
 // claims nothing does it go on as in atomic mode, below, so a replay costs
 // two round trips in two-phase mode.
 //
-// In idem.ModeAtomic it first reads the key on a pooled connection, outside
-// any transaction, and in the same statement tries the key's advisory lock
-// (letting it go at once). A completed key, a started one that cannot be
-// taken over, and a key whose lock is held by a request in flight are
-// answered in that one round trip. Otherwise it sends, in one more round
-// trip, the transaction that takes the lock without waiting and inserts,
-// replaces or takes over the row. A new key in atomic mode at READ
+// In idem.ModeAtomic it first reads the key by its primary key on a pooled
+// connection, outside any transaction and without any lock. A completed key
+// and a started one that cannot be taken over are answered in that one
+// round trip: a replay is one indexed read. Otherwise it sends, in one more
+// round trip, the transaction that takes the key's advisory lock without
+// waiting and inserts, replaces or takes over the row; a key whose lock a
+// request in flight holds is answered then. A new key in atomic mode at READ
 // COMMITTED is claimed by its lock alone, and its row is written once,
 // completed, by Complete (claimAtomic).
 // A key in flight whose row is not visible is answered with a Record whose
@@ -61,18 +61,15 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 		}
 	}
 	for range claimAttempts {
-		rec, free, err := s.probe(ctx, p.Scope)
+		rec, err := s.probe(ctx, p.Scope)
 		if err != nil {
 			return idem.ClaimResult{}, err
 		}
-		if p.Mode == idem.ModeAtomic && s.lateInsert() && free && rec == nil {
+		if p.Mode == idem.ModeAtomic && s.lateInsert() && rec == nil {
 			return s.claimAtomic(ctx, p)
 		}
-		switch {
-		case rec != nil && !replaceable(rec, p):
+		if rec != nil && !replaceable(rec, p) {
 			return idem.ClaimResult{Record: rec}, nil
-		case !free:
-			return idem.ClaimResult{Record: inFlight(p.Scope)}, nil
 		}
 		res, again, err := s.claimTx(ctx, p, rec, false)
 		if err != nil || !again {
@@ -192,31 +189,26 @@ func canTakeOver(rec *idem.Record, p idem.ClaimParams) bool {
 		idem.LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout) && bytes.Equal(rec.RequestHash, p.RequestHash)
 }
 
-// probe is the fast path: it reads a key on a pooled connection (nil when
-// there is none) and reports whether the key's advisory lock was free. A
-// read is safe to repeat, so one that failed because the pooled connection
-// had died while idle (the server restarted, say) is tried once more on
-// another.
-//
-// A probe holds the lock for the length of its statement, so a concurrent
-// claim of a new key may find it taken and answer 409 while the prober goes
-// on to claim. Some request still always owns the key: the last of the
-// probes that found the lock free is never disturbed by a later probe, and
-// its claim fails only if another claim took the key.
-func (s *Store) probe(ctx context.Context, scope idem.Scope) (rec *idem.Record, free bool, err error) {
+// probe is the fast path: it reads a key on a pooled connection, nil when
+// there is none, with no lock: a completed row never changes until it
+// expires, and whether a key is in flight is decided by the claim, which
+// takes the lock. A read is safe to repeat, so one that failed because the
+// pooled connection had died while idle (the server restarted, say) is
+// tried once more on another.
+func (s *Store) probe(ctx context.Context, scope idem.Scope) (*idem.Record, error) {
 	for attempt := 0; ; attempt++ {
 		conn, err := s.acquire(ctx, "read key")
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
-		rec, free, err := loadFrom(ctx, conn, queryProbeKey, scope, lockKey(scope))
+		rec, _, err := loadFrom(ctx, conn, queryLoadKey, scope)
 		broken := conn.Conn().IsClosed()
 		conn.Release()
 		if err == nil {
-			return rec, free, nil
+			return rec, nil
 		}
 		if !broken || attempt > 0 || ctx.Err() != nil {
-			return nil, false, wrapErr(ctx, "read key", err)
+			return nil, wrapErr(ctx, "read key", err)
 		}
 	}
 }
@@ -225,9 +217,9 @@ type queryRower interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// loadFrom reads a key through q with query, queryProbeKey or queryLoadKey;
-// rec is nil when there is none. free is the first column: whether the
-// key's advisory lock was free, for queryProbeKey.
+// loadFrom reads a key through q with queryLoadKey or queryProbeKey; rec is
+// nil when there is none. free is the first column: whether the key's
+// advisory lock was free, for queryProbeKey, and true for queryLoadKey.
 func loadFrom(ctx context.Context, q queryRower, query string, scope idem.Scope, args ...any) (rec *idem.Record, free bool, err error) {
 	return scanKey(q.QueryRow(ctx, query, append([]any{scope.ClientID, scope.Key}, args...)...), scope)
 }

@@ -20,15 +20,15 @@
 //		...
 //	}
 //
-// # Replays and duplicates: one round trip
+// # Replays: one round trip
 //
 // An atomic claim first reads the key by its primary key on a pooled
-// connection, outside any transaction, and in the same statement tries the
-// key's advisory lock (letting it go at once). A completed key is replayed
-// from that read; a two-phase key whose lease is alive, and a key whose lock
-// is held by a request in flight, are answered 409 from it. Only a new key,
-// a key past retention or an expired lease goes on to a transaction, which
-// is sent in one more round trip (pgx pipelines BEGIN and the claim).
+// connection, outside any transaction and without a lock. A completed key
+// is replayed from that read, and a two-phase key whose lease is alive is
+// answered 409 from it. Only a new key, a key past retention or an expired
+// lease goes on to a transaction, which is sent in one more round trip
+// (pgx pipelines BEGIN and the claim); a key whose lock a request in flight
+// holds is answered 409 there, at once.
 //
 // A two-phase claim, which must commit its row before the handler runs,
 // sends that transaction first, for a new key: it inserts the started row

@@ -19,19 +19,18 @@ const (
 
 	queryForgetMigration = `DELETE FROM idem_schema_migrations WHERE version = $1`
 
-	// queryProbeKey is the fast path: one primary-key lookup, outside any
-	// transaction, that also tries the key's advisory lock and lets it go
-	// at once (the statement is its own transaction). It answers replays,
-	// two-phase keys in flight, and atomic keys in flight, whose rows are
-	// invisible but whose lock is held. It returns one row even when the
-	// key does not exist.
+	// queryProbeKey reads a key and tries its advisory lock in one
+	// statement; inside the atomic claim's transaction the lock, if taken,
+	// holds the key until the transaction ends. It returns one row even
+	// when the key does not exist.
 	queryProbeKey = `SELECT pg_try_advisory_xact_lock($3::bigint),
        k.request_method, k.request_path, k.request_hash, k.request_fields, k.status, k.lease_token,
        k.response_status, k.response_headers, k.response_body, k.created_at, k.locked_at
 FROM (VALUES (true)) AS one (row)
 LEFT JOIN idempotency_keys k ON k.client_id = $1 AND k.idempotency_key = $2`
 
-	// queryLoadKey reads a key inside a transaction, without its lock.
+	// queryLoadKey reads a key without its lock: the replay fast path, and
+	// the read inside a caller's transaction for ClaimTx.
 	queryLoadKey = `SELECT true,
        request_method, request_path, request_hash, request_fields, status, lease_token,
        response_status, response_headers, response_body, created_at, locked_at
