@@ -265,13 +265,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 
 	scope := Scope{ClientID: clientID, Key: key}
+	fields := fp.EncodeFields()
 	for attempt := 0; ; attempt++ {
 		now := m.cfg.Now()
 		claimCtx, cancel := context.WithTimeout(r.Context(), m.cfg.StoreTimeout)
 		started := time.Now()
 		res, err := m.store.Claim(claimCtx, ClaimParams{
 			Scope: scope, Method: r.Method, Path: r.URL.EscapedPath(),
-			RequestHash: fp.Sum[:], RequestFields: fp.EncodeFields(),
+			RequestHash: fp.Sum[:], RequestFields: fields,
 			Mode: m.cfg.Mode, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
 		})
 		cancel()
