@@ -36,14 +36,14 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 	}
 	env := c.env()
 	var (
-		db          = fs.String("db", env.string("DATABASE_URL", ""), "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
-		duration    = fs.Duration("duration", env.duration("IDEM_BENCH_DURATION", 0), "`time` each variant runs per round (default 3s; env IDEM_BENCH_DURATION)")
-		rounds      = fs.Int("rounds", env.int("IDEM_BENCH_ROUNDS", 0), "`number` of interleaved rounds (default 3; env IDEM_BENCH_ROUNDS)")
-		concurrency = fs.Int("concurrency", env.int("IDEM_BENCH_CONCURRENCY", 0), "`number` of clients sending at once (default 8; env IDEM_BENCH_CONCURRENCY)")
-		variants    = fs.String("variants", env.string("IDEM_BENCH_VARIANTS", strings.Join(bench.AllVariants, ",")), "comma-separated `list` of variants; bare always runs (env IDEM_BENCH_VARIANTS)")
+		db          = fs.String("db", env.String("DATABASE_URL", ""), "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
+		duration    = fs.Duration("duration", env.Duration("IDEM_BENCH_DURATION", 0), "`time` each variant runs per round (default 3s; env IDEM_BENCH_DURATION)")
+		rounds      = fs.Int("rounds", env.Int("IDEM_BENCH_ROUNDS", 0), "`number` of interleaved rounds (default 3; env IDEM_BENCH_ROUNDS)")
+		concurrency = fs.Int("concurrency", env.Int("IDEM_BENCH_CONCURRENCY", 0), "`number` of clients sending at once (default 8; env IDEM_BENCH_CONCURRENCY)")
+		variants    = fs.String("variants", env.String("IDEM_BENCH_VARIANTS", strings.Join(bench.AllVariants, ",")), "comma-separated `list` of variants; bare always runs (env IDEM_BENCH_VARIANTS)")
 	)
-	if env.err != nil {
-		fmt.Fprintf(c.stderr, "idem bench: %v\n", env.err)
+	if env.Err() != nil {
+		fmt.Fprintf(c.stderr, "idem bench: %v\n", env.Err())
 		return exitUsage
 	}
 	if err := fs.Parse(args); err != nil {

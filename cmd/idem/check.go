@@ -45,28 +45,28 @@ func runCheck(ctx context.Context, c *cli, args []string) int {
 	}
 	env := c.env()
 	var (
-		url            = fs.String("url", env.string("IDEM_CHECK_URL", ""), "endpoint under test, an absolute http(s) `URL` (required; env IDEM_CHECK_URL)")
-		method         = fs.String("method", env.string("IDEM_CHECK_METHOD", check.MethodDefault), "HTTP `method` of every probe (env IDEM_CHECK_METHOD)")
-		body           = fs.String("body", env.string("IDEM_CHECK_BODY", ""), "`body` of a valid request the endpoint answers with 2xx; @file reads a file (env IDEM_CHECK_BODY)")
-		contentType    = fs.String("content-type", env.string("IDEM_CHECK_CONTENT_TYPE", ""), "`Content-Type` of the body (default application/json; form bodies are detected) (env IDEM_CHECK_CONTENT_TYPE)")
-		mismatchBody   = fs.String("mismatch-body", env.string("IDEM_CHECK_MISMATCH_BODY", ""), "a valid `body` that differs from --body; @file reads a file (default: --body with its first number +1, or \"x\" appended to its first string) (env IDEM_CHECK_MISMATCH_BODY)")
-		mismatchStatus = fs.Int("mismatch-status", env.int("IDEM_CHECK_MISMATCH_STATUS", check.MismatchStatusDefault), "`status` expected for a used key with a different body (env IDEM_CHECK_MISMATCH_STATUS)")
-		concurrency    = fs.Int("concurrency", env.int("IDEM_CHECK_CONCURRENCY", check.ConcurrencyDefault), "`number` of simultaneous requests with one key in the concurrency check, 2 to 256 (env IDEM_CHECK_CONCURRENCY)")
-		maxKeyLength   = fs.Int("max-key-length", env.int("IDEM_CHECK_MAX_KEY_LENGTH", check.MaxKeyLengthDefault), "`length` of the longest key the endpoint documents as valid (env IDEM_CHECK_MAX_KEY_LENGTH)")
-		bareKeys       = fs.Bool("bare-keys", env.bool("IDEM_CHECK_BARE_KEYS", false), "send keys as bare tokens instead of quoted sf-strings (env IDEM_CHECK_BARE_KEYS)")
-		spec           = fs.String("spec", env.string("IDEM_CHECK_SPEC", ""), "`URL` of the published idempotency specification (default: try /openapi.json, /openapi.yaml, /.well-known/openapi.json) (env IDEM_CHECK_SPEC)")
-		timeout        = fs.Duration("timeout", env.duration("IDEM_CHECK_TIMEOUT", check.TimeoutDefault), "`timeout` of each request (env IDEM_CHECK_TIMEOUT)")
-		runTimeout     = fs.Duration("run-timeout", env.duration("IDEM_CHECK_RUN_TIMEOUT", check.RunTimeoutDefault), "`timeout` of the whole run (env IDEM_CHECK_RUN_TIMEOUT)")
+		url            = fs.String("url", env.String("IDEM_CHECK_URL", ""), "endpoint under test, an absolute http(s) `URL` (required; env IDEM_CHECK_URL)")
+		method         = fs.String("method", env.String("IDEM_CHECK_METHOD", check.MethodDefault), "HTTP `method` of every probe (env IDEM_CHECK_METHOD)")
+		body           = fs.String("body", env.String("IDEM_CHECK_BODY", ""), "`body` of a valid request the endpoint answers with 2xx; @file reads a file (env IDEM_CHECK_BODY)")
+		contentType    = fs.String("content-type", env.String("IDEM_CHECK_CONTENT_TYPE", ""), "`Content-Type` of the body (default application/json; form bodies are detected) (env IDEM_CHECK_CONTENT_TYPE)")
+		mismatchBody   = fs.String("mismatch-body", env.String("IDEM_CHECK_MISMATCH_BODY", ""), "a valid `body` that differs from --body; @file reads a file (default: --body with its first number +1, or \"x\" appended to its first string) (env IDEM_CHECK_MISMATCH_BODY)")
+		mismatchStatus = fs.Int("mismatch-status", env.Int("IDEM_CHECK_MISMATCH_STATUS", check.MismatchStatusDefault), "`status` expected for a used key with a different body (env IDEM_CHECK_MISMATCH_STATUS)")
+		concurrency    = fs.Int("concurrency", env.Int("IDEM_CHECK_CONCURRENCY", check.ConcurrencyDefault), "`number` of simultaneous requests with one key in the concurrency check, 2 to 256 (env IDEM_CHECK_CONCURRENCY)")
+		maxKeyLength   = fs.Int("max-key-length", env.Int("IDEM_CHECK_MAX_KEY_LENGTH", check.MaxKeyLengthDefault), "`length` of the longest key the endpoint documents as valid (env IDEM_CHECK_MAX_KEY_LENGTH)")
+		bareKeys       = fs.Bool("bare-keys", env.Bool("IDEM_CHECK_BARE_KEYS", false), "send keys as bare tokens instead of quoted sf-strings (env IDEM_CHECK_BARE_KEYS)")
+		spec           = fs.String("spec", env.String("IDEM_CHECK_SPEC", ""), "`URL` of the published idempotency specification (default: try /openapi.json, /openapi.yaml, /.well-known/openapi.json) (env IDEM_CHECK_SPEC)")
+		timeout        = fs.Duration("timeout", env.Duration("IDEM_CHECK_TIMEOUT", check.TimeoutDefault), "`timeout` of each request (env IDEM_CHECK_TIMEOUT)")
+		runTimeout     = fs.Duration("run-timeout", env.Duration("IDEM_CHECK_RUN_TIMEOUT", check.RunTimeoutDefault), "`timeout` of the whole run (env IDEM_CHECK_RUN_TIMEOUT)")
 		jsonOut        = fs.Bool("json", false, "print the report as JSON instead of a table")
 		verbose        = fs.Bool("v", false, "log every request to stderr")
 	)
-	headers := env.header("IDEM_CHECK_HEADER")
+	headers := envHeader(env, "IDEM_CHECK_HEADER")
 	fs.Var(headers, "header", "header `'Name: value'` sent with every probe, repeatable (env IDEM_CHECK_HEADER, one header per line)")
-	second := env.header("IDEM_CHECK_SECOND_CLIENT_HEADER")
+	second := envHeader(env, "IDEM_CHECK_SECOND_CLIENT_HEADER")
 	fs.Var(second, "second-client-header", "header `'Name: value'` that makes a probe come from a second client, repeatable; enables the client-scope check (env IDEM_CHECK_SECOND_CLIENT_HEADER, one header per line)")
 
-	if env.err != nil {
-		fmt.Fprintf(c.stderr, "idem check: %v\n", env.err)
+	if env.Err() != nil {
+		fmt.Fprintf(c.stderr, "idem check: %v\n", env.Err())
 		return exitUsage
 	}
 	if err := fs.Parse(args); err != nil {

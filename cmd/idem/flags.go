@@ -4,70 +4,20 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
-	"time"
+
+	"github.com/idemkit/idem/internal/cmdrun"
 )
 
-// envDefaults reads flag defaults from environment variables, the twins of
-// the flags, and keeps the first value it could not parse.
-type envDefaults struct {
-	lookup func(string) (string, bool)
-	err    error
-}
+// env reads flag defaults from the environment variables that are the
+// flags' twins.
+func (c *cli) env() *cmdrun.Env { return cmdrun.NewEnv(c.lookupEnv) }
 
-func (c *cli) env() *envDefaults { return &envDefaults{lookup: c.lookupEnv} }
-
-func (e *envDefaults) string(name, def string) string {
-	if v, ok := e.lookup(name); ok {
-		return v
-	}
-	return def
-}
-
-func (e *envDefaults) int(name string, def int) int {
-	v, ok := e.lookup(name)
-	if !ok {
-		return def
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil {
-		e.fail(name, v, "an integer")
-		return def
-	}
-	return n
-}
-
-func (e *envDefaults) duration(name string, def time.Duration) time.Duration {
-	v, ok := e.lookup(name)
-	if !ok {
-		return def
-	}
-	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil {
-		e.fail(name, v, "a duration such as 10s")
-		return def
-	}
-	return d
-}
-
-func (e *envDefaults) bool(name string, def bool) bool {
-	v, ok := e.lookup(name)
-	if !ok {
-		return def
-	}
-	b, err := strconv.ParseBool(strings.TrimSpace(v))
-	if err != nil {
-		e.fail(name, v, "true or false")
-		return def
-	}
-	return b
-}
-
-// header reads newline-separated "Name: value" lines into a headerFlag.
-func (e *envDefaults) header(name string) *headerFlag {
+// envHeader reads newline-separated "Name: value" lines from the
+// environment variable name into a headerFlag.
+func envHeader(e *cmdrun.Env, name string) *headerFlag {
 	h := &headerFlag{header: http.Header{}}
-	v, ok := e.lookup(name)
+	v, ok := e.Lookup(name)
 	if !ok {
 		return h
 	}
@@ -76,22 +26,12 @@ func (e *envDefaults) header(name string) *headerFlag {
 			continue
 		}
 		if err := h.Set(line); err != nil {
-			e.fail(name, "", err.Error())
+			e.Fail(name, "", err.Error())
 			return h
 		}
 	}
 	h.fromEnv = len(h.header) > 0
 	return h
-}
-
-func (e *envDefaults) fail(name, value, want string) {
-	if e.err == nil {
-		if value == "" {
-			e.err = fmt.Errorf("environment variable %s: %s", name, want)
-		} else {
-			e.err = fmt.Errorf("environment variable %s=%q: want %s", name, value, want)
-		}
-	}
 }
 
 // headerFlag is a repeatable flag of "Name: value" headers. Headers from the

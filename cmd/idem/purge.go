@@ -31,11 +31,11 @@ func runPurge(ctx context.Context, c *cli, args []string) int {
 		fs.PrintDefaults()
 	}
 	env := c.env()
-	db := fs.String("db", env.string("DATABASE_URL", ""), "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
-	olderThan := fs.Duration("older-than", env.duration("IDEM_PURGE_OLDER_THAN", idem.RetentionDefault), "delete keys created more than this `duration` ago (env IDEM_PURGE_OLDER_THAN)")
+	db := fs.String("db", env.String("DATABASE_URL", ""), "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
+	olderThan := fs.Duration("older-than", env.Duration("IDEM_PURGE_OLDER_THAN", idem.RetentionDefault), "delete keys created more than this `duration` ago (env IDEM_PURGE_OLDER_THAN)")
 	batch := fs.Int("batch", 1000, "keys deleted per statement")
-	if env.err != nil {
-		fmt.Fprintf(c.stderr, "idem purge: %v\n", env.err)
+	if env.Err() != nil {
+		fmt.Fprintf(c.stderr, "idem purge: %v\n", env.Err())
 		return exitUsage
 	}
 	if err := fs.Parse(args); err != nil {

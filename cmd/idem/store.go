@@ -62,5 +62,5 @@ func openStore(ctx context.Context, url string, logger *slog.Logger) (keyStore, 
 		}
 		return pgStore{Store: s, pool: pool}, nil
 	}
-	return nil, fmt.Errorf("unsupported database %q: want sqlite:PATH or postgres://...", url)
+	return nil, fmt.Errorf("unsupported database %q: want sqlite:PATH or a postgres:// URL", url)
 }

@@ -10,7 +10,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,10 +17,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,19 +26,11 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemprom"
+	"github.com/idemkit/idem/internal/cmdrun"
 	"github.com/idemkit/idem/internal/payments"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := Run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "paymentsd:", err)
-		}
-		os.Exit(2)
-	}
-}
+func main() { cmdrun.Main("paymentsd", Run) }
 
 // devTokens are used when no tokens are configured, with a warning.
 const devTokens = "sk_test_alice=alice,sk_test_bob=bob"
@@ -65,38 +53,20 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("paymentsd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := &options{}
-	env := func(name, def string) string {
-		if v, ok := os.LookupEnv(name); ok {
-			return v
-		}
-		return def
+	env := cmdrun.NewEnv(os.LookupEnv)
+	fs.StringVar(&o.addr, "addr", env.String("PAYMENTSD_ADDR", "127.0.0.1:8080"), "listen address (env PAYMENTSD_ADDR)")
+	fs.StringVar(&o.db, "db", env.String("DATABASE_URL", "sqlite:paymentsd.db"), "database: sqlite:PATH or postgres://... (env DATABASE_URL)")
+	fs.StringVar(&o.tokens, "tokens", env.String("PAYMENTSD_TOKENS", ""), "bearer tokens as token=client,token=client (env PAYMENTSD_TOKENS; default: development tokens "+devTokens+")")
+	fs.StringVar(&o.mode, "mode", env.String("PAYMENTSD_MODE", "atomic"), "idempotency mode: atomic or two-phase (env PAYMENTSD_MODE)")
+	fs.BoolVar(&o.migrate, "migrate", env.Bool("PAYMENTSD_MIGRATE", true), "apply database migrations at start; safe with several instances (env PAYMENTSD_MIGRATE)")
+	fs.DurationVar(&o.retention, "retention", env.Duration("PAYMENTSD_RETENTION", idem.RetentionDefault), "how long keys are kept (env PAYMENTSD_RETENTION)")
+	fs.DurationVar(&o.lockTimeout, "lock-timeout", env.Duration("PAYMENTSD_LOCK_TIMEOUT", idem.LockTimeoutDefault), "two-phase lease length before takeover (env PAYMENTSD_LOCK_TIMEOUT)")
+	fs.DurationVar(&o.purgeInterval, "purge-interval", env.Duration("PAYMENTSD_PURGE_INTERVAL", 10*time.Minute), "how often expired keys are purged; 0 disables (env PAYMENTSD_PURGE_INTERVAL)")
+	fs.DurationVar(&o.shutdown, "shutdown-timeout", env.Duration("PAYMENTSD_SHUTDOWN_TIMEOUT", 30*time.Second), "how long in-flight requests may finish on SIGINT/SIGTERM (env PAYMENTSD_SHUTDOWN_TIMEOUT)")
+	fs.StringVar(&o.processor, "processor", env.String("PAYMENTSD_PROCESSOR", ""), "base URL of a card processor (processord) to charge; empty charges nothing (env PAYMENTSD_PROCESSOR)")
+	if err := env.Err(); err != nil {
+		return nil, err
 	}
-	envDur := func(name string, def time.Duration) time.Duration {
-		if v, ok := os.LookupEnv(name); ok {
-			if d, err := time.ParseDuration(v); err == nil {
-				return d
-			}
-		}
-		return def
-	}
-	envBool := func(name string, def bool) bool {
-		if v, ok := os.LookupEnv(name); ok {
-			if b, err := strconv.ParseBool(v); err == nil {
-				return b
-			}
-		}
-		return def
-	}
-	fs.StringVar(&o.addr, "addr", env("PAYMENTSD_ADDR", "127.0.0.1:8080"), "listen address (env PAYMENTSD_ADDR)")
-	fs.StringVar(&o.db, "db", env("DATABASE_URL", "sqlite:paymentsd.db"), "database: sqlite:PATH or postgres://... (env DATABASE_URL)")
-	fs.StringVar(&o.tokens, "tokens", env("PAYMENTSD_TOKENS", ""), "bearer tokens as token=client,token=client (env PAYMENTSD_TOKENS; default: development tokens "+devTokens+")")
-	fs.StringVar(&o.mode, "mode", env("PAYMENTSD_MODE", "atomic"), "idempotency mode: atomic or two-phase (env PAYMENTSD_MODE)")
-	fs.BoolVar(&o.migrate, "migrate", envBool("PAYMENTSD_MIGRATE", true), "apply database migrations at start; safe with several instances (env PAYMENTSD_MIGRATE)")
-	fs.DurationVar(&o.retention, "retention", envDur("PAYMENTSD_RETENTION", idem.RetentionDefault), "how long keys are kept (env PAYMENTSD_RETENTION)")
-	fs.DurationVar(&o.lockTimeout, "lock-timeout", envDur("PAYMENTSD_LOCK_TIMEOUT", idem.LockTimeoutDefault), "two-phase lease length before takeover (env PAYMENTSD_LOCK_TIMEOUT)")
-	fs.DurationVar(&o.purgeInterval, "purge-interval", envDur("PAYMENTSD_PURGE_INTERVAL", 10*time.Minute), "how often expired keys are purged; 0 disables (env PAYMENTSD_PURGE_INTERVAL)")
-	fs.DurationVar(&o.shutdown, "shutdown-timeout", envDur("PAYMENTSD_SHUTDOWN_TIMEOUT", 30*time.Second), "how long in-flight requests may finish on SIGINT/SIGTERM (env PAYMENTSD_SHUTDOWN_TIMEOUT)")
-	fs.StringVar(&o.processor, "processor", env("PAYMENTSD_PROCESSOR", ""), "base URL of a card processor (processord) to charge; empty charges nothing (env PAYMENTSD_PROCESSOR)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -195,18 +165,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		go purgeLoop(purgeCtx, db, o.purgeInterval, o.retention, logger)
 	}
 
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
+	if err := cmdrun.Serve(ctx, srv, ln, o.shutdown); err != nil {
 		return err
-	case <-ctx.Done():
-	}
-	logger.Info("paymentsd: shutting down; in-flight requests may finish", "timeout", o.shutdown)
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.shutdown)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
 	}
 	fmt.Fprintln(stdout, "paymentsd: stopped")
 	return nil

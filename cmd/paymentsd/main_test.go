@@ -359,3 +359,11 @@ func TestSIGTERMLetsInFlightRequestsFinish(t *testing.T) {
 		t.Errorf("%d payment rows, want 1", n)
 	}
 }
+
+func TestRunRejectsBadEnvironment(t *testing.T) {
+	t.Setenv("PAYMENTSD_RETENTION", "soon")
+	err := Run(context.Background(), nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `PAYMENTSD_RETENTION="soon"`) {
+		t.Fatalf("Run with a bad PAYMENTSD_RETENTION = %v, want an error naming it", err)
+	}
+}

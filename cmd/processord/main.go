@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,33 +13,27 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/internal/cmdrun"
 	"github.com/idemkit/idem/internal/payments"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := Run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "processord:", err)
-		}
-		os.Exit(2)
-	}
-}
+func main() { cmdrun.Main("processord", Run) }
 
 // Run runs the processor until ctx is done.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("processord", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", envOr("PROCESSORD_ADDR", "127.0.0.1:8081"), "listen address (env PROCESSORD_ADDR)")
-	db := fs.String("db", envOr("PROCESSORD_DB", "processord.db"), "SQLite file for charges and keys (env PROCESSORD_DB)")
-	delay := fs.Duration("delay", 0, "latency added to every charge")
-	failRate := fs.Float64("fail-rate", 0, "probability (0 to 1) that a charge fails with 503 before charging")
+	env := cmdrun.NewEnv(os.LookupEnv)
+	addr := fs.String("addr", env.String("PROCESSORD_ADDR", "127.0.0.1:8081"), "listen address (env PROCESSORD_ADDR)")
+	db := fs.String("db", env.String("PROCESSORD_DB", "processord.db"), "SQLite file for charges and keys (env PROCESSORD_DB)")
+	delay := fs.Duration("delay", env.Duration("PROCESSORD_DELAY", 0), "latency added to every charge (env PROCESSORD_DELAY)")
+	failRate := fs.Float64("fail-rate", env.Float("PROCESSORD_FAIL_RATE", 0), "probability (0 to 1) that a charge fails with 503 before charging (env PROCESSORD_FAIL_RATE)")
+	if err := env.Err(); err != nil {
+		return err
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,23 +54,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	fmt.Fprintf(stdout, "processord: listening on http://%s\n", ln.Addr())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	return srv.Shutdown(shutdownCtx)
-}
-
-func envOr(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
+	return cmdrun.Serve(ctx, srv, ln, 30*time.Second)
 }

@@ -41,7 +41,7 @@ func OpenDatabase(ctx context.Context, url string, migrate bool, logger *slog.Lo
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		return openPostgres(ctx, url, migrate, logger)
 	}
-	return nil, fmt.Errorf("payments: unsupported database %q: want sqlite:PATH or postgres://...", url)
+	return nil, fmt.Errorf("payments: unsupported database %q: want sqlite:PATH or a postgres:// URL", url)
 }
 
 func openSQLite(ctx context.Context, path string, migrate bool, logger *slog.Logger) (*Database, error) {
