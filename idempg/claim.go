@@ -28,21 +28,26 @@ const cleanupTimeout = 5 * time.Second
 
 // Claim implements [idem.Store].
 //
+// In idem.ModeAtomic at READ COMMITTED (the default) a claim is one round
+// trip outside any transaction: one statement reads the key by its primary
+// key and, only if there is none (or it is past retention), tries the key's
+// session-level advisory lock without waiting. A completed key is a replay;
+// a key whose lock another request holds is in flight; otherwise the lock
+// is the claim. The claim writes no row: the handler's transaction begins
+// with its first statement, and Complete inserts the completed row, commits
+// and unlocks in one round trip (see claimAtomic).
+//
 // In idem.ModeTwoPhase it first sends, in one round trip, the transaction
 // that takes the key's advisory lock without waiting and inserts a started
 // row unless the key exists: a new key is claimed at once. Only when that
-// claims nothing does it go on as in atomic mode, below, so a replay costs
-// two round trips in two-phase mode.
+// claims nothing does it read the key on a pooled connection, outside any
+// transaction and without any lock, and answer a completed key, or a
+// started one that cannot be taken over, from that read; otherwise it
+// sends, in one more round trip, the transaction that takes the key's lock
+// and replaces or takes over the row. Atomic claims at REPEATABLE READ or
+// SERIALIZABLE go the same way, after the read, with the claim's
+// transaction left open for the handler.
 //
-// In idem.ModeAtomic it first reads the key by its primary key on a pooled
-// connection, outside any transaction and without any lock. A completed key
-// and a started one that cannot be taken over are answered in that one
-// round trip: a replay is one indexed read. Otherwise it sends, in one more
-// round trip, the transaction that takes the key's advisory lock without
-// waiting and inserts, replaces or takes over the row; a key whose lock a
-// request in flight holds is answered then. A new key in atomic mode at READ
-// COMMITTED is claimed by its lock alone, and its row is written once,
-// completed, by Complete (claimAtomic).
 // A key in flight whose row is not visible is answered with a Record whose
 // Status is idem.StatusStarted and whose request hash is unknown.
 func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
@@ -55,23 +60,29 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 	if p.Mode == idem.ModeTwoPhase {
 		// Most keys are new: try to insert first, and read the key only if
 		// that claimed nothing.
-		res, again, err := s.claimTx(ctx, p, nil, true)
+		res, again, err := s.claimTwoPhaseNew(ctx, p)
 		if err != nil || !again {
 			return res, err
 		}
 	}
 	for range claimAttempts {
-		rec, err := s.probe(ctx, p.Scope)
-		if err != nil {
-			return idem.ClaimResult{}, err
-		}
-		if p.Mode == idem.ModeAtomic && s.lateInsert() && rec == nil {
-			return s.claimAtomic(ctx, p)
+		var rec *idem.Record
+		if p.Mode == idem.ModeAtomic && s.lateInsert() {
+			res, seen, err := s.claimAtomic(ctx, p)
+			if err != nil || res.Lease != nil || res.Record != nil {
+				return res, err
+			}
+			rec = seen // past retention, and its lock was not tried
+		} else {
+			var err error
+			if rec, err = s.probe(ctx, p.Scope); err != nil {
+				return idem.ClaimResult{}, err
+			}
 		}
 		if rec != nil && !replaceable(rec, p) {
 			return idem.ClaimResult{Record: rec}, nil
 		}
-		res, again, err := s.claimTx(ctx, p, rec, false)
+		res, again, err := s.claimTx(ctx, p, rec)
 		if err != nil || !again {
 			return res, err
 		}
@@ -81,87 +92,130 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 }
 
 // lateInsert reports whether atomic claims write no row until Complete,
-// which needs READ COMMITTED: at REPEATABLE READ or SERIALIZABLE the read of
-// the key table would enter the transaction's snapshot and predicate locks,
-// and requests for unrelated keys could fail each other.
+// which needs READ COMMITTED: at REPEATABLE READ or SERIALIZABLE the insert
+// of the key row would enter the transaction's predicate locks, and
+// requests for unrelated keys could fail each other.
 func (s *Store) lateInsert() bool {
 	return s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted
 }
 
-// claimAtomic is the atomic claim at READ COMMITTED, in one round trip: it
-// begins the transaction and, in the same statement as the read of the
-// key, takes the key's advisory lock for the rest of the transaction. The
-// lock is the claim: no other claim can take it while the handler runs, so
-// the claim writes no row, and Complete inserts the completed row with the
-// response. The unique key stays the final fence: if a completed row
-// appears anyway, Complete fails and everything rolls back.
+// claimAtomic is the atomic claim at READ COMMITTED, in one round trip and
+// one statement outside any transaction (querySessionClaim): the read of
+// the key, and the key's session-level advisory lock tried without waiting
+// when there is no key or it is past retention. The lock is the claim: no
+// other claim can take it while the handler runs, so the claim writes no
+// row. The connection stays with the lease; the handler's transaction
+// begins with its first statement (see leaseTx.begin), and Complete
+// inserts the completed row, commits and unlocks in one round trip. The
+// unique key stays the final fence: if a completed row appears anyway,
+// Complete fails and everything rolls back.
 //
-// Claim calls it after the probe found no key and a free lock, so replays
-// never get here. A key that appeared since, or whose lock another claim
-// took, is answered at once and the transaction is rolled back in the
-// background.
-func (s *Store) claimAtomic(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+// A connection that holds a key's lock never goes back to the pool: the
+// lease unlocks the key when it ends (endSession), and closes the
+// connection if that fails, which frees the lock on the server. A process
+// that dies frees its locks the same way.
+//
+// It returns a lease, a record to answer with, or, for a key past
+// retention that the statement's clock and the middleware's disagree on at
+// the boundary, seen for Claim to replace the old way.
+func (s *Store) claimAtomic(ctx context.Context, p idem.ClaimParams) (res idem.ClaimResult, seen *idem.Record, err error) {
+	lock := lockKey(p.Scope)
+	var cutoff *time.Time // keys created at or before it are past retention
+	if p.Retention > 0 {
+		c := p.Now.Add(-p.Retention)
+		cutoff = &c
+	}
 	for attempt := 0; ; attempt++ {
 		conn, err := s.acquire(ctx, "claim")
 		if err != nil {
-			return idem.ClaimResult{}, err
+			return idem.ClaimResult{}, nil, err
 		}
-		b := &pgx.Batch{}
-		b.BeginTx(pgx.TxOptions{IsoLevel: s.cfg.IsoLevel})
-		var (
-			rec  *idem.Record
-			free bool
-		)
-		b.Queue(queryProbeKey, p.Scope.ClientID, p.Scope.Key, lockKey(p.Scope)).QueryRow(func(row pgx.Row) error {
-			var err error
-			rec, free, err = scanKey(row, p.Scope)
-			return err
-		})
-		br := conn.SendBatch(ctx, b)
-		tx := br.Tx()
-		if err := br.Close(); err != nil {
-			rollback(ctx, tx)
+		rec, locked, err := scanKey(conn.QueryRow(ctx, querySessionClaim, p.Scope.ClientID, p.Scope.Key, lock, cutoff), p.Scope)
+		if err != nil {
+			// The lock may or may not be held: only closing the connection
+			// is sure to free it.
 			broken := conn.Conn().IsClosed()
-			conn.Release()
+			closeConn(conn)
 			// A pooled connection that died while idle (the server
 			// restarted, say) is worth one more try on another.
 			if broken && attempt == 0 && ctx.Err() == nil {
 				continue
 			}
-			return idem.ClaimResult{}, wrapErr(ctx, "claim", err)
+			return idem.ClaimResult{}, nil, wrapErr(ctx, "claim", err)
 		}
-		var answer *idem.Record
+		expired := rec != nil && idem.Expired(rec.CreatedAt, p.Now, p.Retention)
 		switch {
-		case rec != nil && !idem.Expired(rec.CreatedAt, p.Now, p.Retention):
-			answer = rec // final: whoever else holds the lock only reads it
-		case !free:
-			answer = inFlight(p.Scope)
+		case locked && (rec == nil || expired):
+			row := &pendingRow{method: p.Method, path: p.Path, hash: p.RequestHash, fields: p.RequestFields, replaceToken: -1}
+			token := int64(1)
+			if rec != nil { // Complete replaces it, if it is still there
+				token = rec.Token + 1
+				row.replaceToken, row.replaceCreated = rec.Token, rec.CreatedAt
+			}
+			l := &lease{
+				store: s, scope: p.Scope, mode: idem.ModeAtomic,
+				info:      idem.LeaseInfo{Token: token},
+				claimedAt: p.Now, start: time.Now(),
+				tx:      &leaseTx{store: s},
+				pending: row,
+				session: true,
+				lock:    lock,
+			}
+			l.tx.open(conn, nil)
+			return idem.ClaimResult{Lease: l}, nil, nil
+		case locked: // the clocks disagree at the retention boundary
+			_ = endSession(ctx, conn, lock) // on failure it closes the connection, which unlocks
+			return idem.ClaimResult{Record: rec}, nil, nil
 		}
-		if answer != nil {
-			go func() { // the answer does not depend on the rollback
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-				defer cancel()
-				_ = tx.Rollback(ctx)
-				conn.Release()
-			}()
-			return idem.ClaimResult{Record: answer}, nil
+		conn.Release()
+		switch {
+		case rec == nil:
+			return idem.ClaimResult{Record: inFlight(p.Scope)}, nil, nil
+		case expired:
+			return idem.ClaimResult{}, rec, nil
 		}
-		row := &pendingRow{method: p.Method, path: p.Path, hash: p.RequestHash, fields: p.RequestFields, replaceToken: -1}
-		token := int64(1)
-		if rec != nil { // past retention: Complete replaces it, if it is still there
-			token = rec.Token + 1
-			row.replaceToken, row.replaceCreated = rec.Token, rec.CreatedAt
-		}
-		l := &lease{
-			store: s, scope: p.Scope, mode: idem.ModeAtomic,
-			info:      idem.LeaseInfo{Token: token},
-			claimedAt: p.Now, start: time.Now(),
-			tx:      &leaseTx{store: s},
-			pending: row,
-		}
-		l.tx.open(conn, tx)
-		return idem.ClaimResult{Lease: l}, nil
+		return idem.ClaimResult{Record: rec}, nil, nil
 	}
+}
+
+// endSession ends an atomic lease that holds its key by the session-level
+// lock: it rolls back the transaction, if one is open, and unlocks the key
+// in one round trip, and returns the connection to the pool. A connection
+// on which that fails, or whose state is unknown, is closed instead: the
+// server then ends the transaction and frees the lock. A connection that
+// already died needs nothing.
+func endSession(ctx context.Context, conn *pgxpool.Conn, lock int64) error {
+	pg := conn.Conn().PgConn()
+	if pg.IsClosed() {
+		conn.Release()
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	b := &pgx.Batch{}
+	if pg.TxStatus() != 'I' {
+		b.Queue(queryRollback)
+	}
+	b.Queue(queryUnlock, lock)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil || pg.TxStatus() != 'I' {
+		closeConn(conn)
+		if err == nil {
+			err = errors.New("the connection is still in a transaction")
+		}
+		return wrapErr(ctx, "release key: unlock", err)
+	}
+	conn.Release()
+	return nil
+}
+
+// closeConn closes a pooled connection and hands it back, so that the pool
+// drops it: the way to be sure that the server ends its session, with the
+// session's transaction and advisory locks.
+func closeConn(conn *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_ = conn.Conn().Close(ctx)
+	conn.Release()
 }
 
 // pendingRow is the key row that an atomic lease inserts on Complete.
@@ -201,7 +255,7 @@ func (s *Store) probe(ctx context.Context, scope idem.Scope) (*idem.Record, erro
 		if err != nil {
 			return nil, err
 		}
-		rec, _, err := loadFrom(ctx, conn, queryLoadKey, scope)
+		rec, err := loadKey(ctx, conn, scope)
 		broken := conn.Conn().IsClosed()
 		conn.Release()
 		if err == nil {
@@ -217,15 +271,17 @@ type queryRower interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// loadFrom reads a key through q with queryLoadKey or queryProbeKey; rec is
-// nil when there is none. free is the first column: whether the key's
-// advisory lock was free, for queryProbeKey, and true for queryLoadKey.
-func loadFrom(ctx context.Context, q queryRower, query string, scope idem.Scope, args ...any) (rec *idem.Record, free bool, err error) {
-	return scanKey(q.QueryRow(ctx, query, append([]any{scope.ClientID, scope.Key}, args...)...), scope)
+// loadKey reads a key through q, without its lock; rec is nil when there
+// is none.
+func loadKey(ctx context.Context, q queryRower, scope idem.Scope) (*idem.Record, error) {
+	rec, _, err := scanKey(q.QueryRow(ctx, queryLoadKey, scope.ClientID, scope.Key), scope)
+	return rec, err
 }
 
-// scanKey scans a row of queryProbeKey or queryLoadKey.
-func scanKey(row pgx.Row, scope idem.Scope) (rec *idem.Record, free bool, err error) {
+// scanKey scans a row of querySessionClaim or queryLoadKey; rec is nil
+// when there is no key. locked is the first column: whether
+// querySessionClaim took the key's lock (true for queryLoadKey).
+func scanKey(row pgx.Row, scope idem.Scope) (rec *idem.Record, locked bool, err error) {
 	var (
 		method, path, status *string
 		hash, fields         []byte
@@ -235,7 +291,7 @@ func scanKey(row pgx.Row, scope idem.Scope) (rec *idem.Record, free bool, err er
 		createdAt, lockedAt  *time.Time
 	)
 	err = row.Scan(
-		&free, &method, &path, &hash, &fields, &status, &token,
+		&locked, &method, &path, &hash, &fields, &status, &token,
 		&respStatus, &respHeader, &respBody, &createdAt, &lockedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, true, nil
@@ -244,7 +300,7 @@ func scanKey(row pgx.Row, scope idem.Scope) (rec *idem.Record, free bool, err er
 		return nil, false, err
 	}
 	if method == nil { // the probe's outer join found no key
-		return nil, free, nil
+		return nil, locked, nil
 	}
 	rec = &idem.Record{
 		Scope: scope, Method: *method, Path: *path,
@@ -270,7 +326,7 @@ func scanKey(row pgx.Row, scope idem.Scope) (rec *idem.Record, free bool, err er
 		}
 		rec.Response = &idem.Response{StatusCode: code, Header: h, Body: respBody}
 	}
-	return rec, free, nil
+	return rec, locked, nil
 }
 
 // claimStatement queues on b the statement that claims the key: insert it,
@@ -301,14 +357,55 @@ type claimOutcome struct {
 	ctid     pgtype.TID // where the claimed row version is
 }
 
-// claimTx runs the claim's transaction, in one round trip. It returns again
-// when the key changed since seen was read, so that Claim starts over.
-//
-// blind is a two-phase claim sent before any read of the key (seen is nil):
-// it returns again, for Claim to read the key and go on from there,
-// whenever it claimed nothing, and when its connection turned out to be
-// dead (a pooled connection that died while idle).
-func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Record, blind bool) (res idem.ClaimResult, again bool, err error) {
+// claimTwoPhaseNew is the first try of a two-phase claim, sent before any
+// read of the key: in one round trip and one implicit transaction, it
+// takes the key's advisory lock without waiting and, only if it got it,
+// inserts a started row, which commits at once. It returns again, for
+// Claim to read the key and go on from there, whenever it claimed nothing:
+// the key exists (a unique violation, which rolls the insert back), its
+// lock is taken, a row lock held it past ClaimLockTimeout, or the pooled
+// connection turned out to be dead (it died while idle).
+func (s *Store) claimTwoPhaseNew(ctx context.Context, p idem.ClaimParams) (res idem.ClaimResult, again bool, err error) {
+	conn, err := s.acquire(ctx, "claim")
+	if err != nil {
+		return idem.ClaimResult{}, false, err
+	}
+	defer conn.Release()
+	fields := p.RequestFields
+	if len(fields) == 0 {
+		fields = nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(querySetLockTimeout, s.claimLockTimeout)
+	token := int64(0)
+	b.Queue(queryClaimNew, lockKey(p.Scope), p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
+		p.RequestHash, fields, p.Now).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&token)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // the lock is taken
+		}
+		return err
+	})
+	err = conn.SendBatch(ctx, b).Close()
+	switch {
+	case err == nil && token > 0:
+		return idem.ClaimResult{Lease: &lease{
+			store: s, scope: p.Scope, mode: p.Mode,
+			info:      idem.LeaseInfo{Token: token},
+			claimedAt: p.Now, start: time.Now(),
+			tx: &leaseTx{store: s},
+		}}, false, nil
+	case err == nil, isKeyTaken(err), pgCode(err) == codeLockNotAvailable, ctx.Err() == nil && conn.Conn().IsClosed():
+		return idem.ClaimResult{}, true, nil
+	}
+	return idem.ClaimResult{}, false, wrapErr(ctx, "claim", err)
+}
+
+// claimTx runs the claim's transaction, in one round trip: it inserts,
+// replaces or takes over the key that Claim read (seen, nil for none). It
+// returns again when the key changed since seen was read, so that Claim
+// starts over.
+func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Record) (res idem.ClaimResult, again bool, err error) {
 	conn, err := s.acquire(ctx, "claim")
 	if err != nil {
 		return idem.ClaimResult{}, false, err
@@ -347,8 +444,6 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Reco
 		switch {
 		case ctx.Err() != nil:
 			return idem.ClaimResult{}, false, wrapErr(ctx, "claim", err)
-		case blind && (conn.Conn().IsClosed() || pgCode(err) == codeLockNotAvailable):
-			return idem.ClaimResult{}, true, nil
 		case pgCode(err) == codeLockNotAvailable:
 			// A statement that does not take the advisory lock holds the row
 			// for a moment, such as a response being stored right now.
@@ -358,9 +453,6 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Reco
 			return idem.ClaimResult{}, true, nil
 		}
 		return idem.ClaimResult{}, false, wrapErr(ctx, "claim", err)
-	}
-	if blind && (!out.acquired || out.token == nil) {
-		return idem.ClaimResult{}, true, nil // the key exists, or is in flight
 	}
 	if !out.acquired || out.token == nil {
 		if atomicMode {
@@ -448,7 +540,7 @@ func (s *Store) claimInTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (r
 			_ = sp.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	seen, _, err := loadFrom(ctx, sp, queryLoadKey, p.Scope)
+	seen, err := loadKey(ctx, sp, p.Scope)
 	if err != nil {
 		return idem.ClaimResult{}, false, wrapErr(ctx, "claim: read key", err)
 	}
@@ -508,6 +600,10 @@ type lease struct {
 	// pending is the row that Complete inserts, for an atomic claim that
 	// holds the key by its advisory lock alone (see claimAtomic).
 	pending *pendingRow
+	// session is set when the lease holds the key by lock, a session-level
+	// advisory lock on the lease's connection, which endSession frees.
+	session bool
+	lock    int64
 	// completeFailed is set when Complete failed other than by losing the
 	// lease; Release may then still free a two-phase claim.
 	completeFailed bool
@@ -549,13 +645,14 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 	}
 	header, err := json.Marshal(resp.Header)
 	if err != nil {
-		_ = endTx(ctx, conn, tx)
+		_ = l.end(ctx, conn, tx)
 		return fmt.Errorf("idempg: encode headers: %w", err)
 	}
-	// The fenced update and COMMIT go in one round trip. If the fence
-	// fails, the server skips the COMMIT and the transaction stays aborted.
-	// A two-phase handler whose transaction never began gets one here,
-	// begun in the same round trip, on the connection it took if any.
+	// The fenced update and COMMIT go in one round trip, followed by the
+	// unlock of a session-locked key. If the fence fails, the server skips
+	// the rest and the transaction stays aborted. A handler whose
+	// transaction never began gets one here, begun in the same round trip,
+	// on the connection it took if any.
 	b := &pgx.Batch{}
 	if tx == nil {
 		if conn == nil {
@@ -565,15 +662,19 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 		}
 		b.BeginTx(pgx.TxOptions{IsoLevel: l.store.cfg.IsoLevel})
 	}
-	defer conn.Release()
 	query, args := l.completeQuery(resp, header)
 	b.Queue(query, args...)
+	committed := false
 	b.Queue(queryCommit).Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != "COMMIT" {
 			return errors.New("the transaction was rolled back instead of committed")
 		}
+		committed = true
 		return nil
 	})
+	if l.session {
+		b.Queue(queryUnlock, l.lock)
+	}
 	var br pgx.BatchResults
 	if tx == nil {
 		br = conn.SendBatch(ctx, b)
@@ -582,17 +683,38 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 		br = tx.SendBatch(ctx, b)
 	}
 	err = br.Close()
-	if err == nil {
+	switch {
+	case err == nil:
+		conn.Release()
+		return nil
+	case committed:
+		// Only the unlock failed: the response is stored, and closing the
+		// connection frees the lock.
+		closeConn(conn)
 		return nil
 	}
 	if isConflict(err) {
 		l.tx.conflicted.Store(true)
 	}
-	rollback(ctx, tx)
-	if pgCode(err) == codeLeaseLost {
+	if l.session {
+		_ = endSession(ctx, conn, l.lock)
+	} else {
+		rollback(ctx, tx)
+		conn.Release()
+	}
+	if pgCode(err) == codeLeaseLost || (l.pending != nil && isKeyTaken(err)) {
 		return fmt.Errorf("idempg: complete key (token %d): %w", l.info.Token, idem.ErrLeaseLost)
 	}
 	return wrapErr(ctx, "complete key", err)
+}
+
+// end rolls back the lease's transaction and returns its connection:
+// endSession for a session-locked key, endTx otherwise.
+func (l *lease) end(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx) error {
+	if l.session {
+		return endSession(ctx, conn, l.lock)
+	}
+	return endTx(ctx, conn, tx)
 }
 
 // completeQuery returns the fenced statement that stores resp.
@@ -606,8 +728,12 @@ func (l *lease) completeQuery(resp *idem.Response, header []byte) (string, []any
 		if len(fields) == 0 {
 			fields = nil
 		}
-		return queryInsertCompleted, []any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, fields,
-			l.info.Token, resp.StatusCode, header, body, l.claimedAt, l.completedAt(), r.replaceToken, r.replaceCreated}
+		args := []any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, fields,
+			l.info.Token, resp.StatusCode, header, body, l.claimedAt, l.completedAt()}
+		if r.replaceToken < 0 {
+			return queryInsertCompletedNew, args
+		}
+		return queryInsertCompleted, append(args, r.replaceToken, r.replaceCreated)
 	}
 	args := []any{l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body, l.completedAt()}
 	if l.ctid.Valid {
@@ -657,7 +783,7 @@ func (l *lease) Release(ctx context.Context) error {
 		}
 		return nil
 	}
-	if err := endTx(ctx, conn, tx); err != nil {
+	if err := l.end(ctx, conn, tx); err != nil {
 		return err
 	}
 	if l.mode == idem.ModeAtomic {

@@ -759,3 +759,151 @@ func TestReleaseAfterFailedCompleteFreesTwoPhaseKey(t *testing.T) {
 	retry := mustLease(t, store, params(idem.ModeTwoPhase, scope, "a", epoch.Add(time.Second)))
 	complete(t, retry, `{"retry":true}`)
 }
+
+// advisoryLocks counts the advisory locks held in the database of pool.
+func advisoryLocks(t testing.TB, pool *pgxpool.Pool) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	var n int
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n)
+	if err != nil {
+		t.Fatalf("read pg_locks: %v", err)
+	}
+	return n
+}
+
+// TestAtomicLeaseNeverKeepsItsLock ends atomic leases, which hold their key
+// by a session-level advisory lock on a pooled connection, in every way
+// they can end, on a pool of one connection: a connection that went back to
+// the pool still holding a key's lock would let the next claim of that key,
+// on the same session, take the lock again and run the request twice.
+func TestAtomicLeaseNeverKeepsItsLock(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	store := setupOn(t, newPool(t, url, 1), nil)
+	admin := newPool(t, url, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*testTimeout)
+	defer cancel()
+
+	tests := []struct {
+		name string
+		// end ends the lease; replay is whether the key is then completed.
+		end    func(t *testing.T, l idem.Lease, scope idem.Scope) (replay bool)
+		writes int // business rows that must remain
+	}{
+		{"CompleteAfterWrite", func(t *testing.T, l idem.Lease, scope idem.Scope) bool {
+			if err := write(l.Context(ctx), scope.Key); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			complete(t, l, "{}")
+			return true
+		}, 1},
+		{"CompleteWithoutTransaction", func(t *testing.T, l idem.Lease, scope idem.Scope) bool {
+			complete(t, l, "{}")
+			return true
+		}, 0},
+		{"ReleaseAfterWrite", func(t *testing.T, l idem.Lease, scope idem.Scope) bool {
+			if err := write(l.Context(ctx), scope.Key); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			return false
+		}, 0},
+		{"ReleaseWithoutTransaction", func(t *testing.T, l idem.Lease, scope idem.Scope) bool {
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			return false
+		}, 0},
+		{"ReleaseAbortedTransaction", func(t *testing.T, l idem.Lease, scope idem.Scope) bool {
+			tx, err := idempg.TxFromContext(l.Context(ctx))
+			if err != nil {
+				t.Fatalf("TxFromContext: %v", err)
+			}
+			if _, err := tx.Exec(ctx, `SELECT 1 / $1::int`, 0); err == nil {
+				t.Fatalf("division by zero succeeded")
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			return false
+		}, 0},
+		{"CompleteFailsAtTheFence", func(t *testing.T, l idem.Lease, scope idem.Scope) bool {
+			if err := write(l.Context(ctx), scope.Key); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			// Another holder's completed row, as if two transactions reached
+			// the end with the same key: the unique key fences this one out.
+			if _, err := admin.Exec(ctx, `INSERT INTO idempotency_keys
+    (client_id, idempotency_key, request_method, request_path, request_hash, status, lease_token,
+     response_status, response_headers, response_body, created_at, locked_at, completed_at)
+VALUES ($1, $2, 'POST', '/v1/payments', $3, 'completed', 7, 201, '{}', '{}', $4, $4, $4)`,
+				scope.ClientID, scope.Key, hashOf("a"), epoch); err != nil {
+				t.Fatalf("insert the other holder's row: %v", err)
+			}
+			if err := l.Complete(ctx, response(`{"holder":"fenced"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+				t.Fatalf("Complete = %v, want an error wrapping ErrLeaseLost", err)
+			}
+			return true
+		}, 0},
+		{"CompleteAfterCancelledStatement", func(t *testing.T, l idem.Lease, scope idem.Scope) bool {
+			hctx, cancel := context.WithCancel(l.Context(ctx))
+			tx, err := idempg.TxFromContext(hctx)
+			if err != nil {
+				t.Fatalf("TxFromContext: %v", err)
+			}
+			go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+			if _, err := tx.Exec(hctx, `SELECT pg_sleep($1::float8)`, 1.0); err == nil {
+				t.Fatalf("a cancelled statement succeeded")
+			}
+			if err := l.Complete(ctx, response("{}")); err == nil {
+				t.Fatalf("Complete after a cancelled statement succeeded")
+			}
+			return false
+		}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			scope := newScope("alice")
+			l := mustLease(t, store, params(idem.ModeAtomic, scope, "a", epoch))
+			// A failed check must not keep the pool's only connection.
+			defer l.Release(context.Background())
+			if n := advisoryLocks(t, admin); n != 1 {
+				t.Fatalf("%d advisory locks while the lease holds its key, want 1", n)
+			}
+			replay := tt.end(t, l, scope)
+			// A connection that pgx closed on cancellation leaves its server
+			// process running the statement until it ends; the lock goes
+			// with the process.
+			deadline := time.Now().Add(testTimeout)
+			for advisoryLocks(t, admin) != 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("advisory locks remain %s after the lease ended", testTimeout)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n := countRows(t, store, scope.Key); n != tt.writes {
+				t.Errorf("%d business rows, want %d", n, tt.writes)
+			}
+			// The next claim of the key runs on the same pooled connection.
+			res := claim(t, store, params(idem.ModeAtomic, scope, "a", epoch.Add(time.Second)))
+			switch {
+			case replay && (res.Record == nil || res.Record.Status != idem.StatusCompleted):
+				t.Fatalf("next claim = %+v, want the completed record", res)
+			case !replay && res.Lease == nil:
+				t.Fatalf("next claim = %+v, want a lease: the key must be free", res)
+			case !replay:
+				if err := res.Lease.Release(ctx); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+			}
+			if n := advisoryLocks(t, admin); n != 0 {
+				t.Fatalf("%d advisory locks at the end, want 0", n)
+			}
+		})
+	}
+}

@@ -22,19 +22,19 @@
 //
 // # Replays: one round trip
 //
-// An atomic claim first reads the key by its primary key on a pooled
-// connection, outside any transaction and without a lock. A completed key
-// is replayed from that read, and a two-phase key whose lease is alive is
-// answered 409 from it. Only a new key, a key past retention or an expired
-// lease goes on to a transaction, which is sent in one more round trip
-// (pgx pipelines BEGIN and the claim); a key whose lock a request in flight
-// holds is answered 409 there, at once.
+// An atomic claim is one statement on a pooled connection, outside any
+// transaction: it reads the key by its primary key and, only when there is
+// none (or it is past retention), tries the key's advisory lock. A
+// completed key is replayed from that read; a key whose lock a request in
+// flight holds is answered 409 from it, at once.
 //
 // A two-phase claim, which must commit its row before the handler runs,
-// sends that transaction first, for a new key: it inserts the started row
-// unless the key exists, in one round trip. A key that exists, or whose lock
-// is held, is then read as above, so a two-phase replay costs two round
-// trips.
+// first tries the lock and inserts the started row, in one round trip and
+// one implicit transaction; a key that exists fails that insert. Such a
+// key, or one whose lock is held, is then read without a lock and answered
+// from the read, so a two-phase replay costs two round trips. Only an
+// expired lease or a key past retention goes on to one more round trip, a
+// transaction that takes the lock and takes over or replaces the row.
 //
 // Replays must come from the primary, never from an asynchronous read
 // replica: a replica that lags shows a finished key as new, and the request
@@ -42,25 +42,35 @@
 //
 // # Atomic mode
 //
-// In idem.ModeAtomic the claim opens a transaction that outlives the Claim
-// call and runs the handler. It takes the key's transaction-scoped advisory
-// lock with pg_try_advisory_xact_lock, which answers at once. At READ
-// COMMITTED (the default) the lock alone holds the key: the claim writes no
-// row, and the lease's Complete inserts the completed row, with the
-// response, and commits, in one round trip; if a row for the key appeared
-// meanwhile the insert matches nothing and everything rolls back, so the
-// unique key stays the final fence. At REPEATABLE READ or SERIALIZABLE the
-// claim inserts a started row with INSERT ... ON CONFLICT DO NOTHING instead
-// and Complete updates it, so that no read of the key table enters the
-// transaction's snapshot. Either way the business writes, the key and the
-// response commit together or not at all: a crash at any point leaves
-// nothing, and the key is free again at once. Release rolls everything back.
+// In idem.ModeAtomic at READ COMMITTED (the default) the claim's lock is a
+// session-level advisory lock (pg_try_advisory_lock, which answers at once)
+// on the connection that the lease keeps. The lock alone holds the key: the
+// claim writes no row. The handler's transaction begins on that connection
+// with its first statement, in the same round trip, and the lease's
+// Complete inserts the completed row with the response, commits and
+// unlocks, in one more: a new key costs three round trips, the handler's
+// one statement included, as many as the handler would take on its own in a
+// transaction (BEGIN, the statement, COMMIT). If a row for the key appeared
+// meanwhile the insert fails on the unique key and everything rolls back:
+// the unique key stays the final fence. The connection never goes back to
+// the pool holding a lock: Release and a failed Complete roll back and
+// unlock in one round trip, and close the connection if that fails, which
+// frees the lock on the server; a process that dies frees its locks the
+// same way.
 //
-// The holder's uncommitted row is invisible to other requests, but its
+// At REPEATABLE READ or SERIALIZABLE the claim opens the transaction
+// instead, takes pg_try_advisory_xact_lock and inserts a started row with
+// INSERT ... ON CONFLICT DO NOTHING, and Complete updates it, so that the
+// key row's insert does not enter the transaction's predicate locks. Either
+// way the business writes, the key and the response commit together or not
+// at all: a crash at any point leaves nothing, and the key is free again at
+// once. Release rolls everything back.
+//
+// The holder's uncommitted work is invisible to other requests, but its
 // advisory lock is not: a duplicate that finds the lock taken is answered
-// "in flight" (409) at once, without ever waiting for the holder's row lock,
-// however long the holder runs. Each request in flight holds a pool
-// connection for its duration; size the pool for that.
+// "in flight" (409) at once, without ever waiting for the holder, however
+// long the holder runs. Each request in flight holds a pool connection for
+// its duration; size the pool for that.
 //
 // # Two-phase mode
 //

@@ -33,7 +33,15 @@ const (
 	codeLockNotAvailable    = "55P03"
 	codeSerializationFailed = "40001"
 	codeDeadlockDetected    = "40P01"
+	codeUniqueViolation     = "23505"
 )
+
+// isKeyTaken reports whether err is the unique violation of an insert into
+// the key table: another request stored the key first.
+func isKeyTaken(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.TableName == "idempotency_keys"
+}
 
 func pgCode(err error) string {
 	var pgErr *pgconn.PgError

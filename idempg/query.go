@@ -19,15 +19,21 @@ const (
 
 	queryForgetMigration = `DELETE FROM idem_schema_migrations WHERE version = $1`
 
-	// queryProbeKey reads a key and tries its advisory lock in one
-	// statement; inside the atomic claim's transaction the lock, if taken,
-	// holds the key until the transaction ends. It returns one row even
-	// when the key does not exist.
-	queryProbeKey = `SELECT pg_try_advisory_xact_lock($3::bigint),
+	// querySessionClaim is the atomic claim at READ COMMITTED, sent
+	// outside any transaction: it reads a key and, only when there is none
+	// or it was created at or before $4 (past retention; NULL for never),
+	// tries the key's session-level advisory lock. It returns one row even
+	// when the key does not exist; the first column is whether it took the
+	// lock.
+	querySessionClaim = `SELECT CASE WHEN k.client_id IS NULL OR k.created_at <= $4::timestamptz
+            THEN pg_try_advisory_lock($3::bigint) ELSE false END,
        k.request_method, k.request_path, k.request_hash, k.request_fields, k.status, k.lease_token,
        k.response_status, k.response_headers, k.response_body, k.created_at, k.locked_at
 FROM (VALUES (true)) AS one (row)
 LEFT JOIN idempotency_keys k ON k.client_id = $1 AND k.idempotency_key = $2`
+
+	// queryUnlock frees the lock that querySessionClaim took.
+	queryUnlock = `SELECT pg_advisory_unlock($1::bigint)`
 
 	// queryLoadKey reads a key without its lock: the replay fast path, and
 	// the read inside a caller's transaction for ClaimTx.
@@ -44,6 +50,20 @@ WHERE client_id = $1 AND idempotency_key = $2`
 	querySaveLockTimeout    = `SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true)`
 	querySetLockTimeout     = `SELECT set_config('lock_timeout', $1, true)`
 	queryRestoreLockTimeout = `SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)`
+
+	// queryClaimNew takes the key's advisory lock without waiting and, only
+	// if it got it, inserts a started row, returning its token; no row when
+	// the lock is taken. A key that exists is a unique violation.
+	queryClaimNew = `WITH guard AS (
+    SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired
+)
+INSERT INTO idempotency_keys
+    (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
+     status, lease_token, created_at, locked_at)
+SELECT $2::text, $3::text, $4::text, $5::text, $6::bytea, $7::bytea,
+       'started', 1, $8::timestamptz, $8::timestamptz
+FROM guard WHERE guard.acquired
+RETURNING lease_token`
 
 	// queryClaimInsert takes the key's advisory lock without waiting and,
 	// only if it got it, inserts a started row unless one exists. It returns
@@ -121,6 +141,17 @@ SELECT idem_lease_held(count(*)) FROM done`
 )
 SELECT idem_lease_held(count(*)) FROM done`
 
+	// queryInsertCompletedNew stores the response of an atomic lease whose
+	// claim wrote no row and saw no key (its lock fenced the key while the
+	// handler ran): a plain insert, whose unique violation, should the key
+	// have appeared in between, aborts the transaction. The unique key is
+	// the final fence.
+	queryInsertCompletedNew = `INSERT INTO idempotency_keys
+    (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
+     status, lease_token, response_status, response_headers, response_body,
+     created_at, locked_at, completed_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'completed', $7, $8, $9, $10, $11, $11, $12)`
+
 	// queryInsertCompleted stores the response of an atomic lease whose
 	// claim wrote no row (its advisory lock fenced the key while the handler
 	// ran): it inserts the completed row, or replaces the row past retention
@@ -145,7 +176,8 @@ SELECT idem_lease_held(count(*)) FROM done`
 )
 SELECT idem_lease_held(count(*)) FROM done`
 
-	queryCommit = `COMMIT`
+	queryCommit   = `COMMIT`
+	queryRollback = `ROLLBACK`
 
 	// queryReleaseKey frees a two-phase key, unless another request took it
 	// over.
