@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/idemkit/idem/internal/bench"
@@ -14,10 +16,12 @@ const benchUsage = `Usage: idem bench --db URL [flags]
 
 Bench measures what idem costs on the reference payments endpoint: POST
 /v1/payments over real HTTP on loopback, in one process on one database,
-without the middleware ("bare"), with it in atomic and two-phase mode on new
-keys, and replaying completed keys. The variants are interleaved in rounds so
-that a noisy machine affects all alike, and each is reported as a throughput
-ratio to the bare endpoint. Use a scratch database: the run adds rows.
+without the middleware ("bare"; "bare-tx" with its insert in a transaction
+of its own), with it in atomic and two-phase mode on new keys, and replaying
+completed keys. The variants are interleaved in rounds so that a noisy
+machine affects all alike, and each is reported as a throughput ratio to the
+bare endpoint and, when it ran, to bare-tx. Use a scratch database: the run
+adds rows.
 
 Example:
 
@@ -41,6 +45,7 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 		rounds      = fs.Int("rounds", env.Int("IDEM_BENCH_ROUNDS", 0), "`number` of interleaved rounds (default 3; env IDEM_BENCH_ROUNDS)")
 		concurrency = fs.Int("concurrency", env.Int("IDEM_BENCH_CONCURRENCY", 0), "`number` of clients sending at once (default 8; env IDEM_BENCH_CONCURRENCY)")
 		variants    = fs.String("variants", env.String("IDEM_BENCH_VARIANTS", strings.Join(bench.AllVariants, ",")), "comma-separated `list` of variants; bare always runs (env IDEM_BENCH_VARIANTS)")
+		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the whole run, for go tool pprof, to `file`")
 	)
 	if env.Err() != nil {
 		fmt.Fprintf(c.stderr, "idem bench: %v\n", env.Err())
@@ -55,6 +60,20 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 	if *db == "" || fs.NArg() > 0 {
 		fmt.Fprintln(c.stderr, "idem bench: --db is required and takes no arguments")
 		return exitUsage
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(c.stderr, "idem bench: cpu profile: %v\n", err)
+			return exitFail
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
 	}
 	results, err := bench.Run(ctx, bench.Config{
 		DatabaseURL: *db, Duration: *duration, Rounds: *rounds, Concurrency: *concurrency,

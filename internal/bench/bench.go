@@ -26,13 +26,14 @@ import (
 // Variants, in the order they run in each round.
 const (
 	Bare     = "bare"      // the endpoint without the middleware
+	BareTx   = "bare-tx"   // the same, its insert in a transaction of its own
 	Atomic   = "atomic"    // new keys, ModeAtomic
 	TwoPhase = "two-phase" // new keys, ModeTwoPhase
 	Replay   = "replay"    // retries of completed keys
 )
 
 // AllVariants lists every variant.
-var AllVariants = []string{Bare, Atomic, TwoPhase, Replay}
+var AllVariants = []string{Bare, BareTx, Atomic, TwoPhase, Replay}
 
 // Config configures a run.
 type Config struct {
@@ -59,8 +60,18 @@ type Result struct {
 	Elapsed   time.Duration
 	PerSecond float64
 	// Ratio is PerSecond divided by the bare endpoint's.
-	Ratio    float64
+	Ratio float64
+	// RatioTx is PerSecond divided by that of the bare endpoint with its
+	// insert in a transaction of its own; 0 when that variant did not run.
+	RatioTx  float64
 	P50, P99 time.Duration
+	// CPU is the CPU time per request of this process: HTTP clients,
+	// server, middleware and database driver. On Linux only, else 0.
+	CPU time.Duration
+	// DBCPU is the CPU time per request of the PostgreSQL processes on
+	// this machine, when they can be read (Linux, a local server); else 0.
+	// SQLite runs inside this process, in CPU.
+	DBCPU time.Duration
 }
 
 // Run runs the benchmark.
@@ -110,7 +121,10 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		pc := payments.Config{
 			Repo: db.Repo, Store: db.Store, Tokens: map[string]string{"sk_bench": "bench"},
-			Logger: slog.New(slog.DiscardHandler), WithoutIdempotency: v == Bare,
+			Logger: slog.New(slog.DiscardHandler), WithoutIdempotency: v == Bare || v == BareTx,
+		}
+		if v == BareTx {
+			pc.Repo = db.RepoOwnTx
 		}
 		if v == TwoPhase {
 			pc.Idem.Mode = idem.ModeTwoPhase
@@ -167,36 +181,64 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	var out []Result
 	for _, v := range cfg.Variants {
 		t := totals[v]
-		out = append(out, Result{
+		r := Result{
 			Variant: v, Requests: t.n, Errors: t.errors, Elapsed: t.elapsed,
 			PerSecond: t.rate(), Ratio: t.rate() / bare,
 			P50: t.quantile(0.50), P99: t.quantile(0.99),
-		})
+			CPU: t.perRequest(t.cpu), DBCPU: t.perRequest(t.dbCPU),
+		}
+		if tx, ok := totals[BareTx]; ok && tx.rate() > 0 {
+			r.RatioTx = t.rate() / tx.rate()
+		}
+		out = append(out, r)
 	}
 	return out, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// WriteTable writes results as a table.
+// WriteTable writes results as a table: ratios to the bare endpoint, and to
+// the bare endpoint with a transaction of its own when that variant ran.
 func WriteTable(w io.Writer, results []Result) {
-	fmt.Fprintf(w, "%-10s %10s %10s %8s %9s %9s %7s\n", "variant", "requests", "req/s", "ratio", "p50 ms", "p99 ms", "errors")
+	withTx := slices.ContainsFunc(results, func(r Result) bool { return r.RatioTx > 0 })
+	fmt.Fprintf(w, "%-10s %10s %10s %8s", "variant", "requests", "req/s", "ratio")
+	if withTx {
+		fmt.Fprintf(w, " %9s", "vs tx")
+	}
+	fmt.Fprintf(w, " %9s %9s %7s %11s %10s\n", "p50 ms", "p99 ms", "errors", "app us/req", "db us/req")
 	for _, r := range results {
-		fmt.Fprintf(w, "%-10s %10d %10.0f %7.2fx %9.2f %9.2f %7d\n", r.Variant, r.Requests, r.PerSecond, r.Ratio, ms(r.P50), ms(r.P99), r.Errors)
+		fmt.Fprintf(w, "%-10s %10d %10.0f %7.2fx", r.Variant, r.Requests, r.PerSecond, r.Ratio)
+		if withTx {
+			fmt.Fprintf(w, " %8.2fx", r.RatioTx)
+		}
+		fmt.Fprintf(w, " %9.2f %9.2f %7d %11.0f %10.0f\n", ms(r.P50), ms(r.P99), r.Errors, us(r.CPU), us(r.DBCPU))
 	}
 }
 
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
 type tally struct {
-	n, errors int64
-	elapsed   time.Duration
-	latencies []time.Duration
+	n, errors  int64
+	elapsed    time.Duration
+	cpu, dbCPU time.Duration
+	latencies  []time.Duration
 }
 
 func (t *tally) add(o *tally) {
 	t.n += o.n
 	t.errors += o.errors
 	t.elapsed += o.elapsed
+	t.cpu += o.cpu
+	t.dbCPU += o.dbCPU
 	t.latencies = append(t.latencies, o.latencies...)
+}
+
+// perRequest divides d among the tally's requests.
+func (t *tally) perRequest(d time.Duration) time.Duration {
+	if t.n == 0 {
+		return 0
+	}
+	return d / time.Duration(t.n)
 }
 
 func (t *tally) rate() float64 {
@@ -222,6 +264,7 @@ func measure(ctx context.Context, client *http.Client, url string, cfg Config, n
 	var mu sync.Mutex
 	total := &tally{}
 	var wg sync.WaitGroup
+	cpu0, db0 := processCPU(), serverCPU()
 	begin := time.Now()
 	for range cfg.Concurrency {
 		wg.Add(1)
@@ -247,6 +290,14 @@ func measure(ctx context.Context, client *http.Client, url string, cfg Config, n
 	}
 	wg.Wait()
 	total.elapsed = time.Since(begin)
+	total.cpu = processCPU() - cpu0
+	if db0 != nil {
+		// By process: backends that exited in between are left out, and
+		// new ones count from zero.
+		for pid, used := range serverCPU() {
+			total.dbCPU += used - db0[pid]
+		}
+	}
 	return total
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -43,9 +44,20 @@ func TestRunMeasuresEveryVariant(t *testing.T) {
 			if results[0].Variant != Bare || results[0].Ratio != 1 {
 				t.Errorf("first result %+v, want the bare endpoint with ratio 1", results[0])
 			}
+			if results[1].Variant != BareTx || results[1].RatioTx != 1 {
+				t.Errorf("second result %+v, want the bare endpoint in its own transaction with ratio to it 1", results[1])
+			}
+			if runtime.GOOS == "linux" {
+				for _, r := range results {
+					if r.CPU <= 0 {
+						t.Errorf("%s: CPU per request %s, want > 0", r.Variant, r.CPU)
+					}
+				}
+			}
 			var table bytes.Buffer
 			WriteTable(&table, results)
-			if !strings.Contains(table.String(), "two-phase") || !strings.Contains(progress.String(), "round 1") {
+			if !strings.Contains(table.String(), "two-phase") || !strings.Contains(table.String(), "vs tx") ||
+				!strings.Contains(progress.String(), "round 1") {
 				t.Errorf("table:\n%s\nprogress:\n%s", table.String(), progress.String())
 			}
 		})

@@ -25,6 +25,9 @@ type Database struct {
 	Name  string
 	Store idem.Store
 	Repo  Repo
+	// RepoOwnTx is Repo, inserting in a transaction of its own in a
+	// request without an idempotency transaction: a benchmark baseline.
+	RepoOwnTx Repo
 	// Purge deletes keys created before a time.
 	Purge func(ctx context.Context, before time.Time) (int64, error)
 	// Close closes the database.
@@ -61,7 +64,7 @@ func openSQLite(ctx context.Context, path string, migrate bool, logger *slog.Log
 		return nil, err
 	}
 	return &Database{
-		Name: "sqlite:" + path, Store: store, Repo: repo,
+		Name: "sqlite:" + path, Store: store, Repo: repo, RepoOwnTx: repo.OwnTransactions(),
 		Purge: func(ctx context.Context, before time.Time) (int64, error) {
 			return store.Purge(ctx, idemsqlite.PurgeParams{Before: before})
 		},
@@ -95,7 +98,7 @@ func openPostgres(ctx context.Context, url string, migrate bool, logger *slog.Lo
 	}
 	return &Database{
 		Name:  fmt.Sprintf("postgres://%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database),
-		Store: store, Repo: repo,
+		Store: store, Repo: repo, RepoOwnTx: repo.OwnTransactions(),
 		Purge: func(ctx context.Context, before time.Time) (int64, error) {
 			return store.Purge(ctx, idempg.PurgeParams{Before: before})
 		},

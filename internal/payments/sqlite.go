@@ -12,6 +12,7 @@ import (
 // SQLiteRepo keeps payments in the idemsqlite store's database.
 type SQLiteRepo struct {
 	store *idemsqlite.Store
+	ownTx bool
 }
 
 var _ Repo = (*SQLiteRepo)(nil)
@@ -41,17 +42,43 @@ func NewSQLiteRepo(ctx context.Context, store *idemsqlite.Store) (*SQLiteRepo, e
 // when the request has none (the service runs without the middleware only
 // as a benchmark baseline).
 func (r *SQLiteRepo) Insert(ctx context.Context, p *Payment) error {
-	var db interface {
-		ExecContext(context.Context, string, ...any) (sql.Result, error)
-	} = r.store.DB()
 	tx, err := idemsqlite.TxFromContext(ctx)
 	switch {
 	case err == nil:
-		db = tx
+		return r.insert(ctx, tx, p)
 	case !errors.Is(err, idemsqlite.ErrNoTx):
 		return err
+	case r.ownTx:
+		tx, err := r.store.DB().BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("payments: begin: %w", err)
+		}
+		if err := r.insert(ctx, tx, p); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("payments: commit: %w", err)
+		}
+		return nil
 	}
-	_, err = db.ExecContext(ctx, `INSERT INTO payments
+	return r.insert(ctx, r.store.DB(), p)
+}
+
+// OwnTransactions returns the repository whose Insert, in a request without
+// an idempotency transaction, runs in a transaction of its own, as an
+// endpoint that writes several rows must: the second baseline of the
+// benchmarks.
+func (r *SQLiteRepo) OwnTransactions() *SQLiteRepo {
+	c := *r
+	c.ownTx = true
+	return &c
+}
+
+func (r *SQLiteRepo) insert(ctx context.Context, db interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, p *Payment) error {
+	_, err := db.ExecContext(ctx, `INSERT INTO payments
     (id, client_id, amount, currency, customer, description, status, created, idempotency_key)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		p.ID, p.ClientID, p.Amount, p.Currency, p.Customer, p.Description, p.Status, p.Created, p.IdempotencyKey)
