@@ -23,9 +23,18 @@ machine affects all alike, and each is reported as a throughput ratio to the
 bare endpoint and, when it ran, to bare-tx. Use a scratch database: the run
 adds rows.
 
+On PostgreSQL, the floor variants (floor-2rt, floor-1rt, floor-2commit; only
+when listed in --variants) run the endpoint without the middleware, writing
+the payment and a completed key row by hand in the fewest round trips that
+each shape of design allows: the best any idempotency layer could do on this
+machine and database, to read the other ratios against. The app and db
+columns are CPU time per request of this process and of the PostgreSQL
+processes on this machine.
+
 Example:
 
 	idem bench --db 'postgres://postgres@127.0.0.1:5432/bench?pool_max_conns=16'
+	idem bench --db "$DATABASE_URL" --variants bare,bare-tx,atomic,floor-2rt,floor-1rt
 
 Flags:
 `

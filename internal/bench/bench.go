@@ -91,9 +91,10 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if len(cfg.Variants) == 0 {
 		cfg.Variants = AllVariants
 	}
+	known := slices.Concat(AllVariants, FloorVariants)
 	for _, v := range cfg.Variants {
-		if !slices.Contains(AllVariants, v) {
-			return nil, fmt.Errorf("bench: unknown variant %q; want one of %s", v, strings.Join(AllVariants, ", "))
+		if !slices.Contains(known, v) {
+			return nil, fmt.Errorf("bench: unknown variant %q; want one of %s", v, strings.Join(known, ", "))
 		}
 	}
 	if !slices.Contains(cfg.Variants, Bare) {
@@ -129,11 +130,19 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		if v == TwoPhase {
 			pc.Idem.Mode = idem.ModeTwoPhase
 		}
-		svc, err := payments.NewService(pc)
+		var h http.Handler
+		if slices.Contains(FloorVariants, v) {
+			h, err = floorService(db, v, pc)
+		} else {
+			var svc *payments.Service
+			if svc, err = payments.NewService(pc); err == nil {
+				h = svc.Handler()
+			}
+		}
 		if err != nil {
 			return nil, err
 		}
-		srv := httptest.NewServer(svc.Handler())
+		srv := httptest.NewServer(h)
 		defer srv.Close()
 		servers[v] = srv
 	}

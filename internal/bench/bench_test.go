@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
@@ -69,4 +71,55 @@ func TestRunRejectsUnknownVariant(t *testing.T) {
 	if _, err := Run(context.Background(), Config{DatabaseURL: "sqlite:x", Variants: []string{"fast"}}); err == nil {
 		t.Fatal("Run with an unknown variant succeeded")
 	}
+}
+
+// TestFloorVariants runs the floor variants, which write payments and key
+// rows without the middleware, on PostgreSQL, and refuses them on SQLite.
+func TestFloorVariants(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	results, err := Run(context.Background(), Config{
+		DatabaseURL: url, Duration: 150 * time.Millisecond, Rounds: 1, Concurrency: 4, Variants: FloorVariants,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(results) != 1+len(FloorVariants) {
+		t.Fatalf("%d results, want bare and %d floor variants", len(results), len(FloorVariants))
+	}
+	var requests int64
+	for _, r := range results[1:] {
+		if r.Requests == 0 || r.Errors != 0 {
+			t.Errorf("%s: %+v; want requests and no errors", r.Variant, r)
+		}
+		requests += r.Requests
+	}
+	// Every answered request of a floor variant committed a payment and its
+	// completed key row; requests cut off by the end of a run may add some.
+	pool := openPool(t, url)
+	var keys int64
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM idempotency_keys WHERE status = 'completed'`).Scan(&keys); err != nil {
+		t.Fatalf("count keys: %v", err)
+	}
+	if keys < requests {
+		t.Errorf("%d completed key rows, want at least %d, one per request", keys, requests)
+	}
+
+	_, err = Run(context.Background(), Config{
+		DatabaseURL: "sqlite:" + filepath.Join(t.TempDir(), "b.db"), Duration: 50 * time.Millisecond, Rounds: 1,
+		Variants: []string{Floor2RT},
+	})
+	if err == nil || !strings.Contains(err.Error(), "needs PostgreSQL") {
+		t.Errorf("floor variant on SQLite: err %v, want one that says it needs PostgreSQL", err)
+	}
+}
+
+func openPool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatalf("open pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }

@@ -32,7 +32,12 @@ type Database struct {
 	Purge func(ctx context.Context, before time.Time) (int64, error)
 	// Close closes the database.
 	Close func()
+
+	pool *pgxpool.Pool // nil on SQLite
 }
+
+// Pool returns the PostgreSQL pool, and false on SQLite.
+func (d *Database) Pool() (*pgxpool.Pool, bool) { return d.pool, d.pool != nil }
 
 // OpenDatabase opens the database named by url, sqlite:PATH or
 // postgres://... (postgresql:// too), applies the store's migrations when
@@ -103,5 +108,6 @@ func openPostgres(ctx context.Context, url string, migrate bool, logger *slog.Lo
 			return store.Purge(ctx, idempg.PurgeParams{Before: before})
 		},
 		Close: pool.Close,
+		pool:  pool,
 	}, nil
 }
