@@ -84,8 +84,9 @@ const (
 )
 
 // NewFingerprint computes the fingerprint of a request. JSON bodies
-// (application/json and any +json type) are canonicalised by RFC 8785, and a
-// JSON object that names a member twice is rejected; form bodies
+// (application/json and any +json type) are canonicalised by RFC 8785, with
+// numbers that a double cannot hold kept exact, and a JSON object that names
+// a member twice is rejected; form bodies
 // (application/x-www-form-urlencoded) by sorted names and values. An empty
 // body needs no content type.
 func NewFingerprint(p FingerprintParams) (Fingerprint, error) {
@@ -154,10 +155,16 @@ func canonicalBody(p FingerprintParams) (kind string, body []byte, fields []Fiel
 	}
 }
 
+// canonicalForm is RFC 8785 with exact numbers: a number that a double
+// cannot hold (9007199254740993, an id of 19 digits) keeps its value instead
+// of rounding to the double's, so that two requests that differ only there
+// never share a fingerprint.
+var canonicalForm = jcs.Options{ExactNumbers: true}
+
 func canonicalJSON(src []byte, exclude []string) ([]byte, []FieldDigest, error) {
-	members, err := jcs.Members(src)
+	members, err := canonicalForm.Members(src)
 	if errors.Is(err, jcs.ErrNotObject) {
-		out, err := jcs.Canonicalize(src)
+		out, err := canonicalForm.Canonicalize(src)
 		if err != nil {
 			return nil, nil, jsonError(err)
 		}
@@ -178,7 +185,7 @@ func canonicalJSON(src []byte, exclude []string) ([]byte, []FieldDigest, error) 
 			buf.WriteByte(',')
 		}
 		name, _ := json.Marshal(m.Name) // the name is valid UTF-8: it came from the parser
-		canonName, err := jcs.Canonicalize(name)
+		canonName, err := canonicalForm.Canonicalize(name)
 		if err != nil {
 			return nil, nil, jsonError(err)
 		}

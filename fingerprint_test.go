@@ -66,6 +66,7 @@ func TestNewFingerprintSameRequest(t *testing.T) {
 		{"JSONNumberWithUppercaseExponent", fpJSON(`{"amount":4200}`), fpJSON(`{"amount":42E+2}`)},
 		{"JSONNumberWithTrailingZeros", fpJSON(`{"rate":0.5}`), fpJSON(`{"rate":0.50000}`)},
 		{"JSONNegativeZero", fpJSON(`{"fee":0}`), fpJSON(`{"fee":-0}`)},
+		{"JSONLongIDSpellings", fpJSON(`{"order_id":1234567890123456789}`), fpJSON(`{"order_id":1.234567890123456789e18}`)},
 		{"JSONStringEscapes", fpJSON(`{"currency":"eur","note":"é/"}`), fpJSON(`{"currency":"\u0065ur","note":"\u00e9\/"}`)},
 		{"JSONMemberNameEscapes", fpJSON(`{"amount":1}`), fpJSON(`{"\u0061mount":1}`)},
 		{"JSONTopLevelArrayWhitespace", fpJSON(`[1,2,{"b":1,"a":2}]`), fpJSON(`[ 1, 2.0, {"a":2, "b":1} ]`)},
@@ -130,6 +131,11 @@ func TestNewFingerprintDifferentRequest(t *testing.T) {
 		{"QueryMovedToBody", idem.FingerprintParams{Method: "POST", Path: "/p", RawQuery: "amount=1"}, idem.FingerprintParams{Method: "POST", Path: "/p", ContentType: "application/x-www-form-urlencoded", Body: []byte("amount=1")}},
 		{"JSONAmount", fpJSON(`{"amount":4200,"currency":"eur"}`), fpJSON(`{"amount":4201,"currency":"eur"}`)},
 		{"JSONSmallFraction", fpJSON(`{"amount":0.1}`), fpJSON(`{"amount":0.10000000000000002}`)},
+		// A double holds neither exactly; RFC 8785 alone would give both the
+		// form of 9007199254740992, and 1234567890123456800 to both ids.
+		{"JSONIntegerBeyondDouble", fpJSON(`{"amount":9007199254740993}`), fpJSON(`{"amount":9007199254740992}`)},
+		{"JSONLongIDs", fpJSON(`{"order_id":1234567890123456789}`), fpJSON(`{"order_id":1234567890123456788}`)},
+		{"JSONTinyVersusZero", fpJSON(`{"rate":1e-400}`), fpJSON(`{"rate":0}`)},
 		{"JSONCurrency", fpJSON(`{"amount":4200,"currency":"eur"}`), fpJSON(`{"amount":4200,"currency":"usd"}`)},
 		{"JSONStringCase", fpJSON(`{"currency":"eur"}`), fpJSON(`{"currency":"EUR"}`)},
 		{"JSONNestedValue", fpJSON(`{"metadata":{"order_id":"1"}}`), fpJSON(`{"metadata":{"order_id":"2"}}`)},

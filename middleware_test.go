@@ -663,3 +663,26 @@ func TestMetricsCountEveryResult(t *testing.T) {
 		t.Errorf("%d claims observed, want 6 (one per request that reached the store)", m.claims)
 	}
 }
+
+// TestReuseWithNumberBeyondDouble changes only a digit that a double cannot
+// hold: the retry is another request, answered 422, never the replay of the
+// first.
+func TestReuseWithNumberBeyondDouble(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	first := e.do(req{body: `{"amount":4200,"order_id":1234567890123456789}`, keys: []string{"long-id"}})
+	if first.status != http.StatusCreated {
+		t.Fatalf("first request: %d %s", first.status, first.body)
+	}
+	same := e.do(req{body: `{"order_id":1.234567890123456789e18,"amount":4200}`, keys: []string{"long-id"}})
+	if same.status != http.StatusCreated || same.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the same id spelled otherwise: %d, replayed %q; want the replay", same.status, same.header.Get("Idempotent-Replayed"))
+	}
+	other := e.do(req{body: `{"amount":4200,"order_id":1234567890123456788}`, keys: []string{"long-id"}})
+	if p := other.problem(t); other.status != http.StatusUnprocessableEntity || fmt.Sprint(p.Fields) != "[/order_id]" {
+		t.Fatalf("another id: %d %+v, want 422 naming /order_id", other.status, p)
+	}
+	if n := e.runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+}

@@ -56,7 +56,10 @@
 //
 // Because numbers are read as doubles, integers beyond 2^53 lose precision
 // exactly as they do in ECMAScript: 9007199254740993 canonicalises to
-// 9007199254740992. Amounts that need more precision must travel as strings.
+// 9007199254740992. [Options.ExactNumbers] keeps such numbers exact instead,
+// for a caller that compares canonical forms (a fingerprint must not equate
+// two ids that differ in their 19th digit); the output then departs from RFC
+// 8785 for those numbers only.
 //
 // Strings are not normalised (RFC 8785 section 3.1): "é" written as one code
 // point and as "e" followed by a combining accent stay different.

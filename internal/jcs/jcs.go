@@ -22,20 +22,26 @@ type Member struct {
 	Value []byte
 }
 
+// Options change the canonical form. The zero value is RFC 8785.
+type Options struct {
+	// ExactNumbers keeps every number's value: a number that a double
+	// cannot hold exactly enough to write it back the way RFC 8785 would
+	// (9007199254740993, 0.1000000000000000055511151231257827, 1e-400) is
+	// written as its exact decimal value instead, digits and a power of
+	// ten (9007199254740993, 1000000000000000055511151231257827e-34,
+	// 1e-400), so that two numbers of different value never share a
+	// canonical form. Every other number is written as RFC 8785 writes it.
+	// No number written in exact form is the RFC 8785 form of any other
+	// number. The result is not RFC 8785 output when such a number occurs.
+	ExactNumbers bool
+}
+
 // Canonicalize returns the RFC 8785 canonical form of the JSON text src.
 //
 // It fails with a [*SyntaxError] for malformed input, a [*DuplicateMemberError]
 // for an object with two members of the same name, [ErrNumber] for a number
 // too large for a double and [ErrTooDeep] for nesting beyond [MaxDepth].
-func Canonicalize(src []byte) ([]byte, error) {
-	p := newParser(src)
-	defer p.release()
-	out, err := p.document(make([]byte, 0, len(src)))
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
+func Canonicalize(src []byte) ([]byte, error) { return Options{}.Canonicalize(src) }
 
 // Members parses src, which must be a JSON object, and returns its members in
 // RFC 8785 order (sorted by the UTF-16 code units of their names), each value
@@ -45,8 +51,24 @@ func Canonicalize(src []byte) ([]byte, error) {
 // canonical string, inside braces gives [Canonicalize] of src. Members fails
 // with [ErrNotObject] when src is well-formed JSON of another kind, and
 // otherwise with the errors of [Canonicalize].
-func Members(src []byte) ([]Member, error) {
+func Members(src []byte) ([]Member, error) { return Options{}.Members(src) }
+
+// Canonicalize is [Canonicalize] with the options o.
+func (o Options) Canonicalize(src []byte) ([]byte, error) {
 	p := newParser(src)
+	p.exact = o.ExactNumbers
+	defer p.release()
+	out, err := p.document(make([]byte, 0, len(src)))
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Members is [Members] with the options o.
+func (o Options) Members(src []byte) ([]Member, error) {
+	p := newParser(src)
+	p.exact = o.ExactNumbers
 	defer p.release()
 	p.keepTop = true
 	out, err := p.document(make([]byte, 0, len(src)))
@@ -83,6 +105,9 @@ type parser struct {
 	scratch []byte
 	// reorder holds an object's output while its members are reordered.
 	reorder []byte
+
+	// exact is Options.ExactNumbers.
+	exact bool
 
 	// keepTop asks document to keep the members of a top-level object in top.
 	keepTop     bool

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math/big"
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"unicode/utf16"
 )
@@ -201,4 +203,126 @@ func quoteName(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
+}
+
+// FuzzCanonicalizeExact checks the ExactNumbers form: it accepts what
+// Canonicalize accepts, is valid JSON and a fixed point, differs from RFC
+// 8785 only where RFC 8785 changes a number's value, and keeps every
+// number's exact value.
+func FuzzCanonicalizeExact(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	exact := Options{ExactNumbers: true}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		out, err := exact.Canonicalize(src)
+		rfc, rfcErr := Canonicalize(src)
+		if err != nil {
+			if rfcErr == nil && !errors.Is(err, ErrNumber) {
+				t.Fatalf("exact form of %q failed with %v; RFC 8785 form %q", src, err, rfc)
+			}
+			return
+		}
+		if rfcErr != nil {
+			t.Fatalf("exact form of %q is %q, but RFC 8785 fails with %v", src, out, rfcErr)
+		}
+		if !json.Valid(out) {
+			t.Fatalf("exact form of %q is %q, which is not valid JSON", src, out)
+		}
+		if again, err := exact.Canonicalize(out); err != nil || !bytes.Equal(again, out) {
+			t.Fatalf("not idempotent: %q -> %q -> %q, %v", src, out, again, err)
+		}
+		want, err := decodeExact(src)
+		if err != nil {
+			return // a number beyond what big.Rat should be asked to read
+		}
+		got, err := decodeExact(out)
+		if err != nil {
+			t.Fatalf("exact form %q of %q does not decode: %v", out, src, err)
+		}
+		if !equalExact(got, want) {
+			t.Fatalf("value changed: %q -> %q", src, out)
+		}
+		if !bytes.Equal(out, rfc) {
+			if rfcValue, err := decodeExact(rfc); err == nil && equalExact(rfcValue, want) {
+				t.Fatalf("exact form %q differs from RFC 8785's %q, which keeps the value of %q", out, rfc, src)
+			}
+		}
+	})
+}
+
+// decodeExact decodes a JSON text with every number as a big.Rat. It fails
+// for exponents beyond ±10000, which would make big.Rat slow.
+func decodeExact(src []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(src))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	return toRat(v)
+}
+
+func toRat(v any) (any, error) {
+	switch v := v.(type) {
+	case json.Number:
+		s := string(v)
+		if i := strings.IndexAny(s, "eE"); i >= 0 {
+			if e, err := strconv.Atoi(s[i+1:]); err != nil || e > 10000 || e < -10000 {
+				return nil, errors.New("exponent out of range")
+			}
+		}
+		r, ok := new(big.Rat).SetString(s)
+		if !ok {
+			return nil, errors.New("bad number " + s)
+		}
+		return r, nil
+	case []any:
+		for i := range v {
+			var err error
+			if v[i], err = toRat(v[i]); err != nil {
+				return nil, err
+			}
+		}
+	case map[string]any:
+		for k := range v {
+			r, err := toRat(v[k])
+			if err != nil {
+				return nil, err
+			}
+			v[k] = r
+		}
+	}
+	return v, nil
+}
+
+func equalExact(a, b any) bool {
+	switch a := a.(type) {
+	case *big.Rat:
+		b, ok := b.(*big.Rat)
+		return ok && a.Cmp(b) == 0
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if !equalExact(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for k, av := range a {
+			if bv, ok := b[k]; !ok || !equalExact(av, bv) {
+				return false
+			}
+		}
+		return true
+	}
+	return reflect.DeepEqual(a, b)
 }

@@ -1,6 +1,7 @@
 package jcs
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 )
@@ -74,7 +75,107 @@ func (p *parser) number(dst []byte) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("%w: %s at offset %d", ErrNumber, text, start)
 	}
-	return appendNumber(dst, f), nil
+	out := appendNumber(dst, f)
+	if !p.exact {
+		return out, nil
+	}
+	want, ok := parseDecimal(text)
+	if !ok {
+		return nil, fmt.Errorf("%w: exponent of %.40s at offset %d", ErrNumber, text, start)
+	}
+	if got, _ := parseDecimal(out[len(dst):]); got.equal(want) {
+		return out, nil
+	}
+	return want.appendTo(dst), nil
+}
+
+// decimal is the exact value of a decimal number: digits × 10^exp, with no
+// leading or trailing zeros in digits; zero has no digits.
+type decimal struct {
+	neg    bool
+	digits []byte
+	exp    int64
+}
+
+// maxExponentDigits bounds the exponent of a number read exactly; a longer
+// one is out of any useful range.
+const maxExponentDigits = 15
+
+// parseDecimal reads the exact value of s, which has the JSON number
+// grammar. ok is false when the exponent has more than maxExponentDigits
+// digits.
+func parseDecimal(s []byte) (d decimal, ok bool) {
+	i := 0
+	if s[i] == '-' {
+		d.neg = true
+		i++
+	}
+	digits := make([]byte, 0, len(s))
+	var fraction int64
+	for ; i < len(s) && isDigit(s[i]); i++ {
+		digits = append(digits, s[i])
+	}
+	if i < len(s) && s[i] == '.' {
+		for i++; i < len(s) && isDigit(s[i]); i++ {
+			digits = append(digits, s[i])
+			fraction++
+		}
+	}
+	var exp int64
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		expNeg := false
+		if s[i] == '+' || s[i] == '-' {
+			expNeg = s[i] == '-'
+			i++
+		}
+		for i < len(s) && s[i] == '0' {
+			i++
+		}
+		if len(s)-i > maxExponentDigits {
+			return decimal{}, false
+		}
+		for ; i < len(s); i++ {
+			exp = exp*10 + int64(s[i]-'0')
+		}
+		if expNeg {
+			exp = -exp
+		}
+	}
+	for len(digits) > 0 && digits[0] == '0' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 {
+		return decimal{}, true // zero, of either sign
+	}
+	exp -= fraction
+	for digits[len(digits)-1] == '0' {
+		digits = digits[:len(digits)-1]
+		exp++
+	}
+	d.digits, d.exp = digits, exp
+	return d, true
+}
+
+func (d decimal) equal(o decimal) bool {
+	return d.neg == o.neg && d.exp == o.exp && bytes.Equal(d.digits, o.digits)
+}
+
+// appendTo writes d as digits and, unless it is zero, the power of ten:
+// 1234e-2, 5e20, 17.
+func (d decimal) appendTo(dst []byte) []byte {
+	if len(d.digits) == 0 {
+		return append(dst, '0')
+	}
+	if d.neg {
+		dst = append(dst, '-')
+	}
+	dst = append(dst, d.digits...)
+	if d.exp != 0 {
+		dst = append(dst, 'e')
+		dst = strconv.AppendInt(dst, d.exp, 10)
+	}
+	return dst
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }

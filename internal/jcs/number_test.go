@@ -1,7 +1,9 @@
 package jcs
 
 import (
+	"errors"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -130,5 +132,64 @@ func TestAppendNumberMatchesECMAScriptRules(t *testing.T) {
 		if err != nil || back != f {
 			t.Fatalf("appendNumber(%016x) = %s, which reads back as %v, %v", math.Float64bits(f), got, back, err)
 		}
+	}
+}
+
+func TestExactNumbers(t *testing.T) {
+	exact := Options{ExactNumbers: true}
+	tests := []struct{ in, rfc, exact string }{
+		// A double holds these exactly enough: RFC 8785's form.
+		{"4200", "4200", "4200"},
+		{"4200.0", "4200", "4200"},
+		{"4.2e3", "4200", "4200"},
+		{"0.1", "0.1", "0.1"},
+		{"19.99", "19.99", "19.99"},
+		{"-0.0", "0", "0"},
+		{"0e10", "0", "0"},
+		{"1e21", "1e+21", "1e+21"},
+		{"1E23", "1e+23", "1e+23"},
+		{"1.5e-7", "1.5e-7", "1.5e-7"},
+		{"9007199254740992", "9007199254740992", "9007199254740992"},
+		{"123456789012345680000", "123456789012345680000", "123456789012345680000"},
+		// A double would change their value: the exact form.
+		{"9007199254740993", "9007199254740992", "9007199254740993"},
+		{"1234567890123456789", "1234567890123456800", "1234567890123456789"},
+		{"-1234567890123456789.50", "-1234567890123456800", "-12345678901234567895e-1"},
+		{"0.1000000000000000055511151231257827", "0.1", "1000000000000000055511151231257827e-34"},
+		{"12345678901234567890123", "1.2345678901234568e+22", "12345678901234567890123"},
+		{"1e-400", "0", "1e-400"},
+		{"2.50e-400", "0", "25e-401"},
+	}
+	for _, tt := range tests {
+		if got, err := Canonicalize([]byte(tt.in)); err != nil || string(got) != tt.rfc {
+			t.Errorf("Canonicalize(%s) = %s, %v; want %s", tt.in, got, err, tt.rfc)
+		}
+		if got, err := exact.Canonicalize([]byte(tt.in)); err != nil || string(got) != tt.exact {
+			t.Errorf("exact Canonicalize(%s) = %s, %v; want %s", tt.in, got, err, tt.exact)
+		}
+	}
+
+	// Numbers of different value never share a form; equal ones always do.
+	forms := map[string]string{}
+	for _, tt := range tests {
+		out, _ := exact.Canonicalize([]byte(tt.in))
+		value, ok := new(big.Rat).SetString(tt.in)
+		if !ok {
+			t.Fatalf("big.Rat cannot read %s", tt.in)
+		}
+		if prev, seen := forms[string(out)]; seen {
+			if pv, _ := new(big.Rat).SetString(prev); pv.Cmp(value) != 0 {
+				t.Errorf("%s and %s differ in value but share the form %s", prev, tt.in, out)
+			}
+		}
+		forms[string(out)] = tt.in
+	}
+
+	members, err := exact.Members([]byte(`{"b":9007199254740993,"a":4.2e3}`))
+	if err != nil || len(members) != 2 || string(members[0].Value) != "4200" || string(members[1].Value) != "9007199254740993" {
+		t.Errorf("exact Members = %+v, %v", members, err)
+	}
+	if _, err := exact.Canonicalize([]byte("1e-1000000000000000")); !errors.Is(err, ErrNumber) {
+		t.Errorf("exact Canonicalize of an exponent of 16 digits: err %v, want ErrNumber", err)
 	}
 }
