@@ -45,8 +45,8 @@ const cleanupTimeout = 5 * time.Second
 // started one that cannot be taken over, from that read; otherwise it
 // sends, in one more round trip, the transaction that takes the key's lock
 // and replaces or takes over the row. Atomic claims at REPEATABLE READ or
-// SERIALIZABLE go the same way, after the read, with the claim's
-// transaction left open for the handler.
+// SERIALIZABLE, or with Config.TransactionPooling, go the same way, after
+// the read, with the claim's transaction left open for the handler.
 //
 // A key in flight whose row is not visible is answered with a Record whose
 // Status is idem.StatusStarted and whose request hash is unknown.
@@ -67,7 +67,7 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 	}
 	for range claimAttempts {
 		var rec *idem.Record
-		if p.Mode == idem.ModeAtomic && s.lateInsert() {
+		if p.Mode == idem.ModeAtomic && s.sessionClaims() {
 			res, seen, err := s.claimAtomic(ctx, p)
 			if err != nil || res.Lease != nil || res.Record != nil {
 				return res, err
@@ -91,12 +91,15 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 	return idem.ClaimResult{Record: inFlight(p.Scope)}, nil
 }
 
-// lateInsert reports whether atomic claims write no row until Complete,
-// which needs READ COMMITTED: at REPEATABLE READ or SERIALIZABLE the insert
-// of the key row would enter the transaction's predicate locks, and
-// requests for unrelated keys could fail each other.
-func (s *Store) lateInsert() bool {
-	return s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted
+// sessionClaims reports whether atomic claims hold the key by a
+// session-level lock and write no row until Complete (claimAtomic). That
+// needs READ COMMITTED, because at REPEATABLE READ or SERIALIZABLE the
+// insert of the key row would enter the transaction's predicate locks and
+// requests for unrelated keys could fail each other, and a session that
+// stays on one server connection, which a pooler in transaction mode does
+// not promise. Otherwise atomic claims go through claimTx.
+func (s *Store) sessionClaims() bool {
+	return (s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted) && !s.cfg.TransactionPooling
 }
 
 // claimAtomic is the atomic claim at READ COMMITTED, in one round trip and

@@ -907,3 +907,45 @@ VALUES ($1, $2, 'POST', '/v1/payments', $3, 'completed', 7, 201, '{}', '{}', $4,
 		})
 	}
 }
+
+// TestTransactionPoolingKeepsLockInTransaction checks where an atomic
+// lease's lock lives: by default on the session, with no transaction open
+// until the handler's first statement; with Config.TransactionPooling inside
+// the open transaction, where a pooler in transaction mode keeps it.
+func TestTransactionPoolingKeepsLockInTransaction(t *testing.T) {
+	t.Parallel()
+	for _, pooling := range []bool{false, true} {
+		t.Run(fmt.Sprintf("TransactionPooling=%v", pooling), func(t *testing.T) {
+			t.Parallel()
+			url := pgtest.NewDatabase(t)
+			store := setupOn(t, newPool(t, url, 2), &idempg.Config{TransactionPooling: pooling})
+			admin := newPool(t, url, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			scope := newScope("alice")
+			l := mustLease(t, store, params(idem.ModeAtomic, scope, "a", epoch))
+			defer l.Release(context.Background())
+
+			var state string
+			err := admin.QueryRow(ctx, `SELECT a.state FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&state)
+			if err != nil {
+				t.Fatalf("find the holder of the key's lock: %v", err)
+			}
+			want := "idle"
+			if pooling {
+				want = "idle in transaction"
+			}
+			if state != want {
+				t.Errorf("the lock's holder is %q, want %q", state, want)
+			}
+			if err := write(l.Context(ctx), scope.Key); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			complete(t, l, "{}")
+			if n := advisoryLocks(t, admin); n != 0 {
+				t.Errorf("%d advisory locks after Complete, want 0", n)
+			}
+		})
+	}
+}

@@ -58,6 +58,12 @@
 // frees the lock on the server; a process that dies frees its locks the
 // same way.
 //
+// The session-level lock needs the lease's session to stay on one server
+// connection from claim to commit: true of direct connections and of
+// poolers in session mode. Behind a pooler in transaction mode (PgBouncer
+// with pool_mode = transaction) set Config.TransactionPooling; claims then
+// work as at stricter isolation levels, below.
+//
 // At REPEATABLE READ or SERIALIZABLE the claim opens the transaction
 // instead, takes pg_try_advisory_xact_lock and inserts a started row with
 // INSERT ... ON CONFLICT DO NOTHING, and Complete updates it, so that the

@@ -50,6 +50,17 @@ type Config struct {
 	// default_transaction_isolation (read committed unless configured).
 	IsoLevel pgx.TxIsoLevel
 
+	// TransactionPooling must be set when the pool's connections go through
+	// a pooler in transaction mode, such as PgBouncer with pool_mode =
+	// transaction, which may run each transaction of a client on another
+	// server connection. Atomic claims then hold the key by a
+	// transaction-scoped lock inside the handler's transaction, at one round
+	// trip more per new key, instead of by a session-level lock that spans
+	// the claim, the handler's transaction and the unlock and would be left
+	// on whichever server connection ran the claim. Direct connections and
+	// poolers in session mode need nothing. Defaults to false.
+	TransactionPooling bool
+
 	// Logger receives migration notices. Defaults to slog.Default().
 	Logger *slog.Logger
 }

@@ -206,17 +206,27 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	connString := pgtest.NewDatabase(t)
 	admin := newPool(t, connString, 2)
-	idemtest.RunStoreTests(t, idemtest.Harness{
-		NewStore: func(t *testing.T) idem.Store {
-			return setupOn(t, schemaPool(t, admin, connString), nil)
-		},
-		Write: func(ctx context.Context, _ idem.Store, value string) error {
-			return write(ctx, value)
-		},
-		Count: func(t *testing.T, s idem.Store, value string) int {
-			return countRows(t, s.(*idempg.Store), value)
-		},
-	})
+	for _, tt := range []struct {
+		name string
+		cfg  *idempg.Config
+	}{
+		{"Default", nil},
+		{"TransactionPooling", &idempg.Config{TransactionPooling: true}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			idemtest.RunStoreTests(t, idemtest.Harness{
+				NewStore: func(t *testing.T) idem.Store {
+					return setupOn(t, schemaPool(t, admin, connString), tt.cfg)
+				},
+				Write: func(ctx context.Context, _ idem.Store, value string) error {
+					return write(ctx, value)
+				},
+				Count: func(t *testing.T, s idem.Store, value string) int {
+					return countRows(t, s.(*idempg.Store), value)
+				},
+			})
+		})
+	}
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {

@@ -437,6 +437,15 @@ func (r *roundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepar
 // its BEGIN, Complete), a two-phase replay two, an atomic replay one.
 func TestRoundTrips(t *testing.T) {
 	t.Parallel()
+	for _, pooling := range []bool{false, true} {
+		t.Run(fmt.Sprintf("TransactionPooling=%v", pooling), func(t *testing.T) {
+			t.Parallel()
+			testRoundTrips(t, pooling)
+		})
+	}
+}
+
+func testRoundTrips(t *testing.T, transactionPooling bool) {
 	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
 	if err != nil {
 		t.Fatalf("parse pool config: %v", err)
@@ -451,7 +460,7 @@ func TestRoundTrips(t *testing.T) {
 		t.Fatalf("open pool: %v", err)
 	}
 	t.Cleanup(pool.Close)
-	store := setupOn(t, pool, nil)
+	store := setupOn(t, pool, &idempg.Config{TransactionPooling: transactionPooling})
 
 	count := func(step func() error) int64 {
 		t.Helper()
@@ -491,6 +500,10 @@ func TestRoundTrips(t *testing.T) {
 	}{
 		{idem.ModeTwoPhase, steps{claim: 1, write: 1, complete: 1, replay: 2}},
 		{idem.ModeAtomic, steps{claim: 1, write: 1, complete: 1, replay: 1}},
+	}
+	if transactionPooling {
+		// The claim reads the key, then opens the transaction with the lock.
+		tests[1].want.claim = 2
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode.String(), func(t *testing.T) {

@@ -23,7 +23,7 @@ func paymentsServer(t *testing.T, storeKind string) string {
 	if storeKind == "postgres" {
 		url = pgtest.NewDatabase(t)
 	}
-	db, err := payments.OpenDatabase(context.Background(), url, true, slog.New(slog.DiscardHandler))
+	db, err := payments.OpenDatabase(context.Background(), url, payments.DatabaseOptions{Migrate: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

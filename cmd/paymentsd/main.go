@@ -37,16 +37,19 @@ const devTokens = "sk_test_alice=alice,sk_test_bob=bob"
 
 // options are the parsed flags.
 type options struct {
-	addr          string
-	db            string
-	tokens        string
-	mode          string
-	migrate       bool
-	retention     time.Duration
-	lockTimeout   time.Duration
-	purgeInterval time.Duration
-	shutdown      time.Duration
-	processor     string
+	addr    string
+	db      string
+	tokens  string
+	mode    string
+	migrate bool
+	// transactionPooling: PostgreSQL is reached through a pooler in
+	// transaction mode.
+	transactionPooling bool
+	retention          time.Duration
+	lockTimeout        time.Duration
+	purgeInterval      time.Duration
+	shutdown           time.Duration
+	processor          string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -59,6 +62,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.tokens, "tokens", env.String("PAYMENTSD_TOKENS", ""), "bearer tokens as token=client,token=client (env PAYMENTSD_TOKENS; default: development tokens "+devTokens+")")
 	fs.StringVar(&o.mode, "mode", env.String("PAYMENTSD_MODE", "atomic"), "idempotency mode: atomic or two-phase (env PAYMENTSD_MODE)")
 	fs.BoolVar(&o.migrate, "migrate", env.Bool("PAYMENTSD_MIGRATE", true), "apply database migrations at start; safe with several instances (env PAYMENTSD_MIGRATE)")
+	fs.BoolVar(&o.transactionPooling, "transaction-pooling", env.Bool("PAYMENTSD_TRANSACTION_POOLING", false), "PostgreSQL is reached through a pooler in transaction mode, such as PgBouncer's pool_mode=transaction (env PAYMENTSD_TRANSACTION_POOLING)")
 	fs.DurationVar(&o.retention, "retention", env.Duration("PAYMENTSD_RETENTION", idem.RetentionDefault), "how long keys are kept (env PAYMENTSD_RETENTION)")
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", env.Duration("PAYMENTSD_LOCK_TIMEOUT", idem.LockTimeoutDefault), "two-phase lease length before takeover (env PAYMENTSD_LOCK_TIMEOUT)")
 	fs.DurationVar(&o.purgeInterval, "purge-interval", env.Duration("PAYMENTSD_PURGE_INTERVAL", 10*time.Minute), "how often expired keys are purged; 0 disables (env PAYMENTSD_PURGE_INTERVAL)")
@@ -120,7 +124,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	db, err := payments.OpenDatabase(ctx, o.db, o.migrate, logger)
+	db, err := payments.OpenDatabase(ctx, o.db, payments.DatabaseOptions{
+		Migrate: o.migrate, TransactionPooling: o.transactionPooling, Logger: logger,
+	})
 	if err != nil {
 		return err
 	}

@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		cfg.Progress = io.Discard
 	}
 
-	db, err := payments.OpenDatabase(ctx, cfg.DatabaseURL, true, slog.New(slog.DiscardHandler))
+	db, err := payments.OpenDatabase(ctx, cfg.DatabaseURL, payments.DatabaseOptions{Migrate: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err
 	}

@@ -39,25 +39,39 @@ type Database struct {
 // Pool returns the PostgreSQL pool, and false on SQLite.
 func (d *Database) Pool() (*pgxpool.Pool, bool) { return d.pool, d.pool != nil }
 
+// DatabaseOptions configure OpenDatabase.
+type DatabaseOptions struct {
+	// Migrate applies the store's migrations.
+	Migrate bool
+	// TransactionPooling is idempg.Config.TransactionPooling: set it when
+	// PostgreSQL is reached through a pooler in transaction mode.
+	TransactionPooling bool
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
 // OpenDatabase opens the database named by url, sqlite:PATH or
 // postgres://... (postgresql:// too), applies the store's migrations when
-// migrate is set, and creates the payments table if needed.
-func OpenDatabase(ctx context.Context, url string, migrate bool, logger *slog.Logger) (*Database, error) {
+// asked to, and creates the payments table if needed.
+func OpenDatabase(ctx context.Context, url string, opts DatabaseOptions) (*Database, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
 	switch {
 	case strings.HasPrefix(url, "sqlite:"):
-		return openSQLite(ctx, strings.TrimPrefix(url, "sqlite:"), migrate, logger)
+		return openSQLite(ctx, strings.TrimPrefix(url, "sqlite:"), opts)
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		return openPostgres(ctx, url, migrate, logger)
+		return openPostgres(ctx, url, opts)
 	}
 	return nil, fmt.Errorf("payments: unsupported database %q: want sqlite:PATH or a postgres:// URL", url)
 }
 
-func openSQLite(ctx context.Context, path string, migrate bool, logger *slog.Logger) (*Database, error) {
-	store, err := idemsqlite.Open(path, &idemsqlite.Config{Logger: logger})
+func openSQLite(ctx context.Context, path string, opts DatabaseOptions) (*Database, error) {
+	store, err := idemsqlite.Open(path, &idemsqlite.Config{Logger: opts.Logger})
 	if err != nil {
 		return nil, err
 	}
-	if migrate {
+	if opts.Migrate {
 		if err := store.Migrate(ctx); err != nil {
 			store.Close()
 			return nil, err
@@ -77,7 +91,7 @@ func openSQLite(ctx context.Context, path string, migrate bool, logger *slog.Log
 	}, nil
 }
 
-func openPostgres(ctx context.Context, url string, migrate bool, logger *slog.Logger) (*Database, error) {
+func openPostgres(ctx context.Context, url string, opts DatabaseOptions) (*Database, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("payments: database URL: %w", err)
@@ -89,8 +103,8 @@ func openPostgres(ctx context.Context, url string, migrate bool, logger *slog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("payments: connect: %w", err)
 	}
-	store, err := idempg.New(pool, &idempg.Config{Logger: logger})
-	if err == nil && migrate {
+	store, err := idempg.New(pool, &idempg.Config{Logger: opts.Logger, TransactionPooling: opts.TransactionPooling})
+	if err == nil && opts.Migrate {
 		err = store.Migrate(ctx)
 	}
 	var repo *PostgresRepo
