@@ -72,7 +72,7 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 			if err != nil || res.Lease != nil || res.Record != nil {
 				return res, err
 			}
-			rec = seen // past retention, and its lock was not tried
+			rec = seen // past retention; replaced in a transaction, below
 		} else {
 			var err error
 			if rec, err = s.probe(ctx, p.Scope); err != nil {
@@ -161,7 +161,6 @@ func (s *Store) claimAtomic(ctx context.Context, p idem.ClaimParams) (res idem.C
 				claimedAt: p.Now, start: time.Now(),
 				tx:      &leaseTx{store: s},
 				pending: row,
-				session: true,
 				lock:    lock,
 			}
 			l.tx.open(conn, nil)
@@ -363,42 +362,33 @@ type claimOutcome struct {
 // claimTwoPhaseNew is the first try of a two-phase claim, sent before any
 // read of the key: in one round trip and one implicit transaction, it
 // takes the key's advisory lock without waiting and, only if it got it,
-// inserts a started row, which commits at once. It returns again, for
-// Claim to read the key and go on from there, whenever it claimed nothing:
-// the key exists (a unique violation, which rolls the insert back), its
-// lock is taken, a row lock held it past ClaimLockTimeout, or the pooled
-// connection turned out to be dead (it died while idle).
+// inserts a started row unless the key exists (ON CONFLICT DO NOTHING,
+// which leaves no dead row behind for a retry); the insert commits at once.
+// It returns again, for Claim to read the key and go on from there,
+// whenever it claimed nothing: the key exists, its lock is taken, a row
+// lock held it past ClaimLockTimeout, or the pooled connection turned out
+// to be dead (it died while idle).
 func (s *Store) claimTwoPhaseNew(ctx context.Context, p idem.ClaimParams) (res idem.ClaimResult, again bool, err error) {
 	conn, err := s.acquire(ctx, "claim")
 	if err != nil {
 		return idem.ClaimResult{}, false, err
 	}
 	defer conn.Release()
-	fields := p.RequestFields
-	if len(fields) == 0 {
-		fields = nil
-	}
 	b := &pgx.Batch{}
 	b.Queue(querySetLockTimeout, s.claimLockTimeout)
-	token := int64(0)
-	b.Queue(queryClaimNew, lockKey(p.Scope), p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
-		p.RequestHash, fields, p.Now).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&token)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // the lock is taken
-		}
-		return err
-	})
+	var out claimOutcome
+	qq, _ := claimStatement(b, p, nil)
+	qq.QueryRow(func(row pgx.Row) error { return row.Scan(&out.acquired, &out.token, &out.ctid) })
 	err = conn.SendBatch(ctx, b).Close()
 	switch {
-	case err == nil && token > 0:
+	case err == nil && out.token != nil:
 		return idem.ClaimResult{Lease: &lease{
 			store: s, scope: p.Scope, mode: p.Mode,
-			info:      idem.LeaseInfo{Token: token},
+			info:      idem.LeaseInfo{Token: *out.token},
 			claimedAt: p.Now, start: time.Now(),
 			tx: &leaseTx{store: s},
 		}}, false, nil
-	case err == nil, isKeyTaken(err), pgCode(err) == codeLockNotAvailable, ctx.Err() == nil && conn.Conn().IsClosed():
+	case err == nil, pgCode(err) == codeLockNotAvailable, ctx.Err() == nil && conn.Conn().IsClosed():
 		return idem.ClaimResult{}, true, nil
 	}
 	return idem.ClaimResult{}, false, wrapErr(ctx, "claim", err)
@@ -601,11 +591,9 @@ type lease struct {
 	// claimed it (atomic mode): only that transaction can change it.
 	ctid pgtype.TID
 	// pending is the row that Complete inserts, for an atomic claim that
-	// holds the key by its advisory lock alone (see claimAtomic).
+	// holds the key by lock alone, a session-level advisory lock on the
+	// lease's connection, which endSession frees (see claimAtomic).
 	pending *pendingRow
-	// session is set when the lease holds the key by lock, a session-level
-	// advisory lock on the lease's connection, which endSession frees.
-	session bool
 	lock    int64
 	// completeFailed is set when Complete failed other than by losing the
 	// lease; Release may then still free a two-phase claim.
@@ -675,7 +663,7 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 		committed = true
 		return nil
 	})
-	if l.session {
+	if l.pending != nil {
 		b.Queue(queryUnlock, l.lock)
 	}
 	var br pgx.BatchResults
@@ -699,7 +687,7 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 	if isConflict(err) {
 		l.tx.conflicted.Store(true)
 	}
-	if l.session {
+	if l.pending != nil {
 		_ = endSession(ctx, conn, l.lock)
 	} else {
 		rollback(ctx, tx)
@@ -714,7 +702,7 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 // end rolls back the lease's transaction and returns its connection:
 // endSession for a session-locked key, endTx otherwise.
 func (l *lease) end(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx) error {
-	if l.session {
+	if l.pending != nil {
 		return endSession(ctx, conn, l.lock)
 	}
 	return endTx(ctx, conn, tx)

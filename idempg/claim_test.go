@@ -132,19 +132,11 @@ func TestCrashBetweenClaimAndCommit(t *testing.T) {
 // the server too, so a cancelled handler's transaction ends at once.
 func cancelRequestPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatalf("parse pool config: %v", err)
-	}
-	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 5 * time.Second}
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("open pool: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
+	return newPoolWith(t, pgtest.NewDatabase(t), func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 5 * time.Second}
+		}
+	})
 }
 
 // TestCancelledHandlerLeavesNothing cancels the handler's context while its
@@ -554,10 +546,10 @@ func TestClaimTx(t *testing.T) {
 			t.Fatalf("caller's write: %v", err)
 		}
 	}
-
-	t.Run("CompleteCommitsWithCaller", func(t *testing.T) {
-		t.Parallel()
-		scope := newScope("alice")
+	// claimAfterWork opens the caller's transaction, writes in it, claims
+	// the key there and writes through the lease.
+	claimAfterWork := func(t *testing.T, scope idem.Scope) (pgx.Tx, idem.Lease) {
+		t.Helper()
 		tx := begin(t)
 		callerWrite(t, tx, scope.Key+"-caller")
 		res := claimTx(t, tx, params(idem.ModeAtomic, scope, "a", epoch))
@@ -567,11 +559,18 @@ func TestClaimTx(t *testing.T) {
 		if err := write(res.Lease.Context(context.Background()), scope.Key); err != nil {
 			t.Fatalf("write through the lease: %v", err)
 		}
+		return tx, res.Lease
+	}
+
+	t.Run("CompleteCommitsWithCaller", func(t *testing.T) {
+		t.Parallel()
+		scope := newScope("alice")
+		tx, lease := claimAfterWork(t, scope)
 		// Until the caller commits, the key is in flight to everyone else.
 		if rec := mustRecord(t, store, params(idem.ModeAtomic, scope, "a", epoch)); rec.Status != idem.StatusStarted {
 			t.Errorf("status seen outside before Complete = %q, want started", rec.Status)
 		}
-		complete(t, res.Lease, `{"ok":true}`)
+		complete(t, lease, `{"ok":true}`)
 		if rec := mustRecord(t, store, params(idem.ModeAtomic, scope, "a", epoch)); rec.Status != idem.StatusStarted {
 			t.Errorf("status seen outside before the caller commits = %q, want started", rec.Status)
 		}
@@ -590,16 +589,8 @@ func TestClaimTx(t *testing.T) {
 	t.Run("ReleaseKeepsCallersWork", func(t *testing.T) {
 		t.Parallel()
 		scope := newScope("alice")
-		tx := begin(t)
-		callerWrite(t, tx, scope.Key+"-caller")
-		res := claimTx(t, tx, params(idem.ModeAtomic, scope, "a", epoch))
-		if res.Lease == nil {
-			t.Fatalf("ClaimTx returned a record; want a lease")
-		}
-		if err := write(res.Lease.Context(context.Background()), scope.Key); err != nil {
-			t.Fatalf("write through the lease: %v", err)
-		}
-		if err := res.Lease.Release(context.Background()); err != nil {
+		tx, lease := claimAfterWork(t, scope)
+		if err := lease.Release(context.Background()); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 		// The caller's transaction goes on, and the key is free for it.

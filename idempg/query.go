@@ -51,15 +51,6 @@ WHERE client_id = $1 AND idempotency_key = $2`
 	querySetLockTimeout     = `SELECT set_config('lock_timeout', $1, true)`
 	queryRestoreLockTimeout = `SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)`
 
-	// queryClaimNew takes the key's advisory lock without waiting and, only
-	// if it got it, inserts a started row, returning its token; no row when
-	// the lock is taken. A key that exists is a unique violation.
-	queryClaimNew = `WITH guard AS (
-    SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired
-)
-` + insertStartedRow + `
-RETURNING lease_token`
-
 	// queryClaimInsert takes the key's advisory lock without waiting and,
 	// only if it got it, inserts a started row unless one exists. It returns
 	// whether the lock was taken, and the new row's token and ctid (NULL
@@ -68,21 +59,16 @@ RETURNING lease_token`
 	queryClaimInsert = `WITH guard AS (
     SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired
 ), claimed AS (
-` + insertStartedRow + `
+    INSERT INTO idempotency_keys
+        (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
+         status, lease_token, created_at, locked_at)
+    SELECT $2::text, $3::text, $4::text, $5::text, $6::bytea, $7::bytea,
+           'started', 1, $8::timestamptz, $8::timestamptz
+    FROM guard WHERE guard.acquired
     ON CONFLICT (client_id, idempotency_key) DO NOTHING
     RETURNING lease_token, ctid
 )
 SELECT guard.acquired, claimed.lease_token, claimed.ctid FROM guard LEFT JOIN claimed ON true`
-
-	// insertStartedRow is the insert of the two claims above: a started row
-	// for client $2, key $3, method $4, path $5, hash $6 and field digests
-	// $7 at $8, if the guard took the lock.
-	insertStartedRow = `INSERT INTO idempotency_keys
-    (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
-     status, lease_token, created_at, locked_at)
-SELECT $2::text, $3::text, $4::text, $5::text, $6::bytea, $7::bytea,
-       'started', 1, $8::timestamptz, $8::timestamptz
-FROM guard WHERE guard.acquired`
 
 	// queryClaimReplace turns a key past retention into a fresh started
 	// row, if the row is still the version the caller read ($9 token, $10

@@ -38,13 +38,22 @@ var (
 // (0: pgxpool's default), closed when the test ends.
 func newPool(t testing.TB, connString string, maxConns int32) *pgxpool.Pool {
 	t.Helper()
+	return newPoolWith(t, connString, func(cfg *pgxpool.Config) {
+		if maxConns > 0 {
+			cfg.MaxConns = maxConns
+		}
+	})
+}
+
+// newPoolWith opens a pool on connString whose configuration configure
+// changes first, closed when the test ends.
+func newPoolWith(t testing.TB, connString string, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		t.Fatalf("parse pool config: %v", err)
 	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
-	}
+	configure(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -188,18 +197,10 @@ func schemaPool(t testing.TB, admin *pgxpool.Pool, connString string) *pgxpool.P
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		t.Fatalf("create schema: %v", err)
 	}
-	cfg, err := pgxpool.ParseConfig(connString)
-	if err != nil {
-		t.Fatalf("parse pool config: %v", err)
-	}
-	cfg.MaxConns = 8
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("open pool: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
+	return newPoolWith(t, connString, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 8
+		cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	})
 }
 
 func TestConformance(t *testing.T) {

@@ -446,21 +446,14 @@ func TestRoundTrips(t *testing.T) {
 }
 
 func testRoundTrips(t *testing.T, transactionPooling bool) {
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatalf("parse pool config: %v", err)
-	}
 	trips := &roundTrips{}
-	cfg.MaxConns = 1 // one connection, whose statements the warm-up prepares
-	cfg.ConnConfig.Tracer = trips
+	pool := newPoolWith(t, pgtest.NewDatabase(t), func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 1 // one connection, whose statements the warm-up prepares
+		cfg.ConnConfig.Tracer = trips
+	})
+	store := setupOn(t, pool, &idempg.Config{TransactionPooling: transactionPooling})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("open pool: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	store := setupOn(t, pool, &idempg.Config{TransactionPooling: transactionPooling})
 
 	count := func(step func() error) int64 {
 		t.Helper()
