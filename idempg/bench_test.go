@@ -3,6 +3,7 @@ package idempg_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -51,5 +52,31 @@ func BenchmarkReplay(b *testing.B) {
 		if err != nil || res.Record == nil || res.Record.Status != idem.StatusCompleted {
 			b.Fatalf("Claim: record %v, err %v", res.Record, err)
 		}
+	}
+}
+
+// BenchmarkInFlightAnswer measures how long a duplicate claim takes to
+// answer "started" while the holder keeps its key, with the p50 and p99
+// reported as metrics: the holder's open transaction must not slow it.
+func BenchmarkInFlightAnswer(b *testing.B) {
+	store := setup(b, nil)
+	warmUp(b, store.Pool(), 2)
+	for _, mode := range modes {
+		b.Run(mode.String(), func(b *testing.B) {
+			scope := newScope("bench")
+			finish := holdKey(b, store, mode, scope)
+			defer finish()
+			var d []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				if bad := duplicateClaim(store, mode, scope); bad != "" {
+					b.Fatalf("duplicate claim: %s", bad)
+				}
+				d = append(d, time.Since(start))
+			}
+			slices.Sort(d)
+			b.ReportMetric(float64(d[len(d)/2].Microseconds()), "p50-us")
+			b.ReportMetric(float64(d[len(d)*99/100].Microseconds()), "p99-us")
+		})
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,111 +269,84 @@ func TestStaleHolderCannotCommitAfterTakeover(t *testing.T) {
 	}
 }
 
-// TestInFlightAnswerDoesNotWait measures duplicate claims while a holder
-// keeps its key: every one must answer "started" at once, never waiting for
-// the holder, which waits for them.
+// TestInFlightAnswerDoesNotWait sends duplicate claims, one after another
+// and from several goroutines at once, while a holder keeps its key: every
+// one must answer "started" while the holder still holds it. The holder
+// finishes only after every duplicate has answered, so a claim that waited
+// for the holder would never answer and would fail at its deadline. It
+// asserts no latency; BenchmarkInFlightAnswer measures that.
 func TestInFlightAnswerDoesNotWait(t *testing.T) {
 	t.Parallel()
 	const (
-		sequential = 100
+		sequential = 20
 		workers    = 4
-		perWorker  = 25
-		maxP99     = 50 * time.Millisecond
-		// A round disturbed by other processes on a busy machine is
-		// measured once more; a claim that waited for the holder would
-		// never finish in any round.
-		rounds = 2
+		perWorker  = 10
 	)
 	store := setup(t, nil)
-	warmUp(t, store.Pool(), workers+1)
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
 			scope := newScope("alice")
-			l := mustLease(t, store, params(mode, scope, "a", epoch))
-			if err := write(l.Context(context.Background()), scope.Key); err != nil {
-				t.Fatalf("holder's write: %v", err)
-			}
-			// The holder keeps its transaction open until the duplicates are done.
-			release := make(chan struct{})
-			held := make(chan error, 1)
-			go func() {
-				<-release
-				held <- l.Complete(context.Background(), response("{}"))
-			}()
-			defer func() {
-				close(release)
-				if err := <-held; err != nil {
-					t.Errorf("holder's Complete: %v", err)
-				}
-			}()
+			finish := holdKey(t, store, mode, scope)
+			defer finish()
 
-			dup := func() (time.Duration, string) {
-				ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-				defer cancel()
-				start := time.Now()
-				res, err := store.Claim(ctx, params(mode, scope, "a", epoch.Add(time.Second)))
-				d := time.Since(start)
-				switch {
-				case err != nil:
-					return d, err.Error()
-				case res.Lease != nil:
-					res.Lease.Release(context.Background())
-					return d, "got a lease"
-				case res.Record.Status != idem.StatusStarted:
-					return d, "status " + string(res.Record.Status)
-				}
-				return d, ""
-			}
-			measure := func() (durations []time.Duration) {
-				var mu sync.Mutex
-				record := func(d time.Duration, bad string) {
-					mu.Lock()
-					defer mu.Unlock()
-					durations = append(durations, d)
-					if bad != "" {
-						t.Errorf("a duplicate claim was not answered started: %s", bad)
-					}
-				}
-				for range sequential {
-					record(dup())
-				}
-				var wg sync.WaitGroup
-				for range workers {
-					wg.Go(func() {
-						for range perWorker {
-							record(dup())
-						}
-					})
-				}
-				wg.Wait()
-				slices.Sort(durations)
-				return durations
-			}
-
-			// Unmeasured: the first use of a statement on a connection prepares it.
-			var warm sync.WaitGroup
-			for range workers + 1 {
-				warm.Go(func() { dup() })
-			}
-			warm.Wait()
-			var p99 time.Duration
-			for round := 1; round <= rounds; round++ {
-				d := measure()
-				if t.Failed() {
+			var answered atomic.Int64
+			dup := func() {
+				if bad := duplicateClaim(store, mode, scope); bad != "" {
+					t.Errorf("a duplicate claim was not answered started: %s", bad)
 					return
 				}
-				p50 := d[len(d)/2]
-				p99 = d[len(d)*99/100]
-				t.Logf("%s round %d: %d duplicate claims: p50 %s, p99 %s, max %s", mode, round, len(d), p50, p99, d[len(d)-1])
-				if p99 < maxP99 {
-					break
-				}
+				answered.Add(1)
 			}
-			if p99 >= maxP99 {
-				t.Errorf("p99 of the in-flight answer = %s, want under %s", p99, maxP99)
+			for range sequential {
+				dup()
+			}
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Go(func() {
+					for range perWorker {
+						dup()
+					}
+				})
+			}
+			wg.Wait()
+			if n := answered.Load(); n != sequential+workers*perWorker {
+				t.Errorf("%d duplicate claims answered started, want %d", n, sequential+workers*perWorker)
 			}
 		})
 	}
+}
+
+// holdKey claims scope's key in mode, writes a business row in the lease
+// and keeps the lease until the returned function completes it.
+func holdKey(t testing.TB, store *idempg.Store, mode idem.Mode, scope idem.Scope) (finish func()) {
+	t.Helper()
+	l := mustLease(t, store, params(mode, scope, "a", epoch))
+	if err := write(l.Context(context.Background()), scope.Key); err != nil {
+		t.Fatalf("holder's write: %v", err)
+	}
+	return func() {
+		if err := l.Complete(context.Background(), response("{}")); err != nil {
+			t.Errorf("holder's Complete: %v", err)
+		}
+	}
+}
+
+// duplicateClaim claims scope's key while its holder keeps it and returns
+// what was wrong with the answer, or "" when it was "started".
+func duplicateClaim(store *idempg.Store, mode idem.Mode, scope idem.Scope) string {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	res, err := store.Claim(ctx, params(mode, scope, "a", epoch.Add(time.Second)))
+	switch {
+	case err != nil:
+		return err.Error()
+	case res.Lease != nil:
+		res.Lease.Release(context.Background())
+		return "got a lease"
+	case res.Record.Status != idem.StatusStarted:
+		return "status " + string(res.Record.Status)
+	}
+	return ""
 }
 
 // warmUp opens n connections of pool, so that a measurement does not
@@ -412,8 +385,11 @@ func TestClaimUnavailable(t *testing.T) {
 		if !errors.Is(err, idem.ErrUnavailable) {
 			t.Fatalf("Claim with no free connection = %v; want an error wrapping ErrUnavailable", err)
 		}
-		if elapsed < acquireTimeout || elapsed > acquireTimeout+time.Second {
-			t.Errorf("Claim failed after %s, want about the acquire timeout %s", elapsed, acquireTimeout)
+		// A timer never fires early, so this bound holds on any machine; how
+		// much later the claim gave up depends on the machine and is not
+		// checked.
+		if elapsed < acquireTimeout {
+			t.Errorf("Claim failed after %s, before the acquire timeout %s", elapsed, acquireTimeout)
 		}
 	})
 	t.Run("ServerUnreachable", func(t *testing.T) {

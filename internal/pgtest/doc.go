@@ -46,6 +46,11 @@
 // a clean stop or a crash of the server keeps every committed row, a crash of
 // the machine may not.
 //
+// Throwaway clusters need Linux: the parent-death signal, the lock files and
+// /proc below have no portable equivalent. On other systems the package
+// builds, [StartCluster] skips its test (fails it when CI is true) and the
+// shared server must come from [EnvDatabaseURL] or [LocalURL].
+//
 // PostgreSQL refuses to run as root. When the tests run as root, initdb and
 // postgres run as the postgres system user, which must exist, and the
 // cluster directory is handed over to that user.

@@ -17,7 +17,7 @@ type fakeWorld struct {
 	started    bool
 }
 
-var fakeCluster = &Cluster{port: 54999}
+var fakeCluster = &Cluster{}
 
 func (w *fakeWorld) resolver() resolver {
 	return resolver{
