@@ -24,8 +24,15 @@ const (
 	MaxBodyBytesDefault       = 1 << 20
 	StoreTimeoutDefault       = 10 * time.Second
 	MaxConflictRetriesDefault = 3
-	UnavailableRetryAfter     = 1 // seconds, on 503 answers
 )
+
+// NoConflictRetries, as [Config.MaxConflictRetries], turns reruns off: a
+// request whose transaction hits a conflict runs once, and its failed
+// commit answers 503.
+const NoConflictRetries = -1
+
+// unavailableRetryAfter is the Retry-After of 503 answers, in seconds.
+const unavailableRetryAfter = 1
 
 // Headers that are never stored or replayed, whatever the configuration.
 var forbiddenReplayHeaders = []string{
@@ -77,7 +84,8 @@ type Config struct {
 
 	// MaxConflictRetries is how many times an atomic request whose
 	// transaction hit a serialization failure or deadlock is run again
-	// (see ConflictReporter). Defaults to MaxConflictRetriesDefault (3).
+	// (see ConflictReporter). NoConflictRetries turns reruns off; other
+	// negative values are invalid. Defaults to MaxConflictRetriesDefault (3).
 	MaxConflictRetries int
 
 	// StoreTimeout bounds each store call, so a stuck database answers 503
@@ -147,8 +155,11 @@ func (c *Config) validate() error {
 	if c.Mode != ModeAtomic && c.Mode != ModeTwoPhase {
 		return fmt.Errorf("idem: unknown Config.Mode %d", c.Mode)
 	}
-	if c.LockTimeout < 0 || c.Retention < 0 || c.MaxBodyBytes < 0 || c.StoreTimeout < 0 || c.MaxConflictRetries < 0 {
+	if c.LockTimeout < 0 || c.Retention < 0 || c.MaxBodyBytes < 0 || c.StoreTimeout < 0 {
 		return errors.New("idem: durations and sizes in Config must not be negative")
+	}
+	if c.MaxConflictRetries < NoConflictRetries {
+		return fmt.Errorf("idem: Config.MaxConflictRetries %d is invalid; use NoConflictRetries to turn reruns off", c.MaxConflictRetries)
 	}
 	if c.Retention <= c.LockTimeout {
 		return fmt.Errorf("idem: Config.Retention (%s) must be longer than Config.LockTimeout (%s)", c.Retention, c.LockTimeout)
@@ -199,6 +210,191 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	})
 }
 
+// call is one request that the middleware handles: where its answer goes,
+// the handler it protects, and what parse read from it.
+type call struct {
+	w    http.ResponseWriter
+	r    *http.Request
+	next http.Handler
+
+	scope Scope
+	body  []byte
+	print Fingerprint
+	// log carries the client and the key's digest, for every line about
+	// this request.
+	log *slog.Logger
+}
+
+// rejection is a 4xx answer found while parsing, before any store work.
+type rejection struct {
+	kind   ProblemKind
+	detail string
+}
+
+// runOutcome is how one run of the handler under a lease ended.
+type runOutcome int
+
+const (
+	// answered: a response, the handler's or a problem, was written.
+	answered runOutcome = iota
+	// conflicted: the lease's transaction hit a conflict that a rerun may
+	// fix. The lease is released and nothing was written.
+	conflicted
+)
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if !applies(r.Method) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	required := m.cfg.Require(r)
+	if !required && len(r.Header.Values(HeaderKey)) == 0 {
+		next.ServeHTTP(w, r) // no key, and none needed
+		return
+	}
+	c, rej := m.parse(w, r, required)
+	if rej != nil {
+		m.problem(w, r, rej.kind, rej.detail, 0)
+		return
+	}
+	c.next = next
+	m.claimAndRun(c)
+}
+
+// parse reads the key, the client, the body and the fingerprint of a
+// request that needs a key or carries one.
+func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool) (*call, *rejection) {
+	key, present, err := KeyFromHeader(r.Header)
+	if err != nil {
+		return nil, &rejection{ProblemKeyMalformed, reasonOf(err, "The Idempotency-Key field is malformed") + "."}
+	}
+	if !present {
+		return nil, &rejection{ProblemKeyMissing, fmt.Sprintf("%s %s requires an Idempotency-Key header.", r.Method, r.URL.Path)}
+	}
+	clientID, ok := m.cfg.ClientID(r)
+	if !ok || clientID == "" {
+		return nil, &rejection{ProblemUnauthenticated, "The request carries no client identity."}
+	}
+	body, rej := m.readBody(w, r)
+	if rej != nil {
+		return nil, rej
+	}
+	fp, err := NewFingerprint(FingerprintParams{
+		Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
+		ContentType: r.Header.Get("Content-Type"), Body: body,
+		Exclude: m.cfg.ExcludeFields, Raw: !required,
+	})
+	switch {
+	case errors.Is(err, ErrUnsupportedMediaType):
+		return nil, &rejection{ProblemMediaType, reasonOf(err, "The media type is not supported") + "."}
+	case err != nil:
+		return nil, &rejection{ProblemBodyMalformed, reasonOf(err, "The request body is malformed") + "."}
+	}
+	return &call{
+		w: w, r: r,
+		scope: Scope{ClientID: clientID, Key: key},
+		body:  body, print: fp,
+		log: m.cfg.Logger.With("client_id", clientID, "key_digest", keyDigest(key)),
+	}, nil
+}
+
+// reasonOf returns the reason, safe to show to the client, that a key or
+// body error carries, or fallback for an error that carries none.
+func reasonOf(err error, fallback string) string {
+	var ke *KeyError
+	if errors.As(err, &ke) && ke.Reason != "" {
+		return ke.Reason
+	}
+	var be *BodyError
+	if errors.As(err, &be) && be.Reason != "" {
+		return be.Reason
+	}
+	return fallback
+}
+
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *rejection) {
+	max := m.cfg.MaxBodyBytes
+	tooLarge := &rejection{ProblemBodyTooLarge, fmt.Sprintf("The body is larger than the limit of %d bytes.", max)}
+	if r.ContentLength > max {
+		return nil, tooLarge
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge
+		}
+		return nil, &rejection{ProblemBodyMalformed, "The request body could not be read."}
+	}
+	return body, nil
+}
+
+// claimAndRun claims the key and runs the handler under the lease, again
+// after a transaction conflict while reruns are left.
+func (m *Middleware) claimAndRun(c *call) {
+	for attempt := 0; ; attempt++ {
+		lease := m.claim(c)
+		if lease == nil {
+			return
+		}
+		if m.run(c, lease, attempt) == answered {
+			return
+		}
+		m.cfg.Metrics.Request(c.r.Context(), ResultRerun)
+		c.log.InfoContext(c.r.Context(), "idem: transaction conflict; running the request again", "attempt", attempt+1)
+		// Give the transaction that won a moment to commit, with jitter so
+		// that reruns of one conflict do not collide again.
+		pause := time.NewTimer(time.Duration(attempt+1)*10*time.Millisecond + rand.N(10*time.Millisecond))
+		select {
+		case <-pause.C:
+		case <-c.r.Context().Done():
+			pause.Stop()
+			return
+		}
+	}
+}
+
+// claim claims the key. It returns the lease when the request now owns the
+// key, and nil when it has answered the request itself: with the stored
+// response, a 409 or 422 for a key that exists, or a 503 when the store
+// failed.
+func (m *Middleware) claim(c *call) Lease {
+	ctx := c.r.Context()
+	now := m.cfg.Now()
+	claimCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	started := time.Now()
+	res, err := m.store.Claim(claimCtx, ClaimParams{
+		Scope: c.scope, Method: c.r.Method, Path: c.r.URL.EscapedPath(),
+		RequestHash: c.print.Sum[:], RequestFields: c.print.EncodeFields(),
+		Mode: m.cfg.Mode, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
+	})
+	cancel()
+	m.cfg.Metrics.Claim(ctx, time.Since(started), err)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil // the client went away; nothing was claimed
+	case err != nil:
+		c.log.ErrorContext(ctx, "idem: claim failed", "err", err)
+		m.unavailable(c, "The idempotency store did not answer; the request was not processed.")
+		return nil
+	case res.Record != nil:
+		m.answerExisting(c, res.Record, now)
+		return nil
+	case res.Lease == nil:
+		c.log.ErrorContext(ctx, "idem: claim failed", "err", errors.New("the store returned neither a lease nor a record"))
+		m.unavailable(c, "The idempotency store did not answer; the request was not processed.")
+		return nil
+	}
+	if info := res.Lease.Info(); info.TakenOver {
+		m.cfg.Metrics.Request(ctx, ResultTakenOver)
+		c.log.InfoContext(ctx, "idem: took over an expired lease", "token", info.Token)
+	}
+	return res.Lease
+}
+
 // problem answers with a problem of kind k and counts its result.
 func (m *Middleware) problem(w http.ResponseWriter, r *http.Request, k ProblemKind, detail string, retryAfter int) {
 	m.cfg.Metrics.Request(r.Context(), resultOf(k))
@@ -218,141 +414,32 @@ func resultOf(k ProblemKind) Result {
 	return ResultRejected
 }
 
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if !applies(r.Method) {
-		next.ServeHTTP(w, r)
-		return
-	}
-	key, present, err := KeyFromHeader(r.Header)
-	if err != nil {
-		var ke *KeyError
-		errors.As(err, &ke)
-		m.problem(w, r, ProblemKeyMalformed, ke.Reason+".", 0)
-		return
-	}
-	required := m.cfg.Require(r)
-	if !present {
-		if required {
-			m.problem(w, r, ProblemKeyMissing, fmt.Sprintf("%s %s requires an Idempotency-Key header.", r.Method, r.URL.Path), 0)
-			return
-		}
-		next.ServeHTTP(w, r)
-		return
-	}
-	clientID, ok := m.cfg.ClientID(r)
-	if !ok || clientID == "" {
-		m.problem(w, r, ProblemUnauthenticated, "The request carries no client identity.", 0)
-		return
-	}
-	body, ok := m.readBody(w, r)
-	if !ok {
-		return
-	}
-	fp, err := NewFingerprint(FingerprintParams{
-		Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
-		ContentType: r.Header.Get("Content-Type"), Body: body,
-		Exclude: m.cfg.ExcludeFields, Raw: !required,
-	})
-	if err != nil {
-		var be *BodyError
-		errors.As(err, &be)
-		if errors.Is(err, ErrUnsupportedMediaType) {
-			m.problem(w, r, ProblemMediaType, be.Reason+".", 0)
-		} else {
-			m.problem(w, r, ProblemBodyMalformed, be.Reason+".", 0)
-		}
-		return
-	}
-
-	scope := Scope{ClientID: clientID, Key: key}
-	fields := fp.EncodeFields()
-	for attempt := 0; ; attempt++ {
-		now := m.cfg.Now()
-		claimCtx, cancel := context.WithTimeout(r.Context(), m.cfg.StoreTimeout)
-		started := time.Now()
-		res, err := m.store.Claim(claimCtx, ClaimParams{
-			Scope: scope, Method: r.Method, Path: r.URL.EscapedPath(),
-			RequestHash: fp.Sum[:], RequestFields: fields,
-			Mode: m.cfg.Mode, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
-		})
-		cancel()
-		m.cfg.Metrics.Claim(r.Context(), time.Since(started), err)
-		if err != nil {
-			if r.Context().Err() != nil {
-				return // the client went away; nothing was claimed
-			}
-			m.cfg.Logger.ErrorContext(r.Context(), "idem: claim failed", "client_id", clientID, "key_digest", keyDigest(key), "err", err)
-			m.problem(w, r, ProblemUnavailable, "The idempotency store did not answer; the request was not processed.", UnavailableRetryAfter)
-			return
-		}
-		if res.Record != nil {
-			m.answerExisting(w, r, res.Record, fp, now)
-			return
-		}
-		if info := res.Lease.Info(); info.TakenOver {
-			m.cfg.Metrics.Request(r.Context(), ResultTakenOver)
-			m.cfg.Logger.InfoContext(r.Context(), "idem: took over an expired lease", "client_id", clientID, "key_digest", keyDigest(key), "token", info.Token)
-		}
-		rerun := m.cfg.Mode == ModeAtomic && attempt < m.cfg.MaxConflictRetries
-		if !m.run(w, r, next, res.Lease, scope, body, rerun) {
-			return
-		}
-		m.cfg.Metrics.Request(r.Context(), ResultRerun)
-		m.cfg.Logger.InfoContext(r.Context(), "idem: transaction conflict; running the request again", "client_id", clientID, "key_digest", keyDigest(key), "attempt", attempt+1)
-		// Give the transaction that won a moment to commit, with jitter so
-		// that reruns of one conflict do not collide again.
-		pause := time.NewTimer(time.Duration(attempt+1)*10*time.Millisecond + rand.N(10*time.Millisecond))
-		select {
-		case <-pause.C:
-		case <-r.Context().Done():
-			pause.Stop()
-			return
-		}
-	}
-}
-
-func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	max := m.cfg.MaxBodyBytes
-	tooLarge := fmt.Sprintf("The body is larger than the limit of %d bytes.", max)
-	if r.ContentLength > max {
-		m.problem(w, r, ProblemBodyTooLarge, tooLarge, 0)
-		return nil, false
-	}
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, true
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			m.problem(w, r, ProblemBodyTooLarge, tooLarge, 0)
-		} else {
-			m.problem(w, r, ProblemBodyMalformed, "The request body could not be read.", 0)
-		}
-		return nil, false
-	}
-	return body, true
+// unavailable answers 503: the store failed. detail says what became of
+// the request.
+func (m *Middleware) unavailable(c *call, detail string) {
+	m.problem(c.w, c.r, ProblemUnavailable, detail, unavailableRetryAfter)
 }
 
 // answerExisting answers a request whose key is already held or completed.
-func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, rec *Record, fp Fingerprint, now time.Time) {
-	if len(rec.RequestHash) > 0 && !bytes.Equal(rec.RequestHash, fp.Sum[:]) {
+func (m *Middleware) answerExisting(c *call, rec *Record, now time.Time) {
+	r := c.r
+	if len(rec.RequestHash) > 0 && !bytes.Equal(rec.RequestHash, c.print.Sum[:]) {
 		p := ProblemKeyReused.New(m.cfg.ProblemTypeBase, "")
 		if rec.Method != r.Method || rec.Path != r.URL.EscapedPath() {
 			p.OriginalRequest = rec.Method + " " + rec.Path
 			p.Detail = fmt.Sprintf("This key was first used for %s %s.", rec.Method, rec.Path)
-		} else if p.Fields = DiffFields(rec.RequestFields, fp); len(p.Fields) > 0 {
+		} else if p.Fields = DiffFields(rec.RequestFields, c.print); len(p.Fields) > 0 {
 			p.Detail = fmt.Sprintf("This key was first used with a different request: %s %s.", strings.Join(p.Fields, ", "), plural(len(p.Fields), "differs", "differ"))
 		} else {
 			p.Detail = "This key was first used with a different request: the query string or body differs."
 		}
 		m.cfg.Metrics.Request(r.Context(), ResultMismatch)
-		WriteProblem(w, p, 0)
+		WriteProblem(c.w, p, 0)
 		return
 	}
 	if rec.Status == StatusCompleted && rec.Response != nil {
 		m.cfg.Metrics.Request(r.Context(), ResultReplayed)
-		m.replay(w, rec.Response)
+		m.replay(c.w, rec.Response)
 		return
 	}
 	retry := 1
@@ -360,7 +447,7 @@ func (m *Middleware) answerExisting(w http.ResponseWriter, r *http.Request, rec 
 		left := rec.LockedAt.Add(m.cfg.LockTimeout).Sub(now)
 		retry = max(1, int((left+time.Second-1)/time.Second))
 	}
-	m.problem(w, r, ProblemKeyInUse, "The first request with this key is still being processed; retry with the same key after Retry-After.", retry)
+	m.problem(c.w, r, ProblemKeyInUse, "The first request with this key is still being processed; retry with the same key after Retry-After.", retry)
 }
 
 func plural(n int, one, many string) string {
@@ -393,84 +480,107 @@ func bodyAllowed(status int) bool {
 	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
 }
 
-// run runs the handler under the lease and stores or releases its response.
-// It returns true, having written nothing, when rerun is allowed and the
-// lease's transaction hit a conflict that a rerun may fix.
-func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease Lease, scope Scope, body []byte, rerun bool) bool {
-	// Finishing the lease must not depend on the client staying connected:
-	// a handler that finished its work commits it, and the client's retry
-	// gets the replay.
-	finishCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(r.Context()), m.cfg.StoreTimeout)
+// mayRerun reports whether a conflict in the given attempt (0 for the
+// first run) is answered by running the request again.
+func (m *Middleware) mayRerun(attempt int) bool {
+	return m.cfg.Mode == ModeAtomic && attempt < m.cfg.MaxConflictRetries
+}
+
+// finishContext bounds a call that finishes a lease. It does not depend on
+// the client staying connected: a handler that finished its work commits
+// it, and the client's retry gets the replay.
+func (m *Middleware) finishContext(c *call) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(c.r.Context()), m.cfg.StoreTimeout)
+}
+
+// run runs the handler under the lease, then stores its response or
+// releases the key, and answers. It answers nothing and reports conflicted
+// when the lease's transaction hit a conflict and attempt may be rerun.
+func (m *Middleware) run(c *call, lease Lease, attempt int) runOutcome {
+	rec := m.execute(c, lease)
+	ctx, cancel := m.finishContext(c)
+	defer cancel()
+	hitConflict := func() bool {
+		cr, ok := lease.(ConflictReporter)
+		return ok && m.mayRerun(attempt) && cr.Conflicted()
 	}
+	if hitConflict() {
+		if err := lease.Release(ctx); err != nil {
+			c.log.ErrorContext(ctx, "idem: release after a transaction conflict failed", "err", err)
+			m.unavailable(c, "The request hit a conflict and was not completed, and the idempotency store did not confirm that the key was freed; retry with the same key after Retry-After.")
+			return answered
+		}
+		return conflicted
+	}
+	if m.cfg.Outcome(rec.statusCode()) == OutcomeRelease {
+		if err := lease.Release(ctx); err != nil {
+			c.log.ErrorContext(ctx, "idem: release failed", "err", err)
+			m.unavailable(c, "The response was not to be stored, and the idempotency store did not confirm that the key was freed; retry with the same key after Retry-After.")
+			return answered
+		}
+		m.cfg.Metrics.Request(c.r.Context(), ResultReleased)
+		rec.writeTo(c.w)
+		return answered
+	}
+	switch err := lease.Complete(ctx, m.responseOf(rec)); {
+	case err == nil:
+		m.cfg.Metrics.Request(c.r.Context(), ResultExecuted)
+		rec.writeTo(c.w)
+	case hitConflict():
+		return conflicted // Complete rolled back; the commit itself hit the conflict
+	case errors.Is(err, ErrLeaseLost):
+		c.log.WarnContext(ctx, "idem: lease lost; the handler's writes were rolled back")
+		m.cfg.Metrics.Request(c.r.Context(), ResultLeaseLost)
+		WriteProblem(c.w, ProblemKeyInUse.New(m.cfg.ProblemTypeBase, "Another request took this key over; retry with the same key to get its result."), 1)
+	default:
+		c.log.ErrorContext(ctx, "idem: storing the response failed", "err", err)
+		if m.cfg.Mode == ModeTwoPhase {
+			// Free the committed claim now, so the client's retry need not
+			// wait for the lease to run out.
+			if err := lease.Release(ctx); err != nil {
+				c.log.ErrorContext(ctx, "idem: release after a failed complete failed; the key is freed when its lease expires", "err", err)
+			}
+		}
+		m.unavailable(c, "The idempotency store failed to record the result; retry with the same key after Retry-After.")
+	}
+	return answered
+}
+
+// execute runs the handler under the lease and buffers its response. When
+// the handler panics, it releases the lease, which rolls back the handler's
+// writes and frees the key, and lets the panic go on to the server.
+func (m *Middleware) execute(c *call, lease Lease) *recorder {
 	finished := false
 	defer func() {
 		if finished {
 			return
 		}
-		// The handler panicked: roll back its writes and free the key, then
-		// let the panic go on to the server.
-		ctx, cancel := finishCtx()
+		ctx, cancel := m.finishContext(c)
 		defer cancel()
 		m.cfg.Metrics.Request(ctx, ResultReleased)
 		if err := lease.Release(ctx); err != nil {
-			m.cfg.Logger.ErrorContext(ctx, "idem: release after panic failed", "client_id", scope.ClientID, "key_digest", keyDigest(scope.Key), "err", err)
+			c.log.ErrorContext(ctx, "idem: release after panic failed", "err", err)
 		}
 	}()
-
-	req := r.WithContext(ContextWithScope(lease.Context(r.Context()), scope))
-	req.Body = io.NopCloser(bytes.NewReader(body))
-	req.ContentLength = int64(len(body))
+	req := c.r.WithContext(ContextWithScope(lease.Context(c.r.Context()), c.scope))
+	req.Body = io.NopCloser(bytes.NewReader(c.body))
+	req.ContentLength = int64(len(c.body))
 	rec := &recorder{header: make(http.Header)}
-	next.ServeHTTP(rec, req)
+	c.next.ServeHTTP(rec, req)
 	finished = true
+	return rec
+}
 
-	status := rec.statusCode()
-	ctx, cancel := finishCtx()
-	defer cancel()
-	conflicted := func() bool {
-		cr, ok := lease.(ConflictReporter)
-		return rerun && ok && cr.Conflicted()
-	}
-	if conflicted() || m.cfg.Outcome(status) == OutcomeRelease {
-		if err := lease.Release(ctx); err != nil {
-			m.cfg.Logger.ErrorContext(ctx, "idem: release failed", "client_id", scope.ClientID, "key_digest", keyDigest(scope.Key), "err", err)
-		}
-		if conflicted() {
-			return true
-		}
-		m.cfg.Metrics.Request(r.Context(), ResultReleased)
-		rec.writeTo(w)
-		return false
-	}
-	resp := &Response{StatusCode: status, Header: make(http.Header), Body: rec.body.Bytes()}
+// responseOf is what the store keeps of a handler's response: the status,
+// the headers on the replay list and the body.
+func (m *Middleware) responseOf(rec *recorder) *Response {
+	resp := &Response{StatusCode: rec.statusCode(), Header: make(http.Header), Body: rec.body.Bytes()}
 	for _, name := range m.replayHeaders {
 		if v := rec.header.Values(name); len(v) > 0 {
 			resp.Header[name] = slices.Clone(v)
 		}
 	}
-	switch err := lease.Complete(ctx, resp); {
-	case err == nil:
-		m.cfg.Metrics.Request(r.Context(), ResultExecuted)
-		rec.writeTo(w)
-	case conflicted():
-		return true // Complete rolled back; the commit itself hit the conflict
-	case errors.Is(err, ErrLeaseLost):
-		m.cfg.Logger.WarnContext(ctx, "idem: lease lost; the handler's writes were rolled back", "client_id", scope.ClientID, "key_digest", keyDigest(scope.Key))
-		m.cfg.Metrics.Request(r.Context(), ResultLeaseLost)
-		WriteProblem(w, ProblemKeyInUse.New(m.cfg.ProblemTypeBase, "Another request took this key over; retry with the same key to get its result."), 1)
-	default:
-		m.cfg.Logger.ErrorContext(ctx, "idem: storing the response failed; the handler's writes were rolled back", "client_id", scope.ClientID, "key_digest", keyDigest(scope.Key), "err", err)
-		if m.cfg.Mode == ModeTwoPhase {
-			// Free the committed claim now, so the client's retry need not
-			// wait for the lease to run out.
-			if err := lease.Release(ctx); err != nil {
-				m.cfg.Logger.ErrorContext(ctx, "idem: release after a failed complete failed; the key is freed when its lease expires", "client_id", scope.ClientID, "key_digest", keyDigest(scope.Key), "err", err)
-			}
-		}
-		m.problem(w, r, ProblemUnavailable, "The result could not be recorded, so it was rolled back; retry with the same key.", UnavailableRetryAfter)
-	}
-	return false
+	return resp
 }
 
 // keyDigest is a short digest of a key for logs, which never carry keys.

@@ -1,0 +1,268 @@
+package idem_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+)
+
+// errBoom is an error of a type that idem knows nothing about, as a
+// third-party store may return.
+var errBoom = errors.New("boom")
+
+// faultyStore wraps the memory store. It fails the call named by fail with
+// errBoom, and its leases report a transaction conflict when conflict is set.
+type faultyStore struct {
+	inner    *idemtest.MemoryStore
+	fail     string // "Claim", "NoLease", "Complete" or "Release"
+	conflict bool
+}
+
+func (s *faultyStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	switch s.fail {
+	case "Claim":
+		return idem.ClaimResult{}, errBoom
+	case "NoLease":
+		return idem.ClaimResult{}, nil // a broken store: neither a lease nor a record
+	}
+	res, err := s.inner.Claim(ctx, p)
+	if res.Lease != nil {
+		res.Lease = &faultyLease{Lease: res.Lease, store: s}
+	}
+	return res, err
+}
+
+type faultyLease struct {
+	idem.Lease
+	store *faultyStore
+}
+
+func (l *faultyLease) Complete(ctx context.Context, resp *idem.Response) error {
+	if l.store.fail == "Complete" {
+		return errBoom
+	}
+	return l.Lease.Complete(ctx, resp)
+}
+
+func (l *faultyLease) Release(ctx context.Context) error {
+	if l.store.fail == "Release" {
+		return errBoom
+	}
+	return l.Lease.Release(ctx)
+}
+
+// Conflicted implements idem.ConflictReporter.
+func (l *faultyLease) Conflicted() bool { return l.store.conflict }
+
+// lockedBuffer collects log output from concurrent handlers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// faultyEnv is a server with the middleware on a faultyStore, in front of a
+// handler that answers the status in the X-Status header (201 by default).
+type faultyEnv struct {
+	url     string
+	store   *faultyStore
+	runs    atomic.Int64
+	log     *lockedBuffer
+	metrics *countingMetrics
+}
+
+func setupFaulty(t *testing.T, cfg idem.Config) *faultyEnv {
+	t.Helper()
+	e := &faultyEnv{
+		store:   &faultyStore{inner: idemtest.NewMemoryStore()},
+		log:     &lockedBuffer{},
+		metrics: &countingMetrics{counts: map[idem.Result]int{}},
+	}
+	cfg.ClientID = func(r *http.Request) (string, bool) { return "alice", true }
+	cfg.Logger = slog.New(slog.NewTextHandler(e.log, nil))
+	cfg.Metrics = e.metrics
+	mw, err := idem.New(e.store, &cfg)
+	if err != nil {
+		t.Fatalf("idem.New: %v", err)
+	}
+	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := e.runs.Add(1)
+		status := http.StatusCreated
+		if s := r.Header.Get("X-Status"); s != "" {
+			fmt.Sscan(s, &status)
+		}
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"run":%d}`, n)
+	})))
+	t.Cleanup(srv.Close)
+	e.url = srv.URL
+	return e
+}
+
+func (e *faultyEnv) post(t *testing.T, key string, status int) resp {
+	t.Helper()
+	r, err := http.NewRequest(http.MethodPost, e.url+"/v1/payments", strings.NewReader(payment))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Idempotency-Key", key)
+	if status != 0 {
+		r.Header.Set("X-Status", fmt.Sprint(status))
+	}
+	res, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatalf("POST: %v", err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return resp{status: res.StatusCode, header: res.Header, body: body}
+}
+
+// TestStoreErrorOfUnknownTypeGets503 fails each store call in turn with an
+// error the middleware cannot know: every one answers 503 store-unavailable
+// with a detail that says what became of the request, and is logged.
+func TestStoreErrorOfUnknownTypeGets503(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		fail     string
+		mode     idem.Mode
+		status   int    // the handler's answer
+		conflict bool   // the lease reports a transaction conflict
+		runs     int64  // handler runs
+		detail   string // in the problem's detail
+		logged   string // the log message
+	}{
+		{"Claim", "Claim", idem.ModeAtomic, 0, false, 0, "the request was not processed", "idem: claim failed"},
+		{"ClaimWithoutLeaseOrRecord", "NoLease", idem.ModeAtomic, 0, false, 0, "the request was not processed", "idem: claim failed"},
+		{"Complete", "Complete", idem.ModeAtomic, 0, false, 1, "failed to record the result", "idem: storing the response failed"},
+		{"CompleteTwoPhase", "Complete", idem.ModeTwoPhase, 0, false, 1, "failed to record the result", "idem: storing the response failed"},
+		{"ReleaseOf4xx", "Release", idem.ModeAtomic, http.StatusBadRequest, false, 1, "did not confirm that the key was freed", "idem: release failed"},
+		{"ReleaseOf5xx", "Release", idem.ModeTwoPhase, http.StatusInternalServerError, false, 1, "did not confirm that the key was freed", "idem: release failed"},
+		{"ReleaseAfterConflict", "Release", idem.ModeAtomic, 0, true, 1, "did not confirm that the key was freed", "idem: release after a transaction conflict failed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := setupFaulty(t, idem.Config{Mode: tt.mode})
+			e.store.fail, e.store.conflict = tt.fail, tt.conflict
+			r := e.post(t, "k-"+tt.name, tt.status)
+			if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") != "1" {
+				t.Fatalf("status %d Retry-After %q body %s; want 503 with Retry-After 1", r.status, r.header.Get("Retry-After"), r.body)
+			}
+			if p := r.problem(t); p.Code != "store-unavailable" || !strings.Contains(p.Detail, tt.detail) {
+				t.Errorf("problem %+v; want store-unavailable saying %q", p, tt.detail)
+			}
+			if bytes.Contains(r.body, []byte("boom")) {
+				t.Errorf("the answer shows the store's error: %s", r.body)
+			}
+			if n := e.runs.Load(); n != tt.runs {
+				t.Errorf("handler ran %d times, want %d", n, tt.runs)
+			}
+			log := e.log.String()
+			logErr := "err=boom"
+			if tt.fail == "NoLease" {
+				logErr = "neither a lease nor a record"
+			}
+			for _, want := range []string{tt.logged, logErr, "client_id=alice", "key_digest="} {
+				if !strings.Contains(log, want) {
+					t.Errorf("log lacks %q:\n%s", want, log)
+				}
+			}
+			e.metrics.mu.Lock()
+			defer e.metrics.mu.Unlock()
+			if n := e.metrics.counts[idem.ResultUnavailable]; n != 1 {
+				t.Errorf("counted %d unavailable results, want 1 (%v)", n, e.metrics.counts)
+			}
+		})
+	}
+}
+
+// TestCompleteFailureFreesTwoPhaseKey: after a failed Complete in two-phase
+// mode the middleware releases the committed claim, so the retry runs now
+// instead of waiting for the lease to expire.
+func TestCompleteFailureFreesTwoPhaseKey(t *testing.T) {
+	t.Parallel()
+	e := setupFaulty(t, idem.Config{Mode: idem.ModeTwoPhase})
+	e.store.fail = "Complete"
+	if r := e.post(t, "k", 0); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("first: status %d, want 503", r.status)
+	}
+	e.store.fail = ""
+	if r := e.post(t, "k", 0); r.status != http.StatusCreated || r.header.Get(idem.HeaderReplayed) != "" {
+		t.Fatalf("retry: status %d replayed %q, want a fresh 201", r.status, r.header.Get(idem.HeaderReplayed))
+	}
+	if n := e.runs.Load(); n != 2 {
+		t.Errorf("handler ran %d times, want 2", n)
+	}
+}
+
+// TestConflictReruns counts the runs of a request whose every transaction
+// reports a conflict: MaxConflictRetries reruns, then the last run's result
+// stands; NoConflictRetries runs it once.
+func TestConflictReruns(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		maxRetries int
+		runs       int64
+	}{
+		{"Default", 0, 1 + idem.MaxConflictRetriesDefault},
+		{"One", 1, 2},
+		{"Off", idem.NoConflictRetries, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := setupFaulty(t, idem.Config{MaxConflictRetries: tt.maxRetries})
+			e.store.conflict = true
+			r := e.post(t, "k", 0)
+			if r.status != http.StatusCreated {
+				t.Fatalf("status %d body %s, want 201 from the last run", r.status, r.body)
+			}
+			if n := e.runs.Load(); n != tt.runs {
+				t.Errorf("handler ran %d times, want %d", n, tt.runs)
+			}
+			e.metrics.mu.Lock()
+			defer e.metrics.mu.Unlock()
+			if n := e.metrics.counts[idem.ResultRerun]; int64(n) != tt.runs-1 {
+				t.Errorf("counted %d reruns, want %d", n, tt.runs-1)
+			}
+		})
+	}
+}
+
+func TestConflictRerunsValidated(t *testing.T) {
+	t.Parallel()
+	clientID := func(*http.Request) (string, bool) { return "alice", true }
+	if _, err := idem.New(idemtest.NewMemoryStore(), &idem.Config{ClientID: clientID, MaxConflictRetries: -2}); err == nil {
+		t.Errorf("MaxConflictRetries -2 accepted; want an error naming NoConflictRetries")
+	}
+	if _, err := idem.New(idemtest.NewMemoryStore(), &idem.Config{ClientID: clientID, MaxConflictRetries: idem.NoConflictRetries}); err != nil {
+		t.Errorf("NoConflictRetries rejected: %v", err)
+	}
+}
