@@ -1,14 +1,17 @@
 package idem_test
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/idemkit/idem"
 )
 
 // A retry whose JSON body is formatted differently is the same request; a
-// retry that changes the amount is not, and DiffFields names the field
-// without revealing its value.
+// retry that changes the amount is not. Code that claims keys itself, such
+// as a queue consumer calling idempg's Store.ClaimTx, puts Hash and Fields
+// in its idem.ClaimParams; the stored fields name top-level members, never
+// their values.
 func ExampleNewFingerprint() {
 	request := func(body string) idem.FingerprintParams {
 		return idem.FingerprintParams{
@@ -38,16 +41,22 @@ func ExampleNewFingerprint() {
 		fmt.Println(err)
 		return
 	}
+	p := idem.ClaimParams{
+		Scope:         idem.Scope{ClientID: "alice", Key: "order-7"},
+		Method:        "POST",
+		Path:          "/v1/payments",
+		RequestHash:   first.Hash,
+		RequestFields: first.Fields,
+	}
+	fmt.Println("retry is the same request:", bytes.Equal(retry.Hash, p.RequestHash))
+	fmt.Println("changed is the same request:", bytes.Equal(changed.Hash, p.RequestHash))
+	fmt.Println("the stored fields hold the amount:", bytes.Contains(p.RequestFields, []byte("4200")))
 
-	// A store keeps first.Sum and first.EncodeFields() with the key.
-	stored := first.EncodeFields()
-	fmt.Println("retry is the same request:", retry.Sum == first.Sum)
-	fmt.Println("retry differs in:", idem.DiffFields(stored, retry))
-	fmt.Println("changed is the same request:", changed.Sum == first.Sum)
-	fmt.Println("changed differs in:", idem.DiffFields(stored, changed))
+	_, err = idem.NewFingerprint(request(`{"amount":1,"amount":2}`))
+	fmt.Println(err)
 	// Output:
 	// retry is the same request: true
-	// retry differs in: []
 	// changed is the same request: false
-	// changed differs in: [/amount]
+	// the stored fields hold the amount: false
+	// idem: duplicate member in JSON body: the JSON body names /amount more than once
 }

@@ -19,61 +19,91 @@ import (
 	"github.com/idemkit/idem/internal/jcs"
 )
 
-// Errors returned by [NewFingerprint].
+// Errors of a request that cannot be fingerprinted.
 var (
-	// ErrUnsupportedMediaType means the body is neither JSON nor form data.
-	ErrUnsupportedMediaType = errors.New("idem: unsupported media type")
-	// ErrMalformedBody means the body does not parse as its media type says.
-	ErrMalformedBody = errors.New("idem: malformed request body")
-	// ErrDuplicateMember means a JSON object in the body names a member twice.
-	ErrDuplicateMember = errors.New("idem: duplicate member in JSON body")
-	// ErrMalformedQuery means the query string does not parse.
-	ErrMalformedQuery = errors.New("idem: malformed query string")
+	// errUnsupportedMediaType means the body is neither JSON nor form data.
+	errUnsupportedMediaType = errors.New("idem: unsupported media type")
+	// errMalformedBody means the body does not parse as its media type says.
+	errMalformedBody = errors.New("idem: malformed request body")
+	// errDuplicateMember means a JSON object in the body names a member twice.
+	errDuplicateMember = errors.New("idem: duplicate member in JSON body")
+	// errMalformedQuery means the query string does not parse.
+	errMalformedQuery = errors.New("idem: malformed query string")
 )
 
-// BodyError describes a request that cannot be fingerprinted.
-type BodyError struct {
-	Err    error  // one of the sentinel errors above
-	Reason string // safe to show to the client
+// bodyError describes a request that cannot be fingerprinted.
+type bodyError struct {
+	err    error  // one of the sentinel errors above
+	reason string // safe to show to the client
 }
 
-func (e *BodyError) Error() string { return e.Err.Error() + ": " + e.Reason }
+func (e *bodyError) Error() string { return e.err.Error() + ": " + e.reason }
 
 // Unwrap returns the sentinel error.
-func (e *BodyError) Unwrap() error { return e.Err }
+func (e *bodyError) Unwrap() error { return e.err }
 
-// Fingerprint identifies a request for a key: the same logical request always
-// has the same Sum, whatever the JSON member order, whitespace, number
-// spelling, or order of form and query pairs.
-type Fingerprint struct {
-	// Sum is SHA-256 over the method, the path, the canonical query, the
-	// body kind and the canonical body, each length-prefixed.
-	Sum [32]byte
-	// Fields are digests of the body's top-level fields, sorted by pointer,
-	// so that a mismatch can name the fields that differ without storing or
-	// echoing their values. Empty for a body that is not an object.
-	Fields []FieldDigest
-}
-
-// FieldDigest is the digest of one top-level field of a body.
-type FieldDigest struct {
-	Pointer string   // RFC 6901 JSON pointer, such as "/amount"
-	Digest  [16]byte // truncated SHA-256 of the pointer and the canonical value
-}
-
-// FingerprintParams are the inputs of [NewFingerprint].
+// FingerprintParams describe a request to [NewFingerprint].
 type FingerprintParams struct {
-	Method      string
-	Path        string
-	RawQuery    string
-	ContentType string
+	Method      string // the HTTP method, or any name of the operation
+	Path        string // the escaped path, or any name of the resource
+	RawQuery    string // the query string without "?"; may be empty
+	ContentType string // the media type of Body; not needed for an empty body
 	Body        []byte
 	// Exclude lists top-level fields left out of the fingerprint, as JSON
 	// pointers ("/client_timestamp"). They apply to JSON and form bodies.
 	Exclude []string
 	// Raw hashes a body of any media type byte for byte instead of
-	// returning ErrUnsupportedMediaType.
+	// rejecting a media type that is neither JSON nor form data.
 	Raw bool
+}
+
+// Fingerprint identifies a request for its key, in the form a store keeps:
+// the same logical request always has the same Hash, whatever the JSON
+// member order, whitespace, number spelling, or order of form and query
+// pairs.
+//
+// The middleware computes it for every request. Code that claims keys
+// itself, such as a queue consumer that calls idempg's Store.ClaimTx,
+// computes it with [NewFingerprint] and passes Hash and Fields in
+// [ClaimParams].
+type Fingerprint struct {
+	// Hash is SHA-256 over the method, the path, the canonical query, the
+	// body kind and the canonical body, each length-prefixed: the
+	// [ClaimParams] RequestHash.
+	Hash []byte
+	// Fields are digests of the body's top-level fields, so that a
+	// mismatch can name the fields that differ without storing or echoing
+	// their values: the [ClaimParams] RequestFields. Nil for a body that is
+	// empty, or neither a JSON object nor a form.
+	Fields []byte
+}
+
+// NewFingerprint computes the fingerprint of a request. JSON bodies
+// (application/json and any +json type) are canonicalised by RFC 8785, with
+// numbers that a double cannot hold kept exact, and a JSON object that names
+// a member twice is rejected; form bodies
+// (application/x-www-form-urlencoded) by sorted names and values. An empty
+// body needs no content type. The error says, in words safe to show to the
+// client, why a request cannot be fingerprinted.
+func NewFingerprint(p FingerprintParams) (Fingerprint, error) {
+	f, err := fingerprintOf(p)
+	if err != nil {
+		return Fingerprint{}, err
+	}
+	return Fingerprint{Hash: f.sum[:], Fields: f.encodeFields()}, nil
+}
+
+// fingerprint is a [Fingerprint] before its field digests are encoded: the
+// form the middleware compares.
+type fingerprint struct {
+	sum    [32]byte
+	fields []fieldDigest // sorted by pointer; nil for a body that is not an object
+}
+
+// fieldDigest is the digest of one top-level field of a body.
+type fieldDigest struct {
+	pointer string   // RFC 6901 JSON pointer, such as "/amount"
+	digest  [16]byte // truncated SHA-256 of the pointer and the canonical value
 }
 
 const (
@@ -83,29 +113,25 @@ const (
 	kindRaw   = "raw"
 )
 
-// NewFingerprint computes the fingerprint of a request. JSON bodies
-// (application/json and any +json type) are canonicalised by RFC 8785, with
-// numbers that a double cannot hold kept exact, and a JSON object that names
-// a member twice is rejected; form bodies
-// (application/x-www-form-urlencoded) by sorted names and values. An empty
-// body needs no content type.
-func NewFingerprint(p FingerprintParams) (Fingerprint, error) {
+// fingerprintOf computes the fingerprint of a request, as [NewFingerprint]
+// describes.
+func fingerprintOf(p FingerprintParams) (fingerprint, error) {
 	query, err := canonicalPairs(p.RawQuery, nil)
 	if err != nil {
-		return Fingerprint{}, &BodyError{Err: ErrMalformedQuery, Reason: "the query string does not parse"}
+		return fingerprint{}, &bodyError{err: errMalformedQuery, reason: "the query string does not parse"}
 	}
 	kind, body, fields, err := canonicalBody(p)
 	if err != nil {
-		return Fingerprint{}, err
+		return fingerprint{}, err
 	}
 	h := sha256.New()
 	for _, part := range []string{"idem-fingerprint-v1", p.Method, p.Path, query.encoded, kind} {
 		writePart(h, []byte(part))
 	}
 	writePart(h, body)
-	var f Fingerprint
-	h.Sum(f.Sum[:0])
-	f.Fields = fields
+	var f fingerprint
+	h.Sum(f.sum[:0])
+	f.fields = fields
 	return f, nil
 }
 
@@ -115,7 +141,7 @@ func writePart(h hash.Hash, b []byte) {
 	h.Write(b)
 }
 
-func canonicalBody(p FingerprintParams) (kind string, body []byte, fields []FieldDigest, err error) {
+func canonicalBody(p FingerprintParams) (kind string, body []byte, fields []fieldDigest, err error) {
 	if len(p.Body) == 0 {
 		return kindEmpty, nil, nil, nil
 	}
@@ -123,7 +149,7 @@ func canonicalBody(p FingerprintParams) (kind string, body []byte, fields []Fiel
 	if p.ContentType != "" {
 		m, _, perr := mime.ParseMediaType(p.ContentType)
 		if perr != nil && !p.Raw {
-			return "", nil, nil, &BodyError{Err: ErrUnsupportedMediaType, Reason: "the Content-Type header does not parse"}
+			return "", nil, nil, &bodyError{err: errUnsupportedMediaType, reason: "the Content-Type header does not parse"}
 		}
 		media = m
 	}
@@ -138,20 +164,20 @@ func canonicalBody(p FingerprintParams) (kind string, body []byte, fields []Fiel
 		}
 		form, ferr := canonicalPairs(string(p.Body), exclude)
 		if ferr != nil {
-			return "", nil, nil, &BodyError{Err: ErrMalformedBody, Reason: "the form body does not parse"}
+			return "", nil, nil, &bodyError{err: errMalformedBody, reason: "the form body does not parse"}
 		}
 		for _, d := range form.fields {
-			if !utf8.ValidString(d.Pointer) {
-				return "", nil, nil, &BodyError{Err: ErrMalformedBody, Reason: "a form field name is not UTF-8 after percent-decoding"}
+			if !utf8.ValidString(d.pointer) {
+				return "", nil, nil, &bodyError{err: errMalformedBody, reason: "a form field name is not UTF-8 after percent-decoding"}
 			}
 		}
 		return kindForm, []byte(form.encoded), form.fields, nil
 	case p.Raw:
 		return kindRaw, p.Body, nil, nil
 	case media == "":
-		return "", nil, nil, &BodyError{Err: ErrUnsupportedMediaType, Reason: "the request has a body but no Content-Type; send application/json or application/x-www-form-urlencoded"}
+		return "", nil, nil, &bodyError{err: errUnsupportedMediaType, reason: "the request has a body but no Content-Type; send application/json or application/x-www-form-urlencoded"}
 	default:
-		return "", nil, nil, &BodyError{Err: ErrUnsupportedMediaType, Reason: fmt.Sprintf("content type %q is not supported; send application/json or application/x-www-form-urlencoded", media)}
+		return "", nil, nil, &bodyError{err: errUnsupportedMediaType, reason: fmt.Sprintf("content type %q is not supported; send application/json or application/x-www-form-urlencoded", media)}
 	}
 }
 
@@ -161,7 +187,7 @@ func canonicalBody(p FingerprintParams) (kind string, body []byte, fields []Fiel
 // never share a fingerprint.
 var canonicalForm = jcs.Options{ExactNumbers: true}
 
-func canonicalJSON(src []byte, exclude []string) ([]byte, []FieldDigest, error) {
+func canonicalJSON(src []byte, exclude []string) ([]byte, []fieldDigest, error) {
 	members, err := canonicalForm.Members(src)
 	if errors.Is(err, jcs.ErrNotObject) {
 		out, err := canonicalForm.Canonicalize(src)
@@ -175,7 +201,7 @@ func canonicalJSON(src []byte, exclude []string) ([]byte, []FieldDigest, error) 
 	}
 	var buf bytes.Buffer
 	buf.WriteByte('{')
-	fields := make([]FieldDigest, 0, len(members))
+	fields := make([]fieldDigest, 0, len(members))
 	for _, m := range members {
 		ptr := escapePointer(m.Name)
 		if slices.Contains(exclude, ptr) {
@@ -192,7 +218,7 @@ func canonicalJSON(src []byte, exclude []string) ([]byte, []FieldDigest, error) 
 		buf.Write(canonName)
 		buf.WriteByte(':')
 		buf.Write(m.Value)
-		fields = append(fields, fieldDigest(ptr, m.Value))
+		fields = append(fields, digestField(ptr, m.Value))
 	}
 	buf.WriteByte('}')
 	sortFields(fields)
@@ -202,24 +228,24 @@ func canonicalJSON(src []byte, exclude []string) ([]byte, []FieldDigest, error) 
 func jsonError(err error) error {
 	var dup *jcs.DuplicateMemberError
 	if errors.As(err, &dup) {
-		return &BodyError{Err: ErrDuplicateMember, Reason: fmt.Sprintf("the JSON body names %s more than once", dup.Pointer)}
+		return &bodyError{err: errDuplicateMember, reason: fmt.Sprintf("the JSON body names %s more than once", dup.Pointer)}
 	}
 	if errors.Is(err, jcs.ErrTooDeep) {
-		return &BodyError{Err: ErrMalformedBody, Reason: "the JSON body is nested too deeply"}
+		return &bodyError{err: errMalformedBody, reason: "the JSON body is nested too deeply"}
 	}
 	if errors.Is(err, jcs.ErrNumber) {
-		return &BodyError{Err: ErrMalformedBody, Reason: "the JSON body has a number out of range"}
+		return &bodyError{err: errMalformedBody, reason: "the JSON body has a number out of range"}
 	}
 	var syn *jcs.SyntaxError
 	if errors.As(err, &syn) {
-		return &BodyError{Err: ErrMalformedBody, Reason: fmt.Sprintf("the body is not valid JSON (offset %d: %s)", syn.Offset, syn.Msg)}
+		return &bodyError{err: errMalformedBody, reason: fmt.Sprintf("the body is not valid JSON (offset %d: %s)", syn.Offset, syn.Msg)}
 	}
-	return &BodyError{Err: ErrMalformedBody, Reason: "the body is not valid JSON"}
+	return &bodyError{err: errMalformedBody, reason: "the body is not valid JSON"}
 }
 
 type pairs struct {
 	encoded string
-	fields  []FieldDigest
+	fields  []fieldDigest
 }
 
 // canonicalPairs parses URL-encoded pairs and encodes them with names sorted
@@ -240,7 +266,7 @@ func canonicalPairs(raw string, exclude map[string]bool) (pairs, error) {
 	}
 	sort.Strings(names)
 	var b strings.Builder
-	fields := make([]FieldDigest, 0, len(names))
+	fields := make([]fieldDigest, 0, len(names))
 	for _, name := range names {
 		vs := slices.Clone(values[name])
 		sort.Strings(vs)
@@ -256,27 +282,27 @@ func canonicalPairs(raw string, exclude map[string]bool) (pairs, error) {
 			fb.WriteByte('&')
 		}
 		ptr := escapePointer(name)
-		fields = append(fields, fieldDigest(ptr, []byte(fb.String())))
+		fields = append(fields, digestField(ptr, []byte(fb.String())))
 	}
 	sortFields(fields)
 	return pairs{encoded: b.String(), fields: fields}, nil
 }
 
-func fieldDigest(ptr string, value []byte) FieldDigest {
+func digestField(ptr string, value []byte) fieldDigest {
 	h := sha256.New()
 	writePart(h, []byte("idem-field-v1"))
 	writePart(h, []byte(ptr))
 	writePart(h, value)
 	var sum [32]byte
 	h.Sum(sum[:0])
-	var d FieldDigest
-	d.Pointer = ptr
-	copy(d.Digest[:], sum[:16])
+	var d fieldDigest
+	d.pointer = ptr
+	copy(d.digest[:], sum[:16])
 	return d
 }
 
-func sortFields(fields []FieldDigest) {
-	sort.Slice(fields, func(i, j int) bool { return fields[i].Pointer < fields[j].Pointer })
+func sortFields(fields []fieldDigest) {
+	sort.Slice(fields, func(i, j int) bool { return fields[i].pointer < fields[j].pointer })
 }
 
 func escapePointer(name string) string {
@@ -288,24 +314,24 @@ func unescapePointer(ptr string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(name, "~1", "/"), "~0", "~")
 }
 
-// EncodeFields encodes the field digests for storage, as a small JSON object
+// encodeFields encodes the field digests for storage, as a small JSON object
 // of pointer to base64url digest. Stores keep it as opaque bytes.
-func (f Fingerprint) EncodeFields() []byte {
-	if f.Fields == nil { // not an object; an empty object encodes as {}
+func (f fingerprint) encodeFields() []byte {
+	if f.fields == nil { // not an object; an empty object encodes as {}
 		return nil
 	}
-	m := make(map[string]string, len(f.Fields))
-	for _, d := range f.Fields {
-		m[d.Pointer] = base64.RawURLEncoding.EncodeToString(d.Digest[:])
+	m := make(map[string]string, len(f.fields))
+	for _, d := range f.fields {
+		m[d.pointer] = base64.RawURLEncoding.EncodeToString(d.digest[:])
 	}
 	out, _ := json.Marshal(m) // a map of strings always marshals
 	return out
 }
 
-// DiffFields returns the pointers of the top-level fields that differ between
+// diffFields returns the pointers of the top-level fields that differ between
 // the stored field digests and f: changed, added or removed, sorted. It
 // returns nil when the stored digests are empty or cannot be decoded.
-func DiffFields(stored []byte, f Fingerprint) []string {
+func diffFields(stored []byte, f fingerprint) []string {
 	if len(stored) == 0 {
 		return nil
 	}
@@ -314,11 +340,11 @@ func DiffFields(stored []byte, f Fingerprint) []string {
 		return nil
 	}
 	var diff []string
-	seen := make(map[string]bool, len(f.Fields))
-	for _, d := range f.Fields {
-		seen[d.Pointer] = true
-		if old[d.Pointer] != base64.RawURLEncoding.EncodeToString(d.Digest[:]) {
-			diff = append(diff, d.Pointer)
+	seen := make(map[string]bool, len(f.fields))
+	for _, d := range f.fields {
+		seen[d.pointer] = true
+		if old[d.pointer] != base64.RawURLEncoding.EncodeToString(d.digest[:]) {
+			diff = append(diff, d.pointer)
 		}
 	}
 	for ptr := range old {

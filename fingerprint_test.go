@@ -1,4 +1,4 @@
-package idem_test
+package idem
 
 import (
 	"bytes"
@@ -11,8 +11,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/idemkit/idem"
 )
 
 // fpPaymentJSON is a payment request body as a client would send it.
@@ -22,25 +20,25 @@ const fpPaymentJSON = `{"amount":4200,"currency":"eur","customer":"cus_9s6XKzkNR
 const fpPaymentForm = `amount=4200&currency=eur&customer=cus_9s6XKzkNRiz8i3&metadata%5Border_id%5D=1234&expand%5B%5D=customer&expand%5B%5D=invoice`
 
 // fpJSON returns the parameters of a JSON POST to /v1/payments.
-func fpJSON(body string) idem.FingerprintParams {
-	return idem.FingerprintParams{Method: "POST", Path: "/v1/payments", ContentType: "application/json", Body: []byte(body)}
+func fpJSON(body string) FingerprintParams {
+	return FingerprintParams{Method: "POST", Path: "/v1/payments", ContentType: "application/json", Body: []byte(body)}
 }
 
 // fpForm returns the parameters of a form POST to /v1/payments.
-func fpForm(body string) idem.FingerprintParams {
-	return idem.FingerprintParams{Method: "POST", Path: "/v1/payments", ContentType: "application/x-www-form-urlencoded", Body: []byte(body)}
+func fpForm(body string) FingerprintParams {
+	return FingerprintParams{Method: "POST", Path: "/v1/payments", ContentType: "application/x-www-form-urlencoded", Body: []byte(body)}
 }
 
 // fpWith returns p changed by fn.
-func fpWith(p idem.FingerprintParams, fn func(*idem.FingerprintParams)) idem.FingerprintParams {
+func fpWith(p FingerprintParams, fn func(*FingerprintParams)) FingerprintParams {
 	fn(&p)
 	return p
 }
 
 // fpMust returns the fingerprint of p and fails the test on an error.
-func fpMust(t *testing.T, p idem.FingerprintParams) idem.Fingerprint {
+func fpMust(t *testing.T, p FingerprintParams) fingerprint {
 	t.Helper()
-	f, err := idem.NewFingerprint(p)
+	f, err := fingerprintOf(p)
 	if err != nil {
 		t.Fatalf("NewFingerprint(%s %s?%s, %q, %q) error = %v", p.Method, p.Path, p.RawQuery, p.ContentType, p.Body, err)
 	}
@@ -50,13 +48,13 @@ func fpMust(t *testing.T, p idem.FingerprintParams) idem.Fingerprint {
 func TestNewFingerprintSameRequest(t *testing.T) {
 	t.Parallel()
 
-	exclude := func(p idem.FingerprintParams, ptrs ...string) idem.FingerprintParams {
+	exclude := func(p FingerprintParams, ptrs ...string) FingerprintParams {
 		p.Exclude = ptrs
 		return p
 	}
 	tests := []struct {
 		name string
-		a, b idem.FingerprintParams
+		a, b FingerprintParams
 	}{
 		{"JSONMemberOrder", fpJSON(`{"amount":4200,"currency":"eur"}`), fpJSON(`{"currency":"eur","amount":4200}`)},
 		{"JSONWhitespace", fpJSON(`{"amount":4200,"currency":"eur"}`), fpJSON(" {\n\t\"amount\" : 4200 ,\r\n \"currency\":\"eur\"\n}\n ")},
@@ -70,10 +68,10 @@ func TestNewFingerprintSameRequest(t *testing.T) {
 		{"JSONStringEscapes", fpJSON(`{"currency":"eur","note":"é/"}`), fpJSON(`{"currency":"\u0065ur","note":"\u00e9\/"}`)},
 		{"JSONMemberNameEscapes", fpJSON(`{"amount":1}`), fpJSON(`{"\u0061mount":1}`)},
 		{"JSONTopLevelArrayWhitespace", fpJSON(`[1,2,{"b":1,"a":2}]`), fpJSON(`[ 1, 2.0, {"a":2, "b":1} ]`)},
-		{"JSONCharsetParameter", fpJSON(`{"amount":1}`), fpWith(fpJSON(`{"amount":1}`), func(p *idem.FingerprintParams) { p.ContentType = "application/json; charset=utf-8" })},
-		{"JSONMediaTypeCase", fpJSON(`{"amount":1}`), fpWith(fpJSON(`{"amount":1}`), func(p *idem.FingerprintParams) { p.ContentType = "Application/JSON" })},
-		{"JSONStructuredSuffix", fpJSON(`{"amount":1}`), fpWith(fpJSON(`{ "amount": 1.0 }`), func(p *idem.FingerprintParams) { p.ContentType = "application/merchant+json" })},
-		{"JSONStructuredSuffixWithCharset", fpJSON(`{"amount":1}`), fpWith(fpJSON(`{"amount":1}`), func(p *idem.FingerprintParams) { p.ContentType = "application/merchant+json;charset=UTF-8" })},
+		{"JSONCharsetParameter", fpJSON(`{"amount":1}`), fpWith(fpJSON(`{"amount":1}`), func(p *FingerprintParams) { p.ContentType = "application/json; charset=utf-8" })},
+		{"JSONMediaTypeCase", fpJSON(`{"amount":1}`), fpWith(fpJSON(`{"amount":1}`), func(p *FingerprintParams) { p.ContentType = "Application/JSON" })},
+		{"JSONStructuredSuffix", fpJSON(`{"amount":1}`), fpWith(fpJSON(`{ "amount": 1.0 }`), func(p *FingerprintParams) { p.ContentType = "application/merchant+json" })},
+		{"JSONStructuredSuffixWithCharset", fpJSON(`{"amount":1}`), fpWith(fpJSON(`{"amount":1}`), func(p *FingerprintParams) { p.ContentType = "application/merchant+json;charset=UTF-8" })},
 		{"JSONExcludedFieldChanged", exclude(fpJSON(`{"amount":1,"client_ts":"2025-01-01"}`), "/client_ts"), exclude(fpJSON(`{"amount":1,"client_ts":"2025-06-30"}`), "/client_ts")},
 		{"JSONExcludedFieldAbsent", exclude(fpJSON(`{"amount":1,"client_ts":"2025-01-01"}`), "/client_ts"), exclude(fpJSON(`{"amount":1}`), "/client_ts")},
 		{"JSONExcludedFieldsFirstAndLast", exclude(fpJSON(`{"a":1,"m":2,"z":3}`), "/a", "/z"), exclude(fpJSON(`{"a":9,"m":2,"z":9}`), "/a", "/z")},
@@ -82,28 +80,28 @@ func TestNewFingerprintSameRequest(t *testing.T) {
 		{"FormPairOrder", fpForm(`amount=4200&currency=eur`), fpForm(`currency=eur&amount=4200`)},
 		{"FormRepeatedValueOrder", fpForm(`expand[]=a&expand[]=b`), fpForm(`expand[]=b&expand[]=a`)},
 		{"FormPercentEncoding", fpForm(`note=a+b&cur=eur`), fpForm(`cur=%65ur&note=a%20b`)},
-		{"FormCharsetParameter", fpForm(`amount=1`), fpWith(fpForm(`amount=1`), func(p *idem.FingerprintParams) { p.ContentType = "application/x-www-form-urlencoded; charset=utf-8" })},
+		{"FormCharsetParameter", fpForm(`amount=1`), fpWith(fpForm(`amount=1`), func(p *FingerprintParams) { p.ContentType = "application/x-www-form-urlencoded; charset=utf-8" })},
 		{"FormExcludedField", exclude(fpForm(`amount=1&client_ts=1`), "/client_ts"), exclude(fpForm(`client_ts=2&amount=1`), "/client_ts")},
 		{"FormExcludedFieldWithSlash", exclude(fpForm(`amount=1&a%2Fb=1`), "/a~1b"), exclude(fpForm(`amount=1&a%2Fb=2`), "/a~1b")},
-		{"QueryPairOrder", fpWith(fpJSON(`{}`), func(p *idem.FingerprintParams) { p.RawQuery = "expand=customer&dry_run=1" }), fpWith(fpJSON(`{}`), func(p *idem.FingerprintParams) { p.RawQuery = "dry_run=1&expand=customer" })},
-		{"QueryRepeatedValueOrder", fpWith(fpJSON(`{}`), func(p *idem.FingerprintParams) { p.RawQuery = "expand=a&expand=b" }), fpWith(fpJSON(`{}`), func(p *idem.FingerprintParams) { p.RawQuery = "expand=b&expand=a" })},
-		{"QueryPercentEncoding", fpWith(fpJSON(`{}`), func(p *idem.FingerprintParams) { p.RawQuery = "q=a+b" }), fpWith(fpJSON(`{}`), func(p *idem.FingerprintParams) { p.RawQuery = "%71=a%20b" })},
-		{"EmptyBodyWithoutContentType", idem.FingerprintParams{Method: "POST", Path: "/v1/payments/pi_1/capture"}, idem.FingerprintParams{Method: "POST", Path: "/v1/payments/pi_1/capture", ContentType: "application/json"}},
-		{"EmptyBodyWithUnsupportedContentType", idem.FingerprintParams{Method: "POST", Path: "/v1/payments/pi_1/capture", Body: []byte{}}, idem.FingerprintParams{Method: "POST", Path: "/v1/payments/pi_1/capture", ContentType: "text/plain"}},
-		{"RawSameBytes", idem.FingerprintParams{Method: "POST", Path: "/upload", ContentType: "text/csv", Body: []byte("a,b\n1,2\n"), Raw: true}, idem.FingerprintParams{Method: "POST", Path: "/upload", ContentType: "text/csv; charset=utf-8", Body: []byte("a,b\n1,2\n"), Raw: true}},
+		{"QueryPairOrder", fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "expand=customer&dry_run=1" }), fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "dry_run=1&expand=customer" })},
+		{"QueryRepeatedValueOrder", fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "expand=a&expand=b" }), fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "expand=b&expand=a" })},
+		{"QueryPercentEncoding", fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "q=a+b" }), fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "%71=a%20b" })},
+		{"EmptyBodyWithoutContentType", FingerprintParams{Method: "POST", Path: "/v1/payments/pi_1/capture"}, FingerprintParams{Method: "POST", Path: "/v1/payments/pi_1/capture", ContentType: "application/json"}},
+		{"EmptyBodyWithUnsupportedContentType", FingerprintParams{Method: "POST", Path: "/v1/payments/pi_1/capture", Body: []byte{}}, FingerprintParams{Method: "POST", Path: "/v1/payments/pi_1/capture", ContentType: "text/plain"}},
+		{"RawSameBytes", FingerprintParams{Method: "POST", Path: "/upload", ContentType: "text/csv", Body: []byte("a,b\n1,2\n"), Raw: true}, FingerprintParams{Method: "POST", Path: "/upload", ContentType: "text/csv; charset=utf-8", Body: []byte("a,b\n1,2\n"), Raw: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			a, b := fpMust(t, tt.a), fpMust(t, tt.b)
-			if a.Sum != b.Sum {
-				t.Errorf("Sum differs for %q and %q", tt.a.Body, tt.b.Body)
+			if a.sum != b.sum {
+				t.Errorf("sum differs for %q and %q", tt.a.Body, tt.b.Body)
 			}
-			if !slices.Equal(a.Fields, b.Fields) {
-				t.Errorf("Fields differ: %v and %v", a.Fields, b.Fields)
+			if !slices.Equal(a.fields, b.fields) {
+				t.Errorf("Fields differ: %v and %v", a.fields, b.fields)
 			}
-			if diff := idem.DiffFields(a.EncodeFields(), b); len(diff) != 0 {
-				t.Errorf("DiffFields = %v, want none", diff)
+			if diff := diffFields(a.encodeFields(), b); len(diff) != 0 {
+				t.Errorf("diffFields = %v, want none", diff)
 			}
 		})
 	}
@@ -112,23 +110,23 @@ func TestNewFingerprintSameRequest(t *testing.T) {
 func TestNewFingerprintDifferentRequest(t *testing.T) {
 	t.Parallel()
 
-	query := func(q string) idem.FingerprintParams {
-		return fpWith(fpJSON(`{"amount":1}`), func(p *idem.FingerprintParams) { p.RawQuery = q })
+	query := func(q string) FingerprintParams {
+		return fpWith(fpJSON(`{"amount":1}`), func(p *FingerprintParams) { p.RawQuery = q })
 	}
 	tests := []struct {
 		name string
-		a, b idem.FingerprintParams
+		a, b FingerprintParams
 	}{
-		{"Method", fpJSON(`{"amount":1}`), fpWith(fpJSON(`{"amount":1}`), func(p *idem.FingerprintParams) { p.Method = "PUT" })},
-		{"Path", fpJSON(`{"amount":1}`), fpWith(fpJSON(`{"amount":1}`), func(p *idem.FingerprintParams) { p.Path = "/v1/refunds" })},
-		{"PathTrailingSlash", fpJSON(`{"amount":1}`), fpWith(fpJSON(`{"amount":1}`), func(p *idem.FingerprintParams) { p.Path = "/v1/payments/" })},
-		{"MethodAndPathBoundary", idem.FingerprintParams{Method: "POST", Path: "/x"}, idem.FingerprintParams{Method: "POS", Path: "T/x"}},
-		{"PathAndQueryBoundary", idem.FingerprintParams{Method: "POST", Path: "/a", RawQuery: "b=1"}, idem.FingerprintParams{Method: "POST", Path: "/ab=1"}},
+		{"Method", fpJSON(`{"amount":1}`), fpWith(fpJSON(`{"amount":1}`), func(p *FingerprintParams) { p.Method = "PUT" })},
+		{"Path", fpJSON(`{"amount":1}`), fpWith(fpJSON(`{"amount":1}`), func(p *FingerprintParams) { p.Path = "/v1/refunds" })},
+		{"PathTrailingSlash", fpJSON(`{"amount":1}`), fpWith(fpJSON(`{"amount":1}`), func(p *FingerprintParams) { p.Path = "/v1/payments/" })},
+		{"MethodAndPathBoundary", FingerprintParams{Method: "POST", Path: "/x"}, FingerprintParams{Method: "POS", Path: "T/x"}},
+		{"PathAndQueryBoundary", FingerprintParams{Method: "POST", Path: "/a", RawQuery: "b=1"}, FingerprintParams{Method: "POST", Path: "/ab=1"}},
 		{"QueryValue", query("dry_run=1"), query("dry_run=2")},
 		{"QueryName", query("a=1"), query("b=1")},
 		{"QueryPresent", query(""), query("dry_run=1")},
 		{"QueryRepeatedValue", query("expand=a"), query("expand=a&expand=a")},
-		{"QueryMovedToBody", idem.FingerprintParams{Method: "POST", Path: "/p", RawQuery: "amount=1"}, idem.FingerprintParams{Method: "POST", Path: "/p", ContentType: "application/x-www-form-urlencoded", Body: []byte("amount=1")}},
+		{"QueryMovedToBody", FingerprintParams{Method: "POST", Path: "/p", RawQuery: "amount=1"}, FingerprintParams{Method: "POST", Path: "/p", ContentType: "application/x-www-form-urlencoded", Body: []byte("amount=1")}},
 		{"JSONAmount", fpJSON(`{"amount":4200,"currency":"eur"}`), fpJSON(`{"amount":4201,"currency":"eur"}`)},
 		{"JSONSmallFraction", fpJSON(`{"amount":0.1}`), fpJSON(`{"amount":0.10000000000000002}`)},
 		// A double holds neither exactly; RFC 8785 alone would give both the
@@ -146,23 +144,23 @@ func TestNewFingerprintDifferentRequest(t *testing.T) {
 		{"JSONArrayOrder", fpJSON(`{"items":[1,2]}`), fpJSON(`{"items":[2,1]}`)},
 		{"JSONMemberNameCase", fpJSON(`{"amount":1}`), fpJSON(`{"Amount":1}`)},
 		{"JSONValueMovedBetweenMembers", fpJSON(`{"a":"1","b":"2"}`), fpJSON(`{"a":"2","b":"1"}`)},
-		{"JSONObjectVersusEmpty", fpJSON(`{}`), idem.FingerprintParams{Method: "POST", Path: "/v1/payments"}},
+		{"JSONObjectVersusEmpty", fpJSON(`{}`), FingerprintParams{Method: "POST", Path: "/v1/payments"}},
 		{"JSONObjectVersusArray", fpJSON(`{}`), fpJSON(`[]`)},
 		{"JSONVersusForm", fpJSON(`{"amount":"1"}`), fpForm(`amount=1`)},
-		{"JSONNonExcludedFieldChanged", fpWith(fpJSON(`{"amount":1,"client_ts":1}`), func(p *idem.FingerprintParams) { p.Exclude = []string{"/client_ts"} }), fpWith(fpJSON(`{"amount":2,"client_ts":1}`), func(p *idem.FingerprintParams) { p.Exclude = []string{"/client_ts"} })},
-		{"JSONNestedPointerNotExcluded", fpWith(fpJSON(`{"meta":{"ts":1}}`), func(p *idem.FingerprintParams) { p.Exclude = []string{"/meta/ts"} }), fpWith(fpJSON(`{"meta":{"ts":2}}`), func(p *idem.FingerprintParams) { p.Exclude = []string{"/meta/ts"} })},
+		{"JSONNonExcludedFieldChanged", fpWith(fpJSON(`{"amount":1,"client_ts":1}`), func(p *FingerprintParams) { p.Exclude = []string{"/client_ts"} }), fpWith(fpJSON(`{"amount":2,"client_ts":1}`), func(p *FingerprintParams) { p.Exclude = []string{"/client_ts"} })},
+		{"JSONNestedPointerNotExcluded", fpWith(fpJSON(`{"meta":{"ts":1}}`), func(p *FingerprintParams) { p.Exclude = []string{"/meta/ts"} }), fpWith(fpJSON(`{"meta":{"ts":2}}`), func(p *FingerprintParams) { p.Exclude = []string{"/meta/ts"} })},
 		{"FormValue", fpForm(`amount=4200&currency=eur`), fpForm(`amount=4201&currency=eur`)},
 		{"FormRepeatedValue", fpForm(`expand[]=a`), fpForm(`expand[]=a&expand[]=a`)},
 		{"FormValueWithAmpersand", fpForm(`a=1%262&b=3`), fpForm(`a=1&2&b=3`)},
-		{"RawBytes", idem.FingerprintParams{Method: "POST", Path: "/upload", ContentType: "text/csv", Body: []byte("a,b\n1,2\n"), Raw: true}, idem.FingerprintParams{Method: "POST", Path: "/upload", ContentType: "text/csv", Body: []byte("a,b\n1,3\n"), Raw: true}},
-		{"RawVersusJSON", idem.FingerprintParams{Method: "POST", Path: "/p", ContentType: "text/plain", Body: []byte(`{}`), Raw: true}, idem.FingerprintParams{Method: "POST", Path: "/p", ContentType: "application/json", Body: []byte(`{}`)}},
+		{"RawBytes", FingerprintParams{Method: "POST", Path: "/upload", ContentType: "text/csv", Body: []byte("a,b\n1,2\n"), Raw: true}, FingerprintParams{Method: "POST", Path: "/upload", ContentType: "text/csv", Body: []byte("a,b\n1,3\n"), Raw: true}},
+		{"RawVersusJSON", FingerprintParams{Method: "POST", Path: "/p", ContentType: "text/plain", Body: []byte(`{}`), Raw: true}, FingerprintParams{Method: "POST", Path: "/p", ContentType: "application/json", Body: []byte(`{}`)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			a, b := fpMust(t, tt.a), fpMust(t, tt.b)
-			if a.Sum == b.Sum {
-				t.Errorf("Sum is the same for %s %s?%s %q and %s %s?%s %q",
+			if a.sum == b.sum {
+				t.Errorf("sum is the same for %s %s?%s %q and %s %s?%s %q",
 					tt.a.Method, tt.a.Path, tt.a.RawQuery, tt.a.Body, tt.b.Method, tt.b.Path, tt.b.RawQuery, tt.b.Body)
 			}
 		})
@@ -172,57 +170,57 @@ func TestNewFingerprintDifferentRequest(t *testing.T) {
 func TestNewFingerprintErrors(t *testing.T) {
 	t.Parallel()
 
-	withType := func(ct, body string) idem.FingerprintParams {
-		return idem.FingerprintParams{Method: "POST", Path: "/v1/payments", ContentType: ct, Body: []byte(body)}
+	withType := func(ct, body string) FingerprintParams {
+		return FingerprintParams{Method: "POST", Path: "/v1/payments", ContentType: ct, Body: []byte(body)}
 	}
 	tests := []struct {
 		name    string
-		p       idem.FingerprintParams
+		p       FingerprintParams
 		wantErr error
 	}{
-		{"DuplicateTopLevelMember", fpJSON(`{"amount":4200,"amount":1}`), idem.ErrDuplicateMember},
-		{"DuplicateMemberWithEqualValues", fpJSON(`{"amount":1,"amount":1}`), idem.ErrDuplicateMember},
-		{"DuplicateNestedMember", fpJSON(`{"metadata":{"order_id":"1","order_id":"2"}}`), idem.ErrDuplicateMember},
-		{"DuplicateMemberInArray", fpJSON(`{"items":[{"sku":"a","sku":"b"}]}`), idem.ErrDuplicateMember},
-		{"DuplicateMemberSpelledWithEscape", fpJSON(`{"amount":1,"\u0061mount":2}`), idem.ErrDuplicateMember},
-		{"DuplicateExcludedMember", fpWith(fpJSON(`{"client_ts":1,"client_ts":2}`), func(p *idem.FingerprintParams) { p.Exclude = []string{"/client_ts"} }), idem.ErrDuplicateMember},
-		{"DuplicateMemberInStructuredSuffixType", withType("application/merchant+json", `{"a":1,"a":2}`), idem.ErrDuplicateMember},
+		{"DuplicateTopLevelMember", fpJSON(`{"amount":4200,"amount":1}`), errDuplicateMember},
+		{"DuplicateMemberWithEqualValues", fpJSON(`{"amount":1,"amount":1}`), errDuplicateMember},
+		{"DuplicateNestedMember", fpJSON(`{"metadata":{"order_id":"1","order_id":"2"}}`), errDuplicateMember},
+		{"DuplicateMemberInArray", fpJSON(`{"items":[{"sku":"a","sku":"b"}]}`), errDuplicateMember},
+		{"DuplicateMemberSpelledWithEscape", fpJSON(`{"amount":1,"\u0061mount":2}`), errDuplicateMember},
+		{"DuplicateExcludedMember", fpWith(fpJSON(`{"client_ts":1,"client_ts":2}`), func(p *FingerprintParams) { p.Exclude = []string{"/client_ts"} }), errDuplicateMember},
+		{"DuplicateMemberInStructuredSuffixType", withType("application/merchant+json", `{"a":1,"a":2}`), errDuplicateMember},
 
-		{"TruncatedJSON", fpJSON(`{"amount":`), idem.ErrMalformedBody},
-		{"JSONTrailingComma", fpJSON(`{"amount":1,}`), idem.ErrMalformedBody},
-		{"JSONTrailingData", fpJSON(`{"amount":1} {}`), idem.ErrMalformedBody},
-		{"JSONSingleQuotes", fpJSON(`{'amount':1}`), idem.ErrMalformedBody},
-		{"JSONInvalidUTF8", fpJSON("{\"note\":\"\xff\"}"), idem.ErrMalformedBody},
-		{"JSONLoneSurrogate", fpJSON(`{"note":"\ud800"}`), idem.ErrMalformedBody},
-		{"JSONNumberOutOfRange", fpJSON(`{"amount":1e400}`), idem.ErrMalformedBody},
-		{"JSONNaN", fpJSON(`{"amount":NaN}`), idem.ErrMalformedBody},
-		{"JSONTooDeep", fpJSON(strings.Repeat("[", 1000) + strings.Repeat("]", 1000)), idem.ErrMalformedBody},
-		{"JSONOnlyWhitespace", fpJSON(" \n"), idem.ErrMalformedBody},
+		{"TruncatedJSON", fpJSON(`{"amount":`), errMalformedBody},
+		{"JSONTrailingComma", fpJSON(`{"amount":1,}`), errMalformedBody},
+		{"JSONTrailingData", fpJSON(`{"amount":1} {}`), errMalformedBody},
+		{"JSONSingleQuotes", fpJSON(`{'amount':1}`), errMalformedBody},
+		{"JSONInvalidUTF8", fpJSON("{\"note\":\"\xff\"}"), errMalformedBody},
+		{"JSONLoneSurrogate", fpJSON(`{"note":"\ud800"}`), errMalformedBody},
+		{"JSONNumberOutOfRange", fpJSON(`{"amount":1e400}`), errMalformedBody},
+		{"JSONNaN", fpJSON(`{"amount":NaN}`), errMalformedBody},
+		{"JSONTooDeep", fpJSON(strings.Repeat("[", 1000) + strings.Repeat("]", 1000)), errMalformedBody},
+		{"JSONOnlyWhitespace", fpJSON(" \n"), errMalformedBody},
 
-		{"FormBadEscape", fpForm(`amount=%zz`), idem.ErrMalformedBody},
-		{"FormSemicolon", fpForm(`amount=1;currency=eur`), idem.ErrMalformedBody},
+		{"FormBadEscape", fpForm(`amount=%zz`), errMalformedBody},
+		{"FormSemicolon", fpForm(`amount=1;currency=eur`), errMalformedBody},
 
-		{"QueryBadEscape", fpWith(fpJSON(`{}`), func(p *idem.FingerprintParams) { p.RawQuery = "a=%zz" }), idem.ErrMalformedQuery},
-		{"QuerySemicolon", fpWith(fpJSON(`{}`), func(p *idem.FingerprintParams) { p.RawQuery = "a=1;b=2" }), idem.ErrMalformedQuery},
-		{"QueryBadEscapeWithEmptyBody", idem.FingerprintParams{Method: "POST", Path: "/p", RawQuery: "%"}, idem.ErrMalformedQuery},
+		{"QueryBadEscape", fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "a=%zz" }), errMalformedQuery},
+		{"QuerySemicolon", fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "a=1;b=2" }), errMalformedQuery},
+		{"QueryBadEscapeWithEmptyBody", FingerprintParams{Method: "POST", Path: "/p", RawQuery: "%"}, errMalformedQuery},
 
-		{"BodyWithoutContentType", withType("", `{"amount":1}`), idem.ErrUnsupportedMediaType},
-		{"TextPlain", withType("text/plain", `{"amount":1}`), idem.ErrUnsupportedMediaType},
-		{"Multipart", withType("multipart/form-data; boundary=x", "--x--"), idem.ErrUnsupportedMediaType},
-		{"JSONLikeTextType", withType("text/json", `{}`), idem.ErrUnsupportedMediaType},
-		{"XML", withType("application/xml", `<a/>`), idem.ErrUnsupportedMediaType},
-		{"UnparseableContentType", withType(";;;", `{}`), idem.ErrUnsupportedMediaType},
-		{"ContentTypeWithoutSubtype", withType("application", `{}`), idem.ErrUnsupportedMediaType},
+		{"BodyWithoutContentType", withType("", `{"amount":1}`), errUnsupportedMediaType},
+		{"TextPlain", withType("text/plain", `{"amount":1}`), errUnsupportedMediaType},
+		{"Multipart", withType("multipart/form-data; boundary=x", "--x--"), errUnsupportedMediaType},
+		{"JSONLikeTextType", withType("text/json", `{}`), errUnsupportedMediaType},
+		{"XML", withType("application/xml", `<a/>`), errUnsupportedMediaType},
+		{"UnparseableContentType", withType(";;;", `{}`), errUnsupportedMediaType},
+		{"ContentTypeWithoutSubtype", withType("application", `{}`), errUnsupportedMediaType},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f, err := idem.NewFingerprint(tt.p)
+			f, err := fingerprintOf(tt.p)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("NewFingerprint(%q, %q) error = %v, want %v", tt.p.ContentType, tt.p.Body, err, tt.wantErr)
 			}
 			checkBodyError(t, err)
-			if f.Sum != ([32]byte{}) || f.Fields != nil {
+			if f.sum != ([32]byte{}) || f.fields != nil {
 				t.Errorf("NewFingerprint returned %+v with its error", f)
 			}
 		})
@@ -233,15 +231,15 @@ func TestNewFingerprintErrors(t *testing.T) {
 // of the fingerprint sentinels and carries a reason for the client.
 func checkBodyError(t *testing.T, err error) {
 	t.Helper()
-	var be *idem.BodyError
+	var be *bodyError
 	if !errors.As(err, &be) {
-		t.Fatalf("error %v (%T) is not a *idem.BodyError", err, err)
+		t.Fatalf("error %v (%T) is not a *bodyError", err, err)
 	}
-	if be.Reason == "" {
+	if be.reason == "" {
 		t.Errorf("BodyError %v has no reason", err)
 	}
 	matches := 0
-	for _, sentinel := range []error{idem.ErrUnsupportedMediaType, idem.ErrMalformedBody, idem.ErrDuplicateMember, idem.ErrMalformedQuery} {
+	for _, sentinel := range []error{errUnsupportedMediaType, errMalformedBody, errDuplicateMember, errMalformedQuery} {
 		if errors.Is(err, sentinel) {
 			matches++
 		}
@@ -249,10 +247,10 @@ func checkBodyError(t *testing.T, err error) {
 	if matches != 1 {
 		t.Errorf("error %v matches %d fingerprint sentinels, want exactly 1", err, matches)
 	}
-	if be.Unwrap() != be.Err {
-		t.Errorf("Unwrap() = %v, want %v", be.Unwrap(), be.Err)
+	if be.Unwrap() != be.err {
+		t.Errorf("Unwrap() = %v, want %v", be.Unwrap(), be.err)
 	}
-	if want := be.Err.Error() + ": " + be.Reason; err.Error() != want {
+	if want := be.err.Error() + ": " + be.reason; err.Error() != want {
 		t.Errorf("Error() = %q, want %q", err.Error(), want)
 	}
 	if !strings.HasPrefix(err.Error(), "idem: ") {
@@ -268,19 +266,19 @@ func TestNewFingerprintErrorsDoNotEchoValues(t *testing.T) {
 	const secret = "4242424242424242"
 	tests := []struct {
 		name    string
-		p       idem.FingerprintParams
+		p       FingerprintParams
 		wantErr error
 	}{
-		{"DuplicateMember", fpJSON(`{"card":"` + secret + `","card":"` + secret + `"}`), idem.ErrDuplicateMember},
-		{"MalformedJSON", fpJSON(`{"card":"` + secret + `",}`), idem.ErrMalformedBody},
-		{"MalformedJSONNumber", fpJSON(`{"card":` + secret + `x}`), idem.ErrMalformedBody},
-		{"MalformedForm", fpForm(`card=` + secret + `%zz`), idem.ErrMalformedBody},
-		{"MalformedQuery", fpWith(fpJSON(`{}`), func(p *idem.FingerprintParams) { p.RawQuery = "card=" + secret + "%zz" }), idem.ErrMalformedQuery},
+		{"DuplicateMember", fpJSON(`{"card":"` + secret + `","card":"` + secret + `"}`), errDuplicateMember},
+		{"MalformedJSON", fpJSON(`{"card":"` + secret + `",}`), errMalformedBody},
+		{"MalformedJSONNumber", fpJSON(`{"card":` + secret + `x}`), errMalformedBody},
+		{"MalformedForm", fpForm(`card=` + secret + `%zz`), errMalformedBody},
+		{"MalformedQuery", fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "card=" + secret + "%zz" }), errMalformedQuery},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := idem.NewFingerprint(tt.p)
+			_, err := fingerprintOf(tt.p)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("NewFingerprint error = %v, want %v", err, tt.wantErr)
 			}
@@ -306,42 +304,42 @@ func TestNewFingerprintRaw(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p := idem.FingerprintParams{Method: "POST", Path: "/upload", ContentType: tt.contentType, Body: []byte("\x00\xffnot json"), Raw: true}
+			p := FingerprintParams{Method: "POST", Path: "/upload", ContentType: tt.contentType, Body: []byte("\x00\xffnot json"), Raw: true}
 			f := fpMust(t, p)
-			if len(f.Fields) != 0 {
-				t.Errorf("Fields = %v, want none for a raw body", f.Fields)
+			if len(f.fields) != 0 {
+				t.Errorf("Fields = %v, want none for a raw body", f.fields)
 			}
 			p.Body = []byte("\x00\xffnot json!")
-			if g := fpMust(t, p); g.Sum == f.Sum {
-				t.Error("Sum is the same for different raw bodies")
+			if g := fpMust(t, p); g.sum == f.sum {
+				t.Error("sum is the same for different raw bodies")
 			}
 		})
 	}
 }
 
-// TestFingerprintSumFormat recomputes Sum from its documented parts: changing
-// how Sum is computed would make every stored fingerprint mismatch after an
+// TestFingerprintSumFormat recomputes the sum from its documented parts: changing
+// how the sum is computed would make every stored fingerprint mismatch after an
 // upgrade, so such a change needs a new version tag.
 func TestFingerprintSumFormat(t *testing.T) {
 	t.Parallel()
 
 	tests := []struct {
 		name          string
-		p             idem.FingerprintParams
+		p             FingerprintParams
 		wantQuery     string
 		wantKind      string
 		wantCanonical string
 	}{
 		{
 			name:          "JSON",
-			p:             fpWith(fpJSON(`{ "currency": "eur", "amount": 4.2e3, "meta": {"z": [1.0, "\u00e9"], "a": null} }`), func(p *idem.FingerprintParams) { p.RawQuery = "expand=b&dry_run=1&expand=a" }),
+			p:             fpWith(fpJSON(`{ "currency": "eur", "amount": 4.2e3, "meta": {"z": [1.0, "\u00e9"], "a": null} }`), func(p *FingerprintParams) { p.RawQuery = "expand=b&dry_run=1&expand=a" }),
 			wantQuery:     "dry_run=1&expand=a&expand=b",
 			wantKind:      "json",
 			wantCanonical: `{"amount":4200,"currency":"eur","meta":{"a":null,"z":[1,"é"]}}`,
 		},
 		{
 			name:          "JSONWithExclusion",
-			p:             fpWith(fpJSON(`{"client_ts":"x","amount":1}`), func(p *idem.FingerprintParams) { p.Exclude = []string{"/client_ts"} }),
+			p:             fpWith(fpJSON(`{"client_ts":"x","amount":1}`), func(p *FingerprintParams) { p.Exclude = []string{"/client_ts"} }),
 			wantKind:      "json",
 			wantCanonical: `{"amount":1}`,
 		},
@@ -353,7 +351,7 @@ func TestFingerprintSumFormat(t *testing.T) {
 		},
 		{
 			name:     "Empty",
-			p:        idem.FingerprintParams{Method: "POST", Path: "/v1/payments/pi_1/capture", RawQuery: "q=%20"},
+			p:        FingerprintParams{Method: "POST", Path: "/v1/payments/pi_1/capture", RawQuery: "q=%20"},
 			wantKind: "empty", wantQuery: "q=+",
 		},
 	}
@@ -367,8 +365,8 @@ func TestFingerprintSumFormat(t *testing.T) {
 			}
 			var want [32]byte
 			h.Sum(want[:0])
-			if got := fpMust(t, tt.p); got.Sum != want {
-				t.Errorf("Sum = %x, want %x, SHA-256 over the parts with canonical body %s", got.Sum, want, tt.wantCanonical)
+			if got := fpMust(t, tt.p); got.sum != want {
+				t.Errorf("sum = %x, want %x, SHA-256 over the parts with canonical body %s", got.sum, want, tt.wantCanonical)
 			}
 		})
 	}
@@ -379,31 +377,31 @@ func TestFingerprintFields(t *testing.T) {
 
 	tests := []struct {
 		name string
-		p    idem.FingerprintParams
+		p    FingerprintParams
 		want []string
 	}{
 		{"JSONTopLevelMembersSorted", fpJSON(`{"z":1,"amount":{"x":1},"b":[1]}`), []string{"/amount", "/b", "/z"}},
 		{"JSONNamesEscapedAsPointers", fpJSON(`{"a/b":1,"c~d":2,"~/":3,"":4}`), []string{"/", "/a~1b", "/c~0d", "/~0~1"}},
 		{"JSONSortedByPointerNotByName", fpJSON(`{"a/b":1,"a0":2,"a~":3,"a\u007f":4}`), []string{"/a0", "/a~0", "/a~1b", "/a\x7f"}},
 		{"JSONSortedByBytesNotByUTF16", fpJSON(`{"\uff01":1,"\ud83d\ude00":2,"\u20ac":3}`), []string{"/\u20ac", "/\uff01", "/\U0001F600"}},
-		{"JSONExcludedFieldHasNoDigest", fpWith(fpJSON(`{"amount":1,"client_ts":2}`), func(p *idem.FingerprintParams) { p.Exclude = []string{"/client_ts", "/absent"} }), []string{"/amount"}},
+		{"JSONExcludedFieldHasNoDigest", fpWith(fpJSON(`{"amount":1,"client_ts":2}`), func(p *FingerprintParams) { p.Exclude = []string{"/client_ts", "/absent"} }), []string{"/amount"}},
 		{"JSONPayment", fpJSON(fpPaymentJSON), []string{"/amount", "/capture", "/client_ts", "/currency", "/customer", "/description", "/metadata"}},
 		{"JSONEmptyObject", fpJSON(`{}`), nil},
 		{"JSONArray", fpJSON(`[{"amount":1}]`), nil},
 		{"JSONString", fpJSON(`"amount"`), nil},
-		{"EmptyBody", idem.FingerprintParams{Method: "POST", Path: "/p"}, nil},
+		{"EmptyBody", FingerprintParams{Method: "POST", Path: "/p"}, nil},
 		{"FormNames", fpForm(fpPaymentForm), []string{"/amount", "/currency", "/customer", "/expand[]", "/metadata[order_id]"}},
 		{"FormNameWithSlash", fpForm(`a%2Fb=1&c~d=2`), []string{"/a~1b", "/c~0d"}},
-		{"FormExcludedField", fpWith(fpForm(`amount=1&client_ts=2`), func(p *idem.FingerprintParams) { p.Exclude = []string{"/client_ts"} }), []string{"/amount"}},
-		{"Raw", idem.FingerprintParams{Method: "POST", Path: "/p", ContentType: "text/plain", Body: []byte("amount=1"), Raw: true}, nil},
+		{"FormExcludedField", fpWith(fpForm(`amount=1&client_ts=2`), func(p *FingerprintParams) { p.Exclude = []string{"/client_ts"} }), []string{"/amount"}},
+		{"Raw", FingerprintParams{Method: "POST", Path: "/p", ContentType: "text/plain", Body: []byte("amount=1"), Raw: true}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			f := fpMust(t, tt.p)
 			var got []string
-			for _, d := range f.Fields {
-				got = append(got, d.Pointer)
+			for _, d := range f.fields {
+				got = append(got, d.pointer)
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("field pointers = %q, want %q", got, tt.want)
@@ -415,11 +413,11 @@ func TestFingerprintFields(t *testing.T) {
 func TestFingerprintFieldDigests(t *testing.T) {
 	t.Parallel()
 
-	digest := func(t *testing.T, p idem.FingerprintParams, ptr string) [16]byte {
+	digest := func(t *testing.T, p FingerprintParams, ptr string) [16]byte {
 		t.Helper()
-		for _, d := range fpMust(t, p).Fields {
-			if d.Pointer == ptr {
-				return d.Digest
+		for _, d := range fpMust(t, p).fields {
+			if d.pointer == ptr {
+				return d.digest
 			}
 		}
 		t.Fatalf("no digest for %s in %q", ptr, p.Body)
@@ -427,7 +425,7 @@ func TestFingerprintFieldDigests(t *testing.T) {
 	}
 	tests := []struct {
 		name     string
-		a, b     idem.FingerprintParams
+		a, b     FingerprintParams
 		ptrA     string
 		ptrB     string
 		wantSame bool
@@ -456,7 +454,7 @@ func TestEncodeFields(t *testing.T) {
 	const secret = "4242424242424242"
 	tests := []struct {
 		name     string
-		p        idem.FingerprintParams
+		p        FingerprintParams
 		wantKeys []string
 	}{
 		{"JSON", fpJSON(`{"card":"` + secret + `","amount":4200}`), []string{"/amount", "/card"}},
@@ -468,19 +466,19 @@ func TestEncodeFields(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			f := fpMust(t, tt.p)
-			enc := f.EncodeFields()
+			enc := f.encodeFields()
 			if tt.wantKeys == nil {
 				if enc != nil {
-					t.Fatalf("EncodeFields() = %q, want nil", enc)
+					t.Fatalf("encodeFields() = %q, want nil", enc)
 				}
 				return
 			}
 			if bytes.Contains(enc, []byte(secret)) {
-				t.Errorf("EncodeFields() = %s, which holds a value of the body", enc)
+				t.Errorf("encodeFields() = %s, which holds a value of the body", enc)
 			}
 			var m map[string]string
 			if err := json.Unmarshal(enc, &m); err != nil {
-				t.Fatalf("EncodeFields() = %q, not a JSON object: %v", enc, err)
+				t.Fatalf("encodeFields() = %q, not a JSON object: %v", enc, err)
 			}
 			var keys []string
 			for k := range m {
@@ -488,12 +486,12 @@ func TestEncodeFields(t *testing.T) {
 			}
 			slices.Sort(keys)
 			if !slices.Equal(keys, tt.wantKeys) {
-				t.Errorf("EncodeFields() keys = %q, want %q", keys, tt.wantKeys)
+				t.Errorf("encodeFields() keys = %q, want %q", keys, tt.wantKeys)
 			}
-			for _, d := range f.Fields {
-				got, err := base64.RawURLEncoding.DecodeString(m[d.Pointer])
-				if err != nil || !bytes.Equal(got, d.Digest[:]) {
-					t.Errorf("EncodeFields()[%q] = %q, want the base64url digest %x", d.Pointer, m[d.Pointer], d.Digest)
+			for _, d := range f.fields {
+				got, err := base64.RawURLEncoding.DecodeString(m[d.pointer])
+				if err != nil || !bytes.Equal(got, d.digest[:]) {
+					t.Errorf("encodeFields()[%q] = %q, want the base64url digest %x", d.pointer, m[d.pointer], d.digest)
 				}
 			}
 		})
@@ -503,13 +501,13 @@ func TestEncodeFields(t *testing.T) {
 func TestDiffFields(t *testing.T) {
 	t.Parallel()
 
-	exclude := func(p idem.FingerprintParams) idem.FingerprintParams {
+	exclude := func(p FingerprintParams) FingerprintParams {
 		p.Exclude = []string{"/client_ts"}
 		return p
 	}
 	tests := []struct {
 		name     string
-		old, new idem.FingerprintParams
+		old, new FingerprintParams
 		want     []string
 	}{
 		{"SameBody", fpJSON(fpPaymentJSON), fpJSON(fpPaymentJSON), nil},
@@ -537,9 +535,9 @@ func TestDiffFields(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			old, next := fpMust(t, tt.old), fpMust(t, tt.new)
-			got := idem.DiffFields(old.EncodeFields(), next)
+			got := diffFields(old.encodeFields(), next)
 			if !slices.Equal(got, tt.want) {
-				t.Errorf("DiffFields = %q, want %q", got, tt.want)
+				t.Errorf("diffFields = %q, want %q", got, tt.want)
 			}
 		})
 	}
@@ -564,23 +562,23 @@ func TestDiffFieldsUnusableStoredDigests(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := idem.DiffFields(tt.stored, f); !slices.Equal(got, tt.want) {
-				t.Errorf("DiffFields(%q) = %q, want %q", tt.stored, got, tt.want)
+			if got := diffFields(tt.stored, f); !slices.Equal(got, tt.want) {
+				t.Errorf("diffFields(%q) = %q, want %q", tt.stored, got, tt.want)
 			}
 		})
 	}
 }
 
 // TestBugFingerprintEmptyObjectHidesAddedFields fails against the current
-// code: EncodeFields returns nil for the empty object {}, and DiffFields
+// code: EncodeFields returns nil for the empty object {}, and diffFields
 // treats nil as "no digests stored", so fields added to an empty object are
 // not named.
 func TestFingerprintEmptyObjectNamesAddedFields(t *testing.T) {
 	t.Parallel()
 
 	old, next := fpMust(t, fpJSON(`{}`)), fpMust(t, fpJSON(`{"amount":4200}`))
-	if got, want := idem.DiffFields(old.EncodeFields(), next), []string{"/amount"}; !slices.Equal(got, want) {
-		t.Errorf("DiffFields(EncodeFields of {}, {\"amount\":4200}) = %q, want %q", got, want)
+	if got, want := diffFields(old.encodeFields(), next), []string{"/amount"}; !slices.Equal(got, want) {
+		t.Errorf("diffFields(EncodeFields of {}, {\"amount\":4200}) = %q, want %q", got, want)
 	}
 }
 
@@ -588,7 +586,7 @@ func TestFingerprintEmptyObjectNamesAddedFields(t *testing.T) {
 // found by FuzzFingerprint (testdata/fuzz/FuzzFingerprint/db5b7c4f53b7a772):
 // a form field name that percent-decodes to bytes that are not UTF-8 becomes
 // a pointer that EncodeFields, through encoding/json, stores with U+FFFD in
-// place of those bytes, so DiffFields reports the field as changed and as
+// place of those bytes, so diffFields reports the field as changed and as
 // removed when it is neither, and names that differ only in such bytes share
 // one stored digest.
 func TestFingerprintRejectsFormFieldNameNotUTF8(t *testing.T) {
@@ -605,12 +603,12 @@ func TestFingerprintRejectsFormFieldNameNotUTF8(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f, err := idem.NewFingerprint(fpForm(tt.body))
+			f, err := fingerprintOf(fpForm(tt.body))
 			if err != nil {
 				return // rejecting such a body is a correct fix too
 			}
-			if diff := idem.DiffFields(f.EncodeFields(), f); len(diff) != 0 {
-				t.Errorf("DiffFields(EncodeFields(f), f) for %q = %q, want none", tt.body, diff)
+			if diff := diffFields(f.encodeFields(), f); len(diff) != 0 {
+				t.Errorf("diffFields(EncodeFields(f), f) for %q = %q, want none", tt.body, diff)
 			}
 		})
 	}
@@ -649,18 +647,18 @@ func FuzzFingerprint(f *testing.F) {
 		f.Add(s.query, s.contentType, []byte(s.body))
 	}
 	f.Fuzz(func(t *testing.T, query, contentType string, body []byte) {
-		p := idem.FingerprintParams{Method: "POST", Path: "/v1/payments", RawQuery: query, ContentType: contentType, Body: body}
-		if _, err := idem.NewFingerprint(p); err != nil {
+		p := FingerprintParams{Method: "POST", Path: "/v1/payments", RawQuery: query, ContentType: contentType, Body: body}
+		if _, err := fingerprintOf(p); err != nil {
 			checkBodyError(t, err)
 		}
 		p.Raw = true
-		if _, err := idem.NewFingerprint(p); err != nil && errors.Is(err, idem.ErrUnsupportedMediaType) {
+		if _, err := fingerprintOf(p); err != nil && errors.Is(err, errUnsupportedMediaType) {
 			t.Fatalf("NewFingerprint(%q, %q) with Raw error = %v", contentType, body, err)
 		}
 
 		p = fpJSON(string(body))
 		p.RawQuery = query
-		want, err := idem.NewFingerprint(p)
+		want, err := fingerprintOf(p)
 		switch {
 		case err != nil:
 			checkBodyError(t, err)
@@ -670,26 +668,26 @@ func FuzzFingerprint(f *testing.F) {
 
 		p = fpForm(string(body))
 		p.RawQuery = query
-		if want, err := idem.NewFingerprint(p); err == nil {
-			fuzzCheckSame(t, p, want, func(p *idem.FingerprintParams) { p.Body = []byte(fpReversePairs(string(p.Body))) })
-			fuzzCheckSame(t, p, want, func(p *idem.FingerprintParams) { p.RawQuery = fpReversePairs(p.RawQuery) })
+		if want, err := fingerprintOf(p); err == nil {
+			fuzzCheckSame(t, p, want, func(p *FingerprintParams) { p.Body = []byte(fpReversePairs(string(p.Body))) })
+			fuzzCheckSame(t, p, want, func(p *FingerprintParams) { p.RawQuery = fpReversePairs(p.RawQuery) })
 		}
 	})
 }
 
 // fuzzCheckJSON checks the fingerprint want of the JSON request p against
 // reformatted and reordered copies of its body.
-func fuzzCheckJSON(t *testing.T, p idem.FingerprintParams, want idem.Fingerprint) {
+func fuzzCheckJSON(t *testing.T, p FingerprintParams, want fingerprint) {
 	t.Helper()
 	if !json.Valid(p.Body) {
 		t.Fatalf("NewFingerprint accepted %q, which encoding/json rejects", p.Body)
 	}
-	if again := fpMust(t, p); again.Sum != want.Sum || !slices.Equal(again.Fields, want.Fields) {
+	if again := fpMust(t, p); again.sum != want.sum || !slices.Equal(again.fields, want.fields) {
 		t.Fatalf("NewFingerprint(%q) is not deterministic", p.Body)
 	}
-	for i := 1; i < len(want.Fields); i++ {
-		if want.Fields[i-1].Pointer >= want.Fields[i].Pointer {
-			t.Fatalf("Fields of %q are not sorted and unique: %q before %q", p.Body, want.Fields[i-1].Pointer, want.Fields[i].Pointer)
+	for i := 1; i < len(want.fields); i++ {
+		if want.fields[i-1].pointer >= want.fields[i].pointer {
+			t.Fatalf("Fields of %q are not sorted and unique: %q before %q", p.Body, want.fields[i-1].pointer, want.fields[i].pointer)
 		}
 	}
 	var indented, compact bytes.Buffer
@@ -700,13 +698,13 @@ func fuzzCheckJSON(t *testing.T, p idem.FingerprintParams, want idem.Fingerprint
 		t.Fatalf("json.Compact(%q) error = %v", p.Body, err)
 	}
 	for _, reformatted := range []string{indented.String(), compact.String()} {
-		fuzzCheckSame(t, p, want, func(p *idem.FingerprintParams) { p.Body = []byte(reformatted) })
+		fuzzCheckSame(t, p, want, func(p *FingerprintParams) { p.Body = []byte(reformatted) })
 	}
 
 	names, values, ok := fpTopLevelMembers(t, p.Body)
 	if !ok {
-		if len(want.Fields) != 0 {
-			t.Fatalf("Fields of the non-object %q = %v, want none", p.Body, want.Fields)
+		if len(want.fields) != 0 {
+			t.Fatalf("Fields of the non-object %q = %v, want none", p.Body, want.fields)
 		}
 		return
 	}
@@ -716,8 +714,8 @@ func fuzzCheckJSON(t *testing.T, p idem.FingerprintParams, want idem.Fingerprint
 	}
 	slices.Sort(pointers)
 	var got []string
-	for _, d := range want.Fields {
-		got = append(got, d.Pointer)
+	for _, d := range want.fields {
+		got = append(got, d.pointer)
 	}
 	if !slices.Equal(got, pointers) {
 		t.Fatalf("Fields of %q name %q, want %q", p.Body, got, pointers)
@@ -726,34 +724,34 @@ func fuzzCheckJSON(t *testing.T, p idem.FingerprintParams, want idem.Fingerprint
 	for i := range order {
 		order[i] = len(order) - 1 - i
 	}
-	fuzzCheckSame(t, p, want, func(p *idem.FingerprintParams) { p.Body = fpJoinMembers(names, values, order) })
+	fuzzCheckSame(t, p, want, func(p *FingerprintParams) { p.Body = fpJoinMembers(names, values, order) })
 	if len(order) > 1 {
 		rotated := append(order[1:len(order):len(order)], order[0])
-		fuzzCheckSame(t, p, want, func(p *idem.FingerprintParams) { p.Body = fpJoinMembers(names, values, rotated) })
+		fuzzCheckSame(t, p, want, func(p *FingerprintParams) { p.Body = fpJoinMembers(names, values, rotated) })
 
 		// Excluding the first member is the same as leaving it out.
-		without := fpWith(p, func(p *idem.FingerprintParams) { p.Body = fpJoinMembers(names[1:], values[1:], fpRange(len(names)-1)) })
-		excluded := fpWith(p, func(p *idem.FingerprintParams) { p.Exclude = []string{fpPointer(names[0])} })
-		if a, b := fpMust(t, excluded), fpMust(t, without); a.Sum != b.Sum {
+		without := fpWith(p, func(p *FingerprintParams) { p.Body = fpJoinMembers(names[1:], values[1:], fpRange(len(names)-1)) })
+		excluded := fpWith(p, func(p *FingerprintParams) { p.Exclude = []string{fpPointer(names[0])} })
+		if a, b := fpMust(t, excluded), fpMust(t, without); a.sum != b.sum {
 			t.Fatalf("excluding the first member of %q differs from leaving it out (%q)", p.Body, without.Body)
 		}
 	}
 }
 
 // fuzzCheckSame checks that p changed by fn has the fingerprint want and
-// that DiffFields names no field between them.
-func fuzzCheckSame(t *testing.T, p idem.FingerprintParams, want idem.Fingerprint, fn func(*idem.FingerprintParams)) {
+// that diffFields names no field between them.
+func fuzzCheckSame(t *testing.T, p FingerprintParams, want fingerprint, fn func(*FingerprintParams)) {
 	t.Helper()
 	q := fpWith(p, fn)
-	got, err := idem.NewFingerprint(q)
+	got, err := fingerprintOf(q)
 	if err != nil {
 		t.Fatalf("NewFingerprint(%q?%q) error = %v, but %q?%q was accepted", q.Body, q.RawQuery, err, p.Body, p.RawQuery)
 	}
-	if got.Sum != want.Sum {
-		t.Fatalf("Sum of %q?%q differs from that of %q?%q", q.Body, q.RawQuery, p.Body, p.RawQuery)
+	if got.sum != want.sum {
+		t.Fatalf("sum of %q?%q differs from that of %q?%q", q.Body, q.RawQuery, p.Body, p.RawQuery)
 	}
-	if diff := idem.DiffFields(want.EncodeFields(), got); len(diff) != 0 {
-		t.Fatalf("DiffFields between %q and %q = %q, want none", p.Body, q.Body, diff)
+	if diff := diffFields(want.encodeFields(), got); len(diff) != 0 {
+		t.Fatalf("diffFields between %q and %q = %q, want none", p.Body, q.Body, diff)
 	}
 }
 
@@ -821,4 +819,23 @@ func fpReversePairs(s string) string {
 	pairs := strings.Split(s, "&")
 	slices.Reverse(pairs)
 	return strings.Join(pairs, "&")
+}
+
+// TestNewFingerprintIsWhatTheMiddlewareStores: the exported form carries
+// the same hash and encoded fields that the middleware claims with.
+func TestNewFingerprintIsWhatTheMiddlewareStores(t *testing.T) {
+	t.Parallel()
+	for _, p := range []FingerprintParams{fpJSON(fpPaymentJSON), fpForm("b=2&a=1"), fpJSON(`[1,2]`), {Method: "POST", Path: "/v1/payments"}} {
+		want := fpMust(t, p)
+		got, err := NewFingerprint(p)
+		if err != nil {
+			t.Fatalf("NewFingerprint(%q): %v", p.Body, err)
+		}
+		if !bytes.Equal(got.Hash, want.sum[:]) || !bytes.Equal(got.Fields, want.encodeFields()) {
+			t.Errorf("NewFingerprint(%q) = %x %s; want %x %s", p.Body, got.Hash, got.Fields, want.sum, want.encodeFields())
+		}
+	}
+	if _, err := NewFingerprint(fpJSON(`{"a":1,"a":2}`)); !errors.Is(err, errDuplicateMember) || !strings.Contains(err.Error(), "/a") {
+		t.Errorf("NewFingerprint of a duplicate member: %v; want the reason naming /a", err)
+	}
 }

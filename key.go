@@ -15,42 +15,42 @@ const HeaderReplayed = "Idempotent-Replayed"
 // MaxKeyLength is the longest key accepted, in characters (Stripe's limit).
 const MaxKeyLength = 255
 
-// Errors returned by [ParseKey]. Each is reported to clients as a 400 problem.
+// Errors returned by parseKey. Each is reported to clients as a 400 problem.
 var (
-	ErrKeyEmpty     = errors.New("idem: idempotency key is empty")
-	ErrKeyTooLong   = errors.New("idem: idempotency key is longer than 255 characters")
-	ErrKeyMalformed = errors.New("idem: idempotency key is malformed")
-	ErrKeyRepeated  = errors.New("idem: more than one Idempotency-Key field")
+	errKeyEmpty     = errors.New("idem: idempotency key is empty")
+	errKeyTooLong   = errors.New("idem: idempotency key is longer than 255 characters")
+	errKeyMalformed = errors.New("idem: idempotency key is malformed")
+	errKeyRepeated  = errors.New("idem: more than one Idempotency-Key field")
 )
 
-// KeyError describes why a key could not be parsed.
-type KeyError struct {
-	Err    error  // one of ErrKeyEmpty, ErrKeyTooLong, ErrKeyMalformed, ErrKeyRepeated
+// keyError describes why a key could not be parsed.
+type keyError struct {
+	Err    error  // one of errKeyEmpty, errKeyTooLong, errKeyMalformed, errKeyRepeated
 	Reason string // a short explanation safe to show to the client
 }
 
-func (e *KeyError) Error() string { return e.Err.Error() + ": " + e.Reason }
+func (e *keyError) Error() string { return e.Err.Error() + ": " + e.Reason }
 
 // Unwrap returns the sentinel error.
-func (e *KeyError) Unwrap() error { return e.Err }
+func (e *keyError) Unwrap() error { return e.Err }
 
-// KeyFromHeader returns the key of a request, and false when the request has
+// keyFromHeader returns the key of a request, and false when the request has
 // no Idempotency-Key field. Two or more fields are an error, as is any
-// field that [ParseKey] rejects.
-func KeyFromHeader(h http.Header) (string, bool, error) {
+// field that parseKey rejects.
+func keyFromHeader(h http.Header) (string, bool, error) {
 	values := h.Values(HeaderKey)
 	switch len(values) {
 	case 0:
 		return "", false, nil
 	case 1:
-		key, err := ParseKey(values[0])
+		key, err := parseKey(values[0])
 		return key, true, err
 	default:
-		return "", true, &KeyError{Err: ErrKeyRepeated, Reason: fmt.Sprintf("the request has %d Idempotency-Key fields; send exactly one", len(values))}
+		return "", true, &keyError{Err: errKeyRepeated, Reason: fmt.Sprintf("the request has %d Idempotency-Key fields; send exactly one", len(values))}
 	}
 }
 
-// ParseKey parses the value of one Idempotency-Key field.
+// parseKey parses the value of one Idempotency-Key field.
 //
 // The draft standard defines the field as an RFC 9651 Structured Field Item
 // whose value is an sf-string, so the key is quoted on the wire:
@@ -61,10 +61,10 @@ func KeyFromHeader(h http.Header) (string, bool, error) {
 // real clients, Stripe's SDKs among them, send a bare token instead; a bare
 // key of letters, digits and "_-.:~/+=" is accepted too. The key must be 1
 // to [MaxKeyLength] printable ASCII characters.
-func ParseKey(field string) (string, error) {
+func parseKey(field string) (string, error) {
 	s := trimSP(field)
 	if s == "" {
-		return "", &KeyError{Err: ErrKeyEmpty, Reason: "the Idempotency-Key field is empty"}
+		return "", &keyError{Err: errKeyEmpty, Reason: "the Idempotency-Key field is empty"}
 	}
 	if s[0] != '"' {
 		return parseBareKey(s)
@@ -77,7 +77,7 @@ func ParseKey(field string) (string, error) {
 		return "", err
 	}
 	if key == "" {
-		return "", &KeyError{Err: ErrKeyEmpty, Reason: "the Idempotency-Key string is empty"}
+		return "", &keyError{Err: errKeyEmpty, Reason: "the Idempotency-Key string is empty"}
 	}
 	if len(key) > MaxKeyLength {
 		return "", tooLong(len(key))
@@ -86,11 +86,11 @@ func ParseKey(field string) (string, error) {
 }
 
 func tooLong(n int) error {
-	return &KeyError{Err: ErrKeyTooLong, Reason: fmt.Sprintf("the key has %d characters; the limit is %d", n, MaxKeyLength)}
+	return &keyError{Err: errKeyTooLong, Reason: fmt.Sprintf("the key has %d characters; the limit is %d", n, MaxKeyLength)}
 }
 
 func malformed(reason string) error {
-	return &KeyError{Err: ErrKeyMalformed, Reason: reason}
+	return &keyError{Err: errKeyMalformed, Reason: reason}
 }
 
 func trimSP(s string) string {

@@ -219,7 +219,7 @@ type call struct {
 
 	scope Scope
 	body  []byte
-	print Fingerprint
+	print fingerprint
 	// log carries the client and the key's digest, for every line about
 	// this request.
 	log *slog.Logger
@@ -227,7 +227,7 @@ type call struct {
 
 // rejection is a 4xx answer found while parsing, before any store work.
 type rejection struct {
-	kind   ProblemKind
+	code   ProblemCode
 	detail string
 }
 
@@ -254,7 +254,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	c, rej := m.parse(w, r, required)
 	if rej != nil {
-		m.problem(w, r, rej.kind, rej.detail, 0)
+		m.problem(w, r, rej.code, rej.detail, 0)
 		return
 	}
 	c.next = next
@@ -264,7 +264,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // parse reads the key, the client, the body and the fingerprint of a
 // request that needs a key or carries one.
 func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool) (*call, *rejection) {
-	key, present, err := KeyFromHeader(r.Header)
+	key, present, err := keyFromHeader(r.Header)
 	if err != nil {
 		return nil, &rejection{ProblemKeyMalformed, reasonOf(err, "The Idempotency-Key field is malformed") + "."}
 	}
@@ -279,13 +279,13 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 	if rej != nil {
 		return nil, rej
 	}
-	fp, err := NewFingerprint(FingerprintParams{
+	fp, err := fingerprintOf(FingerprintParams{
 		Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
 		ContentType: r.Header.Get("Content-Type"), Body: body,
 		Exclude: m.cfg.ExcludeFields, Raw: !required,
 	})
 	switch {
-	case errors.Is(err, ErrUnsupportedMediaType):
+	case errors.Is(err, errUnsupportedMediaType):
 		return nil, &rejection{ProblemMediaType, reasonOf(err, "The media type is not supported") + "."}
 	case err != nil:
 		return nil, &rejection{ProblemBodyMalformed, reasonOf(err, "The request body is malformed") + "."}
@@ -301,13 +301,13 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 // reasonOf returns the reason, safe to show to the client, that a key or
 // body error carries, or fallback for an error that carries none.
 func reasonOf(err error, fallback string) string {
-	var ke *KeyError
+	var ke *keyError
 	if errors.As(err, &ke) && ke.Reason != "" {
 		return ke.Reason
 	}
-	var be *BodyError
-	if errors.As(err, &be) && be.Reason != "" {
-		return be.Reason
+	var be *bodyError
+	if errors.As(err, &be) && be.reason != "" {
+		return be.reason
 	}
 	return fallback
 }
@@ -343,7 +343,7 @@ func (m *Middleware) claimAndRun(c *call) {
 		if m.run(c, lease, attempt) == answered {
 			return
 		}
-		m.cfg.Metrics.Request(c.r.Context(), ResultRerun)
+		m.cfg.Metrics.Request(c.r.Context(), ResultConflictRerun)
 		c.log.InfoContext(c.r.Context(), "idem: transaction conflict; running the request again", "attempt", attempt+1)
 		// Give the transaction that won a moment to commit, with jitter so
 		// that reruns of one conflict do not collide again.
@@ -368,7 +368,7 @@ func (m *Middleware) claim(c *call) Lease {
 	started := time.Now()
 	res, err := m.store.Claim(claimCtx, ClaimParams{
 		Scope: c.scope, Method: c.r.Method, Path: c.r.URL.EscapedPath(),
-		RequestHash: c.print.Sum[:], RequestFields: c.print.EncodeFields(),
+		RequestHash: c.print.sum[:], RequestFields: c.print.encodeFields(),
 		Mode: m.cfg.Mode, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
 	})
 	cancel()
@@ -395,20 +395,21 @@ func (m *Middleware) claim(c *call) Lease {
 	return res.Lease
 }
 
-// problem answers with a problem of kind k and counts its result.
-func (m *Middleware) problem(w http.ResponseWriter, r *http.Request, k ProblemKind, detail string, retryAfter int) {
-	m.cfg.Metrics.Request(r.Context(), resultOf(k))
-	WriteProblem(w, k.New(m.cfg.ProblemTypeBase, detail), retryAfter)
+// problem answers with a problem of one of idem's kinds and counts its
+// result.
+func (m *Middleware) problem(w http.ResponseWriter, r *http.Request, code ProblemCode, detail string, retryAfter int) {
+	m.cfg.Metrics.Request(r.Context(), resultOf(code))
+	WriteProblem(w, code.Kind().New(m.cfg.ProblemTypeBase, detail), retryAfter)
 }
 
 // resultOf is the Result counted for a problem the middleware answers.
-func resultOf(k ProblemKind) Result {
-	switch k.Code {
-	case ProblemKeyInUse.Code:
+func resultOf(code ProblemCode) Result {
+	switch code {
+	case ProblemKeyInFlight:
 		return ResultInFlight
-	case ProblemKeyReused.Code:
+	case ProblemKeyReused:
 		return ResultMismatch
-	case ProblemUnavailable.Code:
+	case ProblemUnavailable:
 		return ResultUnavailable
 	}
 	return ResultRejected
@@ -423,12 +424,12 @@ func (m *Middleware) unavailable(c *call, detail string) {
 // answerExisting answers a request whose key is already held or completed.
 func (m *Middleware) answerExisting(c *call, rec *Record, now time.Time) {
 	r := c.r
-	if len(rec.RequestHash) > 0 && !bytes.Equal(rec.RequestHash, c.print.Sum[:]) {
-		p := ProblemKeyReused.New(m.cfg.ProblemTypeBase, "")
+	if len(rec.RequestHash) > 0 && !bytes.Equal(rec.RequestHash, c.print.sum[:]) {
+		p := ProblemKeyReused.Kind().New(m.cfg.ProblemTypeBase, "")
 		if rec.Method != r.Method || rec.Path != r.URL.EscapedPath() {
 			p.OriginalRequest = rec.Method + " " + rec.Path
 			p.Detail = fmt.Sprintf("This key was first used for %s %s.", rec.Method, rec.Path)
-		} else if p.Fields = DiffFields(rec.RequestFields, c.print); len(p.Fields) > 0 {
+		} else if p.Fields = diffFields(rec.RequestFields, c.print); len(p.Fields) > 0 {
 			p.Detail = fmt.Sprintf("This key was first used with a different request: %s %s.", strings.Join(p.Fields, ", "), plural(len(p.Fields), "differs", "differ"))
 		} else {
 			p.Detail = "This key was first used with a different request: the query string or body differs."
@@ -447,7 +448,7 @@ func (m *Middleware) answerExisting(c *call, rec *Record, now time.Time) {
 		left := rec.LockedAt.Add(m.cfg.LockTimeout).Sub(now)
 		retry = max(1, int((left+time.Second-1)/time.Second))
 	}
-	m.problem(c.w, r, ProblemKeyInUse, "The first request with this key is still being processed; retry with the same key after Retry-After.", retry)
+	m.problem(c.w, r, ProblemKeyInFlight, "The first request with this key is still being processed; retry with the same key after Retry-After.", retry)
 }
 
 func plural(n int, one, many string) string {
@@ -531,7 +532,7 @@ func (m *Middleware) run(c *call, lease Lease, attempt int) runOutcome {
 	case errors.Is(err, ErrLeaseLost):
 		c.log.WarnContext(ctx, "idem: lease lost; the handler's writes were rolled back")
 		m.cfg.Metrics.Request(c.r.Context(), ResultLeaseLost)
-		WriteProblem(c.w, ProblemKeyInUse.New(m.cfg.ProblemTypeBase, "Another request took this key over; retry with the same key to get its result."), 1)
+		WriteProblem(c.w, ProblemKeyInFlight.Kind().New(m.cfg.ProblemTypeBase, "Another request took this key over; retry with the same key to get its result."), 1)
 	default:
 		c.log.ErrorContext(ctx, "idem: storing the response failed", "err", err)
 		if m.cfg.Mode == ModeTwoPhase {

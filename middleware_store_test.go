@@ -249,7 +249,7 @@ func TestConflictReruns(t *testing.T) {
 			}
 			e.metrics.mu.Lock()
 			defer e.metrics.mu.Unlock()
-			if n := e.metrics.counts[idem.ResultRerun]; int64(n) != tt.runs-1 {
+			if n := e.metrics.counts[idem.ResultConflictRerun]; int64(n) != tt.runs-1 {
 				t.Errorf("counted %d reruns, want %d", n, tt.runs-1)
 			}
 		})

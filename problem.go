@@ -17,11 +17,11 @@ const ProblemContentType = "application/problem+json"
 // names the kind of problem; Code is the same name without the prefix, for
 // programs that switch on it.
 type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-	Code   string `json:"code"`
+	Type   string `json:"type"`             // the base and the code, such as "/problems/idempotency-key-reused"
+	Title  string `json:"title"`            // the same for every problem of the kind
+	Status int    `json:"status"`           // the HTTP status code
+	Detail string `json:"detail,omitempty"` // this occurrence, for a person
+	Code   string `json:"code"`             // a ProblemCode, or an application's code
 
 	// Fields lists the top-level fields, as JSON pointers, that differ from
 	// the first request with this key (idempotency-key-reused only).
@@ -34,9 +34,83 @@ type Problem struct {
 	Param string `json:"param,omitempty"`
 }
 
-// ProblemKind is one kind of problem that idem answers with.
+// ProblemCode is the stable, machine-readable name of a kind of problem,
+// also the last segment of its type URI. The constants below are the codes
+// idem answers with; an application names its own in [ProblemKind].
+type ProblemCode string
+
+// The problem codes of the contract. [ProblemCode.Kind] describes each.
+const (
+	// ProblemKeyMissing: 400, the route requires an Idempotency-Key and
+	// the request has none.
+	ProblemKeyMissing ProblemCode = "idempotency-key-missing"
+	// ProblemKeyMalformed: 400, the key is empty, too long, not printable
+	// ASCII, or sent in more than one field.
+	ProblemKeyMalformed ProblemCode = "idempotency-key-malformed"
+	// ProblemKeyReused: 422, the key was first used with another request.
+	ProblemKeyReused ProblemCode = "idempotency-key-reused"
+	// ProblemKeyInFlight: 409, the first request with the key is still in
+	// flight (a record with [StatusInFlight], counted as [ResultInFlight]),
+	// or another request took the key over.
+	ProblemKeyInFlight ProblemCode = "idempotency-key-in-use"
+	// ProblemBodyMalformed: 400, the body or query string does not parse.
+	ProblemBodyMalformed ProblemCode = "request-body-malformed"
+	// ProblemBodyTooLarge: 413, the body is over [Config.MaxBodyBytes].
+	ProblemBodyTooLarge ProblemCode = "request-body-too-large"
+	// ProblemMediaType: 415, the body is neither JSON nor form data.
+	ProblemMediaType ProblemCode = "unsupported-media-type"
+	// ProblemUnauthenticated: 401, [Config.ClientID] found no client.
+	ProblemUnauthenticated ProblemCode = "unauthenticated"
+	// ProblemUnavailable: 503, the store failed; the detail says whether
+	// the request was processed.
+	ProblemUnavailable ProblemCode = "store-unavailable"
+)
+
+// problemKinds describes idem's codes. Titles follow the IETF draft's
+// wording where it has one.
+var problemKinds = [...]ProblemKind{
+	{ProblemKeyMissing, http.StatusBadRequest, "Idempotency-Key is missing",
+		"This endpoint requires an Idempotency-Key header. Generate one key per logical operation (a v4 UUID is fine), and send the same key on every retry of that operation."},
+	{ProblemKeyMalformed, http.StatusBadRequest, "Idempotency-Key is malformed",
+		"The Idempotency-Key must be one sf-string (\"...\") or bare token of 1 to 255 printable ASCII characters, sent in exactly one header field. Fix the client; the request was not processed."},
+	{ProblemKeyReused, http.StatusUnprocessableEntity, "Idempotency-Key is already used",
+		"The key was first used with a different request. The fields that differ are listed in \"fields\". This is a client bug: use a new key for a new operation, and never change the body of a retry."},
+	{ProblemKeyInFlight, http.StatusConflict, "A request is outstanding for this Idempotency-Key",
+		"The first request with this key is still being processed. Wait for the number of seconds in Retry-After and retry with the same key and body: you will get its result."},
+	{ProblemBodyMalformed, http.StatusBadRequest, "Request body is malformed",
+		"The body does not parse as its Content-Type says, or a JSON object names a member twice. The request was not processed."},
+	{ProblemBodyTooLarge, http.StatusRequestEntityTooLarge, "Request body is too large",
+		"The body is larger than this endpoint accepts. The request was not processed."},
+	{ProblemMediaType, http.StatusUnsupportedMediaType, "Unsupported media type",
+		"Send application/json or application/x-www-form-urlencoded. The request was not processed."},
+	{ProblemUnauthenticated, http.StatusUnauthorized, "Authentication required",
+		"Idempotency keys are scoped to the authenticated client, and this request has no client identity. Send valid credentials."},
+	{ProblemUnavailable, http.StatusServiceUnavailable, "Idempotency store unavailable",
+		"The service cannot record the key right now, so it did not process the request. Retry with the same key after Retry-After."},
+}
+
+// Kind describes one of idem's problem codes: its status, title and the
+// explanation served at its type URI. For a code that is not idem's it
+// returns a kind with only the code set.
+func (c ProblemCode) Kind() ProblemKind {
+	for _, k := range problemKinds {
+		if k.Code == c {
+			return k
+		}
+	}
+	return ProblemKind{Code: c}
+}
+
+// Problems returns every kind of problem idem answers with, in a new slice.
+func Problems() []ProblemKind {
+	return slices.Clone(problemKinds[:])
+}
+
+// ProblemKind describes one kind of problem: idem's own (see
+// [ProblemCode.Kind]) or an application's, which it writes with
+// [ProblemKind.New] and [WriteProblem] and serves with [ProblemsHandler].
 type ProblemKind struct {
-	Code   string // stable machine-readable name, also the last segment of the type URI
+	Code   ProblemCode
 	Status int
 	Title  string
 	// About explains, for the page served at the type URI, when the problem
@@ -44,41 +118,13 @@ type ProblemKind struct {
 	About string
 }
 
-// The problem kinds of the contract. Titles follow the IETF draft's wording
-// where it has one.
-var (
-	ProblemKeyMissing = ProblemKind{"idempotency-key-missing", http.StatusBadRequest, "Idempotency-Key is missing",
-		"This endpoint requires an Idempotency-Key header. Generate one key per logical operation (a v4 UUID is fine), and send the same key on every retry of that operation."}
-	ProblemKeyMalformed = ProblemKind{"idempotency-key-malformed", http.StatusBadRequest, "Idempotency-Key is malformed",
-		"The Idempotency-Key must be one sf-string (\"...\") or bare token of 1 to 255 printable ASCII characters, sent in exactly one header field. Fix the client; the request was not processed."}
-	ProblemKeyReused = ProblemKind{"idempotency-key-reused", http.StatusUnprocessableEntity, "Idempotency-Key is already used",
-		"The key was first used with a different request. The fields that differ are listed in \"fields\". This is a client bug: use a new key for a new operation, and never change the body of a retry."}
-	ProblemKeyInUse = ProblemKind{"idempotency-key-in-use", http.StatusConflict, "A request is outstanding for this Idempotency-Key",
-		"The first request with this key is still being processed. Wait for the number of seconds in Retry-After and retry with the same key and body: you will get its result."}
-	ProblemBodyMalformed = ProblemKind{"request-body-malformed", http.StatusBadRequest, "Request body is malformed",
-		"The body does not parse as its Content-Type says, or a JSON object names a member twice. The request was not processed."}
-	ProblemBodyTooLarge = ProblemKind{"request-body-too-large", http.StatusRequestEntityTooLarge, "Request body is too large",
-		"The body is larger than this endpoint accepts. The request was not processed."}
-	ProblemMediaType = ProblemKind{"unsupported-media-type", http.StatusUnsupportedMediaType, "Unsupported media type",
-		"Send application/json or application/x-www-form-urlencoded. The request was not processed."}
-	ProblemUnauthenticated = ProblemKind{"unauthenticated", http.StatusUnauthorized, "Authentication required",
-		"Idempotency keys are scoped to the authenticated client, and this request has no client identity. Send valid credentials."}
-	ProblemUnavailable = ProblemKind{"store-unavailable", http.StatusServiceUnavailable, "Idempotency store unavailable",
-		"The service cannot record the key right now, so it did not process the request. Retry with the same key after Retry-After."}
-)
-
-// Problems lists every problem kind idem answers with.
-var Problems = []ProblemKind{
-	ProblemKeyMissing, ProblemKeyMalformed, ProblemKeyReused, ProblemKeyInUse,
-	ProblemBodyMalformed, ProblemBodyTooLarge, ProblemMediaType, ProblemUnauthenticated, ProblemUnavailable,
-}
-
 // ProblemTypeBaseDefault is the default prefix of problem type URIs.
 const ProblemTypeBaseDefault = "/problems/"
 
-// New returns a problem of this kind with a detail message.
+// New returns a problem of this kind with a detail message. base prefixes
+// the type URI, as [Config.ProblemTypeBase] does.
 func (k ProblemKind) New(base, detail string) *Problem {
-	return &Problem{Type: base + k.Code, Title: k.Title, Status: k.Status, Detail: detail, Code: k.Code}
+	return &Problem{Type: base + string(k.Code), Title: k.Title, Status: k.Status, Detail: detail, Code: string(k.Code)}
 }
 
 // WriteProblem writes p as application/problem+json. retryAfter > 0 adds a
@@ -104,8 +150,8 @@ func WriteProblem(w http.ResponseWriter, p *Problem, retryAfter int) {
 // kinds and the application's extra ones. Mount it at the type base, for
 // example mux.Handle("GET /problems/", idem.ProblemsHandler()).
 func ProblemsHandler(extra ...ProblemKind) http.Handler {
-	kinds := append(slices.Clone(Problems), extra...)
-	byCode := make(map[string]ProblemKind, len(kinds))
+	kinds := append(Problems(), extra...)
+	byCode := make(map[ProblemCode]ProblemKind, len(kinds))
 	for _, k := range kinds {
 		byCode[k.Code] = k
 	}
@@ -122,7 +168,7 @@ func ProblemsHandler(extra ...ProblemKind) http.Handler {
 			w.Write([]byte(b.String()))
 			return
 		}
-		k, ok := byCode[code]
+		k, ok := byCode[ProblemCode(code)]
 		if !ok {
 			http.NotFound(w, r)
 			return

@@ -47,8 +47,10 @@ func (m Mode) String() string {
 type Status string
 
 const (
-	// StatusStarted means a request owns the key and has not finished.
-	StatusStarted Status = "started"
+	// StatusInFlight means a request holds the key and has not finished:
+	// a duplicate gets [ProblemKeyInFlight], counted as [ResultInFlight].
+	// Stores keep it as "started".
+	StatusInFlight Status = "started"
 	// StatusCompleted means the response is stored and will be replayed.
 	StatusCompleted Status = "completed"
 )
@@ -115,7 +117,7 @@ type ClaimResult struct {
 	Lease Lease
 	// Record is set when the key exists and the caller does not own it.
 	// The caller compares the request hash and either replays the stored
-	// response, answers 422, or answers 409 while the key is started.
+	// response, answers 422, or answers 409 while the key is in flight.
 	Record *Record
 }
 
@@ -124,7 +126,7 @@ type ClaimResult struct {
 // Claim must elect exactly one owner among any number of concurrent claims of
 // one scope, across goroutines and processes. It must never block on another
 // owner's open transaction: a key that is in flight is reported at once as a
-// Record with Status StatusStarted. Errors from the database are returned
+// Record with Status StatusInFlight. Errors from the database are returned
 // wrapped; the middleware answers them with 503 and never runs the handler.
 //
 // The conformance suite in package idemtest checks every rule; run it against

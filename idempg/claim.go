@@ -49,7 +49,7 @@ const cleanupTimeout = 5 * time.Second
 // the read, with the claim's transaction left open for the handler.
 //
 // A key in flight whose row is not visible is answered with a Record whose
-// Status is idem.StatusStarted and whose request hash is unknown.
+// Status is idem.StatusInFlight and whose request hash is unknown.
 func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
@@ -231,7 +231,7 @@ type pendingRow struct {
 // inFlight is the answer for a key whose holder's transaction is open: its
 // request is not visible, so only the status is known.
 func inFlight(scope idem.Scope) *idem.Record {
-	return &idem.Record{Scope: scope, Status: idem.StatusStarted}
+	return &idem.Record{Scope: scope, Status: idem.StatusInFlight}
 }
 
 // replaceable reports whether a claim may replace rec (past retention) or
@@ -241,7 +241,7 @@ func replaceable(rec *idem.Record, p idem.ClaimParams) bool {
 }
 
 func canTakeOver(rec *idem.Record, p idem.ClaimParams) bool {
-	return p.Mode == idem.ModeTwoPhase && rec.Status == idem.StatusStarted &&
+	return p.Mode == idem.ModeTwoPhase && rec.Status == idem.StatusInFlight &&
 		idem.LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout) && bytes.Equal(rec.RequestHash, p.RequestHash)
 }
 

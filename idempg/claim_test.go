@@ -104,7 +104,7 @@ func TestCrashBetweenClaimAndCommit(t *testing.T) {
 			now := epoch.Add(time.Second)
 			if mode == idem.ModeTwoPhase {
 				// The committed claim outlives the holder until its lease expires.
-				if rec := mustRecord(t, store, params(mode, scope, "a", now)); rec.Status != idem.StatusStarted {
+				if rec := mustRecord(t, store, params(mode, scope, "a", now)); rec.Status != idem.StatusInFlight {
 					t.Fatalf("status within the lease = %q, want started", rec.Status)
 				}
 				now = epoch.Add(lockTimeout + time.Second)
@@ -343,7 +343,7 @@ func duplicateClaim(store *idempg.Store, mode idem.Mode, scope idem.Scope) strin
 	case res.Lease != nil:
 		res.Lease.Release(context.Background())
 		return "got a lease"
-	case res.Record.Status != idem.StatusStarted:
+	case res.Record.Status != idem.StatusInFlight:
 		return "status " + string(res.Record.Status)
 	}
 	return ""
@@ -543,11 +543,11 @@ func TestClaimTx(t *testing.T) {
 		scope := newScope("alice")
 		tx, lease := claimAfterWork(t, scope)
 		// Until the caller commits, the key is in flight to everyone else.
-		if rec := mustRecord(t, store, params(idem.ModeAtomic, scope, "a", epoch)); rec.Status != idem.StatusStarted {
+		if rec := mustRecord(t, store, params(idem.ModeAtomic, scope, "a", epoch)); rec.Status != idem.StatusInFlight {
 			t.Errorf("status seen outside before Complete = %q, want started", rec.Status)
 		}
 		complete(t, lease, `{"ok":true}`)
-		if rec := mustRecord(t, store, params(idem.ModeAtomic, scope, "a", epoch)); rec.Status != idem.StatusStarted {
+		if rec := mustRecord(t, store, params(idem.ModeAtomic, scope, "a", epoch)); rec.Status != idem.StatusInFlight {
 			t.Errorf("status seen outside before the caller commits = %q, want started", rec.Status)
 		}
 		if err := tx.Commit(context.Background()); err != nil {
@@ -661,7 +661,7 @@ func TestConcurrentClaimsAcrossStores(t *testing.T) {
 			for res := range results {
 				if res.Lease != nil {
 					owners = append(owners, res.Lease)
-				} else if res.Record.Status != idem.StatusStarted {
+				} else if res.Record.Status != idem.StatusInFlight {
 					t.Errorf("a losing claim saw status %q, want started", res.Record.Status)
 				}
 			}

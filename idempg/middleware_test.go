@@ -159,7 +159,7 @@ func TestMiddlewareConcurrentDuplicates(t *testing.T) {
 				case a.status == http.StatusCreated:
 					replays++
 					created(a)
-				case a.status == http.StatusConflict && problemCode(a) == idem.ProblemKeyInUse.Code:
+				case a.status == http.StatusConflict && problemCode(a) == string(idem.ProblemKeyInFlight):
 					inUse++
 				default:
 					t.Errorf("unexpected answer %d %q", a.status, a.body)
@@ -214,7 +214,7 @@ func TestMiddlewareSurvivesRestart(t *testing.T) {
 	for i := range keysPerPhase {
 		key := fmt.Sprintf("during-%d", i)
 		a := post(t, client, payments, key, body)
-		if a.status != http.StatusServiceUnavailable || problemCode(a) != idem.ProblemUnavailable.Code {
+		if a.status != http.StatusServiceUnavailable || problemCode(a) != string(idem.ProblemUnavailable) {
 			t.Fatalf("while stopped: %s answered %d %q, want the 503 problem store-unavailable", key, a.status, a.body)
 		}
 		if a.header.Get("Retry-After") == "" {

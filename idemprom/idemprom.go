@@ -15,12 +15,22 @@ package idemprom
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemkit/idem"
 )
+
+// resultNames are the values of the result label: idem's Results.
+var resultNames = func() []string {
+	var names []string
+	for _, r := range idem.Results() {
+		names = append(names, string(r))
+	}
+	return names
+}()
 
 // NamespaceDefault is the default metric namespace.
 const NamespaceDefault = "idem"
@@ -63,7 +73,7 @@ func New(cfg *Config) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: c.Namespace, Name: "requests_total", ConstLabels: c.ConstLabels,
-			Help: "Requests handled by the idem middleware, by result (executed, replayed, in_flight, mismatch, rejected, released, unavailable, lease_lost, taken_over, conflict_rerun).",
+			Help: "Requests handled by the idem middleware, by result (" + strings.Join(resultNames, ", ") + ").",
 		}, []string{"result"}),
 		claims: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: c.Namespace, Name: "claim_duration_seconds", ConstLabels: c.ConstLabels,
@@ -73,9 +83,8 @@ func New(cfg *Config) *Metrics {
 	}
 	// Every result exists from the start, so rates and alerts need no
 	// special case for a series that has not appeared yet.
-	for _, r := range []idem.Result{idem.ResultExecuted, idem.ResultReleased, idem.ResultReplayed, idem.ResultInFlight,
-		idem.ResultMismatch, idem.ResultRejected, idem.ResultUnavailable, idem.ResultLeaseLost, idem.ResultTakenOver, idem.ResultRerun} {
-		m.requests.WithLabelValues(string(r))
+	for _, r := range resultNames {
+		m.requests.WithLabelValues(r)
 	}
 	return m
 }

@@ -117,3 +117,33 @@ func TestClaimOutcomes(t *testing.T) {
 		t.Errorf("claims by outcome = %v, want ok 2 and error 1", counts)
 	}
 }
+
+// TestEveryResultHasASeries: each of idem's Results is a series from the
+// start, at zero, and is named in the help text.
+func TestEveryResultHasASeries(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(idemprom.New(nil))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "idem_requests_total" {
+			continue
+		}
+		if got, want := len(f.GetMetric()), len(idem.Results()); got != want {
+			t.Errorf("%d result series, want %d", got, want)
+		}
+		for _, r := range idem.Results() {
+			if !strings.Contains(f.GetHelp(), string(r)) {
+				t.Errorf("help %q does not name %q", f.GetHelp(), r)
+			}
+			if got := requestsTotal(t, reg, string(r)); got != 0 {
+				t.Errorf("result %q starts at %v, want 0", r, got)
+			}
+		}
+		return
+	}
+	t.Fatal("no idem_requests_total")
+}

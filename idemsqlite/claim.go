@@ -127,7 +127,7 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 	s.inflight[p.Scope] = &idem.Record{
 		Scope: p.Scope, Method: p.Method, Path: p.Path,
 		RequestHash: bytes.Clone(p.RequestHash), RequestFields: bytes.Clone(p.RequestFields),
-		Status: idem.StatusStarted, CreatedAt: p.Now, LockedAt: p.Now,
+		Status: idem.StatusInFlight, CreatedAt: p.Now, LockedAt: p.Now,
 	}
 	s.mu.Unlock()
 
@@ -146,7 +146,7 @@ func (s *Store) landed(scope idem.Scope) {
 }
 
 func canTakeOver(rec *idem.Record, p idem.ClaimParams) bool {
-	return p.Mode == idem.ModeTwoPhase && rec.Status == idem.StatusStarted &&
+	return p.Mode == idem.ModeTwoPhase && rec.Status == idem.StatusInFlight &&
 		idem.LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout) && bytes.Equal(rec.RequestHash, p.RequestHash)
 }
 

@@ -44,12 +44,12 @@ func (s *MemoryStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.Claim
 		rec = &idem.Record{
 			Scope: p.Scope, Method: p.Method, Path: p.Path,
 			RequestHash: bytes.Clone(p.RequestHash), RequestFields: bytes.Clone(p.RequestFields),
-			Status: idem.StatusStarted, CreatedAt: p.Now, LockedAt: p.Now, Token: token,
+			Status: idem.StatusInFlight, CreatedAt: p.Now, LockedAt: p.Now, Token: token,
 		}
 		s.records[p.Scope] = rec
 		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: token}}, nil
 	}
-	if p.Mode == idem.ModeTwoPhase && rec.Status == idem.StatusStarted &&
+	if p.Mode == idem.ModeTwoPhase && rec.Status == idem.StatusInFlight &&
 		idem.LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout) && bytes.Equal(rec.RequestHash, p.RequestHash) {
 		rec.Token++
 		rec.LockedAt = p.Now
@@ -111,7 +111,7 @@ func (l *memoryLease) Info() idem.LeaseInfo {
 // held returns the record if this lease still owns it. The caller holds mu.
 func (l *memoryLease) held() *idem.Record {
 	rec, ok := l.store.records[l.scope]
-	if !ok || rec.Token != l.token || rec.Status != idem.StatusStarted {
+	if !ok || rec.Token != l.token || rec.Status != idem.StatusInFlight {
 		return nil
 	}
 	return rec

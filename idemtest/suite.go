@@ -217,7 +217,7 @@ func (s suite) reportsInFlight(t *testing.T) {
 	if rec == nil {
 		return
 	}
-	if rec.Status != idem.StatusStarted {
+	if rec.Status != idem.StatusInFlight {
 		t.Errorf("status = %q, want started", rec.Status)
 	}
 	if s.mode == idem.ModeTwoPhase && !sameTime(rec.LockedAt, epoch) {
@@ -278,7 +278,7 @@ func (s suite) concurrentClaims(t *testing.T) {
 		switch {
 		case res.Lease != nil:
 			owners = append(owners, res.Lease)
-		case res.Record.Status == idem.StatusStarted:
+		case res.Record.Status == idem.StatusInFlight:
 			started++
 		}
 	}
@@ -399,7 +399,7 @@ func (s suite) takesOverExpiredLease(t *testing.T) {
 	store := s.h.NewStore(t)
 	scope := newScope("alice")
 	old := s.mustLease(t, store, s.params(scope, "a", epoch))
-	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(lockTimeout-time.Second))); rec.Status != idem.StatusStarted {
+	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(lockTimeout-time.Second))); rec.Status != idem.StatusInFlight {
 		t.Fatalf("within the lock timeout: status %q, want started", rec.Status)
 	}
 	taken := s.mustLease(t, store, s.params(scope, "a", epoch.Add(lockTimeout+time.Second)))
@@ -435,7 +435,7 @@ func (s suite) staleHolderCannotRelease(t *testing.T) {
 	old := s.mustLease(t, store, s.params(scope, "a", epoch))
 	taken := s.mustLease(t, store, s.params(scope, "a", epoch.Add(lockTimeout+time.Second)))
 	release(t, old) // must not free the new holder's key
-	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(lockTimeout+2*time.Second))); rec.Status != idem.StatusStarted || rec.Token != 2 {
+	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(lockTimeout+2*time.Second))); rec.Status != idem.StatusInFlight || rec.Token != 2 {
 		t.Errorf("after the stale release: status %q token %d, want started with token 2", rec.Status, rec.Token)
 	}
 	complete(t, taken, sampleResponse("{}"))

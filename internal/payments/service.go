@@ -160,7 +160,7 @@ func (s *Service) authenticate(next http.Handler) http.Handler {
 func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		problem(w, idem.ProblemBodyMalformed, "The request body could not be read.")
+		problem(w, idem.ProblemBodyMalformed.Kind(), "The request body could not be read.")
 		return
 	}
 	params, err := ParseParams(r.Header.Get("Content-Type"), body)

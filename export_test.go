@@ -1,0 +1,15 @@
+package idem
+
+// The key parser is not part of the API; its external tests reach it
+// through these names.
+var (
+	ParseKey      = parseKey
+	KeyFromHeader = keyFromHeader
+
+	ErrKeyEmpty     = errKeyEmpty
+	ErrKeyTooLong   = errKeyTooLong
+	ErrKeyMalformed = errKeyMalformed
+	ErrKeyRepeated  = errKeyRepeated
+)
+
+type KeyError = keyError
