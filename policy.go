@@ -14,13 +14,15 @@ const (
 )
 
 // OutcomePolicy decides, from the status code, whether a handler's response
-// is stored or the key released.
+// is stored or the key released. [DefaultOutcomePolicy] and
+// [StoreServerErrorsPolicy] are the two built in.
 type OutcomePolicy func(status int) Outcome
 
-// NotProcessedStatuses are the statuses by which a handler says it did not
-// process the request: validation failures, authentication, a missing
-// resource, rate limiting. Their responses are never stored, so a corrected
-// retry with the same key works.
+// notProcessed holds the statuses by which a handler says it did not
+// process the request: validation (400, 413, 415), authentication and
+// authorisation (401, 403), a missing resource (404) and rate limiting
+// (429). Both built-in policies release the key on them, so a corrected
+// retry with the same key runs the handler.
 var notProcessed = map[int]bool{
 	http.StatusBadRequest:            true,
 	http.StatusUnauthorized:          true,
@@ -32,7 +34,8 @@ var notProcessed = map[int]bool{
 }
 
 // NotProcessed reports whether status is one by which a handler says it did
-// not process the request (400, 401, 403, 404, 413, 415 and 429).
+// not process the request (400, 401, 403, 404, 413, 415 and 429), for
+// policies of one's own.
 func NotProcessed(status int) bool { return notProcessed[status] }
 
 // DefaultOutcomePolicy stores every response except the not-processed 4xx
