@@ -22,6 +22,7 @@ func ExampleNewFingerprint() {
 		}
 	}
 
+	var first idem.Fingerprint
 	first, err := idem.NewFingerprint(request(`{"amount":4200,"currency":"eur","customer":"cus_123"}`))
 	if err != nil {
 		fmt.Println(err)

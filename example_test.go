@@ -38,14 +38,14 @@ func Example() {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/charges", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer sk_test_alice")
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", `"order-7-charge"`)
+		req.Header.Set(idem.HeaderKey, `"order-7-charge"`)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			panic(err)
 		}
 		defer res.Body.Close()
 		b, _ := io.ReadAll(res.Body)
-		fmt.Printf("%d replayed=%q %s\n", res.StatusCode, res.Header.Get("Idempotent-Replayed"), strings.TrimSpace(string(b)))
+		fmt.Printf("%d replayed=%q %s\n", res.StatusCode, res.Header.Get(idem.HeaderReplayed), strings.TrimSpace(string(b)))
 	}
 	send(`{"amount":4200,"currency":"usd"}`)
 	send(`{"currency":"usd","amount":4200}`)
@@ -59,10 +59,16 @@ func Example() {
 }
 
 // DeriveKey gives the key to send to another system: stable across retries,
-// different per purpose, and not revealing the client's key.
+// different per purpose, not revealing the client's key, and itself a valid
+// key. A handler's context carries the scope; a test of the handler builds
+// one with ContextWithScope.
 func ExampleDeriveKey() {
 	ctx := idem.ContextWithScope(context.Background(), idem.Scope{ClientID: "alice", Key: "order-7"})
+	scope, ok := idem.ScopeFromContext(ctx)
+	fmt.Println(scope.ClientID, scope.Key, ok)
 	charge := idem.DeriveKey(ctx, "charge")
-	fmt.Println(charge == idem.DeriveKey(ctx, "charge"), charge == idem.DeriveKey(ctx, "refund"), strings.Contains(charge, "order-7"), len(charge))
-	// Output: true false false 36
+	fmt.Println(charge == idem.DeriveKey(ctx, "charge"), charge == idem.DeriveKey(ctx, "refund"), strings.Contains(charge, "order-7"), len(charge) <= idem.MaxKeyLength)
+	// Output:
+	// alice order-7 true
+	// true false false true
 }

@@ -48,7 +48,7 @@ type FingerprintParams struct {
 	Path        string // the escaped path, or any name of the resource
 	RawQuery    string // the query string without "?"; may be empty
 	ContentType string // the media type of Body; not needed for an empty body
-	Body        []byte
+	Body        []byte // the request body as received
 	// Exclude lists top-level fields left out of the fingerprint, as JSON
 	// pointers ("/client_timestamp"). They apply to JSON and form bodies.
 	Exclude []string

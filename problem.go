@@ -110,9 +110,9 @@ func Problems() []ProblemKind {
 // [ProblemCode.Kind]) or an application's, which it writes with
 // [ProblemKind.New] and [WriteProblem] and serves with [ProblemsHandler].
 type ProblemKind struct {
-	Code   ProblemCode
-	Status int
-	Title  string
+	Code   ProblemCode // stable and machine-readable; the last segment of the type URI
+	Status int         // the HTTP status code
+	Title  string      // short, the same for every occurrence
 	// About explains, for the page served at the type URI, when the problem
 	// happens and what a client should do.
 	About string

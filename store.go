@@ -10,8 +10,8 @@ import (
 // Scope identifies a key: the authenticated client and the key it sent.
 // Keys of different clients never meet.
 type Scope struct {
-	ClientID string
-	Key      string
+	ClientID string // from Config.ClientID
+	Key      string // the parsed Idempotency-Key, unquoted
 }
 
 // Mode says how a store runs the handler relative to the key's transaction.
@@ -33,6 +33,7 @@ const (
 	ModeTwoPhase
 )
 
+// String returns "atomic" or "two-phase".
 func (m Mode) String() string {
 	switch m {
 	case ModeAtomic:
@@ -59,7 +60,7 @@ const (
 type Response struct {
 	StatusCode int
 	Header     http.Header // only the headers allowed by the replay list
-	Body       []byte
+	Body       []byte      // byte for byte as the handler wrote it
 }
 
 // Record is a key as a store holds it.
