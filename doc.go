@@ -17,7 +17,7 @@
 //   - the same key with a different request: 422, naming the fields that differ.
 //
 // Every error is an RFC 9457 problem document (application/problem+json) with
-// a stable type URI and a machine-readable code; see [Problems].
+// a stable type URI and a machine-readable [ProblemCode]; see [Problems].
 //
 // Keys are always scoped by the authenticated client ([Config.ClientID]), and
 // requests are compared by a [Fingerprint]: SHA-256 over the method, the path,
@@ -32,4 +32,20 @@
 // The root package depends on the standard library only. Stores live in
 // idemsqlite (embedded SQLite), idempg (PostgreSQL) and idemtest (memory, and
 // the conformance suite every store passes).
+//
+// # Who uses what
+//
+// Handler authors need [New] with a [Config] and its policies
+// ([RequirePolicy], [OutcomePolicy]), the [Mode], [ScopeFromContext] and
+// [DeriveKey] inside a handler, [ContextWithScope] in its tests, and, to
+// answer their own errors in the same format, [ProblemKind], [WriteProblem]
+// and [ProblemsHandler]. Dashboards read [Metrics] and [Results].
+//
+// Store authors implement [Store] and [Lease] over [ClaimParams],
+// [ClaimResult], [Record] and [Response], return [ErrLeaseLost] and
+// [ErrUnavailable], and run idemtest.RunStoreTests.
+//
+// Code that claims keys itself, outside the middleware (a queue consumer
+// calling idempg's Store.ClaimTx), builds the request hash with
+// [NewFingerprint].
 package idem

@@ -219,7 +219,7 @@ type call struct {
 
 	scope Scope
 	body  []byte
-	print fingerprint
+	fp    fingerprint
 	// log carries the client and the key's digest, for every line about
 	// this request.
 	log *slog.Logger
@@ -293,7 +293,7 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 	return &call{
 		w: w, r: r,
 		scope: Scope{ClientID: clientID, Key: key},
-		body:  body, print: fp,
+		body:  body, fp: fp,
 		log: m.cfg.Logger.With("client_id", clientID, "key_digest", keyDigest(key)),
 	}, nil
 }
@@ -368,7 +368,7 @@ func (m *Middleware) claim(c *call) Lease {
 	started := time.Now()
 	res, err := m.store.Claim(claimCtx, ClaimParams{
 		Scope: c.scope, Method: c.r.Method, Path: c.r.URL.EscapedPath(),
-		RequestHash: c.print.sum[:], RequestFields: c.print.encodeFields(),
+		RequestHash: c.fp.sum[:], RequestFields: c.fp.encodeFields(),
 		Mode: m.cfg.Mode, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
 	})
 	cancel()
@@ -424,12 +424,12 @@ func (m *Middleware) unavailable(c *call, detail string) {
 // answerExisting answers a request whose key is already held or completed.
 func (m *Middleware) answerExisting(c *call, rec *Record, now time.Time) {
 	r := c.r
-	if len(rec.RequestHash) > 0 && !bytes.Equal(rec.RequestHash, c.print.sum[:]) {
+	if len(rec.RequestHash) > 0 && !bytes.Equal(rec.RequestHash, c.fp.sum[:]) {
 		p := ProblemKeyReused.Kind().New(m.cfg.ProblemTypeBase, "")
 		if rec.Method != r.Method || rec.Path != r.URL.EscapedPath() {
 			p.OriginalRequest = rec.Method + " " + rec.Path
 			p.Detail = fmt.Sprintf("This key was first used for %s %s.", rec.Method, rec.Path)
-		} else if p.Fields = diffFields(rec.RequestFields, c.print); len(p.Fields) > 0 {
+		} else if p.Fields = diffFields(rec.RequestFields, c.fp); len(p.Fields) > 0 {
 			p.Detail = fmt.Sprintf("This key was first used with a different request: %s %s.", strings.Join(p.Fields, ", "), plural(len(p.Fields), "differs", "differ"))
 		} else {
 			p.Detail = "This key was first used with a different request: the query string or body differs."
