@@ -501,34 +501,53 @@ func (m *Middleware) run(c *call, lease Lease, attempt int) runOutcome {
 	rec := m.execute(c, lease)
 	ctx, cancel := m.finishContext(c)
 	defer cancel()
-	hitConflict := func() bool {
-		cr, ok := lease.(ConflictReporter)
-		return ok && m.mayRerun(attempt) && cr.Conflicted()
-	}
-	if hitConflict() {
+	rerun := func() bool { return m.mayRerun(attempt) && reportsConflict(lease) }
+	switch {
+	case rerun():
 		if err := lease.Release(ctx); err != nil {
 			c.log.ErrorContext(ctx, "idem: release after a transaction conflict failed", "err", err)
 			m.unavailable(c, "The request hit a conflict and was not completed, and the idempotency store did not confirm that the key was freed; retry with the same key after Retry-After.")
 			return answered
 		}
 		return conflicted
-	}
-	if m.cfg.Outcome(rec.statusCode()) == OutcomeRelease {
-		if err := lease.Release(ctx); err != nil {
-			c.log.ErrorContext(ctx, "idem: release failed", "err", err)
-			m.unavailable(c, "The response was not to be stored, and the idempotency store did not confirm that the key was freed; retry with the same key after Retry-After.")
-			return answered
-		}
-		m.cfg.Metrics.Request(c.r.Context(), ResultReleased)
-		rec.writeTo(c.w)
+	case m.cfg.Outcome(rec.statusCode()) == OutcomeRelease:
+		m.release(ctx, c, lease, rec)
 		return answered
 	}
-	switch err := lease.Complete(ctx, m.responseOf(rec)); {
+	err := lease.Complete(ctx, m.responseOf(rec))
+	if err != nil && rerun() {
+		return conflicted // Complete rolled back; the commit itself hit the conflict
+	}
+	m.answerComplete(ctx, c, lease, rec, err)
+	return answered
+}
+
+// reportsConflict reports whether the lease's transaction hit a
+// serialization failure or deadlock.
+func reportsConflict(lease Lease) bool {
+	cr, ok := lease.(ConflictReporter)
+	return ok && cr.Conflicted()
+}
+
+// release frees the key of a response that is not to be stored, and
+// answers with that response.
+func (m *Middleware) release(ctx context.Context, c *call, lease Lease, rec *recorder) {
+	if err := lease.Release(ctx); err != nil {
+		c.log.ErrorContext(ctx, "idem: release failed", "err", err)
+		m.unavailable(c, "The response was not to be stored, and the idempotency store did not confirm that the key was freed; retry with the same key after Retry-After.")
+		return
+	}
+	m.cfg.Metrics.Request(c.r.Context(), ResultReleased)
+	rec.writeTo(c.w)
+}
+
+// answerComplete answers after Complete returned err: with the handler's
+// response once it is stored, or with the problem that says why it is not.
+func (m *Middleware) answerComplete(ctx context.Context, c *call, lease Lease, rec *recorder, err error) {
+	switch {
 	case err == nil:
 		m.cfg.Metrics.Request(c.r.Context(), ResultExecuted)
 		rec.writeTo(c.w)
-	case hitConflict():
-		return conflicted // Complete rolled back; the commit itself hit the conflict
 	case errors.Is(err, ErrLeaseLost):
 		c.log.WarnContext(ctx, "idem: lease lost; the handler's writes were rolled back")
 		m.cfg.Metrics.Request(c.r.Context(), ResultLeaseLost)
@@ -544,7 +563,6 @@ func (m *Middleware) run(c *call, lease Lease, attempt int) runOutcome {
 		}
 		m.unavailable(c, "The idempotency store failed to record the result; retry with the same key after Retry-After.")
 	}
-	return answered
 }
 
 // execute runs the handler under the lease and buffers its response. When
