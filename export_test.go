@@ -12,4 +12,4 @@ var (
 	ErrKeyRepeated  = errKeyRepeated
 )
 
-type KeyError = keyError
+type KeyError = invalidKeyError

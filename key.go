@@ -23,16 +23,16 @@ var (
 	errKeyRepeated  = errors.New("idem: more than one Idempotency-Key field")
 )
 
-// keyError describes why a key could not be parsed.
-type keyError struct {
+// invalidKeyError describes why a key could not be parsed.
+type invalidKeyError struct {
 	Err    error  // one of errKeyEmpty, errKeyTooLong, errKeyMalformed, errKeyRepeated
 	Reason string // a short explanation safe to show to the client
 }
 
-func (e *keyError) Error() string { return e.Err.Error() + ": " + e.Reason }
+func (e *invalidKeyError) Error() string { return e.Err.Error() + ": " + e.Reason }
 
 // Unwrap returns the sentinel error.
-func (e *keyError) Unwrap() error { return e.Err }
+func (e *invalidKeyError) Unwrap() error { return e.Err }
 
 // keyFromHeader returns the key of a request, and false when the request has
 // no Idempotency-Key field. Two or more fields are an error, as is any
@@ -46,7 +46,7 @@ func keyFromHeader(h http.Header) (string, bool, error) {
 		key, err := parseKey(values[0])
 		return key, true, err
 	default:
-		return "", true, &keyError{Err: errKeyRepeated, Reason: fmt.Sprintf("the request has %d Idempotency-Key fields; send exactly one", len(values))}
+		return "", true, &invalidKeyError{Err: errKeyRepeated, Reason: fmt.Sprintf("the request has %d Idempotency-Key fields; send exactly one", len(values))}
 	}
 }
 
@@ -64,7 +64,7 @@ func keyFromHeader(h http.Header) (string, bool, error) {
 func parseKey(field string) (string, error) {
 	s := trimSP(field)
 	if s == "" {
-		return "", &keyError{Err: errKeyEmpty, Reason: "the Idempotency-Key field is empty"}
+		return "", &invalidKeyError{Err: errKeyEmpty, Reason: "the Idempotency-Key field is empty"}
 	}
 	if s[0] != '"' {
 		return parseBareKey(s)
@@ -77,7 +77,7 @@ func parseKey(field string) (string, error) {
 		return "", err
 	}
 	if key == "" {
-		return "", &keyError{Err: errKeyEmpty, Reason: "the Idempotency-Key string is empty"}
+		return "", &invalidKeyError{Err: errKeyEmpty, Reason: "the Idempotency-Key string is empty"}
 	}
 	if len(key) > MaxKeyLength {
 		return "", tooLong(len(key))
@@ -86,11 +86,11 @@ func parseKey(field string) (string, error) {
 }
 
 func tooLong(n int) error {
-	return &keyError{Err: errKeyTooLong, Reason: fmt.Sprintf("the key has %d characters; the limit is %d", n, MaxKeyLength)}
+	return &invalidKeyError{Err: errKeyTooLong, Reason: fmt.Sprintf("the key has %d characters; the limit is %d", n, MaxKeyLength)}
 }
 
 func malformed(reason string) error {
-	return &keyError{Err: errKeyMalformed, Reason: reason}
+	return &invalidKeyError{Err: errKeyMalformed, Reason: reason}
 }
 
 func trimSP(s string) string {

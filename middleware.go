@@ -301,7 +301,7 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 // reasonOf returns the reason, safe to show to the client, that a key or
 // body error carries, or fallback for an error that carries none.
 func reasonOf(err error, fallback string) string {
-	var ke *keyError
+	var ke *invalidKeyError
 	if errors.As(err, &ke) && ke.Reason != "" {
 		return ke.Reason
 	}

@@ -69,10 +69,10 @@ type Record struct {
 	Method string
 	Path   string
 
-	// RequestHash is the [Fingerprint] sum of the first request.
+	// RequestHash is the [Fingerprint] Hash of the first request.
 	RequestHash []byte
-	// RequestFields are the first request's field digests, in the opaque
-	// encoding of [Fingerprint.EncodeFields]. It may be empty.
+	// RequestFields are the first request's [Fingerprint] Fields, opaque
+	// to stores. It may be empty.
 	RequestFields []byte
 
 	Status   Status
@@ -94,6 +94,8 @@ type ClaimParams struct {
 	Method string
 	Path   string
 
+	// RequestHash and RequestFields are the request's [Fingerprint]: the
+	// middleware's, or one from [NewFingerprint].
 	RequestHash   []byte
 	RequestFields []byte
 
