@@ -506,7 +506,7 @@ func (m *Middleware) run(c *call, lease Lease, attempt int) runOutcome {
 	case rerun():
 		if err := lease.Release(ctx); err != nil {
 			c.log.ErrorContext(ctx, "idem: release after a transaction conflict failed", "err", err)
-			m.unavailable(c, "The request hit a conflict and was not completed, and the idempotency store did not confirm that the key was freed; retry with the same key after Retry-After.")
+			m.unavailable(c, "The request hit a transaction conflict and its result was not recorded, and the idempotency store did not confirm that its key was freed; retry with the same key after Retry-After.")
 			return answered
 		}
 		return conflicted
@@ -534,7 +534,7 @@ func reportsConflict(lease Lease) bool {
 func (m *Middleware) release(ctx context.Context, c *call, lease Lease, rec *recorder) {
 	if err := lease.Release(ctx); err != nil {
 		c.log.ErrorContext(ctx, "idem: release failed", "err", err)
-		m.unavailable(c, "The response was not to be stored, and the idempotency store did not confirm that the key was freed; retry with the same key after Retry-After.")
+		m.unavailable(c, "The result of this request was not recorded, and the idempotency store did not confirm that its key was freed; retry with the same key after Retry-After.")
 		return
 	}
 	m.cfg.Metrics.Request(c.r.Context(), ResultReleased)

@@ -161,9 +161,9 @@ func TestStoreErrorOfUnknownTypeGets503(t *testing.T) {
 		{"ClaimWithoutLeaseOrRecord", "NoLease", idem.ModeAtomic, 0, false, 0, "the request was not processed", "idem: claim failed"},
 		{"Complete", "Complete", idem.ModeAtomic, 0, false, 1, "failed to record the result", "idem: storing the response failed"},
 		{"CompleteTwoPhase", "Complete", idem.ModeTwoPhase, 0, false, 1, "failed to record the result", "idem: storing the response failed"},
-		{"ReleaseOf4xx", "Release", idem.ModeAtomic, http.StatusBadRequest, false, 1, "did not confirm that the key was freed", "idem: release failed"},
-		{"ReleaseOf5xx", "Release", idem.ModeTwoPhase, http.StatusInternalServerError, false, 1, "did not confirm that the key was freed", "idem: release failed"},
-		{"ReleaseAfterConflict", "Release", idem.ModeAtomic, 0, true, 1, "did not confirm that the key was freed", "idem: release after a transaction conflict failed"},
+		{"ReleaseOf4xx", "Release", idem.ModeAtomic, http.StatusBadRequest, false, 1, "did not confirm that its key was freed", "idem: release failed"},
+		{"ReleaseOf5xx", "Release", idem.ModeTwoPhase, http.StatusInternalServerError, false, 1, "did not confirm that its key was freed", "idem: release failed"},
+		{"ReleaseAfterConflict", "Release", idem.ModeAtomic, 0, true, 1, "did not confirm that its key was freed", "idem: release after a transaction conflict failed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
