@@ -27,8 +27,9 @@ const (
 )
 
 // NoConflictRetries, as [Config.MaxConflictRetries], turns reruns off: a
-// request whose transaction hits a conflict runs once, and its failed
-// commit answers 503.
+// request whose transaction hits a serialization failure or deadlock runs
+// once, and when its response then cannot be stored, the client gets 503
+// and may retry with the same key.
 const NoConflictRetries = -1
 
 // unavailableRetryAfter is the Retry-After of 503 answers, in seconds.
