@@ -40,5 +40,5 @@ func ExampleMetrics() {
 	// Output:
 	// unavailable lease_lost taken_over conflict_rerun
 	// executed released replayed in_flight mismatch rejected
-	// 10
+	// 11
 }

@@ -16,7 +16,7 @@ import (
 func ExampleProblemCode() {
 	advice := func(p idem.Problem) string {
 		switch idem.ProblemCode(p.Code) {
-		case idem.ProblemKeyInFlight, idem.ProblemUnavailable:
+		case idem.ProblemKeyInFlight, idem.ProblemUnavailable, idem.ProblemOutcomeUnknown:
 			return "retry with the same key after Retry-After"
 		case idem.ProblemKeyReused:
 			return "a bug: a new operation needs a new key"
@@ -40,6 +40,7 @@ func ExampleProblemCode() {
 	// 415 unsupported-media-type: fix the request; it was not processed
 	// 401 unauthenticated: fix the request; it was not processed
 	// 503 store-unavailable: retry with the same key after Retry-After
+	// 503 outcome-unknown: retry with the same key after Retry-After
 	// A request is outstanding for this Idempotency-Key
 }
 

@@ -412,6 +412,8 @@ func resultOf(code ProblemCode) Result {
 		return ResultMismatch
 	case ProblemUnavailable:
 		return ResultUnavailable
+	case ProblemOutcomeUnknown:
+		return ResultOutcomeUnknown
 	}
 	return ResultRejected
 }
@@ -553,16 +555,25 @@ func (m *Middleware) answerComplete(ctx context.Context, c *call, lease Lease, r
 		c.log.WarnContext(ctx, "idem: lease lost; the handler's writes were rolled back")
 		m.cfg.Metrics.Request(c.r.Context(), ResultLeaseLost)
 		WriteProblem(c.w, ProblemKeyInFlight.Kind().New(m.cfg.ProblemTypeBase, "Another request took this key over; retry with the same key to get its result."), 1)
-	default:
-		c.log.ErrorContext(ctx, "idem: storing the response failed", "err", err)
-		if m.cfg.Mode == ModeTwoPhase {
-			// Free the committed claim now, so the client's retry need not
-			// wait for the lease to run out.
-			if err := lease.Release(ctx); err != nil {
-				c.log.ErrorContext(ctx, "idem: release after a failed complete failed; the key is freed when its lease expires", "err", err)
-			}
+	case errors.Is(err, ErrOutcomeUnknown):
+		// The key is completed or still held, never free: the retry finds
+		// out which, so no Release.
+		c.log.ErrorContext(ctx, "idem: the commit of the result was sent and its answer lost; the outcome is unknown", "err", err)
+		m.problem(c.w, c.r, ProblemOutcomeUnknown, "The connection to the idempotency store was lost while the result was being committed, so whether this request took effect is unknown. Retry with the same Idempotency-Key, never a new one: the retry returns the result if it was recorded, and runs the request if it was not.", unavailableRetryAfter)
+	case m.cfg.Mode == ModeTwoPhase:
+		// The handler's own effects stand; only its response was not
+		// stored. Free the committed claim now, so the client's retry need
+		// not wait for the lease to run out.
+		c.log.ErrorContext(ctx, "idem: storing the response failed; the key is released", "err", err)
+		if err := lease.Release(ctx); err != nil {
+			c.log.ErrorContext(ctx, "idem: release after a failed complete failed; the key is freed when its lease expires", "err", err)
 		}
-		m.unavailable(c, "The idempotency store failed to record the result; retry with the same key after Retry-After.")
+		m.unavailable(c, "The idempotency store failed to record the result, and the key was released. Retry with the same key after Retry-After: the request runs again under it.")
+	default:
+		// A store returns ErrOutcomeUnknown when its commit may have
+		// happened; any other error from Complete means it did not.
+		c.log.ErrorContext(ctx, "idem: storing the response failed; the handler's writes were rolled back", "err", err)
+		m.unavailable(c, "The idempotency store failed to record the result, and the request's writes were rolled back with it. Retry with the same key after Retry-After.")
 	}
 }
 

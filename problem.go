@@ -64,6 +64,11 @@ const (
 	// ProblemUnavailable: 503, the store failed; the detail says whether
 	// the request was processed.
 	ProblemUnavailable ProblemCode = "store-unavailable"
+	// ProblemOutcomeUnknown: 503, the connection to the store failed after
+	// the result's commit was sent, so the request may or may not have taken
+	// effect ([ErrOutcomeUnknown]). Retrying with the same key is safe and
+	// finds out.
+	ProblemOutcomeUnknown ProblemCode = "outcome-unknown"
 )
 
 // problemKinds describes idem's codes. Titles follow the IETF draft's
@@ -86,7 +91,9 @@ var problemKinds = [...]ProblemKind{
 	{ProblemUnauthenticated, http.StatusUnauthorized, "Authentication required",
 		"Idempotency keys are scoped to the authenticated client, and this request has no client identity. Send valid credentials."},
 	{ProblemUnavailable, http.StatusServiceUnavailable, "Idempotency store unavailable",
-		"The service cannot record the key right now, so it did not process the request. Retry with the same key after Retry-After."},
+		"The service cannot reach its idempotency store. The detail says whether the request was processed. Retry with the same key after Retry-After."},
+	{ProblemOutcomeUnknown, http.StatusServiceUnavailable, "Outcome unknown",
+		"The connection to the idempotency store was lost after the result was sent to be committed, so whether the request took effect is unknown. Retry with the same Idempotency-Key after Retry-After, never with a new one: if it took effect the retry returns its result, and if not the retry runs it."},
 }
 
 // Kind describes one of idem's problem codes: its status, title and the

@@ -152,7 +152,10 @@ type Lease interface {
 	// Complete stores the response and commits it together with the
 	// handler's business writes. It returns an error wrapping
 	// [ErrLeaseLost] when another request took the key over, in which case
-	// the handler's writes were rolled back.
+	// the handler's writes were rolled back, and one wrapping
+	// [ErrOutcomeUnknown] when the commit was sent but its answer was lost,
+	// so the writes and the response may or may not have been committed.
+	// Any other error means that nothing was committed.
 	Complete(ctx context.Context, resp *Response) error
 
 	// Release rolls back the handler's writes and frees the key, so the
@@ -190,6 +193,14 @@ var (
 	// ErrUnavailable means the store cannot be reached. Stores wrap
 	// connection failures, timeouts and pool exhaustion with it.
 	ErrUnavailable = errors.New("idem: store unavailable")
+
+	// ErrOutcomeUnknown means a commit was sent to the store and its answer
+	// never came back (the connection failed after the COMMIT went out): it
+	// may have been applied or not. A Complete that returns it has left the
+	// key either completed or still in flight, never free; the client must
+	// retry with the same key, which gets the stored response if the commit
+	// happened. Stores wrap it together with [ErrUnavailable].
+	ErrOutcomeUnknown = errors.New("idem: outcome of the commit unknown")
 )
 
 // Expired reports whether a record created at created is past retention at now.

@@ -30,5 +30,5 @@ func Example() {
 		panic(err)
 	}
 	fmt.Println("result series:", testutil.CollectAndCount(m, "idem_requests_total"))
-	// Output: result series: 10
+	// Output: result series: 11
 }
