@@ -556,9 +556,15 @@ func (m *Middleware) answerComplete(ctx context.Context, c *call, lease Lease, r
 		m.cfg.Metrics.Request(c.r.Context(), ResultLeaseLost)
 		WriteProblem(c.w, ProblemKeyInFlight.Kind().New(m.cfg.ProblemTypeBase, "Another request took this key over; retry with the same key to get its result."), 1)
 	case errors.Is(err, ErrOutcomeUnknown):
-		// The key is completed or still held, never free: the retry finds
-		// out which, so no Release.
 		c.log.ErrorContext(ctx, "idem: the commit of the result was sent and its answer lost; the outcome is unknown", "err", err)
+		if m.cfg.Mode == ModeTwoPhase {
+			// Release frees the key only if the commit did not happen: it
+			// never frees a completed key. Either way the retry need not
+			// wait for the lease to run out.
+			if err := lease.Release(ctx); err != nil {
+				c.log.ErrorContext(ctx, "idem: release after an unknown outcome failed; the key is freed when its lease expires, unless the commit happened", "err", err)
+			}
+		}
 		m.problem(c.w, c.r, ProblemOutcomeUnknown, "The connection to the idempotency store was lost while the result was being committed, so whether this request took effect is unknown. Retry with the same Idempotency-Key, never a new one: the retry returns the result if it was recorded, and runs the request if it was not.", unavailableRetryAfter)
 	case m.cfg.Mode == ModeTwoPhase:
 		// The handler's own effects stand; only its response was not

@@ -142,7 +142,9 @@ type Store interface {
 // one of Complete and Release must be called, once; the one exception is
 // Release after a Complete that failed with an error other than
 // ErrLeaseLost, which frees a two-phase key whose response could not be
-// stored. Release never frees a key that another request took over.
+// stored. Release never frees a key that another request took over, nor
+// one whose response was committed (after a Complete that failed with
+// [ErrOutcomeUnknown], it frees the key only if the commit did not happen).
 type Lease interface {
 	// Context returns a context derived from ctx that carries the lease's
 	// transaction, for the handler. Each store has an accessor for it, such
