@@ -684,6 +684,12 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 		closeConn(conn)
 		return nil
 	}
+	if commitOutcomeUnknown(err) {
+		// The COMMIT may have reached the server; the connection is of no
+		// further use, and its session's lock ends with it.
+		closeConn(conn)
+		return errOutcomeUnknown("complete key", err)
+	}
 	if isConflict(err) {
 		l.tx.conflicted.Store(true)
 	}

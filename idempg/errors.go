@@ -77,6 +77,25 @@ func isUnavailable(err error) bool {
 	return false
 }
 
+// commitOutcomeUnknown reports whether err, the failure of a round trip
+// that carried a COMMIT, leaves the commit's outcome unknown: the server
+// answered no error of its own (after which it rolls back), and the
+// request may have been sent, so the server may have committed before the
+// answer was lost.
+func commitOutcomeUnknown(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return false
+	}
+	return !pgconn.SafeToRetry(err)
+}
+
+// errOutcomeUnknown wraps err, from a round trip that carried a COMMIT, for
+// op: the commit may or may not have happened.
+func errOutcomeUnknown(op string, err error) error {
+	return fmt.Errorf("idempg: %s: %w (%w): %v", op, idem.ErrOutcomeUnknown, idem.ErrUnavailable, err)
+}
+
 // wrapErr translates an error of a database call made for op. Cancellation
 // or expiry of ctx returns ctx's error; errors that mean the database cannot
 // be used now wrap idem.ErrUnavailable; the rest are wrapped as they are.
