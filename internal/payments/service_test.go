@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,7 +17,9 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/internal/bearer"
 	"github.com/idemkit/idem/internal/payments"
+	"github.com/idemkit/idem/internal/processor"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -43,7 +46,7 @@ func setup(t *testing.T, mode idem.Mode, proc payments.Processor) *fixture {
 	}
 	svc, err := payments.NewService(payments.Config{
 		Repo: repo, Store: store, Logger: quiet, Processor: proc,
-		Tokens: map[string]string{"sk_alice": "alice", "sk_bob": "bob"},
+		Tokens: must(bearer.Parse("sk_alice=alice,sk_bob=bob")),
 		Idem:   idem.Config{Mode: mode},
 	})
 	if err != nil {
@@ -281,14 +284,14 @@ func TestLostProcessorAnswerChargesOnce(t *testing.T) {
 	if err := pstore.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ph, err := payments.NewProcessorHandler(ctx, payments.ProcessorConfig{Store: pstore, Logger: quiet})
+	ph, err := processor.NewHandler(ctx, processor.Config{Store: pstore, Tokens: must(bearer.Parse("sk_pay=paymentsd")), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	psrv := httptest.NewServer(ph)
 	t.Cleanup(psrv.Close)
 
-	client, err := payments.NewProcessorClient(psrv.URL, &idemclient.Config{MaxAttempts: 1})
+	client, err := payments.NewProcessorClient(psrv.URL, "sk_pay", &idemclient.Config{MaxAttempts: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,14 +309,8 @@ func TestLostProcessorAnswerChargesOnce(t *testing.T) {
 	if len(proc.keys) != 2 || proc.keys[0] != proc.keys[1] || strings.Contains(proc.keys[0], "k-lossy") {
 		t.Fatalf("downstream keys %q: want the same derived key twice, not containing the client's key", proc.keys)
 	}
-	res, err := http.Get(psrv.URL + "/v1/charges/count?key=" + proc.keys[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	count := decode[map[string]int](t, must(io.ReadAll(res.Body)))
-	if count["charges"] != 1 {
-		t.Errorf("processor made %d charges for the key, want 1", count["charges"])
+	if n := countCharges(t, psrv.URL, "sk_pay", proc.keys[0]); n != 1 {
+		t.Errorf("processor made %d charges for the key, want 1", n)
 	}
 	if n, _ := f.repo.Count(ctx, "alice", "k-lossy"); n != 1 {
 		t.Errorf("%d payment rows, want 1", n)
@@ -325,4 +322,21 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// countCharges asks the processor how many charges the token's client made
+// with key, or in all when key is "".
+func countCharges(t *testing.T, base, token, key string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/v1/charges/count?key="+url.QueryEscape(key), nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("charges/count: %d", res.StatusCode)
+	}
+	return decode[map[string]int](t, must(io.ReadAll(res.Body)))["charges"]
 }
