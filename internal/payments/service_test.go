@@ -18,34 +18,46 @@ import (
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/bearer"
+	"github.com/idemkit/idem/internal/database"
 	"github.com/idemkit/idem/internal/payments"
+	"github.com/idemkit/idem/internal/pgtest"
 	"github.com/idemkit/idem/internal/processor"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
 
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
 type fixture struct {
 	url  string
-	repo *payments.SQLiteRepo
+	repo payments.Repo
 }
 
+// setup serves the payments API on SQLite.
 func setup(t *testing.T, mode idem.Mode, proc payments.Processor) *fixture {
 	t.Helper()
+	return setupOn(t, "sqlite", mode, proc)
+}
+
+// setupOn serves the payments API on a store of kind sqlite or postgres.
+func setupOn(t *testing.T, kind string, mode idem.Mode, proc payments.Processor) *fixture {
+	t.Helper()
 	ctx := context.Background()
-	store, err := idemsqlite.Open(filepath.Join(t.TempDir(), "payments.db"), &idemsqlite.Config{Logger: quiet})
+	url := "sqlite:" + filepath.Join(t.TempDir(), "payments.db")
+	if kind == "postgres" {
+		url = pgtest.NewDatabase(t)
+	}
+	db, err := database.Open(ctx, url, &database.Config{Migrate: true, Logger: quiet})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	t.Cleanup(func() { store.Close() })
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
-	repo, err := payments.NewSQLiteRepo(ctx, store)
+	t.Cleanup(db.Close)
+	repo, err := payments.NewRepo(ctx, db)
 	if err != nil {
-		t.Fatalf("NewSQLiteRepo: %v", err)
+		t.Fatalf("NewRepo: %v", err)
 	}
 	svc, err := payments.NewService(payments.Config{
-		Repo: repo, Store: store, Logger: quiet, Processor: proc,
+		Repo: repo, Store: db.Store(), Logger: quiet, Processor: proc,
 		Tokens: must(bearer.Parse("sk_alice=alice,sk_bob=bob")),
 		Idem:   idem.Config{Mode: mode},
 	})
@@ -276,21 +288,7 @@ func (p *lossyProcessor) Charge(ctx context.Context, key string, params payments
 func TestLostProcessorAnswerChargesOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pstore, err := idemsqlite.Open(filepath.Join(t.TempDir(), "processor.db"), &idemsqlite.Config{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pstore.Close() })
-	if err := pstore.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ph, err := processor.NewHandler(ctx, processor.Config{Store: pstore, Tokens: must(bearer.Parse("sk_pay=paymentsd")), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	psrv := httptest.NewServer(ph)
-	t.Cleanup(psrv.Close)
-
+	psrv := startProcessor(t)
 	client, err := payments.NewProcessorClient(psrv.URL, "sk_pay", &idemclient.Config{MaxAttempts: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -339,4 +337,24 @@ func countCharges(t *testing.T, base, token, key string) int {
 		t.Fatalf("charges/count: %d", res.StatusCode)
 	}
 	return decode[map[string]int](t, must(io.ReadAll(res.Body)))["charges"]
+}
+
+// startProcessor serves a simulated processor that accepts the token sk_pay.
+func startProcessor(t *testing.T) *httptest.Server {
+	t.Helper()
+	pstore, err := idemsqlite.Open(filepath.Join(t.TempDir(), "processor.db"), &idemsqlite.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pstore.Close() })
+	if err := pstore.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ph, err := processor.NewHandler(context.Background(), processor.Config{Store: pstore, Tokens: must(bearer.Parse("sk_pay=paymentsd")), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	psrv := httptest.NewServer(ph)
+	t.Cleanup(psrv.Close)
+	return psrv
 }
