@@ -5,6 +5,8 @@
 //	go run ./cmd/paymentsd                 # 127.0.0.1:8080, sqlite:paymentsd.db
 //	go run ./cmd/paymentsd -db postgres://postgres@127.0.0.1:5432/test
 //
+// Prometheus metrics are served at GET /metrics on a separate admin
+// listener, -admin-addr (127.0.0.1:8082 by default; "off" disables it).
 // Run with -h for every flag; each has an environment variable twin.
 package main
 
