@@ -72,7 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.addr, "addr", env.String("PAYMENTSD_ADDR", "127.0.0.1:8080"), "listen address (env PAYMENTSD_ADDR)")
 	fs.StringVar(&o.admin, "admin-addr", env.String("PAYMENTSD_ADMIN_ADDR", adminAddrDefault), "admin listen address, serving GET /metrics without authentication; keep it off the public network. \"\" or \"off\" disables it (env PAYMENTSD_ADMIN_ADDR)")
 	fs.StringVar(&o.db, "db", env.String("DATABASE_URL", "sqlite:paymentsd.db"), "database: sqlite:PATH or postgres://... (env DATABASE_URL)")
-	fs.StringVar(&o.tokens, "tokens", env.String("PAYMENTSD_TOKENS", ""), "bearer tokens as token=client,token=client (env PAYMENTSD_TOKENS; default: the development tokens of clients alice and bob, with a warning)")
+	fs.StringVar(&o.tokens, "tokens", "", "bearer tokens as token=client,token=client (env PAYMENTSD_TOKENS; default: the development tokens of clients alice and bob, with a warning)")
 	fs.StringVar(&o.mode, "mode", env.String("PAYMENTSD_MODE", "atomic"), "idempotency mode: atomic or two-phase (env PAYMENTSD_MODE)")
 	fs.BoolVar(&o.migrate, "migrate", env.Bool("PAYMENTSD_MIGRATE", true), "apply database migrations at start; safe with several instances (env PAYMENTSD_MIGRATE)")
 	fs.BoolVar(&o.transactionPooling, "transaction-pooling", env.Bool("PAYMENTSD_TRANSACTION_POOLING", false), "PostgreSQL is reached through a pooler in transaction mode, such as PgBouncer's pool_mode=transaction (env PAYMENTSD_TRANSACTION_POOLING)")
@@ -81,12 +81,20 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.purgeInterval, "purge-interval", env.Duration("PAYMENTSD_PURGE_INTERVAL", 10*time.Minute), "how often expired keys are purged; 0 disables (env PAYMENTSD_PURGE_INTERVAL)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", env.Duration("PAYMENTSD_SHUTDOWN_TIMEOUT", 30*time.Second), "how long in-flight requests may finish on SIGINT/SIGTERM (env PAYMENTSD_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&o.processor, "processor", env.String("PAYMENTSD_PROCESSOR", ""), "base URL of a card processor (processord) to charge; empty charges nothing (env PAYMENTSD_PROCESSOR)")
-	fs.StringVar(&o.processorToken, "processor-token", env.String("PAYMENTSD_PROCESSOR_TOKEN", ""), "bearer token sent to the card processor (env PAYMENTSD_PROCESSOR_TOKEN; default: processord's development token, with a warning)")
+	fs.StringVar(&o.processorToken, "processor-token", "", "bearer token sent to the card processor (env PAYMENTSD_PROCESSOR_TOKEN; default: processord's development token, with a warning)")
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	// Secrets are read from the environment after parsing, so that -h
+	// never prints them as defaults.
+	if o.tokens == "" {
+		o.tokens = env.String("PAYMENTSD_TOKENS", "")
+	}
+	if o.processorToken == "" {
+		o.processorToken = env.String("PAYMENTSD_PROCESSOR_TOKEN", "")
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())

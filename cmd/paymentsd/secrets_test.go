@@ -106,3 +106,19 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestHelpNeverPrintsTokens: -h shows defaults, and a token set in the
+// environment is no default to show.
+func TestHelpNeverPrintsTokens(t *testing.T) {
+	t.Setenv("PAYMENTSD_TOKENS", "sk_live_SECRETVALUE=alice")
+	t.Setenv("PAYMENTSD_PROCESSOR_TOKEN", "sk_live_SECRETPROCESSOR")
+	var out bytes.Buffer
+	Run(context.Background(), []string{"-h"}, &out, &out)
+	if !strings.Contains(out.String(), "-tokens") || strings.Contains(out.String(), "SECRET") {
+		t.Errorf("-h output:\n%s", out.String())
+	}
+	o, err := parseFlags(nil, &out)
+	if err != nil || o.tokens != "sk_live_SECRETVALUE=alice" || o.processorToken != "sk_live_SECRETPROCESSOR" {
+		t.Errorf("the environment's tokens are not used: %+v, %v", o, err)
+	}
+}

@@ -34,7 +34,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	env := cmdrun.NewEnv(os.LookupEnv)
 	addr := fs.String("addr", env.String("PROCESSORD_ADDR", "127.0.0.1:8081"), "listen address (env PROCESSORD_ADDR)")
 	db := fs.String("db", env.String("PROCESSORD_DB", "processord.db"), "SQLite file for charges and keys (env PROCESSORD_DB)")
-	tokenPairs := fs.String("tokens", env.String("PROCESSORD_TOKENS", ""), "bearer tokens as token=client,token=client (env PROCESSORD_TOKENS; default: the development token of client paymentsd, which paymentsd sends by default, with a warning)")
+	tokenPairs := fs.String("tokens", "", "bearer tokens as token=client,token=client (env PROCESSORD_TOKENS; default: the development token of client paymentsd, which paymentsd sends by default, with a warning)")
 	delay := fs.Duration("delay", env.Duration("PROCESSORD_DELAY", 0), "latency added to every charge (env PROCESSORD_DELAY)")
 	failRate := fs.Float64("fail-rate", env.Float("PROCESSORD_FAIL_RATE", 0), "probability (0 to 1) that a charge fails with 503 before charging (env PROCESSORD_FAIL_RATE)")
 	if err := env.Err(); err != nil {
@@ -45,6 +45,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	// Read after parsing, so that -h never prints the tokens as a default.
+	if *tokenPairs == "" {
+		*tokenPairs = env.String("PROCESSORD_TOKENS", "")
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	dev := *tokenPairs == ""

@@ -118,3 +118,12 @@ func TestRunNeverPrintsTokens(t *testing.T) {
 		t.Errorf("-tokens sk_live_SECRETVALUE: %v (output %q)", err, out.String())
 	}
 }
+
+func TestHelpNeverPrintsTokens(t *testing.T) {
+	t.Setenv("PROCESSORD_TOKENS", "sk_live_SECRETVALUE=paymentsd")
+	var out bytes.Buffer
+	Run(context.Background(), []string{"-h"}, &out, &out)
+	if !strings.Contains(out.String(), "-tokens") || strings.Contains(out.String(), "SECRET") {
+		t.Errorf("-h output:\n%s", out.String())
+	}
+}
