@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/idemkit/idem"
@@ -276,5 +277,49 @@ func TestParseParamsAmountLimits(t *testing.T) {
 				t.Errorf("%s amount %q: %d, %v; want %d", ct, amount, p.Amount, err, want)
 			}
 		}
+	}
+}
+
+// failOnce fails its first Insert, as a database that refuses a row would.
+type failOnce struct {
+	payments.Repo
+	failed atomic.Bool
+}
+
+func (r *failOnce) Insert(ctx context.Context, p *payments.Payment) error {
+	if r.failed.CompareAndSwap(false, true) {
+		return errors.New("insert refused")
+	}
+	return r.Repo.Insert(ctx, p)
+}
+
+// TestMessagesSayWhatIsKnown: when the payment cannot be recorded after the
+// processor charged, the 500 says the card was charged (never "nothing was
+// charged"), and the retry it asks for records the payment without a second
+// charge.
+func TestMessagesSayWhatIsKnown(t *testing.T) {
+	t.Parallel()
+	psrv := startProcessor(t)
+	proc, err := payments.NewProcessorClient(psrv.URL, "sk_pay", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := setupWith(t, "sqlite", idem.ModeTwoPhase, proc, func(r payments.Repo) payments.Repo { return &failOnce{Repo: r} })
+	body := `{"amount":4321,"currency":"usd","customer":"c"}`
+	first := f.post(t, "sk_alice", "k-known", jsonType, body)
+	p := decode[idem.Problem](t, first.body)
+	if first.status != http.StatusInternalServerError || strings.Contains(strings.ToLower(p.Detail), "nothing was charged") ||
+		!strings.Contains(p.Detail, "card was charged") || !strings.Contains(p.Detail, "same Idempotency-Key") {
+		t.Fatalf("insert failure after a charge: %d %q", first.status, p.Detail)
+	}
+	retry := f.post(t, "sk_alice", "k-known", jsonType, body)
+	if retry.status != http.StatusCreated {
+		t.Fatalf("retry: %d %s", retry.status, retry.body)
+	}
+	if n := countCharges(t, psrv.URL, "sk_pay", ""); n != 1 {
+		t.Errorf("%d charges, want 1", n)
+	}
+	if n, _ := f.repo.Count(context.Background(), "alice", "k-known"); n != 1 {
+		t.Errorf("%d payments, want 1", n)
 	}
 }

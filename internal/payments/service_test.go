@@ -42,6 +42,13 @@ func setup(t *testing.T, mode idem.Mode, proc payments.Processor) *fixture {
 // setupOn serves the payments API on a store of kind sqlite or postgres.
 func setupOn(t *testing.T, kind string, mode idem.Mode, proc payments.Processor) *fixture {
 	t.Helper()
+	return setupWith(t, kind, mode, proc, nil)
+}
+
+// setupWith is setupOn with the repository that the service uses wrapped
+// by wrap, when it is not nil.
+func setupWith(t *testing.T, kind string, mode idem.Mode, proc payments.Processor, wrap func(payments.Repo) payments.Repo) *fixture {
+	t.Helper()
 	ctx := context.Background()
 	url := "sqlite:" + filepath.Join(t.TempDir(), "payments.db")
 	if kind == "postgres" {
@@ -56,8 +63,12 @@ func setupOn(t *testing.T, kind string, mode idem.Mode, proc payments.Processor)
 	if err != nil {
 		t.Fatalf("NewRepo: %v", err)
 	}
+	served := repo
+	if wrap != nil {
+		served = wrap(repo)
+	}
 	svc, err := payments.NewService(payments.Config{
-		Repo: repo, Store: db.Store(), Logger: quiet, Processor: proc,
+		Repo: served, Store: db.Store(), Logger: quiet, Processor: proc,
 		Tokens: must(bearer.Parse("sk_alice=alice,sk_bob=bob")),
 		Idem:   idem.Config{Mode: mode},
 	})
