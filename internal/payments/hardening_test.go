@@ -3,6 +3,7 @@ package payments_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -321,5 +322,33 @@ func TestMessagesSayWhatIsKnown(t *testing.T) {
 	}
 	if n, _ := f.repo.Count(context.Background(), "alice", "k-known"); n != 1 {
 		t.Errorf("%d payments, want 1", n)
+	}
+}
+
+// TestOpenAPIPublishesTheParameterRules: the published schema holds the
+// limits that the parser applies.
+func TestOpenAPIPublishesTheParameterRules(t *testing.T) {
+	t.Parallel()
+	f := setup(t, idem.ModeAtomic, nil)
+	var doc struct {
+		Paths map[string]map[string]struct {
+			RequestBody struct {
+				Content map[string]struct {
+					Schema struct {
+						Properties map[string]map[string]any `json:"properties"`
+					} `json:"schema"`
+				} `json:"content"`
+			} `json:"requestBody"`
+		} `json:"paths"`
+	}
+	r := f.do(t, http.MethodGet, "/openapi.json", http.Header{}, "")
+	if err := json.Unmarshal(r.body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, ct := range []string{jsonType, formType} {
+		props := doc.Paths["/v1/payments"]["post"].RequestBody.Content[ct].Schema.Properties
+		if props["amount"]["maximum"] != float64(payments.MaxAmount) || props["customer"]["maxLength"] != float64(payments.MaxCustomer) {
+			t.Errorf("%s schema: %v", ct, props)
+		}
 	}
 }

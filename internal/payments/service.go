@@ -252,6 +252,10 @@ func (s *Service) openAPI(w http.ResponseWriter, r *http.Request) {
 					"description": "A unique key per logical payment (a v4 UUID). " + policy,
 					"schema":      map[string]any{"type": "string", "maxLength": idem.MaxKeyLength},
 				}},
+				"requestBody": map[string]any{"required": true, "content": map[string]any{
+					"application/json":                  map[string]any{"schema": paymentSchema},
+					"application/x-www-form-urlencoded": map[string]any{"schema": paymentSchema},
+				}},
 				"responses": map[string]any{
 					"201": map[string]any{"description": "Created; a retry with the same key replays this response with Idempotent-Replayed: true."},
 					"400": map[string]any{"description": "Missing or malformed Idempotency-Key, or an invalid parameter (problem+json)."},
@@ -264,6 +268,19 @@ func (s *Service) openAPI(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	writeJSON(w, http.StatusOK, doc)
+}
+
+// paymentSchema publishes ParseParams' rules. Strings are valid UTF-8
+// without control characters (a description may hold tab, CR and LF).
+var paymentSchema = map[string]any{
+	"type": "object", "required": []string{"amount", "currency", "customer"}, "additionalProperties": false,
+	"properties": map[string]any{
+		"amount": map[string]any{"type": "integer", "minimum": 1, "maximum": int64(MaxAmount),
+			"description": "In the currency's minor unit, read exactly: a fraction is refused, never rounded."},
+		"currency":    map[string]any{"type": "string", "pattern": "^[A-Za-z]{3}$"},
+		"customer":    map[string]any{"type": "string", "minLength": 1, "maxLength": MaxCustomer, "pattern": "^[^\\p{Cc}]*$"},
+		"description": map[string]any{"type": "string", "maxLength": MaxDescription},
+	},
 }
 
 func humanDuration(d time.Duration) string {
