@@ -130,8 +130,11 @@ func WriteParamProblem(w http.ResponseWriter, err error) {
 // patterns without wildcards, as every idempotent route here is.
 func routePath(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, path, _ := strings.Cut(r.Pattern, " ")
-		if path == "" || strings.Contains(path, "{") {
+		path := r.Pattern
+		if _, p, ok := strings.Cut(path, " "); ok {
+			path = p // the pattern's method
+		}
+		if !strings.HasPrefix(path, "/") || strings.Contains(path, "{") {
 			panic("payments: routePath needs a pattern without wildcards, got " + strconv.Quote(r.Pattern))
 		}
 		if r.URL.EscapedPath() != path {
