@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/idemkit/idem/internal/bearer"
+	"github.com/idemkit/idem/internal/database"
 	"github.com/idemkit/idem/internal/payments"
 	"github.com/idemkit/idem/internal/pgtest"
 )
@@ -23,14 +25,22 @@ func paymentsServer(t *testing.T, storeKind string) string {
 	if storeKind == "postgres" {
 		url = pgtest.NewDatabase(t)
 	}
-	db, err := payments.OpenDatabase(context.Background(), url, payments.DatabaseOptions{Migrate: true, Logger: slog.New(slog.DiscardHandler)})
+	ctx := context.Background()
+	db, err := database.Open(ctx, url, &database.Config{Migrate: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
+	repo, err := payments.NewRepo(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := bearer.Parse("sk_test_alice=alice,sk_test_bob=bob")
+	if err != nil {
+		t.Fatal(err)
+	}
 	svc, err := payments.NewService(payments.Config{
-		Repo: db.Repo, Store: db.Store, Logger: slog.New(slog.DiscardHandler),
-		Tokens: map[string]string{"sk_test_alice": "alice", "sk_test_bob": "bob"},
+		Repo: repo, Store: db.Store(), Logger: slog.New(slog.DiscardHandler), Tokens: tokens,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -48,7 +48,7 @@ func runMigrate(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintf(c.stderr, "idem migrate: %v\n", err)
 		return exitFail
 	}
-	defer store.close()
+	defer store.Close()
 	before, err := store.SchemaVersion(ctx)
 	if err == nil {
 		err = store.MigrateTo(ctx, *to)

@@ -63,13 +63,8 @@ func TestPurgeDeletesOnlyOldKeys(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer store.close()
-			claimer, ok := store.(interface {
-				Claim(context.Context, idem.ClaimParams) (idem.ClaimResult, error)
-			})
-			if !ok {
-				t.Fatalf("%T is not an idem.Store", store)
-			}
+			defer store.Close()
+			claimer := store.Store()
 			for i, age := range []time.Duration{48 * time.Hour, 30 * time.Hour, time.Hour} {
 				res, err := claimer.Claim(ctx, idem.ClaimParams{
 					Scope: idem.Scope{ClientID: "alice", Key: "k" + string(rune('a'+i))}, Method: "POST", Path: "/v1/payments",

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/database"
 )
 
 const purgeUsage = `Usage: idem purge --db URL [--older-than DURATION] [--batch N]
@@ -53,9 +54,9 @@ func runPurge(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintf(c.stderr, "idem purge: %v\n", err)
 		return exitFail
 	}
-	defer store.close()
+	defer store.Close()
 	before := time.Now().Add(-*olderThan)
-	n, err := store.purge(ctx, before, *batch)
+	n, err := store.Purge(ctx, database.PurgeParams{Before: before, BatchSize: *batch})
 	if err != nil {
 		fmt.Fprintf(c.stderr, "idem purge: deleted %d keys, then: %v\n", n, err)
 		return exitFail

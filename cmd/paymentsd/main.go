@@ -5,6 +5,8 @@
 //	go run ./cmd/paymentsd                 # 127.0.0.1:8080, sqlite:paymentsd.db
 //	go run ./cmd/paymentsd -db postgres://postgres@127.0.0.1:5432/test
 //
+// Prometheus metrics are served at GET /metrics on a separate admin
+// listener, -admin-addr (127.0.0.1:8082 by default; "off" disables it).
 // Run with -h for every flag; each has an environment variable twin.
 package main
 
@@ -26,18 +28,27 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemprom"
+	"github.com/idemkit/idem/internal/bearer"
 	"github.com/idemkit/idem/internal/cmdrun"
+	"github.com/idemkit/idem/internal/database"
 	"github.com/idemkit/idem/internal/payments"
+	"github.com/idemkit/idem/internal/processor"
 )
 
 func main() { cmdrun.Main("paymentsd", Run) }
 
-// devTokens are used when no tokens are configured, with a warning.
+// devTokens are used when no tokens are configured, with a warning that
+// names the clients, never the tokens (README lists them).
 const devTokens = "sk_test_alice=alice,sk_test_bob=bob"
+
+// adminAddrDefault is the admin listener's address: loopback, so that
+// /metrics is not served to the network unless asked to be.
+const adminAddrDefault = "127.0.0.1:8082"
 
 // options are the parsed flags.
 type options struct {
 	addr    string
+	admin   string
 	db      string
 	tokens  string
 	mode    string
@@ -50,6 +61,7 @@ type options struct {
 	purgeInterval      time.Duration
 	shutdown           time.Duration
 	processor          string
+	processorToken     string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -58,8 +70,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	env := cmdrun.NewEnv(os.LookupEnv)
 	fs.StringVar(&o.addr, "addr", env.String("PAYMENTSD_ADDR", "127.0.0.1:8080"), "listen address (env PAYMENTSD_ADDR)")
+	fs.StringVar(&o.admin, "admin-addr", env.String("PAYMENTSD_ADMIN_ADDR", adminAddrDefault), "admin listen address, serving GET /metrics without authentication; keep it off the public network. \"\" or \"off\" disables it (env PAYMENTSD_ADMIN_ADDR)")
 	fs.StringVar(&o.db, "db", env.String("DATABASE_URL", "sqlite:paymentsd.db"), "database: sqlite:PATH or postgres://... (env DATABASE_URL)")
-	fs.StringVar(&o.tokens, "tokens", env.String("PAYMENTSD_TOKENS", ""), "bearer tokens as token=client,token=client (env PAYMENTSD_TOKENS; default: development tokens "+devTokens+")")
+	fs.StringVar(&o.tokens, "tokens", "", "bearer tokens as token=client,token=client (env PAYMENTSD_TOKENS; default: the development tokens of clients alice and bob, with a warning)")
 	fs.StringVar(&o.mode, "mode", env.String("PAYMENTSD_MODE", "atomic"), "idempotency mode: atomic or two-phase (env PAYMENTSD_MODE)")
 	fs.BoolVar(&o.migrate, "migrate", env.Bool("PAYMENTSD_MIGRATE", true), "apply database migrations at start; safe with several instances (env PAYMENTSD_MIGRATE)")
 	fs.BoolVar(&o.transactionPooling, "transaction-pooling", env.Bool("PAYMENTSD_TRANSACTION_POOLING", false), "PostgreSQL is reached through a pooler in transaction mode, such as PgBouncer's pool_mode=transaction (env PAYMENTSD_TRANSACTION_POOLING)")
@@ -68,28 +81,25 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.purgeInterval, "purge-interval", env.Duration("PAYMENTSD_PURGE_INTERVAL", 10*time.Minute), "how often expired keys are purged; 0 disables (env PAYMENTSD_PURGE_INTERVAL)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", env.Duration("PAYMENTSD_SHUTDOWN_TIMEOUT", 30*time.Second), "how long in-flight requests may finish on SIGINT/SIGTERM (env PAYMENTSD_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&o.processor, "processor", env.String("PAYMENTSD_PROCESSOR", ""), "base URL of a card processor (processord) to charge; empty charges nothing (env PAYMENTSD_PROCESSOR)")
+	fs.StringVar(&o.processorToken, "processor-token", "", "bearer token sent to the card processor (env PAYMENTSD_PROCESSOR_TOKEN; default: processord's development token, with a warning)")
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	// Secrets are read from the environment after parsing, so that -h
+	// never prints them as defaults.
+	if o.tokens == "" {
+		o.tokens = env.String("PAYMENTSD_TOKENS", "")
+	}
+	if o.processorToken == "" {
+		o.processorToken = env.String("PAYMENTSD_PROCESSOR_TOKEN", "")
+	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	return o, nil
-}
-
-func parseTokens(s string) (map[string]string, error) {
-	tokens := map[string]string{}
-	for _, pair := range strings.Split(s, ",") {
-		token, client, ok := strings.Cut(strings.TrimSpace(pair), "=")
-		if !ok || token == "" || client == "" {
-			return nil, fmt.Errorf("bad token pair %q: want token=client", pair)
-		}
-		tokens[token] = client
-	}
-	return tokens, nil
 }
 
 func parseMode(s string) (idem.Mode, error) {
@@ -112,29 +122,39 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	if o.tokens == "" {
-		logger.Warn("paymentsd: no tokens configured; using the development tokens, never do this in production", "tokens", devTokens)
 		o.tokens = devTokens
 	}
-	tokens, err := parseTokens(o.tokens)
+	tokens, err := bearer.Parse(o.tokens)
 	if err != nil {
-		return err
+		return fmt.Errorf("-tokens: %w", err)
+	}
+	if o.tokens == devTokens {
+		logger.Warn("paymentsd: no tokens configured; accepting the development tokens (see README), never do this in production", "clients", strings.Join(tokens.Clients(), ","))
 	}
 	mode, err := parseMode(o.mode)
 	if err != nil {
 		return err
 	}
 
-	db, err := payments.OpenDatabase(ctx, o.db, payments.DatabaseOptions{
+	db, err := database.Open(ctx, o.db, &database.Config{
 		Migrate: o.migrate, TransactionPooling: o.transactionPooling, Logger: logger,
 	})
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	repo, err := payments.NewRepo(ctx, db)
+	if err != nil {
+		return err
+	}
 
-	var processor payments.Processor
+	var proc payments.Processor
 	if o.processor != "" {
-		if processor, err = payments.NewProcessorClient(o.processor, nil); err != nil {
+		if o.processorToken == "" {
+			logger.Warn("paymentsd: no processor token configured; sending processord's development token, never do this in production")
+			o.processorToken = processor.DevToken
+		}
+		if proc, err = payments.NewProcessorClient(o.processor, o.processorToken, nil); err != nil {
 			return err
 		}
 	}
@@ -142,28 +162,34 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	svc, err := payments.NewService(payments.Config{
-		Repo: db.Repo, Store: db.Store, Tokens: tokens, Processor: processor, Logger: logger,
+		Repo: repo, Store: db.Store(), Tokens: tokens, Processor: proc, Logger: logger,
 		Idem: idem.Config{Mode: mode, Retention: o.retention, LockTimeout: o.lockTimeout, Logger: logger, Metrics: metrics},
 	})
 	if err != nil {
 		return err
 	}
-	routes := http.NewServeMux()
-	routes.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
-	routes.Handle("/", svc.Handler())
-
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           routes,
+		Handler:           svc.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+	var adminLn net.Listener
+	if o.admin != "" && o.admin != "off" {
+		if adminLn, err = net.Listen("tcp", o.admin); err != nil {
+			ln.Close()
+			return fmt.Errorf("admin listener: %w", err)
+		}
+	}
 	fmt.Fprintf(stdout, "paymentsd: listening on http://%s (database %s, mode %s)\n", ln.Addr(), db.Name, mode)
+	if adminLn != nil {
+		fmt.Fprintf(stdout, "paymentsd: admin endpoint (GET /metrics) at http://%s\n", adminLn.Addr())
+	}
 
 	purgeCtx, stopPurge := context.WithCancel(ctx)
 	defer stopPurge()
@@ -171,7 +197,31 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		go purgeLoop(purgeCtx, db, o.purgeInterval, o.retention, logger)
 	}
 
-	if err := cmdrun.Serve(ctx, srv, ln, o.shutdown); err != nil {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	adminDone := make(chan error, 1)
+	if adminLn == nil {
+		adminDone <- nil
+	} else {
+		admin := http.NewServeMux()
+		admin.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+		adminSrv := &http.Server{
+			Handler:           admin,
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		}
+		go func() {
+			err := cmdrun.Serve(ctx, adminSrv, adminLn, o.shutdown)
+			stop() // a failed admin listener stops the service too
+			adminDone <- err
+		}()
+	}
+	err = cmdrun.Serve(ctx, srv, ln, o.shutdown)
+	stop()
+	if adminErr := <-adminDone; err == nil && adminErr != nil {
+		err = fmt.Errorf("admin listener: %w", adminErr)
+	}
+	if err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "paymentsd: stopped")
@@ -180,7 +230,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // purgeLoop deletes keys older than the retention period, so the table does
 // not grow without bound.
-func purgeLoop(ctx context.Context, db *payments.Database, every, retention time.Duration, logger *slog.Logger) {
+func purgeLoop(ctx context.Context, db *database.DB, every, retention time.Duration, logger *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -189,7 +239,7 @@ func purgeLoop(ctx context.Context, db *payments.Database, every, retention time
 			return
 		case <-t.C:
 		}
-		n, err := db.Purge(ctx, time.Now().Add(-retention))
+		n, err := db.Purge(ctx, database.PurgeParams{Before: time.Now().Add(-retention)})
 		switch {
 		case err != nil && ctx.Err() == nil:
 			logger.Error("paymentsd: purge failed", "err", err)

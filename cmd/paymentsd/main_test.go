@@ -85,16 +85,25 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	}
 }
 
-var listenRE = regexp.MustCompile(`listening on (http://\S+)`)
+var (
+	listenRE = regexp.MustCompile(`listening on (http://\S+)`)
+	adminRE  = regexp.MustCompile(`admin endpoint \(GET /metrics\) at (http://\S+)`)
+)
 
 // waitListening returns the base URL that a service printed.
 func waitListening(t *testing.T, lines <-chan string, what string) string {
+	t.Helper()
+	return waitLine(t, lines, listenRE, what)
+}
+
+// waitLine returns the first submatch of the first line matching re.
+func waitLine(t *testing.T, lines <-chan string, re *regexp.Regexp, what string) string {
 	t.Helper()
 	timeout := time.After(30 * time.Second)
 	for {
 		select {
 		case line := <-lines:
-			if m := listenRE.FindStringSubmatch(line); m != nil {
+			if m := re.FindStringSubmatch(line); m != nil {
 				return m[1]
 			}
 		case <-timeout:
@@ -138,9 +147,10 @@ func TestRunServesTheTourAndStopsGracefully(t *testing.T) {
 	db := "sqlite:" + filepath.Join(t.TempDir(), "p.db")
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, []string{"-addr", "127.0.0.1:0", "-db", db, "-tokens", "sk_a=alice"}, stdout, stderr)
+		done <- Run(ctx, []string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-db", db, "-tokens", "sk_a=alice"}, stdout, stderr)
 	}()
 	base := waitListening(t, stdout.lines, "paymentsd")
+	admin := waitLine(t, stdout.lines, adminRE, "paymentsd's admin endpoint")
 
 	res, err := http.Get(base + "/healthz")
 	if err != nil || res.StatusCode != http.StatusOK {
@@ -159,6 +169,14 @@ func TestRunServesTheTourAndStopsGracefully(t *testing.T) {
 		t.Fatalf("reuse %d (want 422), missing key %d (want 400)", reused.status, missing.status)
 	}
 	res, err = http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /metrics on the public listener: %d, want 404", res.StatusCode)
+	}
+	res, err = http.Get(admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +229,7 @@ func start(t *testing.T, bin string, args ...string) *process {
 	stdout, stderr := newLineWriter(), newLineWriter()
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.Env = append(os.Environ(), "PAYMENTSD_TOKENS=sk_a=alice")
+	cmd.Env = append(os.Environ(), "PAYMENTSD_TOKENS=sk_a=alice", "PAYMENTSD_ADMIN_ADDR=127.0.0.1:0")
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}

@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/database"
 	"github.com/idemkit/idem/internal/payments"
 )
 
@@ -109,11 +109,15 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		cfg.Progress = io.Discard
 	}
 
-	db, err := payments.OpenDatabase(ctx, cfg.DatabaseURL, payments.DatabaseOptions{Migrate: true, Logger: slog.New(slog.DiscardHandler)})
+	db, err := database.Open(ctx, cfg.DatabaseURL, &database.Config{Migrate: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err
 	}
 	defer db.Close()
+	repo, err := payments.NewRepo(ctx, db)
+	if err != nil {
+		return nil, err
+	}
 
 	// Replays are retries sent to the atomic endpoint, which creates the keys.
 	endpoints := slices.Clone(cfg.Variants)
@@ -125,25 +129,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		if v == Replay {
 			continue
 		}
-		pc := payments.Config{
-			Repo: db.Repo, Store: db.Store, Tokens: map[string]string{"sk_bench": "bench"},
-			Logger: slog.New(slog.DiscardHandler), WithoutIdempotency: v == Bare || v == BareTx,
-		}
-		if v == BareTx {
-			pc.Repo = db.RepoOwnTx
-		}
-		if v == TwoPhase {
-			pc.Idem.Mode = idem.ModeTwoPhase
-		}
-		var h http.Handler
-		if slices.Contains(FloorVariants, v) {
-			h, err = floorService(db, v, pc)
-		} else {
-			var svc *payments.Service
-			if svc, err = payments.NewService(pc); err == nil {
-				h = svc.Handler()
-			}
-		}
+		h, err := variantHandler(db, repo, v)
 		if err != nil {
 			return nil, err
 		}

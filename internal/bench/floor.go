@@ -6,12 +6,12 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/internal/database"
 	"github.com/idemkit/idem/internal/payments"
 )
 
@@ -131,17 +131,10 @@ func (r *floorRepo) twoCommits(ctx context.Context, conn *pgxpool.Conn, p *payme
 	return nil
 }
 
-// floorService returns the payments service of a floor variant.
-func floorService(db *payments.Database, variant string, pc payments.Config) (http.Handler, error) {
-	pool, ok := db.Pool()
-	if !ok {
+// newFloorRepo returns the repository of a floor variant.
+func newFloorRepo(db *database.DB, repo payments.Repo, variant string) (payments.Repo, error) {
+	if db.Pool == nil {
 		return nil, fmt.Errorf("bench: %s needs PostgreSQL", variant)
 	}
-	pc.Repo = &floorRepo{Repo: db.Repo, pool: pool, variant: variant}
-	pc.WithoutIdempotency = true
-	svc, err := payments.NewService(pc)
-	if err != nil {
-		return nil, err
-	}
-	return svc.Handler(), nil
+	return &floorRepo{Repo: repo, pool: db.Pool, variant: variant}, nil
 }

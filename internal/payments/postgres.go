@@ -15,8 +15,7 @@ import (
 // PostgresRepo keeps payments in PostgreSQL, in the same database as the
 // idempg store.
 type PostgresRepo struct {
-	pool  *pgxpool.Pool
-	ownTx bool
+	pool *pgxpool.Pool
 }
 
 var _ Repo = (*PostgresRepo)(nil)
@@ -38,6 +37,12 @@ const postgresSchema = `CREATE TABLE IF NOT EXISTS payments (
 );
 CREATE INDEX IF NOT EXISTS payments_client_key_idx ON payments (client_id, idempotency_key)`
 
+// PostgresInsert inserts a payment: id, client_id, amount, currency,
+// customer, description, status, created, idempotency_key.
+const PostgresInsert = `INSERT INTO payments
+    (id, client_id, amount, currency, customer, description, status, created, idempotency_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+
 // NewPostgresRepo creates the payments table if needed.
 func NewPostgresRepo(ctx context.Context, pool *pgxpool.Pool) (*PostgresRepo, error) {
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -53,38 +58,23 @@ func NewPostgresRepo(ctx context.Context, pool *pgxpool.Pool) (*PostgresRepo, er
 	return &PostgresRepo{pool: pool}, nil
 }
 
-// OwnTransactions returns the repository whose Insert, in a request without
-// an idempotency transaction, runs in a transaction of its own, as an
-// endpoint that writes several rows must: the second baseline of the
-// benchmarks.
-func (r *PostgresRepo) OwnTransactions() *PostgresRepo {
-	c := *r
-	c.ownTx = true
-	return &c
-}
-
 // Insert records p in the request's idempotency transaction, or on its own
-// when the request has none (the service runs without the middleware only
-// as a benchmark baseline).
+// when the request has none.
 func (r *PostgresRepo) Insert(ctx context.Context, p *Payment) error {
 	tx, err := idempg.TxFromContext(ctx)
 	switch {
 	case err == nil:
 		return r.insert(ctx, tx, p)
-	case !errors.Is(err, idempg.ErrNoTx):
-		return err
-	case r.ownTx:
-		return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error { return r.insert(ctx, tx, p) })
+	case errors.Is(err, idempg.ErrNoTx):
+		return r.insert(ctx, r.pool, p)
 	}
-	return r.insert(ctx, r.pool, p)
+	return err
 }
 
 func (r *PostgresRepo) insert(ctx context.Context, db interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 }, p *Payment) error {
-	_, err := db.Exec(ctx, `INSERT INTO payments
-    (id, client_id, amount, currency, customer, description, status, created, idempotency_key)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+	_, err := db.Exec(ctx, PostgresInsert,
 		p.ID, p.ClientID, p.Amount, p.Currency, p.Customer, p.Description, p.Status, p.Created, p.IdempotencyKey)
 	if err != nil {
 		return fmt.Errorf("payments: insert: %w", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/internal/bearer"
 )
 
 // ProcessorClient charges cards at a processord (or any processor with the
@@ -18,14 +20,19 @@ import (
 // idemclient: a lost answer, a 5xx or a 409 is retried with the same key.
 type ProcessorClient struct {
 	base   string
+	token  string
 	client *idemclient.Client
 }
 
 var _ Processor = (*ProcessorClient)(nil)
 
-// NewProcessorClient returns a client for the processor at base. A nil
-// cfg means idemclient's defaults with a 10 s total deadline.
-func NewProcessorClient(base string, cfg *idemclient.Config) (*ProcessorClient, error) {
+// NewProcessorClient returns a client for the processor at base that
+// authenticates with the bearer token. A nil cfg means idemclient's
+// defaults with a 10 s total deadline.
+func NewProcessorClient(base, token string, cfg *idemclient.Config) (*ProcessorClient, error) {
+	if !bearer.IsToken68(token) {
+		return nil, errors.New("payments: the processor token is empty or not token68")
+	}
 	if cfg == nil {
 		cfg = &idemclient.Config{MaxElapsed: 10 * time.Second}
 	}
@@ -33,7 +40,7 @@ func NewProcessorClient(base string, cfg *idemclient.Config) (*ProcessorClient, 
 	if err != nil {
 		return nil, err
 	}
-	return &ProcessorClient{base: strings.TrimSuffix(base, "/"), client: client}, nil
+	return &ProcessorClient{base: strings.TrimSuffix(base, "/"), token: token, client: client}, nil
 }
 
 // Charge asks the processor to charge p once for key.
@@ -44,7 +51,7 @@ func (c *ProcessorClient) Charge(ctx context.Context, key string, p Params) (str
 		return "", fmt.Errorf("payments: charge: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer paymentsd")
+	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := c.client.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("payments: charge: %w", err)

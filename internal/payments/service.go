@@ -8,19 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/bearer"
 )
-
-// Repo stores payments. Insert runs in the transaction that the idem
-// middleware opened for the request, so the payment row and the key row
-// commit together.
-type Repo interface {
-	Insert(ctx context.Context, p *Payment) error
-	Get(ctx context.Context, clientID, id string) (*Payment, error)
-}
 
 // Processor charges a card at a downstream processor. The key is derived
 // from the client's idempotency key, so a retried or taken-over request
@@ -38,9 +32,9 @@ var (
 	ProblemNotFound = idem.ProblemKind{Code: "not-found", Status: http.StatusNotFound, Title: "Not found",
 		About: "No resource of yours has this address."}
 	ProblemInternal = idem.ProblemKind{Code: "internal-error", Status: http.StatusInternalServerError, Title: "Internal error",
-		About: "The service failed and rolled the request back. Retry with the same Idempotency-Key."}
+		About: "The service failed; \"detail\" says what is known of the outcome. The key was released: retry with the same Idempotency-Key, never a new one, so that the payment is made at most once."}
 	ProblemProcessor = idem.ProblemKind{Code: "processor-unavailable", Status: http.StatusBadGateway, Title: "Card processor unavailable",
-		About: "The card processor did not answer. Nothing was recorded; retry with the same Idempotency-Key, and the processor will charge at most once."}
+		About: "The card processor did not confirm the charge, so whether the card was charged is unknown, and no payment was recorded. Retry with the same Idempotency-Key, never a new one: the processor charges at most once per key."}
 )
 
 // Config configures the service's HTTP handler.
@@ -50,24 +44,18 @@ type Config struct {
 	// Store keeps idempotency keys. Required.
 	Store idem.Store
 	// Tokens maps bearer tokens to client ids. Required.
-	Tokens map[string]string
+	Tokens *bearer.Tokens
 	// Idem configures the middleware; ClientID is set by the service.
 	// Defaults to idem's defaults.
 	Idem idem.Config
 	// Processor, when set, is charged before the payment is recorded.
 	// Defaults to none: payments succeed without a downstream call.
 	Processor Processor
-	// WithoutIdempotency serves POST /v1/payments without the middleware.
-	// It exists only as the baseline that benchmarks measure idem against;
-	// never run a payments API like this. Defaults to false.
-	WithoutIdempotency bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Now defaults to time.Now.
 	Now func() time.Time
 }
-
-type clientKey struct{}
 
 // Service is the payments HTTP API.
 type Service struct {
@@ -80,8 +68,8 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Repo == nil || cfg.Store == nil {
 		return nil, errors.New("payments: Config.Repo and Config.Store are required")
 	}
-	if len(cfg.Tokens) == 0 {
-		return nil, errors.New("payments: Config.Tokens must map at least one token to a client")
+	if cfg.Tokens == nil {
+		return nil, errors.New("payments: Config.Tokens is required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -90,10 +78,7 @@ func NewService(cfg Config) (*Service, error) {
 		cfg.Now = time.Now
 	}
 	ic := cfg.Idem
-	ic.ClientID = func(r *http.Request) (string, bool) {
-		c, ok := r.Context().Value(clientKey{}).(string)
-		return c, ok
-	}
+	ic.ClientID = func(r *http.Request) (string, bool) { return ClientFromContext(r.Context()) }
 	if ic.Logger == nil {
 		ic.Logger = cfg.Logger
 	}
@@ -108,12 +93,9 @@ func NewService(cfg Config) (*Service, error) {
 // Handler returns the service's routes.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	create := s.mw.Wrap(http.HandlerFunc(s.create))
-	if s.cfg.WithoutIdempotency {
-		create = http.HandlerFunc(s.create)
-	}
-	mux.Handle("POST /v1/payments", s.authenticate(create))
-	mux.Handle("GET /v1/payments/{id}", s.authenticate(http.HandlerFunc(s.get)))
+	auth := Authenticator{Tokens: s.cfg.Tokens}
+	mux.Handle("POST /v1/payments", auth.Wrap(routePath(s.mw.Wrap(http.HandlerFunc(s.Create)))))
+	mux.Handle("GET /v1/payments/{id}", auth.Wrap(http.HandlerFunc(s.get)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
@@ -130,52 +112,69 @@ func problem(w http.ResponseWriter, k idem.ProblemKind, detail string) {
 	idem.WriteProblem(w, k.New(idem.ProblemTypeBaseDefault, detail), 0)
 }
 
-// paramProblem answers a *ParamError from ParseParams with a 400 naming the
-// parameter.
-func paramProblem(w http.ResponseWriter, err error) {
+// WriteParamProblem answers a *ParamError from ParseParams with a 400
+// problem naming the parameter.
+func WriteParamProblem(w http.ResponseWriter, err error) {
 	var pe *ParamError
 	if !errors.As(err, &pe) {
-		pe = &ParamError{Param: "body", Reason: err.Error()}
+		pe = &ParamError{Param: "body", Reason: "is invalid"}
 	}
 	p := ProblemInvalidParameter.New(idem.ProblemTypeBaseDefault, fmt.Sprintf("%s %s.", pe.Param, pe.Reason))
 	p.Param = pe.Param
 	idem.WriteProblem(w, p, 0)
 }
 
-// authenticate maps the bearer token to a client id, or answers 401.
-func (s *Service) authenticate(next http.Handler) http.Handler {
+// routePath gives next the request with its path as the route's: the
+// middleware fingerprints the path, and POST /v1/%70ayments, which the mux
+// routes here, is the same operation as POST /v1/payments. Only for
+// patterns without wildcards, as every idempotent route here is.
+func routePath(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		auth := r.Header.Get("Authorization")
-		token, ok := strings.CutPrefix(auth, "Bearer ")
-		client, known := s.cfg.Tokens[strings.TrimSpace(token)]
-		if !ok || !known {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="payments"`)
-			problem(w, ProblemInvalidCredentials, "Send Authorization: Bearer <secret key> with a valid key.")
-			return
+		path := r.Pattern
+		if _, p, ok := strings.Cut(path, " "); ok {
+			path = p // the pattern's method
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientKey{}, client)))
+		if !strings.HasPrefix(path, "/") || strings.Contains(path, "{") {
+			panic("payments: routePath needs a pattern without wildcards, got " + strconv.Quote(r.Pattern))
+		}
+		if r.URL.EscapedPath() != path {
+			u := *r.URL
+			u.Path, u.RawPath = path, ""
+			r2 := *r
+			r2.URL = &u
+			r = &r2
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 
-func (s *Service) create(w http.ResponseWriter, r *http.Request) {
+// Create is POST /v1/payments itself: it validates every parameter before
+// it charges or writes anything, charges the processor if there is one,
+// and records the payment. Handler serves it behind the token check and the
+// idem middleware; served without the middleware (as the benchmarks'
+// baseline does) it makes a payment per request, retries included.
+func (s *Service) Create(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		problem(w, idem.ProblemBodyMalformed.Kind(), "The request body could not be read.")
+		problem(w, idem.ProblemBodyMalformed.Kind(), "The request body could not be read; nothing was charged or recorded.")
 		return
 	}
 	params, err := ParseParams(r.Header.Get("Content-Type"), body)
 	if err != nil {
-		paramProblem(w, err)
+		WriteParamProblem(w, err)
 		return
 	}
-	client, _ := r.Context().Value(clientKey{}).(string)
+	client, _ := ClientFromContext(r.Context())
 	scope, _ := idem.ScopeFromContext(r.Context())
+	charged := false
 	if s.cfg.Processor != nil {
 		if _, err := s.cfg.Processor.Charge(r.Context(), idem.DeriveKey(r.Context(), "charge"), params); err != nil {
 			s.cfg.Logger.WarnContext(r.Context(), "payments: processor failed", "client_id", client, "err", err)
-			problem(w, ProblemProcessor, "The card processor did not answer; retry with the same Idempotency-Key.")
+			problem(w, ProblemProcessor, "The card processor did not confirm the charge: whether the card was charged is unknown, and no payment was recorded. "+
+				"Retry with the same Idempotency-Key, never a new one: the processor charges at most once per key.")
 			return
 		}
+		charged = true
 	}
 	p := &Payment{
 		ID: NewID(), Object: "payment", Amount: params.Amount, Currency: params.Currency,
@@ -183,8 +182,13 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 		Created: s.cfg.Now().Unix(), ClientID: client, IdempotencyKey: scope.Key,
 	}
 	if err := s.cfg.Repo.Insert(r.Context(), p); err != nil {
-		s.cfg.Logger.ErrorContext(r.Context(), "payments: insert failed", "client_id", client, "err", err)
-		problem(w, ProblemInternal, "The payment could not be recorded; nothing was charged. Retry with the same Idempotency-Key.")
+		s.cfg.Logger.ErrorContext(r.Context(), "payments: insert failed", "client_id", client, "charged", charged, "err", err)
+		if charged {
+			problem(w, ProblemInternal, "The card was charged, but the payment could not be recorded. "+
+				"Retry with the same Idempotency-Key, never a new one: the retry records the payment and the card is not charged again.")
+		} else {
+			problem(w, ProblemInternal, "The payment could not be recorded, and no card was charged. Retry with the same Idempotency-Key.")
+		}
 		return
 	}
 	w.Header().Set("Location", "/v1/payments/"+p.ID)
@@ -192,7 +196,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) get(w http.ResponseWriter, r *http.Request) {
-	client, _ := r.Context().Value(clientKey{}).(string)
+	client, _ := ClientFromContext(r.Context())
 	p, err := s.cfg.Repo.Get(r.Context(), client, r.PathValue("id"))
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -251,6 +255,10 @@ func (s *Service) openAPI(w http.ResponseWriter, r *http.Request) {
 					"description": "A unique key per logical payment (a v4 UUID). " + policy,
 					"schema":      map[string]any{"type": "string", "maxLength": idem.MaxKeyLength},
 				}},
+				"requestBody": map[string]any{"required": true, "content": map[string]any{
+					"application/json":                  map[string]any{"schema": paymentSchema},
+					"application/x-www-form-urlencoded": map[string]any{"schema": paymentSchema},
+				}},
 				"responses": map[string]any{
 					"201": map[string]any{"description": "Created; a retry with the same key replays this response with Idempotent-Replayed: true."},
 					"400": map[string]any{"description": "Missing or malformed Idempotency-Key, or an invalid parameter (problem+json)."},
@@ -263,6 +271,19 @@ func (s *Service) openAPI(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	writeJSON(w, http.StatusOK, doc)
+}
+
+// paymentSchema publishes ParseParams' rules. Strings are valid UTF-8
+// without control characters (a description may hold tab, CR and LF).
+var paymentSchema = map[string]any{
+	"type": "object", "required": []string{"amount", "currency", "customer"}, "additionalProperties": false,
+	"properties": map[string]any{
+		"amount": map[string]any{"type": "integer", "minimum": 1, "maximum": int64(MaxAmount),
+			"description": "In the currency's minor unit, read exactly: a fraction is refused, never rounded."},
+		"currency":    map[string]any{"type": "string", "pattern": "^[A-Za-z]{3}$"},
+		"customer":    map[string]any{"type": "string", "minLength": 1, "maxLength": MaxCustomer, "pattern": "^[^\\p{Cc}]*$"},
+		"description": map[string]any{"type": "string", "maxLength": MaxDescription},
+	},
 }
 
 func humanDuration(d time.Duration) string {

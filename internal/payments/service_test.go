@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,34 +17,59 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/internal/bearer"
+	"github.com/idemkit/idem/internal/database"
 	"github.com/idemkit/idem/internal/payments"
+	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/internal/processor"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
 
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
 type fixture struct {
 	url  string
-	repo *payments.SQLiteRepo
+	repo payments.Repo
 }
 
+// setup serves the payments API on SQLite.
 func setup(t *testing.T, mode idem.Mode, proc payments.Processor) *fixture {
 	t.Helper()
+	return setupOn(t, "sqlite", mode, proc)
+}
+
+// setupOn serves the payments API on a store of kind sqlite or postgres.
+func setupOn(t *testing.T, kind string, mode idem.Mode, proc payments.Processor) *fixture {
+	t.Helper()
+	return setupWith(t, kind, mode, proc, nil)
+}
+
+// setupWith is setupOn with the repository that the service uses wrapped
+// by wrap, when it is not nil.
+func setupWith(t *testing.T, kind string, mode idem.Mode, proc payments.Processor, wrap func(payments.Repo) payments.Repo) *fixture {
+	t.Helper()
 	ctx := context.Background()
-	store, err := idemsqlite.Open(filepath.Join(t.TempDir(), "payments.db"), &idemsqlite.Config{Logger: quiet})
+	url := "sqlite:" + filepath.Join(t.TempDir(), "payments.db")
+	if kind == "postgres" {
+		url = pgtest.NewDatabase(t)
+	}
+	db, err := database.Open(ctx, url, &database.Config{Migrate: true, Logger: quiet})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	t.Cleanup(func() { store.Close() })
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
-	repo, err := payments.NewSQLiteRepo(ctx, store)
+	t.Cleanup(db.Close)
+	repo, err := payments.NewRepo(ctx, db)
 	if err != nil {
-		t.Fatalf("NewSQLiteRepo: %v", err)
+		t.Fatalf("NewRepo: %v", err)
+	}
+	served := repo
+	if wrap != nil {
+		served = wrap(repo)
 	}
 	svc, err := payments.NewService(payments.Config{
-		Repo: repo, Store: store, Logger: quiet, Processor: proc,
-		Tokens: map[string]string{"sk_alice": "alice", "sk_bob": "bob"},
+		Repo: served, Store: db.Store(), Logger: quiet, Processor: proc,
+		Tokens: must(bearer.Parse("sk_alice=alice,sk_bob=bob")),
 		Idem:   idem.Config{Mode: mode},
 	})
 	if err != nil {
@@ -273,22 +299,8 @@ func (p *lossyProcessor) Charge(ctx context.Context, key string, params payments
 func TestLostProcessorAnswerChargesOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pstore, err := idemsqlite.Open(filepath.Join(t.TempDir(), "processor.db"), &idemsqlite.Config{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pstore.Close() })
-	if err := pstore.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ph, err := payments.NewProcessorHandler(ctx, payments.ProcessorConfig{Store: pstore, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	psrv := httptest.NewServer(ph)
-	t.Cleanup(psrv.Close)
-
-	client, err := payments.NewProcessorClient(psrv.URL, &idemclient.Config{MaxAttempts: 1})
+	psrv := startProcessor(t)
+	client, err := payments.NewProcessorClient(psrv.URL, "sk_pay", &idemclient.Config{MaxAttempts: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,14 +318,8 @@ func TestLostProcessorAnswerChargesOnce(t *testing.T) {
 	if len(proc.keys) != 2 || proc.keys[0] != proc.keys[1] || strings.Contains(proc.keys[0], "k-lossy") {
 		t.Fatalf("downstream keys %q: want the same derived key twice, not containing the client's key", proc.keys)
 	}
-	res, err := http.Get(psrv.URL + "/v1/charges/count?key=" + proc.keys[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	count := decode[map[string]int](t, must(io.ReadAll(res.Body)))
-	if count["charges"] != 1 {
-		t.Errorf("processor made %d charges for the key, want 1", count["charges"])
+	if n := countCharges(t, psrv.URL, "sk_pay", proc.keys[0]); n != 1 {
+		t.Errorf("processor made %d charges for the key, want 1", n)
 	}
 	if n, _ := f.repo.Count(ctx, "alice", "k-lossy"); n != 1 {
 		t.Errorf("%d payment rows, want 1", n)
@@ -325,4 +331,41 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// countCharges asks the processor how many charges the token's client made
+// with key, or in all when key is "".
+func countCharges(t *testing.T, base, token, key string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/v1/charges/count?key="+url.QueryEscape(key), nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("charges/count: %d", res.StatusCode)
+	}
+	return decode[map[string]int](t, must(io.ReadAll(res.Body)))["charges"]
+}
+
+// startProcessor serves a simulated processor that accepts the token sk_pay.
+func startProcessor(t *testing.T) *httptest.Server {
+	t.Helper()
+	pstore, err := idemsqlite.Open(filepath.Join(t.TempDir(), "processor.db"), &idemsqlite.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pstore.Close() })
+	if err := pstore.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ph, err := processor.NewHandler(context.Background(), processor.Config{Store: pstore, Tokens: must(bearer.Parse("sk_pay=paymentsd")), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	psrv := httptest.NewServer(ph)
+	t.Cleanup(psrv.Close)
+	return psrv
 }

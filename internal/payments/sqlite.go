@@ -12,7 +12,6 @@ import (
 // SQLiteRepo keeps payments in the idemsqlite store's database.
 type SQLiteRepo struct {
 	store *idemsqlite.Store
-	ownTx bool
 }
 
 var _ Repo = (*SQLiteRepo)(nil)
@@ -30,6 +29,12 @@ const sqliteSchema = `CREATE TABLE IF NOT EXISTS payments (
 );
 CREATE INDEX IF NOT EXISTS payments_client_key_idx ON payments (client_id, idempotency_key)`
 
+// SQLiteInsert inserts a payment: id, client_id, amount, currency,
+// customer, description, status, created, idempotency_key.
+const SQLiteInsert = `INSERT INTO payments
+    (id, client_id, amount, currency, customer, description, status, created, idempotency_key)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
 // NewSQLiteRepo creates the payments table if needed.
 func NewSQLiteRepo(ctx context.Context, store *idemsqlite.Store) (*SQLiteRepo, error) {
 	if _, err := store.DB().ExecContext(ctx, sqliteSchema); err != nil {
@@ -39,48 +44,22 @@ func NewSQLiteRepo(ctx context.Context, store *idemsqlite.Store) (*SQLiteRepo, e
 }
 
 // Insert records p in the request's idempotency transaction, or on its own
-// when the request has none (the service runs without the middleware only
-// as a benchmark baseline).
+// when the request has none.
 func (r *SQLiteRepo) Insert(ctx context.Context, p *Payment) error {
 	tx, err := idemsqlite.TxFromContext(ctx)
 	switch {
 	case err == nil:
 		return r.insert(ctx, tx, p)
-	case !errors.Is(err, idemsqlite.ErrNoTx):
-		return err
-	case r.ownTx:
-		tx, err := r.store.DB().BeginTx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("payments: begin: %w", err)
-		}
-		if err := r.insert(ctx, tx, p); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("payments: commit: %w", err)
-		}
-		return nil
+	case errors.Is(err, idemsqlite.ErrNoTx):
+		return r.insert(ctx, r.store.DB(), p)
 	}
-	return r.insert(ctx, r.store.DB(), p)
-}
-
-// OwnTransactions returns the repository whose Insert, in a request without
-// an idempotency transaction, runs in a transaction of its own, as an
-// endpoint that writes several rows must: the second baseline of the
-// benchmarks.
-func (r *SQLiteRepo) OwnTransactions() *SQLiteRepo {
-	c := *r
-	c.ownTx = true
-	return &c
+	return err
 }
 
 func (r *SQLiteRepo) insert(ctx context.Context, db interface {
 	ExecContext(context.Context, string, ...any) (sql.Result, error)
 }, p *Payment) error {
-	_, err := db.ExecContext(ctx, `INSERT INTO payments
-    (id, client_id, amount, currency, customer, description, status, created, idempotency_key)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := db.ExecContext(ctx, SQLiteInsert,
 		p.ID, p.ClientID, p.Amount, p.Currency, p.Customer, p.Description, p.Status, p.Created, p.IdempotencyKey)
 	if err != nil {
 		return fmt.Errorf("payments: insert: %w", err)

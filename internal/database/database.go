@@ -1,0 +1,167 @@
+package database
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemsqlite"
+)
+
+// PoolConnsDefault is the PostgreSQL pool size when the URL sets no
+// pool_max_conns: an atomic request holds a connection from claim to
+// commit, so the pool is sized for requests in flight, not for CPUs.
+const PoolConnsDefault = 16
+
+// ErrUnsupported means the URL names no database this package opens.
+var ErrUnsupported = errors.New("database: unsupported database URL: want sqlite:PATH or a postgres:// URL")
+
+// Config configures Open. A nil *Config is the zero Config.
+type Config struct {
+	// Migrate applies the key store's migrations after opening. Defaults
+	// to false.
+	Migrate bool
+	// TransactionPooling is idempg.Config.TransactionPooling: set it when
+	// PostgreSQL is reached through a pooler in transaction mode. Ignored
+	// on SQLite. Defaults to false.
+	TransactionPooling bool
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// DB is an open key store. Exactly one of SQLite and Postgres is set.
+type DB struct {
+	// Name is the database without credentials, for logs.
+	Name string
+	// SQLite is the store on sqlite:PATH.
+	SQLite *idemsqlite.Store
+	// Postgres is the store on postgres://..., and Pool its connections.
+	Postgres *idempg.Store
+	Pool     *pgxpool.Pool
+}
+
+// PurgeParams are the inputs of DB.Purge.
+type PurgeParams struct {
+	// Before: keys created before it are deleted.
+	Before time.Time
+	// BatchSize is the store's batch size; 0 is the store's default.
+	BatchSize int
+}
+
+// Open opens the database named by url: sqlite:PATH or postgres://...
+// (postgresql:// too), and applies the key store's migrations when
+// cfg.Migrate is set.
+func Open(ctx context.Context, url string, cfg *Config) (*DB, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	var db *DB
+	var err error
+	switch {
+	case strings.HasPrefix(url, "sqlite:"):
+		db, err = openSQLite(strings.TrimPrefix(url, "sqlite:"), c)
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		db, err = openPostgres(ctx, url, c)
+	default:
+		// The URL is not repeated: it may hold a password.
+		return nil, ErrUnsupported
+	}
+	if err != nil {
+		return nil, err
+	}
+	if c.Migrate {
+		if err := db.MigrateTo(ctx, -1); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	return db, nil
+}
+
+func openSQLite(path string, c Config) (*DB, error) {
+	store, err := idemsqlite.Open(path, &idemsqlite.Config{Logger: c.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return &DB{Name: "sqlite:" + path, SQLite: store}, nil
+}
+
+func openPostgres(ctx context.Context, url string, c Config) (*DB, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database: parse URL: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		pc.MaxConns = PoolConnsDefault
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("database: connect: %w", err)
+	}
+	store, err := idempg.New(pool, &idempg.Config{Logger: c.Logger, TransactionPooling: c.TransactionPooling})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &DB{
+		Name:     fmt.Sprintf("postgres://%s:%d/%s", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database),
+		Postgres: store, Pool: pool,
+	}, nil
+}
+
+// Store returns the key store.
+func (d *DB) Store() idem.Store {
+	if d.SQLite != nil {
+		return d.SQLite
+	}
+	return d.Postgres
+}
+
+// SchemaVersion returns the key table's schema version.
+func (d *DB) SchemaVersion(ctx context.Context) (int, error) {
+	if d.SQLite != nil {
+		return d.SQLite.SchemaVersion(ctx)
+	}
+	return d.Postgres.SchemaVersion(ctx)
+}
+
+// MigrateTo moves the key table's schema to version; -1 is the newest.
+func (d *DB) MigrateTo(ctx context.Context, version int) error {
+	switch {
+	case d.SQLite != nil && version < 0:
+		return d.SQLite.Migrate(ctx)
+	case d.SQLite != nil:
+		return d.SQLite.MigrateTo(ctx, version)
+	case version < 0:
+		return d.Postgres.Migrate(ctx)
+	}
+	return d.Postgres.MigrateTo(ctx, version)
+}
+
+// Purge deletes keys created before p.Before and returns how many.
+func (d *DB) Purge(ctx context.Context, p PurgeParams) (int64, error) {
+	if d.SQLite != nil {
+		return d.SQLite.Purge(ctx, idemsqlite.PurgeParams{Before: p.Before, BatchSize: p.BatchSize})
+	}
+	return d.Postgres.Purge(ctx, idempg.PurgeParams{Before: p.Before, BatchSize: p.BatchSize})
+}
+
+// Close closes the database.
+func (d *DB) Close() {
+	if d.SQLite != nil {
+		d.SQLite.Close()
+		return
+	}
+	d.Pool.Close()
+}
