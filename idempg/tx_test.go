@@ -440,14 +440,14 @@ func TestRoundTrips(t *testing.T) {
 	for _, pooling := range []bool{false, true} {
 		t.Run(fmt.Sprintf("TransactionPooling=%v", pooling), func(t *testing.T) {
 			t.Parallel()
-			testRoundTrips(t, pooling)
+			testRoundTrips(t, pgtest.NewDatabase(t), pooling)
 		})
 	}
 }
 
-func testRoundTrips(t *testing.T, transactionPooling bool) {
+func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
 	trips := &roundTrips{}
-	pool := newPoolWith(t, pgtest.NewDatabase(t), func(cfg *pgxpool.Config) {
+	pool := newPoolWith(t, connString, func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 1 // one connection, whose statements the warm-up prepares
 		cfg.ConnConfig.Tracer = trips
 	})

@@ -20,20 +20,41 @@ import (
 // answer a 201, a byte-identical replay, or a 409; no 5xx.
 func TestThreeInstancesOnePostgres(t *testing.T) {
 	t.Parallel()
-	paymentsd, _ := binaries(t)
 	dbURL := pgtest.NewDatabase(t)
+	testThreeInstances(t, dbURL, func(i int) []string {
+		args := []string{"-db", dbURL}
+		if i == 2 {
+			args = append(args, "-transaction-pooling")
+		}
+		return args
+	})
+}
 
-	// Three instances started at once, each applying migrations.
+// TestThreeInstancesThroughPgBouncer runs the same three instances, all
+// behind a real PgBouncer in pool_mode = transaction with
+// -transaction-pooling.
+func TestThreeInstancesThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+	viaBouncer := pgtest.StartBouncer(t, dbURL)
+	testThreeInstances(t, dbURL, func(int) []string {
+		return []string{"-db", viaBouncer, "-transaction-pooling"}
+	})
+}
+
+// testThreeInstances starts three paymentsd processes at once, each
+// applying migrations, with the database flags dbArgs(i) gives instance i,
+// and checks the storm's answers and the payments in the database at
+// dbURL.
+func testThreeInstances(t *testing.T, dbURL string, dbArgs func(i int) []string) {
+	paymentsd, _ := binaries(t)
 	instances := make([]*process, 3)
 	var wg sync.WaitGroup
 	for i := range instances {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			args := []string{"-addr", "127.0.0.1:0", "-db", dbURL, "-migrate"}
-			if i == 2 {
-				args = append(args, "-transaction-pooling")
-			}
+			args := append([]string{"-addr", "127.0.0.1:0", "-migrate"}, dbArgs(i)...)
 			instances[i] = start(t, paymentsd, args...)
 		}()
 	}
