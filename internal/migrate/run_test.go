@@ -37,7 +37,10 @@ func (tx *schemaTx) Exec(_ context.Context, script string) error {
 }
 
 func (tx *schemaTx) Record(_ context.Context, m Migration) error { tx.version = m.Version; return nil }
-func (tx *schemaTx) Forget(_ context.Context, m Migration) error { tx.version = m.Version - 1; return nil }
+func (tx *schemaTx) Forget(_ context.Context, m Migration) error {
+	tx.version = m.Version - 1
+	return nil
+}
 
 func (tx *schemaTx) Commit(context.Context) error {
 	tx.committed = true
