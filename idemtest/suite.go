@@ -71,6 +71,9 @@ func RunStoreTests(t *testing.T, h Harness) {
 type suite struct {
 	h    Harness
 	mode idem.Mode
+	// inFlightDeadline overrides the in-flight test's deadline, for the
+	// test that shows that the check fails for a store that waits.
+	inFlightDeadline time.Duration
 }
 
 var keySeq struct {
@@ -98,7 +101,7 @@ func (s suite) params(scope idem.Scope, body string, now time.Time) idem.ClaimPa
 	}
 }
 
-func (s suite) claim(t *testing.T, store idem.Store, p idem.ClaimParams) idem.ClaimResult {
+func (s suite) claim(t testing.TB, store idem.Store, p idem.ClaimParams) idem.ClaimResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -112,7 +115,7 @@ func (s suite) claim(t *testing.T, store idem.Store, p idem.ClaimParams) idem.Cl
 	return res
 }
 
-func (s suite) mustLease(t *testing.T, store idem.Store, p idem.ClaimParams) idem.Lease {
+func (s suite) mustLease(t testing.TB, store idem.Store, p idem.ClaimParams) idem.Lease {
 	t.Helper()
 	res := s.claim(t, store, p)
 	if res.Lease == nil {
@@ -121,7 +124,7 @@ func (s suite) mustLease(t *testing.T, store idem.Store, p idem.ClaimParams) ide
 	return res.Lease
 }
 
-func (s suite) mustRecord(t *testing.T, store idem.Store, p idem.ClaimParams) *idem.Record {
+func (s suite) mustRecord(t testing.TB, store idem.Store, p idem.ClaimParams) *idem.Record {
 	t.Helper()
 	res := s.claim(t, store, p)
 	if res.Record == nil {
@@ -130,14 +133,14 @@ func (s suite) mustRecord(t *testing.T, store idem.Store, p idem.ClaimParams) *i
 	return res.Record
 }
 
-func complete(t *testing.T, l idem.Lease, resp *idem.Response) {
+func complete(t testing.TB, l idem.Lease, resp *idem.Response) {
 	t.Helper()
 	if err := l.Complete(context.Background(), resp); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 }
 
-func release(t *testing.T, l idem.Lease) {
+func release(t testing.TB, l idem.Lease) {
 	t.Helper()
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatalf("Release: %v", err)
@@ -194,29 +197,68 @@ func (s suite) replaysCompletedKey(t *testing.T) {
 
 func (s suite) reportsInFlight(t *testing.T) {
 	t.Parallel()
-	store := s.h.NewStore(t)
+	s.checkReportsInFlight(t, s.h.NewStore(t))
+}
+
+// inFlightDeadline is how long the in-flight test lets a second claim take
+// while the holder keeps the key. A store that answers at once does so in
+// far less on any machine; a store that waits for the holder never answers
+// before the holder lets go, however long the deadline.
+const inFlightDeadline = 10 * time.Second
+
+// claimAnswer is what a Claim returned.
+type claimAnswer struct {
+	res idem.ClaimResult
+	err error
+}
+
+// checkReportsInFlight checks that a claim of a key whose holder is still
+// working answers that the key is in flight without waiting for the
+// holder: the holder keeps its lease, or in atomic mode its transaction
+// open, until the second claim has answered, and lets go only if it has
+// not answered within deadline, which fails the test.
+func (s suite) checkReportsInFlight(t testing.TB, store idem.Store) {
+	t.Helper()
 	scope := newScope("alice")
 	l := s.mustLease(t, store, s.params(scope, "a", epoch))
-	defer release(t, l)
 
-	// The holder's lease is fresh, or in atomic mode its transaction is
-	// open: a second claim must answer at once that the key is in flight.
-	done := make(chan *idem.Record, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	answered := make(chan claimAnswer, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
 		res, err := store.Claim(ctx, s.params(scope, "a", epoch.Add(time.Second)))
-		if err != nil || res.Record == nil {
-			t.Errorf("second claim: record=%v err=%v; want a record", res.Record != nil, err)
-			done <- nil
-			return
-		}
-		done <- res.Record
+		answered <- claimAnswer{res, err}
 	}()
-	rec := <-done
-	if rec == nil {
-		return
+	deadline := s.inFlightDeadline
+	if deadline == 0 {
+		deadline = inFlightDeadline
 	}
+	timer := time.NewTimer(deadline)
+	defer timer.Stop()
+	var a claimAnswer
+	select {
+	case a = <-answered:
+		release(t, l) // only now: the answer came while the key was held
+	case <-timer.C:
+		// Let the holder go, so that a waiting claim returns, then fail.
+		_ = l.Release(context.Background())
+		cancel()
+		select {
+		case a = <-answered:
+			if a.res.Lease != nil {
+				_ = a.res.Lease.Release(context.Background())
+			}
+		case <-time.After(inFlightDeadline):
+		}
+		t.Fatalf("a second claim of a key in flight had not answered after %v while the holder kept the key: the store waits for the holder instead of reporting the key in flight at once", deadline)
+	}
+	if a.err != nil || a.res.Record == nil {
+		if a.res.Lease != nil {
+			_ = a.res.Lease.Release(context.Background())
+		}
+		t.Fatalf("second claim: record=%v lease=%v err=%v; want the record of the key in flight", a.res.Record != nil, a.res.Lease != nil, a.err)
+	}
+	rec := a.res.Record
 	if rec.Status != idem.StatusInFlight {
 		t.Errorf("status = %q, want started", rec.Status)
 	}
