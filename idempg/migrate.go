@@ -35,13 +35,15 @@ func (s *Store) MigrateTo(ctx context.Context, version int) error {
 	if err != nil {
 		return fmt.Errorf("idempg: %w", err)
 	}
-	err = migrate.Run(ctx, migrations, version, s.beginMigration, func(m migrate.Migration, up bool) {
-		s.cfg.Logger.InfoContext(ctx, "idempg: migrated", "version", m.Version, "name", m.Name, "up", up)
-	})
-	if err != nil {
-		return fmt.Errorf("idempg: %w", err)
+	r := migrate.Runner{
+		Store:      "idempg",
+		Migrations: migrations,
+		Begin:      s.beginMigration,
+		Applied: func(m migrate.Migration, up bool) {
+			s.cfg.Logger.InfoContext(ctx, "idempg: migrated", "version", m.Version, "name", m.Name, "up", up)
+		},
 	}
-	return nil
+	return r.To(ctx, version)
 }
 
 // migrationTx is a migration's transaction, on a connection of its own.

@@ -152,13 +152,15 @@ func (s *Store) MigrateTo(ctx context.Context, version int) error {
 	if err != nil {
 		return fmt.Errorf("idemsqlite: %w", err)
 	}
-	err = migrate.Run(ctx, migrations, version, s.beginMigration, func(m migrate.Migration, up bool) {
-		s.cfg.Logger.InfoContext(ctx, "idemsqlite: migrated", "version", m.Version, "name", m.Name, "up", up)
-	})
-	if err != nil {
-		return fmt.Errorf("idemsqlite: %w", err)
+	r := migrate.Runner{
+		Store:      "idemsqlite",
+		Migrations: migrations,
+		Begin:      s.beginMigration,
+		Applied: func(m migrate.Migration, up bool) {
+			s.cfg.Logger.InfoContext(ctx, "idemsqlite: migrated", "version", m.Version, "name", m.Name, "up", up)
+		},
 	}
-	return nil
+	return r.To(ctx, version)
 }
 
 // migrationTx is a migration's transaction; _txlock=immediate makes BEGIN
@@ -168,11 +170,11 @@ type migrationTx struct{ tx *sql.Tx }
 func (s *Store) beginMigration(ctx context.Context) (migrate.Tx, error) {
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("migrate: begin: %w", unavailable(err))
+		return nil, fmt.Errorf("idemsqlite: migrate: begin: %w", unavailable(err))
 	}
 	if _, err := tx.ExecContext(ctx, queryCreateVersionTable); err != nil {
 		tx.Rollback()
-		return nil, fmt.Errorf("migrate: create version table: %w", err)
+		return nil, fmt.Errorf("idemsqlite: migrate: create version table: %w", err)
 	}
 	return migrationTx{tx: tx}, nil
 }
@@ -180,7 +182,7 @@ func (s *Store) beginMigration(ctx context.Context) (migrate.Tx, error) {
 func (t migrationTx) Version(ctx context.Context) (int, error) {
 	var v int
 	if err := t.tx.QueryRowContext(ctx, querySchemaVersion).Scan(&v); err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
+		return 0, fmt.Errorf("idemsqlite: migrate: read schema version: %w", err)
 	}
 	return v, nil
 }

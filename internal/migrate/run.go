@@ -21,20 +21,33 @@ type Tx interface {
 	Rollback(ctx context.Context) error
 }
 
-// Run moves a schema up or down to target, one migration per transaction,
-// each begun by begin. target -1 means the newest of migrations; 0 undoes
-// them all. A database at a version newer than the newest of migrations is
-// an error: this program does not know its schema. applied is called after
-// each migration commits.
-func Run(ctx context.Context, migrations []Migration, target int, begin func(context.Context) (Tx, error), applied func(m Migration, up bool)) error {
+// Runner applies a store's migrations with the store's driver.
+type Runner struct {
+	// Store names the store in error messages ("idempg").
+	Store string
+	// Migrations are the store's migrations, from Load.
+	Migrations []Migration
+	// Begin begins one migration's transaction. Its errors and those of the
+	// Tx's Version are returned as they are; the others are wrapped with
+	// the migration they belong to.
+	Begin func(ctx context.Context) (Tx, error)
+	// Applied, if set, is called after each migration commits.
+	Applied func(m Migration, up bool)
+}
+
+// To moves the schema up or down to target, one migration per
+// transaction. target -1 means the newest migration; 0 undoes them all. A
+// database at a version newer than the newest migration is an error: this
+// program does not know its schema.
+func (r Runner) To(ctx context.Context, target int) error {
 	if target < 0 {
-		target = len(migrations)
+		target = len(r.Migrations)
 	}
-	if target > len(migrations) {
-		return fmt.Errorf("no migration version %d; the newest is %d", target, len(migrations))
+	if target > len(r.Migrations) {
+		return fmt.Errorf("%s: no migration version %d; the newest is %d", r.Store, target, len(r.Migrations))
 	}
 	for {
-		done, err := step(ctx, migrations, target, begin, applied)
+		done, err := r.step(ctx, target)
 		if err != nil || done {
 			return err
 		}
@@ -43,8 +56,8 @@ func Run(ctx context.Context, migrations []Migration, target int, begin func(con
 
 // step applies one migration towards target, in one transaction. It
 // returns done when the schema is at target.
-func step(ctx context.Context, migrations []Migration, target int, begin func(context.Context) (Tx, error), applied func(Migration, bool)) (done bool, err error) {
-	tx, err := begin(ctx)
+func (r Runner) step(ctx context.Context, target int) (done bool, err error) {
+	tx, err := r.Begin(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -53,8 +66,8 @@ func step(ctx context.Context, migrations []Migration, target int, begin func(co
 	if err != nil {
 		return false, err
 	}
-	if current > len(migrations) {
-		return false, fmt.Errorf("the database is at schema version %d, newer than this program's %d", current, len(migrations))
+	if current > len(r.Migrations) {
+		return false, fmt.Errorf("%s: the database is at schema version %d, newer than this program's %d", r.Store, current, len(r.Migrations))
 	}
 	var (
 		m  Migration
@@ -64,27 +77,27 @@ func step(ctx context.Context, migrations []Migration, target int, begin func(co
 	case current == target:
 		return true, nil
 	case up:
-		m = migrations[current]
+		m = r.Migrations[current]
 		if err := tx.Exec(ctx, m.Up); err != nil {
-			return false, fmt.Errorf("migrate up to %d (%s): %w", m.Version, m.Name, err)
+			return false, fmt.Errorf("%s: migrate up to %d (%s): %w", r.Store, m.Version, m.Name, err)
 		}
 		if err := tx.Record(ctx, m); err != nil {
-			return false, fmt.Errorf("record migration %d: %w", m.Version, err)
+			return false, fmt.Errorf("%s: record migration %d: %w", r.Store, m.Version, err)
 		}
 	default:
-		m = migrations[current-1]
+		m = r.Migrations[current-1]
 		if err := tx.Exec(ctx, m.Down); err != nil {
-			return false, fmt.Errorf("migrate down from %d (%s): %w", m.Version, m.Name, err)
+			return false, fmt.Errorf("%s: migrate down from %d (%s): %w", r.Store, m.Version, m.Name, err)
 		}
 		if err := tx.Forget(ctx, m); err != nil {
-			return false, fmt.Errorf("forget migration %d: %w", m.Version, err)
+			return false, fmt.Errorf("%s: forget migration %d: %w", r.Store, m.Version, err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return false, fmt.Errorf("commit migration %d: %w", m.Version, err)
+		return false, fmt.Errorf("%s: commit migration %d: %w", r.Store, m.Version, err)
 	}
-	if applied != nil {
-		applied(m, up)
+	if r.Applied != nil {
+		r.Applied(m, up)
 	}
 	return false, nil
 }

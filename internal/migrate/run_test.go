@@ -51,17 +51,18 @@ func (tx *schemaTx) Commit(context.Context) error {
 
 func (tx *schemaTx) Rollback(context.Context) error { return nil }
 
-func TestRun(t *testing.T) {
+func TestRunner(t *testing.T) {
 	t.Parallel()
 	ms := []Migration{{Version: 1, Name: "a", Up: "up1", Down: "down1"}, {Version: 2, Name: "b", Up: "up2", Down: "down2"}}
 	ctx := context.Background()
 	db := &schema{}
 	var log []string
 	applied := func(m Migration, up bool) { log = append(log, m.Name) }
-	if err := Run(ctx, ms, -1, db.begin, applied); err != nil || db.version != 2 {
+	r := Runner{Store: "test", Migrations: ms, Begin: db.begin, Applied: applied}
+	if err := r.To(ctx, -1); err != nil || db.version != 2 {
 		t.Fatalf("Run to newest: version %d, %v; want 2", db.version, err)
 	}
-	if err := Run(ctx, ms, 0, db.begin, applied); err != nil || db.version != 0 {
+	if err := r.To(ctx, 0); err != nil || db.version != 0 {
 		t.Fatalf("Run to 0: version %d, %v; want 0", db.version, err)
 	}
 	if got := strings.Join(db.ran, " "); got != "up1 up2 down2 down1" {
@@ -70,15 +71,16 @@ func TestRun(t *testing.T) {
 	if got := strings.Join(log, " "); got != "a b b a" {
 		t.Errorf("applied: %s", got)
 	}
-	if err := Run(ctx, ms, 3, db.begin, nil); err == nil || !strings.Contains(err.Error(), "no migration version 3") {
+	if err := r.To(ctx, 3); err == nil || !strings.Contains(err.Error(), "test: no migration version 3") {
 		t.Errorf("Run to 3 = %v; want no such version", err)
 	}
 	db.version = 5
-	if err := Run(ctx, ms, -1, db.begin, nil); err == nil || !strings.Contains(err.Error(), "newer than this program's 2") {
+	if err := r.To(ctx, -1); err == nil || !strings.Contains(err.Error(), "newer than this program's 2") {
 		t.Errorf("Run on a newer database = %v", err)
 	}
 	db = &schema{fail: "up2"}
-	if err := Run(ctx, ms, -1, db.begin, nil); err == nil || !strings.Contains(err.Error(), "migrate up to 2 (b)") || db.version != 1 {
+	r = Runner{Store: "test", Migrations: ms, Begin: db.begin}
+	if err := r.To(ctx, -1); err == nil || !strings.Contains(err.Error(), "migrate up to 2 (b)") || db.version != 1 {
 		t.Errorf("Run with a failing script = %v at version %d; want the error at version 1", err, db.version)
 	}
 }
