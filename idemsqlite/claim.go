@@ -25,6 +25,8 @@ type txKey struct{}
 // In ModeAtomic the transaction was opened with the claim. In ModeTwoPhase
 // it is opened on the first call, so a handler can call other systems
 // before it takes SQLite's single write lock. Do not commit or roll it back.
+// Once the lease is completed or released, it returns an error wrapping
+// idem.ErrLeaseEnded.
 func TxFromContext(ctx context.Context) (*sql.Tx, error) {
 	lt, ok := ctx.Value(txKey{}).(*leaseTx)
 	if !ok {
