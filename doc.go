@@ -42,8 +42,10 @@
 // and [ProblemsHandler]. Dashboards read [Metrics] and [Results].
 //
 // Store authors implement [Store] and [Lease] over [ClaimParams],
-// [ClaimResult], [Record] and [Response], return [ErrLeaseLost] and
-// [ErrUnavailable], and run idemtest.RunStoreTests.
+// [ClaimResult], [Record] and [Response], decide expiry and takeover with
+// [Expired] and [ClaimParams.CanTakeOver], return [ErrLeaseLost],
+// [ErrLeaseEnded] and [ErrUnavailable], check a purge's [PurgeParams] with
+// Validate, and run idemtest.RunStoreTests.
 //
 // Code that claims keys itself, outside the middleware (a queue consumer
 // calling idempg's Store.ClaimTx), builds the request hash with

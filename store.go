@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -113,6 +114,16 @@ type ClaimParams struct {
 	Retention time.Duration
 }
 
+// CanTakeOver reports whether the claim p takes over rec, the key it found:
+// in ModeTwoPhase, a started key whose lease expired at p.Now is taken over
+// by a claim of the same request (the same request hash), which gets the
+// next fencing token. A key past retention is not taken over but replaced
+// (see [Expired]).
+func (p ClaimParams) CanTakeOver(rec *Record) bool {
+	return p.Mode == ModeTwoPhase && rec.Status == StatusInFlight &&
+		LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout) && bytes.Equal(rec.RequestHash, p.RequestHash)
+}
+
 // ClaimResult is the output of [Store.Claim]: exactly one of Lease and
 // Record is set.
 type ClaimResult struct {
@@ -145,6 +156,8 @@ type Store interface {
 // stored. Release never frees a key that another request took over, nor
 // one whose response was committed (after a Complete that failed with
 // [ErrOutcomeUnknown], it frees the key only if the commit did not happen).
+// Any other call after the lease ended, and the store's transaction
+// accessor after it ended, return an error wrapping [ErrLeaseEnded].
 type Lease interface {
 	// Context returns a context derived from ctx that carries the lease's
 	// transaction, for the handler. Each store has an accessor for it, such
@@ -192,6 +205,10 @@ var (
 	// completed by one, before this holder could store its response.
 	ErrLeaseLost = errors.New("idem: lease lost to another request")
 
+	// ErrLeaseEnded means the lease was already completed or released: a
+	// second Complete or Release, or a use of its transaction after that.
+	ErrLeaseEnded = errors.New("idem: the lease has ended")
+
 	// ErrUnavailable means the store cannot be reached. Stores wrap
 	// connection failures, timeouts and pool exhaustion with it.
 	ErrUnavailable = errors.New("idem: store unavailable")
@@ -215,4 +232,46 @@ func Expired(created, now time.Time, retention time.Duration) bool {
 // timeout at now.
 func LeaseExpired(locked, now time.Time, timeout time.Duration) bool {
 	return !now.Before(locked.Add(timeout))
+}
+
+// PurgeBatchSizeDefault is the default of [PurgeParams.BatchSize].
+const PurgeBatchSizeDefault = 1000
+
+// Errors of [PurgeParams.Validate].
+var (
+	errPurgeNoBefore      = errors.New("idem: PurgeParams.Before is required")
+	errPurgeNegativeBatch = errors.New("idem: PurgeParams.BatchSize must not be negative")
+)
+
+// PurgeParams are the inputs of a store's Purge, which deletes keys past
+// retention, in batches.
+type PurgeParams struct {
+	// Before deletes keys created before this time, on the middleware's
+	// clock: now minus the published retention. Required.
+	Before time.Time
+
+	// BatchSize is the number of keys deleted per statement. 0 means
+	// PurgeBatchSizeDefault (1000); a negative size is an error.
+	BatchSize int
+}
+
+// Validate reports whether a store can purge with p. Every store calls it
+// first and returns its error, wrapped, without deleting anything.
+func (p PurgeParams) Validate() error {
+	switch {
+	case p.Before.IsZero():
+		return errPurgeNoBefore
+	case p.BatchSize < 0:
+		return errPurgeNegativeBatch
+	}
+	return nil
+}
+
+// WithDefaults returns p with a zero BatchSize replaced by
+// PurgeBatchSizeDefault.
+func (p PurgeParams) WithDefaults() PurgeParams {
+	if p.BatchSize == 0 {
+		p.BatchSize = PurgeBatchSizeDefault
+	}
+	return p
 }

@@ -84,8 +84,10 @@ type Config struct {
 
 	// BareKey sends keys that idemclient formats (from NewKey or WithKey)
 	// unquoted, as Stripe's SDKs do, instead of as the quoted sf-string the
-	// draft requires. A caller-supplied header is always sent as it is.
-	// Defaults to false.
+	// draft requires. A bare key may hold only letters, digits and
+	// "_-.:~/+="; a key from WithKey with any other character is refused
+	// with ErrInvalidKey, not quoted. A caller-supplied header is always
+	// sent as it is. Defaults to false.
 	BareKey bool
 
 	// Logger receives a Debug record for every retry. Defaults to slog.Default().

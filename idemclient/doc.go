@@ -22,7 +22,8 @@
 //
 // Keys that idemclient formats are sent as an RFC 9651 sf-string, as the
 // draft requires (Idempotency-Key: "…"); set [Config.BareKey] for servers
-// that want the unquoted form. A caller that must survive its own restart
+// that want the unquoted form (letters, digits and "_-.:~/+=" only; any
+// other key is refused with [ErrInvalidKey]). A caller that must survive its own restart
 // stores a key from [NewKey] before the first attempt and passes it with
 // [WithKey] when it tries again later.
 //

@@ -6,15 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/idemkit/idem/internal/keyspec"
 )
 
-// maxKeyLength is the longest key idemclient formats, in characters: the
-// limit of Stripe and of most servers that follow the draft.
-const maxKeyLength = 255
-
 // ErrInvalidKey is returned when a key passed with [WithKey] cannot be sent:
-// it is empty, longer than 255 characters, not printable ASCII, or, with
-// [Config.BareKey], holds a space, quote, comma, semicolon or backslash.
+// it is empty, longer than 255 characters, or not printable ASCII. With
+// [Config.BareKey] a key must also be made of letters, digits and
+// "_-.:~/+=" only, the characters a server following the draft accepts
+// unquoted; idemclient refuses any other key rather than quote it behind
+// the caller's back. These are the rules of the idem server, so a key
+// idemclient sends is never rejected as malformed there.
 var ErrInvalidKey = errors.New("idemclient: invalid idempotency key")
 
 // NewKey returns a new random idempotency key: 26 characters of the RFC 4648
@@ -51,37 +53,14 @@ func (t *transport) keyField(ctx context.Context) (string, error) {
 }
 
 // formatKey returns the field value that carries key: an RFC 9651 sf-string
-// ("..." with \" and \\ escaped), or the bare key when bare is set.
+// ("..." with \" and \\ escaped), or the bare key when bare is set. A key
+// that cannot be sent bare is refused, never quoted instead.
 func formatKey(key string, bare bool) (string, error) {
-	if key == "" {
-		return "", fmt.Errorf("%w: the key is empty", ErrInvalidKey)
+	field, err := keyspec.Format(key, bare)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s", ErrInvalidKey, err)
 	}
-	if len(key) > maxKeyLength {
-		return "", fmt.Errorf("%w: the key has %d characters; the limit is %d", ErrInvalidKey, len(key), maxKeyLength)
-	}
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if c < 0x20 || c > 0x7e {
-			return "", fmt.Errorf("%w: byte 0x%02x at position %d is not printable ASCII", ErrInvalidKey, c, i)
-		}
-		if bare && (c == ' ' || c == '"' || c == ',' || c == ';' || c == '\\') {
-			return "", fmt.Errorf("%w: character %q at position %d cannot be sent unquoted", ErrInvalidKey, c, i)
-		}
-	}
-	if bare {
-		return key, nil
-	}
-	var b strings.Builder
-	b.Grow(len(key) + 2)
-	b.WriteByte('"')
-	for i := 0; i < len(key); i++ {
-		if key[i] == '"' || key[i] == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(key[i])
-	}
-	b.WriteByte('"')
-	return b.String(), nil
+	return field, nil
 }
 
 // parseKey returns the key carried by an Idempotency-Key field value: the

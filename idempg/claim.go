@@ -1,12 +1,10 @@
 package idempg
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/record"
 )
 
 // claimAttempts bounds how often a claim starts over because the key changed
@@ -237,12 +236,7 @@ func inFlight(scope idem.Scope) *idem.Record {
 // replaceable reports whether a claim may replace rec (past retention) or
 // take it over (a two-phase lease that expired, for the same request).
 func replaceable(rec *idem.Record, p idem.ClaimParams) bool {
-	return idem.Expired(rec.CreatedAt, p.Now, p.Retention) || canTakeOver(rec, p)
-}
-
-func canTakeOver(rec *idem.Record, p idem.ClaimParams) bool {
-	return p.Mode == idem.ModeTwoPhase && rec.Status == idem.StatusInFlight &&
-		idem.LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout) && bytes.Equal(rec.RequestHash, p.RequestHash)
+	return idem.Expired(rec.CreatedAt, p.Now, p.Retention) || p.CanTakeOver(rec)
 }
 
 // probe is the fast path: it reads a key on a pooled connection, nil when
@@ -313,20 +307,13 @@ func scanKey(row pgx.Row, scope idem.Scope) (rec *idem.Record, locked bool, err 
 		rec.LockedAt = lockedAt.UTC()
 	}
 	if rec.Status == idem.StatusCompleted {
-		h := http.Header{}
-		if len(respHeader) > 0 {
-			if err := json.Unmarshal(respHeader, &h); err != nil {
-				return nil, false, fmt.Errorf("decode stored headers: %w", err)
-			}
-		}
-		if respBody == nil {
-			respBody = []byte{}
-		}
 		code := 0
 		if respStatus != nil {
 			code = int(*respStatus)
 		}
-		rec.Response = &idem.Response{StatusCode: code, Header: h, Body: respBody}
+		if rec.Response, err = record.DecodeResponse(code, respHeader, respBody); err != nil {
+			return nil, false, err
+		}
 	}
 	return rec, locked, nil
 }

@@ -16,9 +16,10 @@ var (
 	// lease of this package.
 	ErrNoTx = errors.New("idempg: no idempotency transaction in context")
 
-	// ErrLeaseEnded is returned by [TxFromContext] once the lease has been
-	// completed or released.
-	ErrLeaseEnded = errors.New("idempg: the lease has ended")
+	// ErrLeaseEnded is [idem.ErrLeaseEnded], returned by [TxFromContext]
+	// once the lease has been completed or released, and by a second
+	// Complete or Release.
+	ErrLeaseEnded = idem.ErrLeaseEnded
 
 	// ErrTxManaged is returned by Commit and Rollback of the transaction
 	// that [TxFromContext] returns: the lease commits it with the stored

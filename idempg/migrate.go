@@ -3,9 +3,11 @@ package idempg
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/internal/migrate"
 )
@@ -33,84 +35,97 @@ func (s *Store) MigrateTo(ctx context.Context, version int) error {
 	if err != nil {
 		return fmt.Errorf("idempg: %w", err)
 	}
-	if version < 0 {
-		version = len(migrations)
+	r := migrate.Runner{
+		Store:      "idempg",
+		Migrations: migrations,
+		Begin:      s.beginMigration,
+		Applied: func(m migrate.Migration, up bool) {
+			s.cfg.Logger.InfoContext(ctx, "idempg: migrated", "version", m.Version, "name", m.Name, "up", up)
+		},
 	}
-	if version > len(migrations) {
-		return fmt.Errorf("idempg: no migration version %d; the newest is %d", version, len(migrations))
-	}
-	for {
-		done, err := s.migrateStep(ctx, migrations, version)
-		if err != nil || done {
-			return err
-		}
-	}
+	return r.To(ctx, version)
 }
 
-// migrateStep applies one migration towards target, in one transaction. It
-// returns done when the schema is at target.
-func (s *Store) migrateStep(ctx context.Context, migrations []migrate.Migration, target int) (done bool, err error) {
+// migrationTx is a migration's transaction, on a connection of its own.
+type migrationTx struct {
+	conn *pgxpool.Conn
+	tx   pgx.Tx
+}
+
+// beginMigration begins a migration's transaction, which first takes an
+// advisory lock, so that only one process migrates at a time and creates
+// the version table: concurrent CREATE TABLE IF NOT EXISTS can fail.
+func (s *Store) beginMigration(ctx context.Context) (migrate.Tx, error) {
 	conn, err := s.acquire(ctx, "migrate")
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	defer conn.Release()
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return false, wrapErr(ctx, "migrate: begin", err)
+		conn.Release()
+		return nil, wrapErr(ctx, "migrate: begin", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-
-	// The lock comes first, so that only one process creates the version
-	// table: concurrent CREATE TABLE IF NOT EXISTS can fail.
+	t := &migrationTx{conn: conn, tx: tx}
 	if _, err := tx.Exec(ctx, queryMigrationLock, migrationLockID); err != nil {
-		return false, wrapErr(ctx, "migrate: lock", err)
+		t.Rollback(ctx)
+		return nil, wrapErr(ctx, "migrate: lock", err)
 	}
 	if _, err := tx.Exec(ctx, queryCreateVersionTable); err != nil {
-		return false, wrapErr(ctx, "migrate: create version table", err)
+		t.Rollback(ctx)
+		return nil, wrapErr(ctx, "migrate: create version table", err)
 	}
-	var current int
-	if err := tx.QueryRow(ctx, querySchemaVersion).Scan(&current); err != nil {
-		return false, wrapErr(ctx, "migrate: read schema version", err)
-	}
-	if current > len(migrations) {
-		return false, fmt.Errorf("idempg: the database is at schema version %d, newer than this program's %d", current, len(migrations))
-	}
-	var (
-		m  migrate.Migration
-		up = current < target
-	)
-	switch {
-	case current == target:
-		return true, nil
-	case up:
-		m = migrations[current]
-		if err := run(ctx, tx, m.Up, queryRecordMigration, m.Version, m.Name); err != nil {
-			return false, fmt.Errorf("idempg: migrate up to %d (%s): %w", m.Version, m.Name, err)
-		}
-	default:
-		m = migrations[current-1]
-		if err := run(ctx, tx, m.Down, queryForgetMigration, m.Version); err != nil {
-			return false, fmt.Errorf("idempg: migrate down from %d (%s): %w", m.Version, m.Name, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return false, wrapErr(ctx, fmt.Sprintf("commit migration %d", m.Version), err)
-	}
-	s.cfg.Logger.InfoContext(ctx, "idempg: migrated", "version", m.Version, "name", m.Name, "up", up)
-	return false, nil
+	return t, nil
 }
 
-// run executes a migration's SQL, which may hold several statements, then
-// records it.
-func run(ctx context.Context, tx pgx.Tx, script, record string, args ...any) error {
-	if _, err := tx.Exec(ctx, script); err != nil {
+func (t *migrationTx) Version(ctx context.Context) (int, error) {
+	var v int
+	if err := t.tx.QueryRow(ctx, querySchemaVersion).Scan(&v); err != nil {
+		return 0, wrapErr(ctx, "migrate: read schema version", err)
+	}
+	return v, nil
+}
+
+func (t *migrationTx) Exec(ctx context.Context, script string) error {
+	if _, err := t.tx.Exec(ctx, script); err != nil {
 		return wrapErr(ctx, "run", err)
 	}
-	if _, err := tx.Exec(ctx, record, args...); err != nil {
+	return nil
+}
+
+func (t *migrationTx) Record(ctx context.Context, m migrate.Migration) error {
+	if _, err := t.tx.Exec(ctx, queryRecordMigration, m.Version, m.Name); err != nil {
 		return wrapErr(ctx, "record version", err)
 	}
 	return nil
+}
+
+func (t *migrationTx) Forget(ctx context.Context, m migrate.Migration) error {
+	if _, err := t.tx.Exec(ctx, queryForgetMigration, m.Version); err != nil {
+		return wrapErr(ctx, "forget version", err)
+	}
+	return nil
+}
+
+func (t *migrationTx) Commit(ctx context.Context) error {
+	if err := t.tx.Commit(ctx); err != nil {
+		return wrapErr(ctx, "commit", err)
+	}
+	return nil
+}
+
+// Rollback rolls back unless the transaction committed, and returns the
+// connection to the pool.
+func (t *migrationTx) Rollback(ctx context.Context) error {
+	if t.conn == nil {
+		return nil
+	}
+	err := t.tx.Rollback(ctx)
+	t.conn.Release()
+	t.conn = nil
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return nil
+	}
+	return err
 }
 
 // SchemaVersion returns the applied migration version, 0 for none. It

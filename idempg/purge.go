@@ -2,15 +2,17 @@ package idempg
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // Defaults and bounds of [Store.Purge].
 const (
 	// PurgeBatchSizeDefault is the default of [PurgeParams.BatchSize].
-	PurgeBatchSizeDefault = 1000
+	PurgeBatchSizeDefault = idem.PurgeBatchSizeDefault
 
 	// purgeBatchTimeout bounds each batch's statement.
 	purgeBatchTimeout = 30 * time.Second
@@ -19,32 +21,20 @@ const (
 	purgePause = 10 * time.Millisecond
 )
 
-// PurgeParams are the inputs of [Store.Purge].
-type PurgeParams struct {
-	// Before deletes keys created before this time, on the middleware's
-	// clock: now minus the published retention. Required.
-	Before time.Time
-
-	// BatchSize is the number of keys deleted per statement. Defaults to
-	// PurgeBatchSizeDefault (1000).
-	BatchSize int
-}
+// PurgeParams are the inputs of [Store.Purge]; see [idem.PurgeParams].
+type PurgeParams = idem.PurgeParams
 
 // Purge deletes keys created before p.Before, in batches. Each batch is one
 // short DELETE statement of its own, under a timeout, followed by a short
 // jittered pause; rows that a request in flight holds are skipped, never
 // waited for. It returns the number of keys deleted, also when it fails
-// part way.
+// part way. A p that [idem.PurgeParams.Validate] refuses is an error and
+// deletes nothing.
 func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
-	if p.Before.IsZero() {
-		return 0, errors.New("idempg: PurgeParams.Before is required")
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("idempg: purge: %w", err)
 	}
-	if p.BatchSize < 0 {
-		return 0, errors.New("idempg: PurgeParams.BatchSize must not be negative")
-	}
-	if p.BatchSize == 0 {
-		p.BatchSize = PurgeBatchSizeDefault
-	}
+	p = p.WithDefaults()
 	var total int64
 	for {
 		n, err := s.purgeBatch(ctx, p)

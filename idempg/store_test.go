@@ -225,6 +225,13 @@ func TestConformance(t *testing.T) {
 				Count: func(t *testing.T, s idem.Store, value string) int {
 					return countRows(t, s.(*idempg.Store), value)
 				},
+				NewUnmigrated: func(t *testing.T) idem.Store {
+					store, err := idempg.New(schemaPool(t, admin, connString), &idempg.Config{Logger: quiet})
+					if err != nil {
+						t.Fatalf("New: %v", err)
+					}
+					return store
+				},
 			})
 		})
 	}

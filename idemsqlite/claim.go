@@ -4,14 +4,13 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/record"
 )
 
 // ErrNoTx is returned by [TxFromContext] for a context that carries no lease.
@@ -26,6 +25,8 @@ type txKey struct{}
 // In ModeAtomic the transaction was opened with the claim. In ModeTwoPhase
 // it is opened on the first call, so a handler can call other systems
 // before it takes SQLite's single write lock. Do not commit or roll it back.
+// Once the lease is completed or released, it returns an error wrapping
+// idem.ErrLeaseEnded.
 func TxFromContext(ctx context.Context) (*sql.Tx, error) {
 	lt, ok := ctx.Value(txKey{}).(*leaseTx)
 	if !ok {
@@ -46,7 +47,7 @@ func (lt *leaseTx) get(ctx context.Context) (*sql.Tx, error) {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
 	if lt.ended {
-		return nil, sql.ErrTxDone
+		return nil, fmt.Errorf("idemsqlite: %w", idem.ErrLeaseEnded)
 	}
 	if lt.tx == nil {
 		tx, err := lt.store.begin(ctx)
@@ -58,14 +59,18 @@ func (lt *leaseTx) get(ctx context.Context) (*sql.Tx, error) {
 	return lt.tx.Tx, nil
 }
 
-// end takes the transaction out, so that nothing uses it after the lease ends.
-func (lt *leaseTx) end() *writeTx {
+// end takes the transaction out, so that nothing uses it after the lease
+// ends. ended is true when the lease had already ended.
+func (lt *leaseTx) end() (tx *writeTx, ended bool) {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
+	if lt.ended {
+		return nil, true
+	}
 	lt.ended = true
-	tx := lt.tx
+	tx = lt.tx
 	lt.tx = nil
-	return tx
+	return tx, false
 }
 
 // writeTx is a transaction on the write connection. The wait for the
@@ -114,7 +119,7 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 	if err != nil {
 		return idem.ClaimResult{}, err
 	}
-	if rec != nil && !idem.Expired(rec.CreatedAt, p.Now, p.Retention) && !canTakeOver(rec, p) {
+	if rec != nil && !idem.Expired(rec.CreatedAt, p.Now, p.Retention) && !p.CanTakeOver(rec) {
 		return idem.ClaimResult{Record: rec}, nil
 	}
 
@@ -145,11 +150,6 @@ func (s *Store) landed(scope idem.Scope) {
 	s.mu.Unlock()
 }
 
-func canTakeOver(rec *idem.Record, p idem.ClaimParams) bool {
-	return p.Mode == idem.ModeTwoPhase && rec.Status == idem.StatusInFlight &&
-		idem.LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout) && bytes.Equal(rec.RequestHash, p.RequestHash)
-}
-
 func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
 	// An atomic claim's transaction outlives the claim call; it ends with
 	// Complete or Release.
@@ -178,7 +178,7 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams) (idem.ClaimResu
 			p.RequestHash, nullBytes(p.RequestFields), l.info.Token, now, now); err != nil {
 			return idem.ClaimResult{}, fmt.Errorf("idemsqlite: insert key: %w", unavailable(err))
 		}
-	case canTakeOver(rec, p):
+	case p.CanTakeOver(rec):
 		if _, err := tx.ExecContext(ctx, queryTakeOverKey, p.Now.UnixMicro(), p.Scope.ClientID, p.Scope.Key, rec.Token); err != nil {
 			return idem.ClaimResult{}, fmt.Errorf("idemsqlite: take over key: %w", unavailable(err))
 		}
@@ -233,16 +233,9 @@ func load(ctx context.Context, q querier, scope idem.Scope) (*idem.Record, error
 		rec.LockedAt = time.UnixMicro(lockedAt.Int64).UTC()
 	}
 	if rec.Status == idem.StatusCompleted {
-		h := http.Header{}
-		if len(respHeader) > 0 {
-			if err := json.Unmarshal(respHeader, &h); err != nil {
-				return nil, fmt.Errorf("idemsqlite: decode stored headers: %w", err)
-			}
+		if rec.Response, err = record.DecodeResponse(int(respStatus.Int64), respHeader, respBody); err != nil {
+			return nil, fmt.Errorf("idemsqlite: %w", err)
 		}
-		if respBody == nil {
-			respBody = []byte{}
-		}
-		rec.Response = &idem.Response{StatusCode: int(respStatus.Int64), Header: h, Body: respBody}
 	}
 	return &rec, nil
 }
@@ -261,6 +254,9 @@ type lease struct {
 	mode  idem.Mode
 	info  idem.LeaseInfo
 	tx    *leaseTx
+	// completeFailed is set when Complete failed other than by losing the
+	// lease; Release may then still free a two-phase claim.
+	completeFailed bool
 }
 
 func (l *lease) Context(ctx context.Context) context.Context {
@@ -269,9 +265,19 @@ func (l *lease) Context(ctx context.Context) context.Context {
 
 func (l *lease) Info() idem.LeaseInfo { return l.info }
 
-func (l *lease) Complete(ctx context.Context, resp *idem.Response) error {
+func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
+	tx, ended := l.tx.end()
+	if ended {
+		return fmt.Errorf("idemsqlite: complete key: %w", idem.ErrLeaseEnded)
+	}
 	defer l.finish()
-	tx := l.tx.end()
+	defer func() {
+		// A two-phase claim is committed: a Release after this failure
+		// frees it (see idem.Lease).
+		if err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+			l.completeFailed = true
+		}
+	}()
 	if tx == nil { // a two-phase handler that wrote nothing
 		var err error
 		if tx, err = l.store.begin(ctx); err != nil {
@@ -284,15 +290,11 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) error {
 			tx.rollback()
 		}
 	}()
-	header, err := json.Marshal(resp.Header)
+	header, err := record.EncodeHeader(resp.Header)
 	if err != nil {
-		return fmt.Errorf("idemsqlite: encode headers: %w", err)
+		return fmt.Errorf("idemsqlite: %w", err)
 	}
-	body := resp.Body
-	if body == nil {
-		body = []byte{}
-	}
-	res, err := tx.ExecContext(ctx, queryCompleteKey, resp.StatusCode, header, body, time.Now().UnixMicro(),
+	res, err := tx.ExecContext(ctx, queryCompleteKey, resp.StatusCode, header, record.EncodeBody(resp.Body), time.Now().UnixMicro(),
 		l.scope.ClientID, l.scope.Key, l.info.Token)
 	if err != nil {
 		return fmt.Errorf("idemsqlite: complete key: %w", unavailable(err))
@@ -308,8 +310,15 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) error {
 }
 
 func (l *lease) Release(ctx context.Context) error {
+	tx, ended := l.tx.end()
+	if ended {
+		if l.completeFailed && l.mode == idem.ModeTwoPhase {
+			return l.deleteClaim(ctx)
+		}
+		return fmt.Errorf("idemsqlite: release key: %w", idem.ErrLeaseEnded)
+	}
 	defer l.finish()
-	if tx := l.tx.end(); tx != nil {
+	if tx != nil {
 		if err := tx.rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
 			return fmt.Errorf("idemsqlite: roll back: %w", err)
 		}
@@ -317,6 +326,12 @@ func (l *lease) Release(ctx context.Context) error {
 	if l.mode == idem.ModeAtomic {
 		return nil // the claim was in the rolled-back transaction
 	}
+	return l.deleteClaim(ctx)
+}
+
+// deleteClaim deletes a two-phase claim's committed row, unless another
+// request took it over.
+func (l *lease) deleteClaim(ctx context.Context) error {
 	if _, err := l.store.write.ExecContext(ctx, queryDeleteLease, l.scope.ClientID, l.scope.Key, l.info.Token); err != nil {
 		return fmt.Errorf("idemsqlite: release key: %w", unavailable(err))
 	}

@@ -7,6 +7,8 @@ const (
     applied_at INTEGER NOT NULL
 )`
 
+	queryVersionTableExists = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'idem_schema_migrations')`
+
 	querySchemaVersion = `SELECT COALESCE(MAX(version), 0) FROM idem_schema_migrations`
 
 	queryRecordMigration = `INSERT INTO idem_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`

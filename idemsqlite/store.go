@@ -144,104 +144,102 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return s.MigrateTo(ctx, -1)
 }
 
-// MigrateTo moves the schema up or down to version; -1 means the newest and
-// 0 removes everything the store created.
+// MigrateTo moves the schema up or down to version, one migration per
+// transaction. -1 means the newest; 0 removes everything the store created
+// except its version table, idem_schema_migrations.
 func (s *Store) MigrateTo(ctx context.Context, version int) error {
 	migrations, err := migrate.Load(migrationFS, "migration")
 	if err != nil {
-		return err
+		return fmt.Errorf("idemsqlite: %w", err)
 	}
-	if version < 0 {
-		version = len(migrations)
+	r := migrate.Runner{
+		Store:      "idemsqlite",
+		Migrations: migrations,
+		Begin:      s.beginMigration,
+		Applied: func(m migrate.Migration, up bool) {
+			s.cfg.Logger.InfoContext(ctx, "idemsqlite: migrated", "version", m.Version, "name", m.Name, "up", up)
+		},
 	}
-	if version > len(migrations) {
-		return fmt.Errorf("idemsqlite: no migration version %d; the newest is %d", version, len(migrations))
-	}
-	if _, err := s.write.ExecContext(ctx, queryCreateVersionTable); err != nil {
-		return fmt.Errorf("idemsqlite: create version table: %w", err)
-	}
-	for {
-		done, err := s.migrateStep(ctx, migrations, version)
-		if err != nil || done {
-			return err
-		}
-	}
+	return r.To(ctx, version)
 }
 
-// migrateStep applies one migration towards target in one transaction.
-func (s *Store) migrateStep(ctx context.Context, migrations []migrate.Migration, target int) (bool, error) {
+// migrationTx is a migration's transaction; _txlock=immediate makes BEGIN
+// take the database's write lock, which serializes migrations.
+type migrationTx struct{ tx *sql.Tx }
+
+func (s *Store) beginMigration(ctx context.Context) (migrate.Tx, error) {
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
-		return false, fmt.Errorf("idemsqlite: migrate: %w", err)
+		return nil, fmt.Errorf("idemsqlite: migrate: begin: %w", unavailable(err))
 	}
-	defer tx.Rollback()
-	var current int
-	if err := tx.QueryRowContext(ctx, querySchemaVersion).Scan(&current); err != nil {
-		return false, fmt.Errorf("idemsqlite: read schema version: %w", err)
+	if _, err := tx.ExecContext(ctx, queryCreateVersionTable); err != nil {
+		tx.Rollback()
+		return nil, fmt.Errorf("idemsqlite: migrate: create version table: %w", err)
 	}
-	var m migrate.Migration
-	switch {
-	case current == target:
-		return true, nil
-	case current < target:
-		m = migrations[current]
-		if _, err := tx.ExecContext(ctx, m.Up); err != nil {
-			return false, fmt.Errorf("idemsqlite: migrate up to %d (%s): %w", m.Version, m.Name, err)
-		}
-		if _, err := tx.ExecContext(ctx, queryRecordMigration, m.Version, m.Name, time.Now().UnixMicro()); err != nil {
-			return false, fmt.Errorf("idemsqlite: record migration %d: %w", m.Version, err)
-		}
-	default:
-		m = migrations[current-1]
-		if _, err := tx.ExecContext(ctx, m.Down); err != nil {
-			return false, fmt.Errorf("idemsqlite: migrate down from %d (%s): %w", m.Version, m.Name, err)
-		}
-		if _, err := tx.ExecContext(ctx, queryForgetMigration, m.Version); err != nil {
-			return false, fmt.Errorf("idemsqlite: forget migration %d: %w", m.Version, err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return false, fmt.Errorf("idemsqlite: commit migration %d: %w", m.Version, err)
-	}
-	s.cfg.Logger.Info("idemsqlite: migrated", "version", m.Version, "name", m.Name, "up", current < target)
-	return false, nil
+	return migrationTx{tx: tx}, nil
 }
 
-// SchemaVersion returns the applied migration version, 0 for none.
-func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
-	if _, err := s.write.ExecContext(ctx, queryCreateVersionTable); err != nil {
-		return 0, fmt.Errorf("idemsqlite: create version table: %w", err)
-	}
+func (t migrationTx) Version(ctx context.Context) (int, error) {
 	var v int
-	if err := s.write.QueryRowContext(ctx, querySchemaVersion).Scan(&v); err != nil {
-		return 0, fmt.Errorf("idemsqlite: read schema version: %w", err)
+	if err := t.tx.QueryRowContext(ctx, querySchemaVersion).Scan(&v); err != nil {
+		return 0, fmt.Errorf("idemsqlite: migrate: read schema version: %w", err)
 	}
 	return v, nil
 }
 
-// PurgeParams are the inputs of [Store.Purge].
-type PurgeParams struct {
-	// Before deletes keys created before this time. Required.
-	Before time.Time
-	// BatchSize is the number of keys deleted per transaction. Defaults to 1000.
-	BatchSize int
+func (t migrationTx) Exec(ctx context.Context, script string) error {
+	_, err := t.tx.ExecContext(ctx, script)
+	return err
 }
 
-// Purge deletes keys created before p.Before, in batches, each in its own
-// short transaction so that requests interleave. It returns the number of
-// keys deleted.
+func (t migrationTx) Record(ctx context.Context, m migrate.Migration) error {
+	_, err := t.tx.ExecContext(ctx, queryRecordMigration, m.Version, m.Name, time.Now().UnixMicro())
+	return err
+}
+
+func (t migrationTx) Forget(ctx context.Context, m migrate.Migration) error {
+	_, err := t.tx.ExecContext(ctx, queryForgetMigration, m.Version)
+	return err
+}
+
+func (t migrationTx) Commit(context.Context) error { return t.tx.Commit() }
+
+func (t migrationTx) Rollback(context.Context) error { return t.tx.Rollback() }
+
+// SchemaVersion returns the applied migration version, 0 for none. It
+// creates nothing.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var exists bool
+	if err := s.read.QueryRowContext(ctx, queryVersionTableExists).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("idemsqlite: read schema version: %w", unavailable(err))
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int
+	if err := s.read.QueryRowContext(ctx, querySchemaVersion).Scan(&v); err != nil {
+		return 0, fmt.Errorf("idemsqlite: read schema version: %w", unavailable(err))
+	}
+	return v, nil
+}
+
+// PurgeParams are the inputs of [Store.Purge]; see [idem.PurgeParams].
+type PurgeParams = idem.PurgeParams
+
+// Purge deletes keys created before p.Before, in batches of p.BatchSize,
+// each in its own short transaction so that requests interleave. It
+// returns the number of keys deleted, also when it fails part way. A p
+// that [idem.PurgeParams.Validate] refuses is an error and deletes nothing.
 func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
-	if p.Before.IsZero() {
-		return 0, errors.New("idemsqlite: PurgeParams.Before is required")
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("idemsqlite: purge: %w", err)
 	}
-	if p.BatchSize <= 0 {
-		p.BatchSize = 1000
-	}
+	p = p.WithDefaults()
 	var total int64
 	for {
 		res, err := s.write.ExecContext(ctx, queryPurgeBatch, p.Before.UnixMicro(), p.BatchSize)
 		if err != nil {
-			return total, fmt.Errorf("idemsqlite: purge: %w", err)
+			return total, fmt.Errorf("idemsqlite: purge: %w", unavailable(err))
 		}
 		n, _ := res.RowsAffected()
 		total += n

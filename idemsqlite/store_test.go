@@ -10,13 +10,20 @@ import (
 	"github.com/idemkit/idem/idemtest"
 )
 
-func openStore(t *testing.T) *idemsqlite.Store {
+// openUnmigrated opens a store on a new, empty database file.
+func openUnmigrated(t *testing.T) *idemsqlite.Store {
 	t.Helper()
 	store, err := idemsqlite.Open(filepath.Join(t.TempDir(), "idem.db"), nil)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() { store.Close() })
+	return store
+}
+
+func openStore(t *testing.T) *idemsqlite.Store {
+	t.Helper()
+	store := openUnmigrated(t)
 	if err := store.Migrate(context.Background()); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
@@ -48,7 +55,20 @@ func TestConformance(t *testing.T) {
 			}
 			return n
 		},
+		NewUnmigrated: func(t *testing.T) idem.Store { return openUnmigrated(t) },
 	})
+}
+
+func TestSchemaVersionCreatesNothing(t *testing.T) {
+	t.Parallel()
+	store := openUnmigrated(t)
+	if v, err := store.SchemaVersion(context.Background()); err != nil || v != 0 {
+		t.Fatalf("SchemaVersion = %d, %v; want 0", v, err)
+	}
+	var n int
+	if err := store.DB().QueryRow(`SELECT count(*) FROM sqlite_master`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d objects in the database after SchemaVersion (err %v); want none", n, err)
+	}
 }
 
 func TestMigrateUpAndDown(t *testing.T) {

@@ -4,6 +4,9 @@
 // [RunStoreTests] is the conformance suite every store must pass: claims,
 // replays, mismatches, concurrent claims electing exactly one owner,
 // release, expiry, takeover after the lock timeout, fencing of stale
-// holders, tenant isolation and, for transactional stores, that business
-// writes commit and roll back with the key.
+// holders, tenant isolation, that a key in flight is reported without
+// waiting for its holder, that an ended lease answers [idem.ErrLeaseEnded]
+// and, for transactional stores, that business writes commit and roll back
+// with the key. Stores with a Purge method get the purge tests, and stores
+// with a versioned schema (see [Harness].NewUnmigrated) the schema tests.
 package idemtest

@@ -3,6 +3,7 @@ package idemtest
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"sync"
@@ -49,13 +50,33 @@ func (s *MemoryStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.Claim
 		s.records[p.Scope] = rec
 		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: token}}, nil
 	}
-	if p.Mode == idem.ModeTwoPhase && rec.Status == idem.StatusInFlight &&
-		idem.LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout) && bytes.Equal(rec.RequestHash, p.RequestHash) {
+	if p.CanTakeOver(rec) {
 		rec.Token++
 		rec.LockedAt = p.Now
 		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: rec.Token, takenOver: true}}, nil
 	}
 	return idem.ClaimResult{Record: cloneRecord(rec)}, nil
+}
+
+// Purge deletes the keys created before p.Before and returns how many it
+// deleted. It validates p as the database stores do; there are no batches.
+func (s *MemoryStore) Purge(ctx context.Context, p idem.PurgeParams) (int64, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("idemtest: purge: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for scope, rec := range s.records {
+		if rec.CreatedAt.Before(p.Before) {
+			delete(s.records, scope)
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Get returns a copy of the record of a scope, for tests that inspect the store.
@@ -100,6 +121,7 @@ type memoryLease struct {
 	scope     idem.Scope
 	token     int64
 	takenOver bool
+	ended     bool // guarded by store.mu
 }
 
 func (l *memoryLease) Context(ctx context.Context) context.Context { return ctx }
@@ -120,6 +142,10 @@ func (l *memoryLease) held() *idem.Record {
 func (l *memoryLease) Complete(ctx context.Context, resp *idem.Response) error {
 	l.store.mu.Lock()
 	defer l.store.mu.Unlock()
+	if l.ended {
+		return fmt.Errorf("idemtest: complete key: %w", idem.ErrLeaseEnded)
+	}
+	l.ended = true
 	rec := l.held()
 	if rec == nil {
 		return idem.ErrLeaseLost
@@ -132,6 +158,10 @@ func (l *memoryLease) Complete(ctx context.Context, resp *idem.Response) error {
 func (l *memoryLease) Release(ctx context.Context) error {
 	l.store.mu.Lock()
 	defer l.store.mu.Unlock()
+	if l.ended {
+		return fmt.Errorf("idemtest: release key: %w", idem.ErrLeaseEnded)
+	}
+	l.ended = true
 	if l.held() != nil {
 		delete(l.store.records, l.scope)
 	}

@@ -27,6 +27,30 @@ type Harness struct {
 	// the atomicity tests are skipped.
 	Write func(ctx context.Context, store idem.Store, value string) error
 	Count func(t *testing.T, store idem.Store, value string) int
+
+	// NewUnmigrated returns a fresh store whose database has none of the
+	// store's schema, for the schema tests. The store must have the
+	// methods of a migrating store, as idempg and idemsqlite do:
+	//
+	//	Migrate(ctx context.Context) error
+	//	MigrateTo(ctx context.Context, version int) error
+	//	SchemaVersion(ctx context.Context) (int, error)
+	//
+	// nil skips the schema tests.
+	NewUnmigrated func(t *testing.T) idem.Store
+}
+
+// purger is a store that deletes keys past retention. A store from
+// Harness.NewStore that has this method gets the purge tests.
+type purger interface {
+	Purge(ctx context.Context, p idem.PurgeParams) (int64, error)
+}
+
+// migrator is a store with a versioned schema (see Harness.NewUnmigrated).
+type migrator interface {
+	Migrate(ctx context.Context) error
+	MigrateTo(ctx context.Context, version int) error
+	SchemaVersion(ctx context.Context) (int, error)
 }
 
 // epoch is the suite's clock origin; stores must use ClaimParams.Now.
@@ -37,9 +61,11 @@ const (
 	retention   = 24 * time.Hour
 )
 
-// RunStoreTests runs the store conformance suite, in both modes.
+// RunStoreTests runs the store conformance suite, in both modes, then the
+// tests of purge and of the schema for stores that have them.
 func RunStoreTests(t *testing.T, h Harness) {
 	t.Helper()
+
 	for _, mode := range []idem.Mode{idem.ModeAtomic, idem.ModeTwoPhase} {
 		t.Run(mode.String(), func(t *testing.T) {
 			s := suite{h: h, mode: mode}
@@ -53,24 +79,41 @@ func RunStoreTests(t *testing.T, h Harness) {
 			t.Run("IsolatesTenants", s.isolatesTenants)
 			t.Run("StoresLargeBinaryResponse", s.storesLargeResponse)
 			t.Run("CancelledClaimLeavesNothing", s.cancelledClaim)
+			t.Run("CompletedLeaseHasEnded", s.completedLeaseHasEnded)
+			t.Run("ReleasedLeaseHasEnded", s.releasedLeaseHasEnded)
 			if mode == idem.ModeTwoPhase {
 				t.Run("TakesOverExpiredLease", s.takesOverExpiredLease)
 				t.Run("NoTakeoverWithDifferentRequest", s.noTakeoverWithDifferentRequest)
 				t.Run("StaleHolderCannotRelease", s.staleHolderCannotRelease)
 				t.Run("StaleHolderOfExpiredKeyCannotComplete", s.staleHolderOfExpiredKey)
+				t.Run("LostLeaseHasEnded", s.lostLeaseHasEnded)
 			}
 			t.Run("CommitsBusinessWritesWithResponse", s.commitsWrites)
 			t.Run("ReleaseRollsBackBusinessWrites", s.releaseRollsBack)
+			t.Run("NoWritesAfterLeaseEnded", s.noWritesAfterEnd)
 			if mode == idem.ModeTwoPhase {
 				t.Run("StaleHolderWritesRollBack", s.staleHolderWritesRollBack)
 			}
 		})
 	}
+	s := suite{h: h, mode: idem.ModeTwoPhase}
+	t.Run("Purge", func(t *testing.T) {
+		t.Run("DeletesKeysCreatedBefore", s.purgeDeletesOldKeys)
+		t.Run("ZeroBatchSizeMeansDefault", s.purgeZeroBatchSize)
+		t.Run("RejectsNegativeBatchSize", s.purgeRejectsNegativeBatchSize)
+		t.Run("RequiresBefore", s.purgeRequiresBefore)
+	})
+	t.Run("Schema", func(t *testing.T) {
+		t.Run("VersionBeforeAndAfterMigration", s.schemaVersion)
+	})
 }
 
 type suite struct {
 	h    Harness
 	mode idem.Mode
+	// inFlightDeadline overrides the in-flight test's deadline, for the
+	// test that shows that the check fails for a store that waits.
+	inFlightDeadline time.Duration
 }
 
 var keySeq struct {
@@ -98,7 +141,7 @@ func (s suite) params(scope idem.Scope, body string, now time.Time) idem.ClaimPa
 	}
 }
 
-func (s suite) claim(t *testing.T, store idem.Store, p idem.ClaimParams) idem.ClaimResult {
+func (s suite) claim(t testing.TB, store idem.Store, p idem.ClaimParams) idem.ClaimResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -112,7 +155,7 @@ func (s suite) claim(t *testing.T, store idem.Store, p idem.ClaimParams) idem.Cl
 	return res
 }
 
-func (s suite) mustLease(t *testing.T, store idem.Store, p idem.ClaimParams) idem.Lease {
+func (s suite) mustLease(t testing.TB, store idem.Store, p idem.ClaimParams) idem.Lease {
 	t.Helper()
 	res := s.claim(t, store, p)
 	if res.Lease == nil {
@@ -121,7 +164,7 @@ func (s suite) mustLease(t *testing.T, store idem.Store, p idem.ClaimParams) ide
 	return res.Lease
 }
 
-func (s suite) mustRecord(t *testing.T, store idem.Store, p idem.ClaimParams) *idem.Record {
+func (s suite) mustRecord(t testing.TB, store idem.Store, p idem.ClaimParams) *idem.Record {
 	t.Helper()
 	res := s.claim(t, store, p)
 	if res.Record == nil {
@@ -130,14 +173,14 @@ func (s suite) mustRecord(t *testing.T, store idem.Store, p idem.ClaimParams) *i
 	return res.Record
 }
 
-func complete(t *testing.T, l idem.Lease, resp *idem.Response) {
+func complete(t testing.TB, l idem.Lease, resp *idem.Response) {
 	t.Helper()
 	if err := l.Complete(context.Background(), resp); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 }
 
-func release(t *testing.T, l idem.Lease) {
+func release(t testing.TB, l idem.Lease) {
 	t.Helper()
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatalf("Release: %v", err)
@@ -194,29 +237,68 @@ func (s suite) replaysCompletedKey(t *testing.T) {
 
 func (s suite) reportsInFlight(t *testing.T) {
 	t.Parallel()
-	store := s.h.NewStore(t)
+	s.checkReportsInFlight(t, s.h.NewStore(t))
+}
+
+// inFlightDeadline is how long the in-flight test lets a second claim take
+// while the holder keeps the key. A store that answers at once does so in
+// far less on any machine; a store that waits for the holder never answers
+// before the holder lets go, however long the deadline.
+const inFlightDeadline = 10 * time.Second
+
+// claimAnswer is what a Claim returned.
+type claimAnswer struct {
+	res idem.ClaimResult
+	err error
+}
+
+// checkReportsInFlight checks that a claim of a key whose holder is still
+// working answers that the key is in flight without waiting for the
+// holder: the holder keeps its lease, or in atomic mode its transaction
+// open, until the second claim has answered, and lets go only if it has
+// not answered within deadline, which fails the test.
+func (s suite) checkReportsInFlight(t testing.TB, store idem.Store) {
+	t.Helper()
 	scope := newScope("alice")
 	l := s.mustLease(t, store, s.params(scope, "a", epoch))
-	defer release(t, l)
 
-	// The holder's lease is fresh, or in atomic mode its transaction is
-	// open: a second claim must answer at once that the key is in flight.
-	done := make(chan *idem.Record, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	answered := make(chan claimAnswer, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
 		res, err := store.Claim(ctx, s.params(scope, "a", epoch.Add(time.Second)))
-		if err != nil || res.Record == nil {
-			t.Errorf("second claim: record=%v err=%v; want a record", res.Record != nil, err)
-			done <- nil
-			return
-		}
-		done <- res.Record
+		answered <- claimAnswer{res, err}
 	}()
-	rec := <-done
-	if rec == nil {
-		return
+	deadline := s.inFlightDeadline
+	if deadline == 0 {
+		deadline = inFlightDeadline
 	}
+	timer := time.NewTimer(deadline)
+	defer timer.Stop()
+	var a claimAnswer
+	select {
+	case a = <-answered:
+		release(t, l) // only now: the answer came while the key was held
+	case <-timer.C:
+		// Let the holder go, so that a waiting claim returns, then fail.
+		_ = l.Release(context.Background())
+		cancel()
+		select {
+		case a = <-answered:
+			if a.res.Lease != nil {
+				_ = a.res.Lease.Release(context.Background())
+			}
+		case <-time.After(inFlightDeadline):
+		}
+		t.Fatalf("a second claim of a key in flight had not answered after %v while the holder kept the key: the store waits for the holder instead of reporting the key in flight at once", deadline)
+	}
+	if a.err != nil || a.res.Record == nil {
+		if a.res.Lease != nil {
+			_ = a.res.Lease.Release(context.Background())
+		}
+		t.Fatalf("second claim: record=%v lease=%v err=%v; want the record of the key in flight", a.res.Record != nil, a.res.Lease != nil, a.err)
+	}
+	rec := a.res.Record
 	if rec.Status != idem.StatusInFlight {
 		t.Errorf("status = %q, want started", rec.Status)
 	}
@@ -534,4 +616,215 @@ func (s suite) staleHolderWritesRollBack(t *testing.T) {
 	if n := s.h.Count(t, store, scope.Key+"-new"); n != 1 {
 		t.Errorf("%d rows from the new holder, want 1", n)
 	}
+}
+
+// wantEnded checks that err, from a call on an ended lease, wraps
+// idem.ErrLeaseEnded.
+func wantEnded(t testing.TB, call string, err error) {
+	t.Helper()
+	if !errors.Is(err, idem.ErrLeaseEnded) {
+		t.Errorf("%s on an ended lease = %v, want an error wrapping idem.ErrLeaseEnded", call, err)
+	}
+}
+
+func (s suite) completedLeaseHasEnded(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	scope := newScope("alice")
+	l := s.mustLease(t, store, s.params(scope, "a", epoch))
+	complete(t, l, sampleResponse(`{"call":"first"}`))
+	wantEnded(t, "a second Complete", l.Complete(context.Background(), sampleResponse(`{"call":"second"}`)))
+	wantEnded(t, "Release after Complete", l.Release(context.Background()))
+	rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(time.Second)))
+	if rec.Status != idem.StatusCompleted || string(rec.Response.Body) != `{"call":"first"}` {
+		t.Errorf("record = %q %q, want the first response, completed", rec.Status, rec.Response.Body)
+	}
+}
+
+func (s suite) releasedLeaseHasEnded(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	scope := newScope("alice")
+	l := s.mustLease(t, store, s.params(scope, "a", epoch))
+	release(t, l)
+	wantEnded(t, "a second Release", l.Release(context.Background()))
+	wantEnded(t, "Complete after Release", l.Complete(context.Background(), sampleResponse(`{"holder":"old"}`)))
+	// The ended lease touches nothing of the key's next holder.
+	next := s.mustLease(t, store, s.params(scope, "a", epoch.Add(time.Second)))
+	wantEnded(t, "a third Release", l.Release(context.Background()))
+	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(2*time.Second))); rec.Status != idem.StatusInFlight {
+		t.Errorf("the next holder's key is %q, want started", rec.Status)
+	}
+	complete(t, next, sampleResponse(`{"holder":"next"}`))
+	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(3*time.Second))); string(rec.Response.Body) != `{"holder":"next"}` {
+		t.Errorf("stored %q, want the next holder's response", rec.Response.Body)
+	}
+}
+
+func (s suite) lostLeaseHasEnded(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	scope := newScope("alice")
+	old := s.mustLease(t, store, s.params(scope, "a", epoch))
+	taken := s.mustLease(t, store, s.params(scope, "a", epoch.Add(lockTimeout+time.Second)))
+	if err := old.Complete(context.Background(), sampleResponse(`{"holder":"old"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("stale holder's Complete = %v, want ErrLeaseLost", err)
+	}
+	wantEnded(t, "Release after a lost Complete", old.Release(context.Background()))
+	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(lockTimeout+2*time.Second))); rec.Status != idem.StatusInFlight || rec.Token != 2 {
+		t.Errorf("after the stale holder's calls: status %q token %d, want started with token 2", rec.Status, rec.Token)
+	}
+	complete(t, taken, sampleResponse("{}"))
+}
+
+func (s suite) noWritesAfterEnd(t *testing.T) {
+	s.needTx(t)
+	t.Parallel()
+	store := s.h.NewStore(t)
+	scope := newScope("alice")
+	l := s.mustLease(t, store, s.params(scope, "a", epoch))
+	ctx := l.Context(context.Background())
+	complete(t, l, sampleResponse("{}"))
+	wantEnded(t, "a business write", s.h.Write(ctx, store, scope.Key))
+	if n := s.h.Count(t, store, scope.Key); n != 0 {
+		t.Errorf("%d business rows written after the lease ended, want 0", n)
+	}
+}
+
+// purgerOf returns store's Purge, or skips the test for a store without one.
+func purgerOf(t *testing.T, store idem.Store) purger {
+	t.Helper()
+	p, ok := store.(purger)
+	if !ok {
+		t.Skip("the store has no Purge(context.Context, idem.PurgeParams) (int64, error) method")
+	}
+	return p
+}
+
+// completedKeys stores n completed keys created at created.
+func (s suite) completedKeys(t *testing.T, store idem.Store, n int, created time.Time) []idem.Scope {
+	t.Helper()
+	scopes := make([]idem.Scope, n)
+	for i := range scopes {
+		scopes[i] = newScope("alice")
+		complete(t, s.mustLease(t, store, s.params(scopes[i], "a", created)), sampleResponse("{}"))
+	}
+	return scopes
+}
+
+// wantKept checks that the keys of scopes are still stored, at now.
+func (s suite) wantKept(t *testing.T, store idem.Store, scopes []idem.Scope, now time.Time) {
+	t.Helper()
+	for _, scope := range scopes {
+		if rec := s.mustRecord(t, store, s.params(scope, "a", now)); rec.Status != idem.StatusCompleted {
+			t.Errorf("key %s: status %q, want completed", scope.Key, rec.Status)
+		}
+	}
+}
+
+func (s suite) purgeDeletesOldKeys(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	pg := purgerOf(t, store)
+	old := s.completedKeys(t, store, 5, epoch)
+	young := s.completedKeys(t, store, 2, epoch.Add(2*time.Hour))
+	n, err := pg.Purge(context.Background(), idem.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: 2})
+	if err != nil || n != int64(len(old)) {
+		t.Fatalf("Purge = %d, %v; want %d, nil", n, err, len(old))
+	}
+	s.wantKept(t, store, young, epoch.Add(3*time.Hour))
+	for _, scope := range old {
+		// Within retention, so the key was purged, not expired.
+		l := s.mustLease(t, store, s.params(scope, "a", epoch.Add(3*time.Hour)))
+		release(t, l)
+	}
+	if n, err := pg.Purge(context.Background(), idem.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: 2}); err != nil || n != 0 {
+		t.Errorf("second Purge = %d, %v; want 0, nil", n, err)
+	}
+}
+
+func (s suite) purgeZeroBatchSize(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	pg := purgerOf(t, store)
+	old := s.completedKeys(t, store, 3, epoch)
+	n, err := pg.Purge(context.Background(), idem.PurgeParams{Before: epoch.Add(time.Hour)})
+	if err != nil || n != int64(len(old)) {
+		t.Fatalf("Purge with BatchSize 0 = %d, %v; want %d, nil (the default batch size)", n, err, len(old))
+	}
+}
+
+func (s suite) purgeRejectsNegativeBatchSize(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	pg := purgerOf(t, store)
+	old := s.completedKeys(t, store, 2, epoch)
+	p := idem.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: -1}
+	n, err := pg.Purge(context.Background(), p)
+	if want := p.Validate(); want == nil || !errors.Is(err, want) || n != 0 {
+		t.Errorf("Purge with BatchSize -1 = %d, %v; want 0 and an error wrapping %v", n, err, want)
+	}
+	s.wantKept(t, store, old, epoch.Add(2*time.Hour))
+}
+
+func (s suite) purgeRequiresBefore(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	pg := purgerOf(t, store)
+	old := s.completedKeys(t, store, 1, epoch)
+	p := idem.PurgeParams{BatchSize: 10}
+	n, err := pg.Purge(context.Background(), p)
+	if want := p.Validate(); want == nil || !errors.Is(err, want) || n != 0 {
+		t.Errorf("Purge without Before = %d, %v; want 0 and an error wrapping %v", n, err, want)
+	}
+	s.wantKept(t, store, old, epoch.Add(2*time.Hour))
+}
+
+func (s suite) schemaVersion(t *testing.T) {
+	if s.h.NewUnmigrated == nil {
+		t.Skip("Harness.NewUnmigrated is nil")
+	}
+	t.Parallel()
+	store := s.h.NewUnmigrated(t)
+	m, ok := store.(migrator)
+	if !ok {
+		t.Fatalf("%T from Harness.NewUnmigrated has no Migrate, MigrateTo and SchemaVersion methods", store)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	version := func(want int, when string) {
+		t.Helper()
+		if v, err := m.SchemaVersion(ctx); err != nil || v != want {
+			t.Fatalf("SchemaVersion %s = %d, %v; want %d", when, v, err, want)
+		}
+	}
+	// Reading the version of an empty database finds none and changes
+	// nothing, however often it is read.
+	version(0, "before migration")
+	version(0, "read again before migration")
+	if err := m.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	newest, err := m.SchemaVersion(ctx)
+	if err != nil || newest < 1 {
+		t.Fatalf("SchemaVersion after Migrate = %d, %v; want the newest version, at least 1", newest, err)
+	}
+	complete(t, s.mustLease(t, store, s.params(newScope("alice"), "a", epoch)), sampleResponse("{}"))
+	if err := m.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate again: %v", err)
+	}
+	version(newest, "after a second Migrate")
+	if err := m.MigrateTo(ctx, newest+1); err == nil {
+		t.Errorf("MigrateTo(%d), past the newest, succeeded", newest+1)
+	}
+	version(newest, "after MigrateTo past the newest")
+	if err := m.MigrateTo(ctx, 0); err != nil {
+		t.Fatalf("MigrateTo(0): %v", err)
+	}
+	version(0, "after MigrateTo(0)")
+	if err := m.MigrateTo(ctx, -1); err != nil {
+		t.Fatalf("MigrateTo(-1): %v", err)
+	}
+	version(newest, "after MigrateTo(-1)")
+	complete(t, s.mustLease(t, store, s.params(newScope("alice"), "a", epoch)), sampleResponse("{}"))
 }

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/internal/keyspec"
 )
 
 // Names of the checks, in the order Run performs them.
@@ -30,7 +32,7 @@ const (
 	MethodDefault         = http.MethodPost
 	MismatchStatusDefault = http.StatusUnprocessableEntity
 	ConcurrencyDefault    = 8
-	MaxKeyLengthDefault   = 255
+	MaxKeyLengthDefault   = keyspec.MaxLength
 	TimeoutDefault        = 10 * time.Second
 	RunTimeoutDefault     = 2 * time.Minute
 	MaxBodyBytesDefault   = 1 << 20

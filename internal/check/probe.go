@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/idemkit/idem/internal/keyspec"
 )
 
 // userAgent identifies the checker's probes in the endpoint's logs; each probe
@@ -257,12 +259,13 @@ func newKeyOfLength(n int) string {
 	return hex.EncodeToString(b)[:n]
 }
 
-// wire returns a key as the configured wire format carries it.
+// wire returns a key as the configured wire format carries it. Keys from
+// newKey and newKeyOfLength are hex digits and dashes, valid in both forms.
 func (r *runner) wire(key string) string {
 	if r.cfg.BareKeys {
 		return key
 	}
-	return `"` + key + `"`
+	return keyspec.Quote(key)
 }
 
 // statusText renders a status such as "422 Unprocessable Entity".

@@ -1,8 +1,9 @@
 // Package migrate loads the embedded, versioned SQL migrations of a store.
 //
-// Files are named NNN_name.up.sql and NNN_name.down.sql. Each store applies
-// them with its own driver, one migration per transaction, and records the
-// version in its version table.
+// Files are named NNN_name.up.sql and NNN_name.down.sql. A [Runner] applies
+// them, one migration per transaction, through a small adapter of each
+// store's driver ([Tx]) that records the version in the store's version
+// table.
 package migrate
 
 import (

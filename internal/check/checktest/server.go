@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/idemkit/idem/internal/keyspec"
 )
 
 // Fault is one deliberate defect of the server.
@@ -54,7 +57,7 @@ const (
 	// BurstDefault is the default of Config.Burst.
 	BurstDefault = 8
 	// MaxKeyLength is the longest key the server accepts.
-	MaxKeyLength = 255
+	MaxKeyLength = keyspec.MaxLength
 	// PaymentsPath is the path of the payments endpoint.
 	PaymentsPath = "/v1/payments"
 )
@@ -156,14 +159,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-const openAPI = `{
+var openAPI = `{
   "openapi": "3.1.0",
   "info": {"title": "Payments", "version": "1"},
-  "x-idempotency": {"header": "Idempotency-Key", "max-length": 255, "retention": "PT24H"},
+  "x-idempotency": {"header": "Idempotency-Key", "max-length": ` + strconv.Itoa(MaxKeyLength) + `, "retention": "PT24H"},
   "paths": {"/v1/payments": {"post": {
     "summary": "Create a payment",
     "description": "` + retentionText + `",
-    "parameters": [{"name": "Idempotency-Key", "in": "header", "required": true, "schema": {"type": "string", "maxLength": 255}}]
+    "parameters": [{"name": "Idempotency-Key", "in": "header", "required": true, "schema": {"type": "string", "maxLength": ` + strconv.Itoa(MaxKeyLength) + `}}]
   }}}
 }`
 
@@ -317,63 +320,26 @@ func (s *Server) releaseLocked(w *burstWait) {
 // Errors of ParseKey.
 var (
 	ErrEmptyKey     = errors.New("checktest: empty key")
-	ErrKeyTooLong   = errors.New("checktest: key longer than 255 characters")
+	ErrKeyTooLong   = errors.New("checktest: key longer than " + strconv.Itoa(MaxKeyLength) + " characters")
 	ErrMalformedKey = errors.New("checktest: malformed key")
 )
 
-// ParseKey returns the key in an Idempotency-Key field value: a quoted
-// sf-string ("abc", printable ASCII with \" and \\ escapes, nothing after the
-// closing quote) or a bare token (abc). It rejects empty and over-long keys.
+// ParseKey returns the key in an Idempotency-Key field value, by the rules
+// of an idem server: a quoted sf-string ("abc", printable ASCII with \" and
+// \\ escapes, optionally followed by parameters) or a bare key of letters,
+// digits and "_-.:~/+=". It rejects empty and over-long keys.
 func ParseKey(v string) (string, error) {
-	v = strings.Trim(v, " \t")
-	var key string
-	if strings.HasPrefix(v, `"`) {
-		var b strings.Builder
-		closed := false
-		for i := 1; i < len(v) && !closed; i++ {
-			switch c := v[i]; {
-			case c == '\\':
-				i++
-				if i >= len(v) || (v[i] != '"' && v[i] != '\\') {
-					return "", fmt.Errorf("%w: bad escape", ErrMalformedKey)
-				}
-				b.WriteByte(v[i])
-			case c == '"':
-				if i != len(v)-1 {
-					return "", fmt.Errorf("%w: data after the closing quote", ErrMalformedKey)
-				}
-				closed = true
-			case c < 0x20 || c > 0x7e:
-				return "", fmt.Errorf("%w: byte 0x%02x in string", ErrMalformedKey, c)
-			default:
-				b.WriteByte(c)
-			}
-		}
-		if !closed {
-			return "", fmt.Errorf("%w: unterminated string", ErrMalformedKey)
-		}
-		key = b.String()
-	} else {
-		for i := range len(v) {
-			if !isTokenChar(v[i]) {
-				return "", fmt.Errorf("%w: byte 0x%02x in token", ErrMalformedKey, v[i])
-			}
-		}
-		key = v
-	}
+	key, err := keyspec.Parse(v)
+	var kerr *keyspec.Error
 	switch {
-	case key == "":
+	case err == nil:
+		return key, nil
+	case !errors.As(err, &kerr):
+		return "", fmt.Errorf("%w: %v", ErrMalformedKey, err)
+	case kerr.Kind == keyspec.Empty:
 		return "", ErrEmptyKey
-	case len(key) > MaxKeyLength:
+	case kerr.Kind == keyspec.TooLong:
 		return "", ErrKeyTooLong
 	}
-	return key, nil
-}
-
-func isTokenChar(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+	return "", fmt.Errorf("%w: %s", ErrMalformedKey, kerr.Reason)
 }
