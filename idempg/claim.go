@@ -135,8 +135,23 @@ func (s *Store) claimSession(ctx context.Context, p idem.ClaimParams) (claimStep
 		if err != nil {
 			return claimStep{}, err
 		}
-		rec, locked, err := scanKey(conn.QueryRow(ctx, querySessionClaim, p.Scope.ClientID, p.Scope.Key, lock, cutoff), p.Scope)
-		if err != nil {
+		// querySessionClaim's snapshot is taken before it tries the lock,
+		// so a holder may commit the key and unlock in between, and the
+		// key look new. querySessionRecheck, in the same round trip, reads
+		// again with a snapshot taken after the lock.
+		var (
+			rec             *idem.Record
+			locked, current bool
+		)
+		b := &pgx.Batch{}
+		b.Queue(s.sessionClaimQuery(), p.Scope.ClientID, p.Scope.Key, lock, cutoff).QueryRow(func(row pgx.Row) (err error) {
+			rec, locked, err = scanKey(row, p.Scope)
+			return err
+		})
+		b.Queue(querySessionRecheck, p.Scope.ClientID, p.Scope.Key, cutoff).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&current)
+		})
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			// The lock may or may not be held: only closing the connection
 			// is sure to free it.
 			broken := conn.Conn().IsClosed()
@@ -150,6 +165,11 @@ func (s *Store) claimSession(ctx context.Context, p idem.ClaimParams) (claimStep
 		}
 		expired := rec != nil && idem.Expired(rec.CreatedAt, p.Now, p.Retention)
 		switch {
+		case locked && current && (rec == nil || expired):
+			// The lock's holder completed the key after the read began:
+			// unlock and read the key again, which answers from its row.
+			_ = endSession(ctx, conn, lock) // on failure it closes the connection, which unlocks
+			return readAgain(), nil
 		case locked && (rec == nil || expired):
 			row := &pendingRow{method: p.Method, path: p.Path, hash: p.RequestHash, fields: p.RequestFields, replaceToken: -1}
 			token := int64(1)
@@ -173,6 +193,14 @@ func (s *Store) claimSession(ctx context.Context, p idem.ClaimParams) (claimStep
 		}
 		return answerRecord(rec), nil
 	}
+}
+
+// sessionClaimQuery is querySessionClaim, unless a test replaced it.
+func (s *Store) sessionClaimQuery() string {
+	if q := s.testHooks.sessionClaimQuery; q != "" {
+		return q
+	}
+	return querySessionClaim
 }
 
 // inFlight is the answer for a key whose holder's transaction is open: its

@@ -219,10 +219,29 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 // completeError translates the error of a Complete whose transaction
 // rolled back.
 func (l *lease) completeError(ctx context.Context, err error) error {
-	if pgCode(err) == codeLeaseLost || (l.kind == bySessionLock && isKeyTaken(err)) {
+	switch {
+	case l.kind == bySessionLock && (isKeyTaken(err) || pgCode(err) == codeLeaseLost):
+		// The lock held the key, yet a row for it appeared: a request that
+		// did not take the lock completed it.
+		return l.completedByAnother(ctx)
+	case pgCode(err) == codeLeaseLost:
 		return fmt.Errorf("idempg: complete key (token %d): %w", l.info.Token, idem.ErrLeaseLost)
 	}
 	return wrapErr(ctx, "complete key", err)
+}
+
+// completedByAnother reads the row that refused the lease's own and returns
+// it in an idem.CompletedError, for the caller to answer from. A row that
+// is not completed (a two-phase claim in flight) is a lost lease.
+func (l *lease) completedByAnother(ctx context.Context) error {
+	rec, err := l.store.probe(ctx, l.scope)
+	switch {
+	case err != nil:
+		return fmt.Errorf("idempg: complete key: another request stored the key first: %w", err)
+	case rec != nil && rec.Status == idem.StatusCompleted:
+		return fmt.Errorf("idempg: complete key (token %d): %w", l.info.Token, &idem.CompletedError{Record: rec})
+	}
+	return fmt.Errorf("idempg: complete key (token %d): %w", l.info.Token, idem.ErrLeaseLost)
 }
 
 // completeQuery returns the fenced statement that stores resp.
