@@ -150,14 +150,20 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 		_ = l.end(context.WithoutCancel(ctx), conn, tx)
 		return fmt.Errorf("idempg: encode headers: %w", err)
 	}
+	query, args := l.completeQuery(resp, header)
 	if l.kind == byCallerTx {
-		return l.completeInCallerTx(ctx, tx, resp, header)
+		return l.completeInCallerTx(ctx, tx, query, args)
 	}
-	// The fenced statement and COMMIT go in one round trip, followed by the
-	// unlock of a session-locked key. If the fence fails, the server skips
-	// the rest and the transaction stays aborted. A handler whose
-	// transaction never began gets one here, begun in the same round trip,
-	// on the connection it took if any.
+	return l.commit(ctx, conn, tx, query, args)
+}
+
+// commit sends the fenced statement that stores the response (query and
+// args) and COMMIT in one round trip, followed by the unlock of a
+// session-locked key. If the fence fails, the server skips the rest and the
+// transaction stays aborted; commit then rolls it back. A handler whose
+// transaction never began (tx is nil) gets one here, begun in the same
+// round trip, on the connection it took if any.
+func (l *lease) commit(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, query string, args []any) (err error) {
 	b := &pgx.Batch{}
 	if tx == nil {
 		if conn == nil {
@@ -167,7 +173,6 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 		}
 		b.BeginTx(pgx.TxOptions{IsoLevel: l.store.cfg.IsoLevel})
 	}
-	query, args := l.completeQuery(resp, header)
 	b.Queue(query, args...)
 	committed := false
 	b.Queue(queryCommit).Exec(func(tag pgconn.CommandTag) error {
@@ -272,10 +277,10 @@ func (l *lease) completeQuery(resp *idem.Response, header []byte) (string, []any
 	}
 }
 
-// completeInCallerTx stores the response in the savepoint of a ClaimTx
-// lease and releases the savepoint; the caller commits.
-func (l *lease) completeInCallerTx(ctx context.Context, sp pgx.Tx, resp *idem.Response, header []byte) error {
-	query, args := l.completeQuery(resp, header)
+// completeInCallerTx sends the fenced statement that stores the response
+// (query and args) in the savepoint of a ClaimTx lease and releases the
+// savepoint; the caller commits.
+func (l *lease) completeInCallerTx(ctx context.Context, sp pgx.Tx, query string, args []any) error {
 	_, err := sp.Exec(ctx, query, args...)
 	if err == nil {
 		err = sp.Commit(ctx)
