@@ -166,8 +166,9 @@ func (s *Store) claimSession(ctx context.Context, p idem.ClaimParams) (claimStep
 		expired := rec != nil && idem.Expired(rec.CreatedAt, p.Now, p.Retention)
 		switch {
 		case locked && current && (rec == nil || expired):
-			// The lock's holder completed the key after the read began:
-			// unlock and read the key again, which answers from its row.
+			// A key was committed after the read began, by the lock's
+			// previous holder: unlock, and read the key again, which
+			// answers from its row.
 			_ = endSession(ctx, conn, lock) // on failure it closes the connection, which unlocks
 			return readAgain(), nil
 		case locked && (rec == nil || expired):
