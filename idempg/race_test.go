@@ -286,3 +286,47 @@ func TestMiddlewareStormRunsEachKeyOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestMiddlewareAnswersFromRowCompletedFirst has another request's completed
+// row appear for a key while its holder's handler runs, as a request that
+// did not take the key's lock would store it: the holder's writes roll back
+// and the client gets the stored response replayed, not 409 "taken over".
+func TestMiddlewareAnswersFromRowCompletedFirst(t *testing.T) {
+	t.Parallel()
+	store := setup(t, nil)
+	const body = `{"amount":4200,"currency":"usd"}`
+	var runs atomic.Int64
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if scope, _ := idem.ScopeFromContext(r.Context()); scope.Key == "victim" {
+			// The row of "template", the same request under another key,
+			// copied to this key and committed on its own connection.
+			_, err := store.Pool().Exec(r.Context(), `INSERT INTO idempotency_keys
+    (client_id, idempotency_key, request_method, request_path, request_hash, request_fields, status, lease_token,
+     response_status, response_headers, response_body, created_at, locked_at, completed_at)
+SELECT client_id, 'victim', request_method, request_path, request_hash, request_fields, status, lease_token,
+       response_status, response_headers, response_body, created_at, locked_at, completed_at
+FROM idempotency_keys WHERE client_id = $1 AND idempotency_key = 'template'`, scope.ClientID)
+			if err != nil {
+				t.Errorf("store the other request's row: %v", err)
+			}
+		}
+		createPayment(&runs).ServeHTTP(w, r)
+	})
+	srv := newServer(t, store, idem.Config{Mode: idem.ModeAtomic}, handler)
+	url := srv.URL + "/v1/payments"
+
+	template := post(t, srv.Client(), url, "template", body)
+	if template.status != http.StatusCreated {
+		t.Fatalf("template request: %d %q", template.status, template.body)
+	}
+	got := post(t, srv.Client(), url, "victim", body)
+	if got.status != http.StatusCreated || !got.replayed || !bytes.Equal(got.body, template.body) {
+		t.Fatalf("victim answered %d replayed=%v %q; want the replay of %q", got.status, got.replayed, got.body, template.body)
+	}
+	if n := countRows(t, store, "victim"); n != 0 {
+		t.Errorf("%d business rows of the refused handler, want 0", n)
+	}
+	if runs.Load() != 2 {
+		t.Errorf("the handler ran %d times, want 2 (template, victim)", runs.Load())
+	}
+}
