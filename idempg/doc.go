@@ -77,8 +77,8 @@
 // for the key appeared meanwhile, stored by a request that did not take the
 // lock, the insert fails on the unique key and everything rolls back: the
 // unique key stays the final fence. Complete then returns an error wrapping
-// an *idem.CompletedError that carries the stored row, to answer from (the
-// replay, or 422), and that wraps idem.ErrLeaseLost. The connection never
+// an *idem.CompletedError that carries the stored row, from which the
+// middleware answers (the replay, or 422); it wraps idem.ErrLeaseLost. The connection never
 // goes back to the pool holding a lock: Release and a failed Complete roll
 // back and unlock in one round trip, and close the connection if that
 // fails, which frees the lock on the server; a process that dies frees its
