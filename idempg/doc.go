@@ -78,11 +78,12 @@
 // lock, the insert fails on the unique key and everything rolls back: the
 // unique key stays the final fence. Complete then returns an error wrapping
 // an *idem.CompletedError that carries the stored row, from which the
-// middleware answers (the replay, or 422); it wraps idem.ErrLeaseLost. The connection never
-// goes back to the pool holding a lock: Release and a failed Complete roll
-// back and unlock in one round trip, and close the connection if that
-// fails, which frees the lock on the server; a process that dies frees its
-// locks the same way.
+// middleware answers (the replay, or 422); it wraps idem.ErrLeaseLost.
+//
+// The connection never goes back to the pool holding a lock: Release and a
+// failed Complete roll back and unlock in one round trip, and close the
+// connection if that fails, which frees the lock on the server; a process
+// that dies frees its locks the same way.
 //
 // The session-level lock needs the lease's session to stay on one server
 // connection from claim to commit: true of direct connections and of
