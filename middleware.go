@@ -547,10 +547,16 @@ func (m *Middleware) release(ctx context.Context, c *call, lease Lease, rec *rec
 // answerComplete answers after Complete returned err: with the handler's
 // response once it is stored, or with the problem that says why it is not.
 func (m *Middleware) answerComplete(ctx context.Context, c *call, lease Lease, rec *recorder, err error) {
+	var completed *CompletedError
 	switch {
 	case err == nil:
 		m.cfg.Metrics.Request(c.r.Context(), ResultExecuted)
 		rec.writeTo(c.w)
+	case errors.As(err, &completed) && completed.Record != nil:
+		// Another request stored the key first: answer as a claim that had
+		// found its row would, with the replay or 422.
+		c.log.WarnContext(ctx, "idem: another request completed the key first; the handler's writes were rolled back")
+		m.answerExisting(c, completed.Record, m.cfg.Now())
 	case errors.Is(err, ErrLeaseLost):
 		c.log.WarnContext(ctx, "idem: lease lost; the handler's writes were rolled back")
 		m.cfg.Metrics.Request(c.r.Context(), ResultLeaseLost)

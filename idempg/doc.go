@@ -20,21 +20,47 @@
 //		...
 //	}
 //
-// # Replays: one round trip
+// # Round trips
 //
-// An atomic claim is one statement on a pooled connection, outside any
-// transaction: it reads the key by its primary key and, only when there is
-// none (or it is past retention), tries the key's advisory lock. A
-// completed key is replayed from that read; a key whose lock a request in
-// flight holds is answered 409 from it, at once.
+// This section is the one account of what each claim sends; the code's
+// comments point here.
+//
+// An atomic claim at READ COMMITTED is one round trip on a pooled
+// connection, outside any transaction. Its first statement reads the key by
+// its primary key and, only when there is none (or it is past retention),
+// tries the key's advisory lock. A completed key is replayed from that
+// read; a key whose lock a request in flight holds is answered 409 from it,
+// at once. The read uses the statement's snapshot, taken before the lock is
+// tried, so a holder can commit the key and unlock it in between, and the
+// key would look new. A second statement in the same round trip therefore
+// reads again, with a snapshot of its own taken after the lock; a claim
+// that took the lock of a key that now exists unlocks it and starts over,
+// which answers from the key's row: two more round trips, in that race
+// only. (Each statement takes its own snapshot at READ COMMITTED: with
+// Config.IsoLevel empty, the server's default_transaction_isolation must
+// be read committed, as it is unless configured.) A new key costs three
+// round trips: the claim, the handler's first statement with its BEGIN,
+// and Complete, which inserts the completed row, commits and unlocks. A
+// replay costs one.
+//
+// Behind a pooler in transaction mode (Config.TransactionPooling), and at
+// REPEATABLE READ or SERIALIZABLE, an atomic claim reads the key first, in
+// one round trip, and only for a key that is absent, past retention or
+// replaceable sends a second: the transaction that takes the key's lock and
+// inserts (INSERT ... ON CONFLICT DO NOTHING) or replaces the started row,
+// left open for the handler. A new key costs four round trips, a replay
+// one.
 //
 // A two-phase claim, which must commit its row before the handler runs,
 // first tries the lock and inserts the started row, in one round trip and
-// one implicit transaction; a key that exists fails that insert. Such a
-// key, or one whose lock is held, is then read without a lock and answered
-// from the read, so a two-phase replay costs two round trips. Only an
-// expired lease or a key past retention goes on to one more round trip, a
-// transaction that takes the lock and takes over or replaces the row.
+// one implicit transaction. For a key that exists the insert (INSERT ...
+// ON CONFLICT DO NOTHING) inserts nothing and claims nothing, without an
+// error; such a key, or one whose lock is held, is then read without a
+// lock and answered from the read, so a two-phase replay costs two round
+// trips. Only an expired lease or a key past retention goes on to one more
+// round trip, a transaction that takes the lock and takes over or replaces
+// the row. A new key costs three round trips: the claim, the handler's
+// first statement with its BEGIN, and Complete.
 //
 // Replays must come from the primary, never from an asynchronous read
 // replica: a replica that lags shows a finished key as new, and the request
@@ -46,17 +72,18 @@
 // session-level advisory lock (pg_try_advisory_lock, which answers at once)
 // on the connection that the lease keeps. The lock alone holds the key: the
 // claim writes no row. The handler's transaction begins on that connection
-// with its first statement, in the same round trip, and the lease's
-// Complete inserts the completed row with the response, commits and
-// unlocks, in one more: a new key costs three round trips, the handler's
-// one statement included, as many as the handler would take on its own in a
-// transaction (BEGIN, the statement, COMMIT). If a row for the key appeared
-// meanwhile the insert fails on the unique key and everything rolls back:
-// the unique key stays the final fence. The connection never goes back to
-// the pool holding a lock: Release and a failed Complete roll back and
-// unlock in one round trip, and close the connection if that fails, which
-// frees the lock on the server; a process that dies frees its locks the
-// same way.
+// with its first statement, and the lease's Complete inserts the completed
+// row with the response, commits and unlocks (see Round trips). If a row
+// for the key appeared meanwhile, stored by a request that did not take the
+// lock, the insert fails on the unique key and everything rolls back: the
+// unique key stays the final fence. Complete then returns an error wrapping
+// an *idem.CompletedError that carries the stored row, from which the
+// middleware answers (the replay, or 422); it wraps idem.ErrLeaseLost.
+//
+// The connection never goes back to the pool holding a lock: Release and a
+// failed Complete roll back and unlock in one round trip, and close the
+// connection if that fails, which frees the lock on the server; a process
+// that dies frees its locks the same way.
 //
 // The session-level lock needs the lease's session to stay on one server
 // connection from claim to commit: true of direct connections and of

@@ -16,9 +16,21 @@ var (
 	// lease of this package.
 	ErrNoTx = errors.New("idempg: no idempotency transaction in context")
 
-	// ErrLeaseEnded is [idem.ErrLeaseEnded], returned by [TxFromContext]
-	// once the lease has been completed or released, and by a second
-	// Complete or Release.
+	// ErrLeaseEnded is [idem.ErrLeaseEnded]: a lease of this package has
+	// ended: Release,
+	// or Complete with a response, was called, whatever it returned. It is
+	// returned by:
+	//
+	//   - [TxFromContext], as it is, for the context of an ended lease.
+	//     Statements sent through a transaction taken before the end fail
+	//     with pgx.ErrTxClosed instead.
+	//   - the lease's Complete, wrapped, when the lease has ended; the key
+	//     stays as the call that ended it left it.
+	//   - the lease's Release, wrapped, when the lease has ended, with the
+	//     one exception that the idem.Lease contract names: after a
+	//     two-phase Complete that failed other than by losing the lease
+	//     (idem.ErrLeaseLost), Release deletes the committed claim and
+	//     returns nil, or the error of that delete.
 	ErrLeaseEnded = idem.ErrLeaseEnded
 
 	// ErrTxManaged is returned by Commit and Rollback of the transaction

@@ -32,6 +32,15 @@ const (
 FROM (VALUES (true)) AS one (row)
 LEFT JOIN idempotency_keys k ON k.client_id = $1 AND k.idempotency_key = $2`
 
+	// querySessionRecheck follows querySessionClaim in the same round trip.
+	// Its snapshot is taken after that statement tried the lock, so it sees
+	// a key that the lock's previous holder committed after
+	// querySessionClaim's read began: it reports whether a key that is not
+	// past retention ($3, as in querySessionClaim) exists now.
+	querySessionRecheck = `SELECT EXISTS (
+    SELECT FROM idempotency_keys
+    WHERE client_id = $1 AND idempotency_key = $2 AND ($3::timestamptz IS NULL OR created_at > $3::timestamptz))`
+
 	// queryUnlock frees the lock that querySessionClaim took.
 	queryUnlock = `SELECT pg_advisory_unlock($1::bigint)`
 

@@ -110,6 +110,17 @@ type Store struct {
 
 	// claimLockTimeout is cfg.ClaimLockTimeout as a lock_timeout value.
 	claimLockTimeout string
+
+	// testHooks are set by the package's tests only.
+	testHooks testHooks
+}
+
+// testHooks let tests reproduce interleavings that real traffic makes only
+// by chance.
+type testHooks struct {
+	// sessionClaimQuery replaces querySessionClaim when not empty: a test
+	// makes the statement wait between its read of the key and its lock.
+	sessionClaimQuery string
 }
 
 // New returns a store on pool. It does not apply migrations; call

@@ -48,15 +48,15 @@ func TxFromContext(ctx context.Context) (pgx.Tx, error) {
 type leaseTx struct {
 	store *Store
 
-	mu    sync.Mutex
-	conn  *pgxpool.Conn // nil for a ClaimTx lease: the caller owns the connection
-	tx    pgx.Tx        // nil until the deferred transaction begins
-	view  *observedTx   // what TxFromContext hands out
-	ended bool
+	mu   sync.Mutex
+	conn *pgxpool.Conn // nil for a ClaimTx lease: the caller owns the connection
+	tx   pgx.Tx        // nil until the deferred transaction begins
+	view *observedTx   // what TxFromContext hands out
 
-	// done is ended, readable without mu: the transaction's connection
-	// may already serve other requests, so the view refuses to use it.
-	done       atomic.Bool
+	// ended is set, under mu, when the lease completes or is released.
+	// Views read it without mu: the transaction's connection may already
+	// serve other requests, so they refuse to use it.
+	ended      atomic.Bool
 	conflicted atomic.Bool
 }
 
@@ -69,7 +69,7 @@ func (lt *leaseTx) open(conn *pgxpool.Conn, tx pgx.Tx) {
 func (lt *leaseTx) get(ctx context.Context) (pgx.Tx, error) {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
-	if lt.ended {
+	if lt.ended.Load() {
 		return nil, ErrLeaseEnded
 	}
 	if lt.view == nil {
@@ -91,7 +91,7 @@ func (lt *leaseTx) get(ctx context.Context) (pgx.Tx, error) {
 func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args []any) (tag pgconn.CommandTag, ran bool, err error) {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
-	if lt.ended {
+	if lt.ended.Load() {
 		return pgconn.CommandTag{}, false, pgx.ErrTxClosed
 	}
 	if lt.tx != nil {
@@ -115,7 +115,7 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 	// The transaction exists once BEGIN ran, even if the statement after it
 	// failed and aborted it; Complete or Release ends it. If BEGIN did not
 	// run, the next use tries again.
-	if pg := lt.conn.Conn().PgConn(); !pg.IsClosed() && pg.TxStatus() != 'I' {
+	if pg := lt.conn.Conn().PgConn(); !pg.IsClosed() && inTransaction(pg) {
 		lt.tx, view.tx = tx, tx
 	}
 	if sql == "" && err != nil {
@@ -145,11 +145,10 @@ func deferrable(args []any) bool {
 func (lt *leaseTx) end() (conn *pgxpool.Conn, tx pgx.Tx, ended bool) {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
-	if lt.ended {
+	if lt.ended.Load() {
 		return nil, nil, true
 	}
-	lt.ended = true
-	lt.done.Store(true)
+	lt.ended.Store(true)
 	conn, tx = lt.conn, lt.tx
 	lt.conn, lt.tx, lt.view = nil, nil, nil
 	return conn, tx, false
@@ -189,13 +188,25 @@ func (t *observedTx) current(ctx context.Context) (pgx.Tx, error) {
 	return t.tx, nil
 }
 
-func (t *observedTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	if t.lt.done.Load() {
+// use is the preamble of every statement sent through the view: it
+// returns the transaction to send it in, or pgx.ErrTxClosed once the lease
+// has ended, or the error of beginning the deferred transaction, recorded
+// in the lease if it is a conflict.
+func (t *observedTx) use(ctx context.Context) (pgx.Tx, error) {
+	if t.lt.ended.Load() {
 		return nil, pgx.ErrTxClosed
 	}
 	tx, err := t.current(ctx)
 	if err != nil {
 		return nil, t.lt.observe(err)
+	}
+	return tx, nil
+}
+
+func (t *observedTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := t.use(ctx)
+	if err != nil {
+		return nil, err
 	}
 	inner, err := tx.Begin(ctx)
 	if err != nil {
@@ -208,7 +219,7 @@ func (t *observedTx) Commit(ctx context.Context) error {
 	if t.top {
 		return ErrTxManaged
 	}
-	if t.lt.done.Load() {
+	if t.lt.ended.Load() {
 		return pgx.ErrTxClosed
 	}
 	return t.lt.observe(t.tx.Commit(ctx))
@@ -218,31 +229,25 @@ func (t *observedTx) Rollback(ctx context.Context) error {
 	if t.top {
 		return ErrTxManaged
 	}
-	if t.lt.done.Load() {
+	if t.lt.ended.Load() {
 		return pgx.ErrTxClosed
 	}
 	return t.tx.Rollback(ctx)
 }
 
 func (t *observedTx) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
-	if t.lt.done.Load() {
-		return 0, pgx.ErrTxClosed
-	}
-	tx, err := t.current(ctx)
+	tx, err := t.use(ctx)
 	if err != nil {
-		return 0, t.lt.observe(err)
+		return 0, err
 	}
 	n, err := tx.CopyFrom(ctx, tableName, columnNames, rowSrc)
 	return n, t.lt.observe(err)
 }
 
 func (t *observedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if t.lt.done.Load() {
-		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
-	}
-	tx, err := t.current(ctx)
+	tx, err := t.use(ctx)
 	if err != nil {
-		return pgx.FailedBatchResults(b, t.lt.observe(err))
+		return pgx.FailedBatchResults(b, err)
 	}
 	return &observedBatch{BatchResults: tx.SendBatch(ctx, b), lt: t.lt}
 }
@@ -258,43 +263,35 @@ func (t *observedTx) LargeObjects() pgx.LargeObjects {
 }
 
 func (t *observedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if t.lt.done.Load() {
-		return nil, pgx.ErrTxClosed
-	}
-	tx, err := t.current(ctx)
+	tx, err := t.use(ctx)
 	if err != nil {
-		return nil, t.lt.observe(err)
+		return nil, err
 	}
 	sd, err := tx.Prepare(ctx, name, sql)
 	return sd, t.lt.observe(err)
 }
 
 func (t *observedTx) Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error) {
-	if t.lt.done.Load() {
-		return pgconn.CommandTag{}, pgx.ErrTxClosed
-	}
 	if t.tx == nil && deferrable(arguments) {
-		// BEGIN and the statement in one round trip.
+		// BEGIN and the statement in one round trip; begin refuses an
+		// ended lease.
 		tag, ran, err := t.lt.begin(ctx, t, sql, arguments)
 		if ran || err != nil {
 			return tag, t.lt.observe(err)
 		}
 	}
-	tx, err := t.current(ctx)
+	tx, err := t.use(ctx)
 	if err != nil {
-		return pgconn.CommandTag{}, t.lt.observe(err)
+		return pgconn.CommandTag{}, err
 	}
 	tag, err := tx.Exec(ctx, sql, arguments...)
 	return tag, t.lt.observe(err)
 }
 
 func (t *observedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if t.lt.done.Load() {
-		return nil, pgx.ErrTxClosed
-	}
-	tx, err := t.current(ctx)
+	tx, err := t.use(ctx)
 	if err != nil {
-		return nil, t.lt.observe(err)
+		return nil, err
 	}
 	rows, err := tx.Query(ctx, sql, args...)
 	if rows != nil {
@@ -304,12 +301,9 @@ func (t *observedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Ro
 }
 
 func (t *observedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.lt.done.Load() {
-		return errRow{pgx.ErrTxClosed}
-	}
-	tx, err := t.current(ctx)
+	tx, err := t.use(ctx)
 	if err != nil {
-		return errRow{t.lt.observe(err)}
+		return errRow{err}
 	}
 	return observedRow{row: tx.QueryRow(ctx, sql, args...), lt: t.lt}
 }

@@ -1,0 +1,7 @@
+package idempg
+
+// QuerySessionClaim is the atomic claim statement at READ COMMITTED.
+const QuerySessionClaim = querySessionClaim
+
+// SetSessionClaimQuery makes s send query instead of QuerySessionClaim.
+func SetSessionClaimQuery(s *Store, query string) { s.testHooks.sessionClaimQuery = query }

@@ -1,0 +1,332 @@
+package idempg_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/internal/pgtest"
+)
+
+// gateLock is the advisory lock that holds a paused claim statement.
+const gateLock = 4242
+
+// pausedClaims returns a store on the database of store whose atomic claim
+// statement, after its read finds no key and before it tries the key's
+// lock, waits for gateLock, which the returned function releases: the
+// window in which the holder of a key can commit it and unlock, shown to a
+// test as long as it likes. The store calls claim_gate, which this creates.
+func pausedClaims(t *testing.T, store *idempg.Store) (*idempg.Store, func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	pool := store.Pool()
+	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE FUNCTION claim_gate() RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(%d);
+    RETURN true;
+END
+$$`, gateLock))
+	if err != nil {
+		t.Fatalf("create claim_gate: %v", err)
+	}
+	const lockCall = "THEN pg_try_advisory_lock($3::bigint)"
+	if !strings.Contains(idempg.QuerySessionClaim, lockCall) {
+		t.Fatalf("the claim statement no longer contains %q:\n%s", lockCall, idempg.QuerySessionClaim)
+	}
+	paused, err := idempg.New(pool, &idempg.Config{Logger: quiet})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	idempg.SetSessionClaimQuery(paused, strings.Replace(idempg.QuerySessionClaim, lockCall,
+		"THEN CASE WHEN claim_gate() THEN pg_try_advisory_lock($3::bigint) END", 1))
+
+	gate, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	if _, err := gate.Exec(ctx, `SELECT pg_advisory_lock($1)`, gateLock); err != nil {
+		gate.Release()
+		t.Fatalf("close the gate: %v", err)
+	}
+	var once sync.Once
+	open := func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			if _, err := gate.Exec(ctx, `SELECT pg_advisory_unlock($1)`, gateLock); err != nil {
+				t.Errorf("open the gate: %v", err)
+			}
+			gate.Release()
+		})
+	}
+	t.Cleanup(open)
+	return paused, open
+}
+
+// waitAtGate waits until a statement waits for gateLock, polling the
+// server's lock table with a generous deadline.
+func waitAtGate(t *testing.T, store *idempg.Store) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for ctx.Err() == nil {
+		var waiting bool
+		err := store.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks
+WHERE locktype = 'advisory' AND classid = 0 AND objid = $1 AND NOT granted)`, gateLock).Scan(&waiting)
+		if err != nil {
+			t.Fatalf("read pg_locks: %v", err)
+		}
+		if waiting {
+			return
+		}
+	}
+	t.Fatal("no claim ever waited at the gate")
+}
+
+// waitNoAdvisoryLocks waits until no session holds an advisory lock in the
+// database of store, polling with a generous deadline: a lock is freed at
+// once by an unlock, but only when its server process exits if the store
+// closed the connection instead.
+func waitNoAdvisoryLocks(t *testing.T, store *idempg.Store) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for n := advisoryLocks(t, store.Pool()); n != 0; n = advisoryLocks(t, store.Pool()) {
+		if ctx.Err() != nil {
+			t.Fatalf("%d advisory locks still held %s after the lease ended, want 0", n, testTimeout)
+		}
+	}
+}
+
+// TestSessionClaimSeesKeyCompletedBeforeItsLock reproduces the interleaving
+// of an atomic duplicate at READ COMMITTED: its claim statement reads the
+// key before the holder commits it and tries the lock after the holder
+// unlocks it. The duplicate must get the stored response, not a lease that
+// would run the handler a second time.
+func TestSessionClaimSeesKeyCompletedBeforeItsLock(t *testing.T) {
+	t.Parallel()
+	store := setup(t, nil)
+	paused, openGate := pausedClaims(t, store)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	scope := newScope("alice")
+	p := params(idem.ModeAtomic, scope, "a", epoch)
+
+	holder := mustLease(t, store, p)
+	type claimed struct {
+		res idem.ClaimResult
+		err error
+	}
+	dup := make(chan claimed, 1)
+	go func() {
+		res, err := paused.Claim(ctx, p)
+		dup <- claimed{res, err}
+	}()
+	waitAtGate(t, store) // the duplicate has read the key: there was none
+	if err := write(holder.Context(ctx), scope.Key); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	complete(t, holder, `{"first":true}`) // commits the key and unlocks it
+	openGate()                            // the duplicate now finds the lock free
+
+	got := <-dup
+	if got.err != nil {
+		t.Fatalf("duplicate claim: %v", got.err)
+	}
+	if got.res.Lease != nil {
+		_ = got.res.Lease.Release(ctx)
+		t.Fatal("the duplicate got a lease for a key that was completed: its handler would run again")
+	}
+	rec := got.res.Record
+	if rec == nil || rec.Status != idem.StatusCompleted || rec.Response == nil || string(rec.Response.Body) != `{"first":true}` {
+		t.Fatalf("duplicate answered with %+v, want the completed key", rec)
+	}
+	waitNoAdvisoryLocks(t, store)
+	if n := countRows(t, store, scope.Key); n != 1 {
+		t.Errorf("%d business rows, want 1", n)
+	}
+}
+
+// TestCompleteAfterAnotherCompletedAnswersFromStoredRow stores a completed
+// row for a key while an atomic lease holds it by its lock alone, as a
+// request that did not take the lock would: the lease's Complete must roll
+// back its writes and return the stored row in an idem.CompletedError, not
+// a bare lost lease that the middleware answers "taken over".
+func TestCompleteAfterAnotherCompletedAnswersFromStoredRow(t *testing.T) {
+	t.Parallel()
+	store := setup(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	scope := newScope("alice")
+	p := params(idem.ModeAtomic, scope, "a", epoch)
+
+	l := mustLease(t, store, p)
+	if err := write(l.Context(ctx), scope.Key); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	_, err := store.Pool().Exec(ctx, `INSERT INTO idempotency_keys
+    (client_id, idempotency_key, request_method, request_path, request_hash,
+     status, lease_token, response_status, response_headers, response_body, created_at, locked_at, completed_at)
+VALUES ($1, $2, 'POST', '/v1/payments', $3, 'completed', 1, 201, '{}', '{"other":true}', $4, $4, $4)`,
+		scope.ClientID, scope.Key, hashOf("a"), epoch)
+	if err != nil {
+		t.Fatalf("store the other request's row: %v", err)
+	}
+
+	err = l.Complete(ctx, response(`{"mine":true}`))
+	var done *idem.CompletedError
+	if !errors.As(err, &done) {
+		t.Fatalf("Complete = %v, want an idem.CompletedError", err)
+	}
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("Complete = %v, want it to wrap idem.ErrLeaseLost too", err)
+	}
+	rec := done.Record
+	if rec == nil || rec.Status != idem.StatusCompleted || rec.Response == nil ||
+		rec.Response.StatusCode != http.StatusCreated || string(rec.Response.Body) != `{"other":true}` {
+		t.Fatalf("CompletedError.Record = %+v, want the other request's row", rec)
+	}
+	if n := countRows(t, store, scope.Key); n != 0 {
+		t.Errorf("%d business rows after the refused Complete, want 0", n)
+	}
+	waitNoAdvisoryLocks(t, store)
+	if err := l.Release(ctx); !errors.Is(err, idempg.ErrLeaseEnded) {
+		t.Errorf("Release after the refused Complete = %v, want ErrLeaseEnded", err)
+	}
+}
+
+// TestMiddlewareStormRunsEachKeyOnce sends each of 50 keys 8 times at once
+// through the middleware, with a handler that counts its runs per key:
+// every key runs exactly once, and every answer is its 201, the replay of
+// it, or 409 "in flight"; never 409 "taken over".
+func TestMiddlewareStormRunsEachKeyOnce(t *testing.T) {
+	t.Parallel()
+	const keys, copies = 50, 8
+	pool := newPool(t, pgtest.NewDatabase(t), 20)
+	store := setupOn(t, pool, &idempg.Config{AcquireTimeout: testTimeout})
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			var (
+				mu   sync.Mutex
+				runs = map[string]int{}
+			)
+			var rows atomic.Int64
+			count := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				scope, _ := idem.ScopeFromContext(r.Context())
+				mu.Lock()
+				runs[scope.Key]++
+				mu.Unlock()
+				createPayment(&rows).ServeHTTP(w, r)
+			})
+			srv := newServer(t, store, idem.Config{Mode: mode}, count)
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: keys * copies}}
+			defer client.CloseIdleConnections()
+			url := srv.URL + "/v1/payments"
+
+			type sent struct {
+				key string
+				a   answer
+			}
+			start := make(chan struct{})
+			answers := make(chan sent, keys*copies)
+			var wg sync.WaitGroup
+			for k := range keys {
+				key := fmt.Sprintf("storm-%s-%d", mode, k)
+				for range copies {
+					wg.Go(func() {
+						<-start
+						answers <- sent{key, post(t, client, url, key, `{"amount":4200,"currency":"usd"}`)}
+					})
+				}
+			}
+			close(start)
+			wg.Wait()
+			close(answers)
+
+			created := map[string][]byte{}
+			for s := range answers {
+				a := s.a
+				switch {
+				case a.status == http.StatusCreated:
+					if first, ok := created[s.key]; ok && !bytes.Equal(first, a.body) {
+						t.Errorf("%s: 201 bodies differ: %q and %q", s.key, first, a.body)
+					}
+					created[s.key] = a.body
+				case a.status == http.StatusConflict && problemCode(a) == string(idem.ProblemKeyInFlight):
+					var p idem.Problem
+					_ = json.Unmarshal(a.body, &p)
+					if strings.Contains(p.Detail, "took this key over") {
+						t.Errorf("%s: 409 %q: no key is ever taken over here", s.key, p.Detail)
+					}
+				default:
+					t.Errorf("%s: unexpected answer %d %q", s.key, a.status, a.body)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for k := range keys {
+				key := fmt.Sprintf("storm-%s-%d", mode, k)
+				if runs[key] != 1 {
+					t.Errorf("%s: the handler ran %d times, want 1", key, runs[key])
+				}
+				if n := countRows(t, store, key); n != 1 {
+					t.Errorf("%s: %d business rows, want 1", key, n)
+				}
+			}
+		})
+	}
+}
+
+// TestMiddlewareAnswersFromRowCompletedFirst has another request's completed
+// row appear for a key while its holder's handler runs, as a request that
+// did not take the key's lock would store it: the holder's writes roll back
+// and the client gets the stored response replayed, not 409 "taken over".
+func TestMiddlewareAnswersFromRowCompletedFirst(t *testing.T) {
+	t.Parallel()
+	store := setup(t, nil)
+	const body = `{"amount":4200,"currency":"usd"}`
+	var runs atomic.Int64
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if scope, _ := idem.ScopeFromContext(r.Context()); scope.Key == "victim" {
+			// The row of "template", the same request under another key,
+			// copied to this key and committed on its own connection.
+			_, err := store.Pool().Exec(r.Context(), `INSERT INTO idempotency_keys
+    (client_id, idempotency_key, request_method, request_path, request_hash, request_fields, status, lease_token,
+     response_status, response_headers, response_body, created_at, locked_at, completed_at)
+SELECT client_id, 'victim', request_method, request_path, request_hash, request_fields, status, lease_token,
+       response_status, response_headers, response_body, created_at, locked_at, completed_at
+FROM idempotency_keys WHERE client_id = $1 AND idempotency_key = 'template'`, scope.ClientID)
+			if err != nil {
+				t.Errorf("store the other request's row: %v", err)
+			}
+		}
+		createPayment(&runs).ServeHTTP(w, r)
+	})
+	srv := newServer(t, store, idem.Config{Mode: idem.ModeAtomic}, handler)
+	url := srv.URL + "/v1/payments"
+
+	template := post(t, srv.Client(), url, "template", body)
+	if template.status != http.StatusCreated {
+		t.Fatalf("template request: %d %q", template.status, template.body)
+	}
+	got := post(t, srv.Client(), url, "victim", body)
+	if got.status != http.StatusCreated || !got.replayed || !bytes.Equal(got.body, template.body) {
+		t.Fatalf("victim answered %d replayed=%v %q; want the replay of %q", got.status, got.replayed, got.body, template.body)
+	}
+	if n := countRows(t, store, "victim"); n != 0 {
+		t.Errorf("%d business rows of the refused handler, want 0", n)
+	}
+	if runs.Load() != 2 {
+		t.Errorf("the handler ran %d times, want 2 (template, victim)", runs.Load())
+	}
+}
