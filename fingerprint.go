@@ -83,8 +83,8 @@ type Fingerprint struct {
 // (application/json and any +json type) are canonicalised by RFC 8785, with
 // numbers that a double cannot hold kept exact, and a JSON object that names
 // a member twice is rejected; form bodies
-// (application/x-www-form-urlencoded) by sorted names and values, and a
-// form field with an empty name is rejected. Both must be UTF-8: a charset
+// (application/x-www-form-urlencoded) by sorted names and values. Both
+// must be UTF-8: a charset
 // parameter other than utf-8 (in any case) is an unsupported media type,
 // and with Raw such a body is hashed byte for byte. An empty body needs no
 // content type. The error says, in words safe to show to the client, why a
@@ -183,9 +183,6 @@ func canonicalBody(p FingerprintParams) (kind string, body []byte, fields []fiel
 			return "", nil, nil, &bodyError{err: errMalformedBody, reason: "the form body does not parse"}
 		}
 		for _, d := range form.fields {
-			if d.pointer == "/" {
-				return "", nil, nil, &bodyError{err: errMalformedBody, reason: "a form field has an empty name (a pair such as \"=1\")"}
-			}
 			if !utf8.ValidString(d.pointer) {
 				return "", nil, nil, &bodyError{err: errMalformedBody, reason: "a form field name is not UTF-8 after percent-decoding"}
 			}

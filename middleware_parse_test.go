@@ -98,27 +98,6 @@ func TestContentTypeRepeatedGets400(t *testing.T) {
 	}
 }
 
-// TestFormFieldWithEmptyNameGets400: "=1" names no field; the middleware
-// says so instead of passing the body on to a handler that cannot name it.
-func TestFormFieldWithEmptyNameGets400(t *testing.T) {
-	t.Parallel()
-	e := setup(t, nil)
-	for i, body := range []string{"=1&amount=4200", "amount=4200&=", "amount=4200&%3D=1&=x"} {
-		t.Run(body, func(t *testing.T) {
-			r := e.do(req{contentType: formType, body: body, keys: []string{fmt.Sprintf("en%d", i)}})
-			if r.status != http.StatusBadRequest {
-				t.Fatalf("status %d body %s, want 400", r.status, r.body)
-			}
-			if p := r.problem(t); p.Code != "request-body-malformed" || !strings.Contains(p.Detail, "empty name") {
-				t.Errorf("problem %+v, want request-body-malformed about the empty name", p)
-			}
-		})
-	}
-	if e.runs.Load() != 0 || e.keys() != 0 {
-		t.Errorf("runs %d keys %d, want nothing run or stored", e.runs.Load(), e.keys())
-	}
-}
-
 // TestMismatchNamesTheMediaType: a retry that sends the first request's
 // values in another media type is another request (422), and the answer
 // says the media type differs instead of listing every field.

@@ -88,7 +88,7 @@ var problemKinds = [...]ProblemKind{
 	{ProblemKeyInFlight, http.StatusConflict, "A request is outstanding for this Idempotency-Key",
 		"The first request with this key is still being processed. Wait for the number of seconds in Retry-After and retry with the same key and body: you will get its result."},
 	{ProblemBodyMalformed, http.StatusBadRequest, "Request body is malformed",
-		"The body does not parse as its Content-Type says, a JSON object names a member twice, a form field has an empty name, or the request has more than one Content-Type field. The request was not processed."},
+		"The body does not parse as its Content-Type says, a JSON object names a member twice, or the request has more than one Content-Type field. The request was not processed."},
 	{ProblemBodyTooLarge, http.StatusRequestEntityTooLarge, "Request body is too large",
 		"The body is larger than this endpoint accepts. The request was not processed."},
 	{ProblemBodyTimeout, http.StatusRequestTimeout, "Request body timed out",
