@@ -84,11 +84,10 @@ type Fingerprint struct {
 // numbers that a double cannot hold kept exact, and a JSON object that names
 // a member twice is rejected; form bodies
 // (application/x-www-form-urlencoded) by sorted names and values. Both
-// must be UTF-8: a charset
-// parameter other than utf-8 (in any case) is an unsupported media type,
-// and with Raw such a body is hashed byte for byte. An empty body needs no
-// content type. The error says, in words safe to show to the client, why a
-// request cannot be fingerprinted.
+// must be UTF-8: a charset parameter other than utf-8 (in any case) is an
+// unsupported media type, and with Raw such a body is hashed byte for byte.
+// An empty body needs no content type. The error says, in words safe to
+// show to the client, why a request cannot be fingerprinted.
 func NewFingerprint(p FingerprintParams) (Fingerprint, error) {
 	f, err := fingerprintOf(p)
 	if err != nil {
