@@ -20,6 +20,8 @@ func ExampleProblemCode() {
 			return "retry with the same key after Retry-After"
 		case idem.ProblemKeyReused:
 			return "a bug: a new operation needs a new key"
+		case idem.ProblemBodyTimeout:
+			return "send the whole body promptly, with the same key"
 		case idem.ProblemKeyMissing, idem.ProblemKeyMalformed, idem.ProblemBodyMalformed,
 			idem.ProblemBodyTooLarge, idem.ProblemMediaType, idem.ProblemUnauthenticated:
 			return "fix the request; it was not processed"
@@ -37,6 +39,7 @@ func ExampleProblemCode() {
 	// 409 idempotency-key-in-use: retry with the same key after Retry-After
 	// 400 request-body-malformed: fix the request; it was not processed
 	// 413 request-body-too-large: fix the request; it was not processed
+	// 408 request-body-timeout: send the whole body promptly, with the same key
 	// 415 unsupported-media-type: fix the request; it was not processed
 	// 401 unauthenticated: fix the request; it was not processed
 	// 503 store-unavailable: retry with the same key after Retry-After

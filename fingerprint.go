@@ -71,10 +71,11 @@ type Fingerprint struct {
 	// body kind and the canonical body, each length-prefixed: the
 	// [ClaimParams] RequestHash.
 	Hash []byte
-	// Fields are digests of the body's top-level fields, so that a
-	// mismatch can name the fields that differ without storing or echoing
-	// their values: the [ClaimParams] RequestFields. Nil for a body that is
-	// empty, or neither a JSON object nor a form.
+	// Fields are digests of the body's top-level fields, and whether the
+	// body is JSON or form data, so that a mismatch can name the fields or
+	// the media type that differ without storing or echoing any value: the
+	// [ClaimParams] RequestFields. Nil for a body that is empty, or neither
+	// a JSON object nor a form.
 	Fields []byte
 }
 
@@ -82,9 +83,11 @@ type Fingerprint struct {
 // (application/json and any +json type) are canonicalised by RFC 8785, with
 // numbers that a double cannot hold kept exact, and a JSON object that names
 // a member twice is rejected; form bodies
-// (application/x-www-form-urlencoded) by sorted names and values. An empty
-// body needs no content type. The error says, in words safe to show to the
-// client, why a request cannot be fingerprinted.
+// (application/x-www-form-urlencoded) by sorted names and values. Both
+// must be UTF-8: a charset parameter other than utf-8 (in any case) is an
+// unsupported media type, and with Raw such a body is hashed byte for byte.
+// An empty body needs no content type. The error says, in words safe to
+// show to the client, why a request cannot be fingerprinted.
 func NewFingerprint(p FingerprintParams) (Fingerprint, error) {
 	f, err := fingerprintOf(p)
 	if err != nil {
@@ -97,6 +100,7 @@ func NewFingerprint(p FingerprintParams) (Fingerprint, error) {
 // form the middleware compares.
 type fingerprint struct {
 	sum    [32]byte
+	kind   string        // kindEmpty, kindJSON, kindForm or kindRaw
 	fields []fieldDigest // sorted by pointer; nil for a body that is not an object
 }
 
@@ -131,7 +135,7 @@ func fingerprintOf(p FingerprintParams) (fingerprint, error) {
 	writePart(h, body)
 	var f fingerprint
 	h.Sum(f.sum[:0])
-	f.fields = fields
+	f.kind, f.fields = kind, fields
 	return f, nil
 }
 
@@ -145,19 +149,30 @@ func canonicalBody(p FingerprintParams) (kind string, body []byte, fields []fiel
 	if len(p.Body) == 0 {
 		return kindEmpty, nil, nil, nil
 	}
-	media := ""
+	media, charset := "", ""
 	if p.ContentType != "" {
-		m, _, perr := mime.ParseMediaType(p.ContentType)
+		m, params, perr := mime.ParseMediaType(p.ContentType)
 		if perr != nil && !p.Raw {
 			return "", nil, nil, &bodyError{err: errUnsupportedMediaType, reason: "the Content-Type header does not parse"}
 		}
-		media = m
+		media, charset = m, params["charset"]
+	}
+	isJSON := media == "application/json" || strings.HasSuffix(media, "+json")
+	isForm := media == "application/x-www-form-urlencoded"
+	if (isJSON || isForm) && charset != "" && !strings.EqualFold(charset, "utf-8") {
+		// JSON is UTF-8 (RFC 8259), and the form's percent-encoding is
+		// decoded as UTF-8; a body in another charset would be compared, and
+		// handed to the handler, as bytes it does not hold.
+		if p.Raw {
+			return kindRaw, p.Body, nil, nil
+		}
+		return "", nil, nil, &bodyError{err: errUnsupportedMediaType, reason: fmt.Sprintf("charset %q is not supported; send the body in UTF-8 (charset=utf-8, or no charset)", charset)}
 	}
 	switch {
-	case media == "application/json" || strings.HasSuffix(media, "+json"):
+	case isJSON:
 		body, fields, err = canonicalJSON(p.Body, p.Exclude)
 		return kindJSON, body, fields, err
-	case media == "application/x-www-form-urlencoded":
+	case isForm:
 		exclude := make(map[string]bool, len(p.Exclude))
 		for _, ptr := range p.Exclude {
 			exclude[unescapePointer(ptr)] = true
@@ -314,29 +329,71 @@ func unescapePointer(ptr string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(name, "~1", "/"), "~0", "~")
 }
 
+// kindMember is the member of encoded fields that holds the body's kind.
+// It is no field's pointer: those start with "/".
+const kindMember = "media"
+
 // encodeFields encodes the field digests for storage, as a small JSON object
-// of pointer to base64url digest. Stores keep it as opaque bytes.
+// of pointer to base64url digest, with the body's kind under kindMember.
+// Stores keep it as opaque bytes.
 func (f fingerprint) encodeFields() []byte {
-	if f.fields == nil { // not an object; an empty object encodes as {}
+	if f.fields == nil { // not an object; an empty object encodes as {"media":...}
 		return nil
 	}
-	m := make(map[string]string, len(f.fields))
+	m := make(map[string]string, len(f.fields)+1)
 	for _, d := range f.fields {
 		m[d.pointer] = base64.RawURLEncoding.EncodeToString(d.digest[:])
 	}
+	m[kindMember] = f.kind
 	out, _ := json.Marshal(m) // a map of strings always marshals
 	return out
+}
+
+// decodeFields decodes stored field digests. It returns nil when they are
+// empty or cannot be decoded.
+func decodeFields(stored []byte) map[string]string {
+	if len(stored) == 0 {
+		return nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal(stored, &m); err != nil {
+		return nil
+	}
+	return m
+}
+
+// describeKind names a body kind for a problem's detail.
+func describeKind(kind string) string {
+	switch kind {
+	case kindJSON:
+		return "a JSON body"
+	case kindForm:
+		return "a form body (application/x-www-form-urlencoded)"
+	case kindEmpty:
+		return "no body"
+	}
+	return "a body of another media type"
+}
+
+// kindChange returns the body kind of the first request, from its stored
+// field digests, when it is not f's: the retry sends its body in another
+// media type, so its fields cannot be compared one by one. It returns ""
+// when the kinds are the same, or the stored digests do not say (they were
+// stored by a version that did not record the kind).
+func kindChange(stored []byte, f fingerprint) string {
+	first := decodeFields(stored)[kindMember]
+	if first == "" || first == f.kind {
+		return ""
+	}
+	return first
 }
 
 // diffFields returns the pointers of the top-level fields that differ between
 // the stored field digests and f: changed, added or removed, sorted. It
 // returns nil when the stored digests are empty or cannot be decoded.
 func diffFields(stored []byte, f fingerprint) []string {
-	if len(stored) == 0 {
-		return nil
-	}
-	var old map[string]string
-	if err := json.Unmarshal(stored, &old); err != nil {
+	old := decodeFields(stored)
+	if old == nil {
 		return nil
 	}
 	var diff []string
@@ -348,7 +405,7 @@ func diffFields(stored []byte, f fingerprint) []string {
 		}
 	}
 	for ptr := range old {
-		if !seen[ptr] {
+		if strings.HasPrefix(ptr, "/") && !seen[ptr] {
 			diff = append(diff, ptr)
 		}
 	}

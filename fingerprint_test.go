@@ -211,6 +211,11 @@ func TestNewFingerprintErrors(t *testing.T) {
 		{"XML", withType("application/xml", `<a/>`), errUnsupportedMediaType},
 		{"UnparseableContentType", withType(";;;", `{}`), errUnsupportedMediaType},
 		{"ContentTypeWithoutSubtype", withType("application", `{}`), errUnsupportedMediaType},
+		{"JSONInUTF16", withType("application/json; charset=utf-16", `{}`), errUnsupportedMediaType},
+		{"JSONInUTF16LE", withType("application/json; charset=UTF-16LE", `{}`), errUnsupportedMediaType},
+		{"StructuredSuffixInLatin1", withType("application/merchant+json; charset=iso-8859-1", `{}`), errUnsupportedMediaType},
+		{"FormInLatin1", withType("application/x-www-form-urlencoded; charset=iso-8859-1", `amount=1`), errUnsupportedMediaType},
+		{"FormInUTF8WithoutHyphen", withType("application/x-www-form-urlencoded; charset=utf8", `amount=1`), errUnsupportedMediaType},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -300,6 +305,8 @@ func TestNewFingerprintRaw(t *testing.T) {
 		{"NoContentType", ""},
 		{"UnparseableContentType", ";;;"},
 		{"Binary", "application/octet-stream"},
+		{"JSONInUTF16", "application/json; charset=utf-16"},
+		{"FormInLatin1", "application/x-www-form-urlencoded; charset=iso-8859-1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -456,11 +463,14 @@ func TestEncodeFields(t *testing.T) {
 		name     string
 		p        FingerprintParams
 		wantKeys []string
+		wantKind string
 	}{
-		{"JSON", fpJSON(`{"card":"` + secret + `","amount":4200}`), []string{"/amount", "/card"}},
-		{"JSONEscapedNames", fpJSON(`{"a/b":"` + secret + `","c~d":1}`), []string{"/a~1b", "/c~0d"}},
-		{"Form", fpForm(`card=` + secret + `&amount=4200`), []string{"/amount", "/card"}},
-		{"NoFields", fpJSON(`["` + secret + `"]`), nil},
+		{"JSON", fpJSON(`{"card":"` + secret + `","amount":4200}`), []string{"/amount", "/card", "media"}, "json"},
+		{"JSONEscapedNames", fpJSON(`{"a/b":"` + secret + `","c~d":1}`), []string{"/a~1b", "/c~0d", "media"}, "json"},
+		{"JSONEmptyObject", fpJSON(`{}`), []string{"media"}, "json"},
+		{"JSONMemberNamedMedia", fpJSON(`{"media":"` + secret + `"}`), []string{"/media", "media"}, "json"},
+		{"Form", fpForm(`card=` + secret + `&amount=4200`), []string{"/amount", "/card", "media"}, "form"},
+		{"NoFields", fpJSON(`["` + secret + `"]`), nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -487,6 +497,9 @@ func TestEncodeFields(t *testing.T) {
 			slices.Sort(keys)
 			if !slices.Equal(keys, tt.wantKeys) {
 				t.Errorf("encodeFields() keys = %q, want %q", keys, tt.wantKeys)
+			}
+			if m["media"] != tt.wantKind {
+				t.Errorf("encodeFields()[\"media\"] = %q, want %q", m["media"], tt.wantKind)
 			}
 			for _, d := range f.fields {
 				got, err := base64.RawURLEncoding.DecodeString(m[d.pointer])
@@ -527,6 +540,8 @@ func TestDiffFields(t *testing.T) {
 		{"FormChangedAmount", fpForm(fpPaymentForm), fpForm(strings.Replace(fpPaymentForm, "amount=4200", "amount=4300", 1)), []string{"/amount"}},
 		{"FormAddedRepeatedValue", fpForm(`amount=1&expand[]=a`), fpForm(`amount=1&expand[]=a&expand[]=b`), []string{"/expand[]"}},
 		{"FormReordered", fpForm(`amount=1&currency=eur`), fpForm(`currency=eur&amount=1`), nil},
+		// An empty name is the handler's to judge; its pointer is "/".
+		{"FormEmptyName", fpForm(`=1&amount=1`), fpForm(`amount=1&=2`), []string{"/"}},
 		{"JSONToForm", fpJSON(`{"amount":"1","currency":"eur"}`), fpForm(`amount=1`), []string{"/amount", "/currency"}},
 		{"ObjectToArray", fpJSON(`{"amount":1}`), fpJSON(`[1]`), []string{"/amount"}},
 		{"ArrayToArray", fpJSON(`[1]`), fpJSON(`[2]`), nil},
@@ -567,6 +582,58 @@ func TestDiffFieldsUnusableStoredDigests(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKindChange: the stored fields say whether the first body was JSON or
+// form data, so that a retry in the other media type is named as such
+// instead of as a change of every field.
+func TestKindChange(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name      string
+		old, new  FingerprintParams
+		wantFirst string
+	}{
+		{"FormThenJSON", fpForm(`amount=4200&currency=eur`), fpJSON(`{"amount":4200,"currency":"eur"}`), kindForm},
+		{"JSONThenForm", fpJSON(`{"amount":4200}`), fpForm(`amount=4200`), kindJSON},
+		{"FormThenJSONArray", fpForm(`amount=4200`), fpJSON(`[4200]`), kindForm},
+		{"FormThenEmpty", fpForm(`amount=4200`), FingerprintParams{Method: "POST", Path: "/v1/payments"}, kindForm},
+		{"JSONThenStructuredSuffix", fpJSON(`{"amount":1}`), fpWith(fpJSON(`{"amount":2}`), func(p *FingerprintParams) { p.ContentType = "application/merchant+json" }), ""},
+		{"SameKind", fpForm(`amount=1`), fpForm(`amount=2`), ""},
+		{"FirstNotAnObject", fpJSON(`[1]`), fpForm(`amount=1`), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			old, next := fpMust(t, tt.old), fpMust(t, tt.new)
+			if got := kindChange(old.encodeFields(), next); got != tt.wantFirst {
+				t.Errorf("kindChange = %q, want %q", got, tt.wantFirst)
+			}
+		})
+	}
+	t.Run("StoredWithoutKind", func(t *testing.T) {
+		t.Parallel()
+		// Fields stored before the kind was recorded: no kind to compare,
+		// and the fields are still compared one by one.
+		stored := []byte(`{"/amount":"AAAAAAAAAAAAAAAAAAAAAA"}`)
+		f := fpMust(t, fpJSON(`{"amount":1}`))
+		if got := kindChange(stored, f); got != "" {
+			t.Errorf("kindChange = %q, want none", got)
+		}
+		if got := diffFields(stored, f); !slices.Equal(got, []string{"/amount"}) {
+			t.Errorf("diffFields = %q, want [/amount]", got)
+		}
+	})
+	t.Run("KindIsNoField", func(t *testing.T) {
+		t.Parallel()
+		// The kind member is not named as a removed field, and a body field
+		// named "media" has its own pointer.
+		old, next := fpMust(t, fpJSON(`{"amount":1,"media":"x"}`)), fpMust(t, fpJSON(`{"amount":1}`))
+		if got := diffFields(old.encodeFields(), next); !slices.Equal(got, []string{"/media"}) {
+			t.Errorf("diffFields = %q, want [/media]", got)
+		}
+	})
 }
 
 // TestBugFingerprintEmptyObjectHidesAddedFields fails against the current

@@ -15,7 +15,7 @@ const (
 	ResultReplayed       Result = "replayed"        // a stored response was replayed
 	ResultInFlight       Result = "in_flight"       // 409: the first request with the key is still in flight
 	ResultMismatch       Result = "mismatch"        // 422: the key was used with another request
-	ResultRejected       Result = "rejected"        // 400, 401, 413 or 415 before the store
+	ResultRejected       Result = "rejected"        // 400, 401, 408, 413 or 415 before the store
 	ResultUnavailable    Result = "unavailable"     // 503: the store failed; no result was recorded
 	ResultOutcomeUnknown Result = "outcome_unknown" // 503: the commit of the result was sent and its answer lost
 	ResultLeaseLost      Result = "lease_lost"      // 409: another request took the key over; the handler's writes rolled back

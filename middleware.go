@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -276,6 +277,12 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 	if !ok || clientID == "" {
 		return nil, &rejection{ProblemUnauthenticated, "The request carries no client identity."}
 	}
+	contentType := r.Header.Values("Content-Type")
+	if len(contentType) > 1 {
+		// A singleton field (RFC 9110): which one describes the body is
+		// anyone's guess, and a proxy may have picked the other.
+		return nil, &rejection{ProblemBodyMalformed, fmt.Sprintf("The request has %d Content-Type header fields; send exactly one.", len(contentType))}
+	}
 	body, rej := m.readBody(w, r)
 	if rej != nil {
 		return nil, rej
@@ -328,9 +335,32 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 		if errors.As(err, &mbe) {
 			return nil, tooLarge
 		}
+		if detail, ok := timeoutDetail(r, err); ok {
+			return nil, &rejection{ProblemBodyTimeout, detail}
+		}
 		return nil, &rejection{ProblemBodyMalformed, "The request body could not be read."}
 	}
 	return body, nil
+}
+
+// timeoutDetail reports whether reading the body failed because a read
+// deadline or timeout passed, and says which, for the client. The
+// connection's read deadline, which net/http sets from Server.ReadTimeout,
+// fails reads with an error wrapping os.ErrDeadlineExceeded; a body read
+// under a context's deadline fails with context.DeadlineExceeded.
+func timeoutDetail(r *http.Request, err error) (string, bool) {
+	const retry = " The request was not processed; send the whole body promptly and retry with the same key."
+	var timeout interface{ Timeout() bool }
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "The request body did not arrive before the request's deadline." + retry, true
+	case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &timeout) && timeout.Timeout():
+		if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok && srv.ReadTimeout > 0 {
+			return fmt.Sprintf("The request body did not arrive within the server's read timeout of %s, which counts from the start of the request.", srv.ReadTimeout) + retry, true
+		}
+		return "The request body did not arrive before the server's read deadline." + retry, true
+	}
+	return "", false
 }
 
 // claimAndRun claims the key and runs the handler under the lease, again
@@ -382,7 +412,7 @@ func (m *Middleware) claim(c *call) Lease {
 		m.unavailable(c, "The idempotency store did not answer; the request was not processed.")
 		return nil
 	case res.Record != nil:
-		m.answerExisting(c, res.Record, now)
+		m.answerExisting(c, res.Record)
 		return nil
 	case res.Lease == nil:
 		c.log.ErrorContext(ctx, "idem: claim failed", "err", errors.New("the store returned neither a lease nor a record"))
@@ -425,13 +455,17 @@ func (m *Middleware) unavailable(c *call, detail string) {
 }
 
 // answerExisting answers a request whose key is already held or completed.
-func (m *Middleware) answerExisting(c *call, rec *Record, now time.Time) {
+func (m *Middleware) answerExisting(c *call, rec *Record) {
 	r := c.r
 	if len(rec.RequestHash) > 0 && !bytes.Equal(rec.RequestHash, c.fp.sum[:]) {
 		p := ProblemKeyReused.Kind().New(m.cfg.ProblemTypeBase, "")
 		if rec.Method != r.Method || rec.Path != r.URL.EscapedPath() {
 			p.OriginalRequest = rec.Method + " " + rec.Path
 			p.Detail = fmt.Sprintf("This key was first used for %s %s.", rec.Method, rec.Path)
+		} else if first := kindChange(rec.RequestFields, c.fp); first != "" {
+			// Fields of another media type compare as all different; name
+			// the media type instead.
+			p.Detail = fmt.Sprintf("This key was first used with %s, and this request has %s: the media type differs. A retry must send the first request's media type and body.", describeKind(first), describeKind(c.fp.kind))
 		} else if p.Fields = diffFields(rec.RequestFields, c.fp); len(p.Fields) > 0 {
 			p.Detail = fmt.Sprintf("This key was first used with a different request: %s %s.", strings.Join(p.Fields, ", "), plural(len(p.Fields), "differs", "differ"))
 		} else {
@@ -446,12 +480,24 @@ func (m *Middleware) answerExisting(c *call, rec *Record, now time.Time) {
 		m.replay(c.w, rec.Response)
 		return
 	}
-	retry := 1
-	if m.cfg.Mode == ModeTwoPhase && !rec.LockedAt.IsZero() {
-		left := rec.LockedAt.Add(m.cfg.LockTimeout).Sub(now)
-		retry = max(1, int((left+time.Second-1)/time.Second))
+	m.problem(c.w, r, ProblemKeyInFlight, "The first request with this key is still being processed; retry with the same key after Retry-After.", m.inFlightRetryAfter(rec))
+}
+
+// inFlightRetryAfter is the Retry-After, in seconds, of the 409 for a key
+// in flight: in two-phase mode what is left of the holder's lease, rounded
+// up, at least 1 and at most the lock timeout; 1 in atomic mode, where the
+// holder's transaction decides and there is no lease to wait for.
+//
+// The clock is read again after the claim: the holder may have claimed the
+// key while this request's claim waited, after this request's first
+// reading. What is left of a lease is never more than the lock timeout,
+// even when the holder's clock is ahead of this one.
+func (m *Middleware) inFlightRetryAfter(rec *Record) int {
+	if m.cfg.Mode != ModeTwoPhase || rec.LockedAt.IsZero() {
+		return 1
 	}
-	m.problem(c.w, r, ProblemKeyInFlight, "The first request with this key is still being processed; retry with the same key after Retry-After.", retry)
+	left := min(rec.LockedAt.Add(m.cfg.LockTimeout).Sub(m.cfg.Now()), m.cfg.LockTimeout)
+	return max(1, int((left+time.Second-1)/time.Second))
 }
 
 func plural(n int, one, many string) string {
@@ -556,7 +602,7 @@ func (m *Middleware) answerComplete(ctx context.Context, c *call, lease Lease, r
 		// Another request stored the key first: answer as a claim that had
 		// found its row would, with the replay or 422.
 		c.log.WarnContext(ctx, "idem: another request completed the key first; the handler's writes were rolled back")
-		m.answerExisting(c, completed.Record, m.cfg.Now())
+		m.answerExisting(c, completed.Record)
 	case errors.Is(err, ErrLeaseLost):
 		c.log.WarnContext(ctx, "idem: lease lost; the handler's writes were rolled back")
 		m.cfg.Metrics.Request(c.r.Context(), ResultLeaseLost)

@@ -160,7 +160,8 @@ func (e *env) keys() int {
 
 type req struct {
 	method, path, client, contentType, body, behave string
-	keys                                            []string // Idempotency-Key fields, raw
+	keys                                            []string    // Idempotency-Key fields, raw
+	extra                                           http.Header // added after the fields above
 	// once stops net/http from sending the request again when the server
 	// drops a reused connection, which it does for a request with an
 	// Idempotency-Key, depending on whether an idle connection was there.
@@ -217,6 +218,11 @@ func (e *env) do(r req) resp {
 	}
 	for _, k := range r.keys {
 		hr.Header.Add("Idempotency-Key", k)
+	}
+	for name, values := range r.extra {
+		for _, v := range values {
+			hr.Header.Add(name, v)
+		}
 	}
 	if r.once {
 		hr.GetBody = nil // a body that cannot be read again is never resent

@@ -53,11 +53,16 @@ const (
 	// flight (a record with [StatusInFlight], counted as [ResultInFlight]),
 	// or another request took the key over.
 	ProblemKeyInFlight ProblemCode = "idempotency-key-in-use"
-	// ProblemBodyMalformed: 400, the body or query string does not parse.
+	// ProblemBodyMalformed: 400, the body or query string does not parse,
+	// or the request sends Content-Type in more than one field.
 	ProblemBodyMalformed ProblemCode = "request-body-malformed"
 	// ProblemBodyTooLarge: 413, the body is over [Config.MaxBodyBytes].
 	ProblemBodyTooLarge ProblemCode = "request-body-too-large"
-	// ProblemMediaType: 415, the body is neither JSON nor form data.
+	// ProblemBodyTimeout: 408, the body did not arrive before a read
+	// deadline: the server's ReadTimeout or the request's deadline.
+	ProblemBodyTimeout ProblemCode = "request-body-timeout"
+	// ProblemMediaType: 415, the body is neither JSON nor form data, or is
+	// in a charset other than UTF-8.
 	ProblemMediaType ProblemCode = "unsupported-media-type"
 	// ProblemUnauthenticated: 401, [Config.ClientID] found no client.
 	ProblemUnauthenticated ProblemCode = "unauthenticated"
@@ -83,11 +88,13 @@ var problemKinds = [...]ProblemKind{
 	{ProblemKeyInFlight, http.StatusConflict, "A request is outstanding for this Idempotency-Key",
 		"The first request with this key is still being processed. Wait for the number of seconds in Retry-After and retry with the same key and body: you will get its result."},
 	{ProblemBodyMalformed, http.StatusBadRequest, "Request body is malformed",
-		"The body does not parse as its Content-Type says, or a JSON object names a member twice. The request was not processed."},
+		"The body does not parse as its Content-Type says, a JSON object names a member twice, or the request has more than one Content-Type field. The request was not processed."},
 	{ProblemBodyTooLarge, http.StatusRequestEntityTooLarge, "Request body is too large",
 		"The body is larger than this endpoint accepts. The request was not processed."},
+	{ProblemBodyTimeout, http.StatusRequestTimeout, "Request body timed out",
+		"The body did not arrive before the server's read timeout or the request's deadline; the detail says which. The request was not processed: send the whole body promptly and retry with the same key."},
 	{ProblemMediaType, http.StatusUnsupportedMediaType, "Unsupported media type",
-		"Send application/json or application/x-www-form-urlencoded. The request was not processed."},
+		"Send application/json or application/x-www-form-urlencoded, in UTF-8 (charset=utf-8, or no charset). The request was not processed."},
 	{ProblemUnauthenticated, http.StatusUnauthorized, "Authentication required",
 		"Idempotency keys are scoped to the authenticated client, and this request has no client identity. Send valid credentials."},
 	{ProblemUnavailable, http.StatusServiceUnavailable, "Idempotency store unavailable",
