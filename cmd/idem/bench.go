@@ -55,6 +55,8 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 		rounds      = fs.Int("rounds", env.Int("IDEM_BENCH_ROUNDS", 0), "`number` of interleaved rounds (default 3; env IDEM_BENCH_ROUNDS)")
 		concurrency = fs.Int("concurrency", env.Int("IDEM_BENCH_CONCURRENCY", 0), "`number` of clients sending at once (default 8; env IDEM_BENCH_CONCURRENCY)")
 		variants    = fs.String("variants", env.String("IDEM_BENCH_VARIANTS", strings.Join(bench.AllVariants, ",")), "comma-separated `list` of variants; bare always runs (env IDEM_BENCH_VARIANTS)")
+		bouncer     = fs.String("pgbouncer", env.String("IDEM_BENCH_PGBOUNCER", ""), "`URL` of the same database through PgBouncer in pool_mode = transaction, for the variants bare-pgbouncer and atomic-pgbouncer (env IDEM_BENCH_PGBOUNCER)")
+		asJSON      = fs.Bool("json", false, "print the figures as one JSON object instead of a table (fields in docs/benchmarks.md)")
 		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the whole run, for go tool pprof, to `file`")
 	)
 	if env.Err() != nil {
@@ -86,12 +88,19 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 		}()
 	}
 	results, err := bench.Run(ctx, bench.Config{
-		DatabaseURL: *db, Duration: *duration, Requests: int64(*requests), Rounds: *rounds, Concurrency: *concurrency,
+		DatabaseURL: *db, Duration: *duration, Requests: int64(*requests), BouncerURL: *bouncer, Rounds: *rounds, Concurrency: *concurrency,
 		Variants: strings.Split(*variants, ","), Progress: c.stderr,
 	})
 	if err != nil {
 		fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
 		return exitFail
+	}
+	if *asJSON {
+		if err := bench.WriteJSON(c.stdout, results); err != nil {
+			fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
+			return exitFail
+		}
+		return exitOK
 	}
 	bench.WriteTable(c.stdout, results)
 	return exitOK

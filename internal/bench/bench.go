@@ -32,8 +32,8 @@ const (
 	Replay   = "replay"    // retries of completed keys
 )
 
-// AllVariants lists every variant.
-var AllVariants = []string{Bare, BareTx, Atomic, TwoPhase, Replay}
+// AllVariants lists every variant but the floors.
+var AllVariants = []string{Bare, BareTx, Atomic, TwoPhase, Replay, Conflict}
 
 // Config configures a run.
 type Config struct {
@@ -53,6 +53,10 @@ type Config struct {
 	Concurrency int
 	// Variants to run. Defaults to AllVariants; Bare always runs.
 	Variants []string
+	// BouncerURL reaches the same database as DatabaseURL through
+	// PgBouncer in pool_mode = transaction, for BouncerVariants. Defaults
+	// to none.
+	BouncerURL string
 	// Progress receives a line per variant and round. Defaults to io.Discard.
 	Progress io.Writer
 }
@@ -96,7 +100,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if len(cfg.Variants) == 0 {
 		cfg.Variants = AllVariants
 	}
-	known := slices.Concat(AllVariants, FloorVariants)
+	known := slices.Concat(AllVariants, FloorVariants, BouncerVariants)
 	for _, v := range cfg.Variants {
 		if !slices.Contains(known, v) {
 			return nil, fmt.Errorf("bench: unknown variant %q; want one of %s", v, strings.Join(known, ", "))
@@ -125,11 +129,23 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		endpoints = append(endpoints, Atomic)
 	}
 	servers := map[string]*httptest.Server{}
+	holder := &holdRepo{Repo: repo}
+	bouncer := &bouncerDB{url: cfg.BouncerURL}
+	defer bouncer.close()
 	for _, v := range endpoints {
 		if v == Replay {
 			continue
 		}
-		h, err := variantHandler(db, repo, v)
+		variantRepo := repo
+		if v == Conflict {
+			variantRepo = holder
+		}
+		var h http.Handler
+		if slices.Contains(BouncerVariants, v) {
+			h, err = bouncer.handler(ctx, v)
+		} else {
+			h, err = variantHandler(db, variantRepo, v)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -160,14 +176,28 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		for _, v := range cfg.Variants {
 			var url string
 			var next func() string
-			if v == Replay {
+			want := http.StatusCreated
+			finish := func() error { return nil }
+			switch v {
+			case Replay:
 				url = servers[Atomic].URL
 				next = func() string { return replayKeys[int(seq.Add(1))%len(replayKeys)] }
-			} else {
+			case Conflict:
+				url = servers[v].URL
+				key, f, err := holder.hold(ctx, client, url, seq.Add(1))
+				if err != nil {
+					return nil, err
+				}
+				finish, want = f, http.StatusConflict
+				next = func() string { return key }
+			default:
 				url = servers[v].URL
 				next = func() string { return fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), seq.Add(1)) }
 			}
-			t := measure(ctx, client, url, cfg, next, http.StatusCreated)
+			t := measure(ctx, client, url, cfg, next, want)
+			if err := finish(); err != nil {
+				return nil, err
+			}
 			totals[v].add(t)
 			fmt.Fprintf(cfg.Progress, "round %d %-9s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n",
 				round, v, float64(t.n)/t.elapsed.Seconds(), ms(t.quantile(0.50)), ms(t.quantile(0.99)), t.errors)
@@ -275,7 +305,10 @@ func measure(ctx context.Context, client *http.Client, url string, cfg Config, n
 	var mu sync.Mutex
 	total := &tally{}
 	var wg sync.WaitGroup
-	cpu0, db0 := processCPU(), serverCPU()
+	cpu0, db0 := processCPU(), map[int]time.Duration(nil)
+	if strings.HasPrefix(cfg.DatabaseURL, "postgres") {
+		db0 = serverCPU() // SQLite runs in this process, in its CPU
+	}
 	begin := time.Now()
 	for range cfg.Concurrency {
 		wg.Add(1)

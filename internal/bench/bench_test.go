@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -54,6 +55,18 @@ func TestRunMeasuresEveryVariant(t *testing.T) {
 						t.Errorf("%s: CPU per request %s, want > 0", r.Variant, r.CPU)
 					}
 				}
+			}
+			var js bytes.Buffer
+			if err := WriteJSON(&js, results); err != nil {
+				t.Fatalf("WriteJSON: %v", err)
+			}
+			var rep Report
+			if err := json.Unmarshal(js.Bytes(), &rep); err != nil {
+				t.Fatalf("the JSON report does not decode: %v\n%s", err, js.String())
+			}
+			if len(rep.Order) != len(AllVariants) || rep.Variants[Atomic].Requests != 40 || rep.Variants[Bare].Ratio != 1 ||
+				rep.ConflictP99 == nil || *rep.ConflictP99 <= 0 || *rep.ConflictP99 < *rep.ConflictP50 {
+				t.Errorf("JSON report %s; want every variant, 40 atomic requests, bare at ratio 1 and the conflict latencies", js.String())
 			}
 			var table bytes.Buffer
 			WriteTable(&table, results)
@@ -121,4 +134,30 @@ func openPool(t *testing.T, url string) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// TestBouncerVariants runs the variants through a real PgBouncer in front
+// of the benchmark's database, and refuses them without one.
+func TestBouncerVariants(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	results, err := Run(context.Background(), Config{
+		DatabaseURL: url, BouncerURL: pgtest.StartBouncer(t, url), Requests: 40, Rounds: 1, Concurrency: 4,
+		Variants: BouncerVariants,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(results) != 1+len(BouncerVariants) {
+		t.Fatalf("%d results, want bare and %d variants through PgBouncer", len(results), len(BouncerVariants))
+	}
+	for _, r := range results {
+		if r.Requests != 40 || r.Errors != 0 {
+			t.Errorf("%s: %+v; want 40 requests and no errors", r.Variant, r)
+		}
+	}
+	_, err = Run(context.Background(), Config{DatabaseURL: url, Requests: 1, Rounds: 1, Variants: []string{AtomicPgBouncer}})
+	if err == nil || !strings.Contains(err.Error(), "--pgbouncer") {
+		t.Errorf("a PgBouncer variant without PgBouncer: err %v, want one that names --pgbouncer", err)
+	}
 }

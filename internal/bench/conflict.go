@@ -28,6 +28,7 @@ type holdRepo struct {
 	payments.Repo
 
 	mu      sync.Mutex
+	entered chan struct{} // closed when the current holder has inserted
 	release chan struct{} // closed when the current holder may finish
 }
 
@@ -39,8 +40,9 @@ func (r *holdRepo) Insert(ctx context.Context, p *payments.Payment) error {
 		return nil
 	}
 	r.mu.Lock()
-	release := r.release
+	entered, release := r.entered, r.release
 	r.mu.Unlock()
+	close(entered)
 	select {
 	case <-release:
 		return nil
@@ -49,13 +51,14 @@ func (r *holdRepo) Insert(ctx context.Context, p *payments.Payment) error {
 	}
 }
 
-// hold starts a holder of a new key on url and returns the key, once a
-// duplicate has been answered 409, and a function that lets the holder
-// finish and waits for its answer.
+// hold starts a holder of a new key on url and returns the key, once the
+// holder has inserted its payment, and a function that lets the holder
+// finish and waits for its answer. No duplicate is sent before then: the
+// first request with the key must be the holder's.
 func (r *holdRepo) hold(ctx context.Context, client *http.Client, url string, n int64) (string, func() error, error) {
-	release := make(chan struct{})
+	entered, release := make(chan struct{}), make(chan struct{})
 	r.mu.Lock()
-	r.release = release
+	r.entered, r.release = entered, release
 	r.mu.Unlock()
 	key := fmt.Sprintf("%s%d-%d", holdPrefix, time.Now().UnixNano(), n)
 	answered := make(chan error, 1)
@@ -70,19 +73,13 @@ func (r *holdRepo) hold(ctx context.Context, client *http.Client, url string, n 
 		close(release)
 		return <-answered
 	}
-	// The holder is in flight once a duplicate gets 409.
-	for {
-		status, err := send(ctx, client, url, key)
-		if err == nil && status == http.StatusConflict {
-			return key, finish, nil
-		}
-		select {
-		case err := <-answered:
-			return "", nil, fmt.Errorf("bench: the conflict holder ended before it was measured: %v", err)
-		case <-ctx.Done():
-			finish()
-			return "", nil, ctx.Err()
-		case <-time.After(time.Millisecond):
-		}
+	select {
+	case <-entered:
+		return key, finish, nil
+	case err := <-answered:
+		return "", nil, fmt.Errorf("bench: the conflict holder ended before it was measured: %v", err)
+	case <-ctx.Done():
+		close(release)
+		return "", nil, ctx.Err()
 	}
 }

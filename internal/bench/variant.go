@@ -43,7 +43,7 @@ func variantHandler(db *database.DB, repo payments.Repo, variant string) (http.H
 	if err != nil {
 		return nil, err
 	}
-	if variant == Atomic || variant == TwoPhase {
+	if variant == Atomic || variant == TwoPhase || variant == Conflict {
 		return svc.Handler(), nil
 	}
 	mux := http.NewServeMux()
