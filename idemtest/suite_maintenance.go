@@ -1,0 +1,150 @@
+package idemtest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// The conformance cases about maintenance: purge and schema version.
+
+// purgerOf returns store's Purge, or skips the test for a store without one.
+func purgerOf(t *testing.T, store idem.Store) purger {
+	t.Helper()
+	p, ok := store.(purger)
+	if !ok {
+		t.Skip("the store has no Purge(context.Context, idem.PurgeParams) (int64, error) method")
+	}
+	return p
+}
+
+// completedKeys stores n completed keys created at created.
+func (s suite) completedKeys(t *testing.T, store idem.Store, n int, created time.Time) []idem.Scope {
+	t.Helper()
+	scopes := make([]idem.Scope, n)
+	for i := range scopes {
+		scopes[i] = newScope("alice")
+		complete(t, s.mustLease(t, store, s.params(scopes[i], "a", created)), sampleResponse("{}"))
+	}
+	return scopes
+}
+
+// wantKept checks that the keys of scopes are still stored, at now.
+func (s suite) wantKept(t *testing.T, store idem.Store, scopes []idem.Scope, now time.Time) {
+	t.Helper()
+	for _, scope := range scopes {
+		if rec := s.mustRecord(t, store, s.params(scope, "a", now)); rec.Status != idem.StatusCompleted {
+			t.Errorf("key %s: status %q, want completed", scope.Key, rec.Status)
+		}
+	}
+}
+
+func (s suite) purgeDeletesOldKeys(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	pg := purgerOf(t, store)
+	old := s.completedKeys(t, store, 5, epoch)
+	young := s.completedKeys(t, store, 2, epoch.Add(2*time.Hour))
+	n, err := pg.Purge(context.Background(), idem.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: 2})
+	if err != nil || n != int64(len(old)) {
+		t.Fatalf("Purge = %d, %v; want %d, nil", n, err, len(old))
+	}
+	s.wantKept(t, store, young, epoch.Add(3*time.Hour))
+	for _, scope := range old {
+		// Within retention, so the key was purged, not expired.
+		l := s.mustLease(t, store, s.params(scope, "a", epoch.Add(3*time.Hour)))
+		release(t, l)
+	}
+	if n, err := pg.Purge(context.Background(), idem.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: 2}); err != nil || n != 0 {
+		t.Errorf("second Purge = %d, %v; want 0, nil", n, err)
+	}
+}
+
+func (s suite) purgeZeroBatchSize(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	pg := purgerOf(t, store)
+	old := s.completedKeys(t, store, 3, epoch)
+	n, err := pg.Purge(context.Background(), idem.PurgeParams{Before: epoch.Add(time.Hour)})
+	if err != nil || n != int64(len(old)) {
+		t.Fatalf("Purge with BatchSize 0 = %d, %v; want %d, nil (the default batch size)", n, err, len(old))
+	}
+}
+
+func (s suite) purgeRejectsNegativeBatchSize(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	pg := purgerOf(t, store)
+	old := s.completedKeys(t, store, 2, epoch)
+	p := idem.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: -1}
+	n, err := pg.Purge(context.Background(), p)
+	if want := p.Validate(); want == nil || !errors.Is(err, want) || n != 0 {
+		t.Errorf("Purge with BatchSize -1 = %d, %v; want 0 and an error wrapping %v", n, err, want)
+	}
+	s.wantKept(t, store, old, epoch.Add(2*time.Hour))
+}
+
+func (s suite) purgeRequiresBefore(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	pg := purgerOf(t, store)
+	old := s.completedKeys(t, store, 1, epoch)
+	p := idem.PurgeParams{BatchSize: 10}
+	n, err := pg.Purge(context.Background(), p)
+	if want := p.Validate(); want == nil || !errors.Is(err, want) || n != 0 {
+		t.Errorf("Purge without Before = %d, %v; want 0 and an error wrapping %v", n, err, want)
+	}
+	s.wantKept(t, store, old, epoch.Add(2*time.Hour))
+}
+
+func (s suite) schemaVersion(t *testing.T) {
+	if s.h.NewUnmigrated == nil {
+		t.Skip("Harness.NewUnmigrated is nil")
+	}
+	t.Parallel()
+	store := s.h.NewUnmigrated(t)
+	m, ok := store.(migrator)
+	if !ok {
+		t.Fatalf("%T from Harness.NewUnmigrated has no Migrate, MigrateTo and SchemaVersion methods", store)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	version := func(want int, when string) {
+		t.Helper()
+		if v, err := m.SchemaVersion(ctx); err != nil || v != want {
+			t.Fatalf("SchemaVersion %s = %d, %v; want %d", when, v, err, want)
+		}
+	}
+	// Reading the version of an empty database finds none and changes
+	// nothing, however often it is read.
+	version(0, "before migration")
+	version(0, "read again before migration")
+	if err := m.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	newest, err := m.SchemaVersion(ctx)
+	if err != nil || newest < 1 {
+		t.Fatalf("SchemaVersion after Migrate = %d, %v; want the newest version, at least 1", newest, err)
+	}
+	complete(t, s.mustLease(t, store, s.params(newScope("alice"), "a", epoch)), sampleResponse("{}"))
+	if err := m.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate again: %v", err)
+	}
+	version(newest, "after a second Migrate")
+	if err := m.MigrateTo(ctx, newest+1); err == nil {
+		t.Errorf("MigrateTo(%d), past the newest, succeeded", newest+1)
+	}
+	version(newest, "after MigrateTo past the newest")
+	if err := m.MigrateTo(ctx, 0); err != nil {
+		t.Fatalf("MigrateTo(0): %v", err)
+	}
+	version(0, "after MigrateTo(0)")
+	if err := m.MigrateTo(ctx, -1); err != nil {
+		t.Fatalf("MigrateTo(-1): %v", err)
+	}
+	version(newest, "after MigrateTo(-1)")
+	complete(t, s.mustLease(t, store, s.params(newScope("alice"), "a", epoch)), sampleResponse("{}"))
+}
