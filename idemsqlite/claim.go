@@ -96,7 +96,15 @@ func (s *Store) begin(ctx context.Context) (*writeTx, error) {
 
 func (t *writeTx) commit() error {
 	defer t.conn.Close()
-	return t.Tx.Commit()
+	err := t.Tx.Commit()
+	if err != nil {
+		// A COMMIT refused with SQLITE_BUSY leaves the transaction open on
+		// the connection: roll it back, so that nothing of it can commit
+		// later and the error keeps meaning "not committed". Any other
+		// failed COMMIT has rolled back already, and this does nothing.
+		_, _ = t.conn.ExecContext(context.Background(), "ROLLBACK")
+	}
+	return err
 }
 
 func (t *writeTx) rollback() error {

@@ -17,4 +17,9 @@
 // SQLITE_BUSY, and answers a duplicate of a key in flight from memory at
 // once with a 409. Several processes may share a file; they wait for each
 // other's write lock up to [Config.BusyTimeout].
+//
+// A commit is a call into the library in this process, not a message over
+// a network, so its outcome is always known: Complete never returns
+// idem.ErrOutcomeUnknown. When COMMIT fails, SQLite has rolled the
+// transaction back, and Complete's error means that nothing was committed.
 package idemsqlite
