@@ -31,6 +31,16 @@ var problemKinds = []idem.ProblemKind{
 		About: "The upstream service could not be reached, and the request was not sent to it. The key is free: retry with the same key."},
 }
 
+// kindOf describes one of the proxy's problem codes.
+func kindOf(code idem.ProblemCode) idem.ProblemKind {
+	for _, k := range problemKinds {
+		if k.Code == code {
+			return k
+		}
+	}
+	return code.Kind()
+}
+
 // attempt is one forward of a key route: its route, for metrics, and
 // whether anything was written to the upstream.
 type attempt struct {
@@ -109,7 +119,7 @@ func (p *Proxy) forwardFailed(w http.ResponseWriter, r *http.Request, policy Pol
 	case !a.sent.Load():
 		log.WarnContext(ctx, "idemproxy: upstream unreachable; the request was not sent", "err", err)
 		p.cfg.Forwards.Forward(ctx, a.route, ForwardNotSent)
-		idem.WriteProblem(w, ProblemUpstreamUnavailable.Kind().New(p.cfg.ProblemTypeBase,
+		idem.WriteProblem(w, kindOf(ProblemUpstreamUnavailable).New(p.cfg.ProblemTypeBase,
 			"The upstream service could not be reached and the request was not sent to it. The key is free: retry with the same key."), 1)
 	case isTimeout(err):
 		log.WarnContext(ctx, "idemproxy: outcome unknown: the upstream did not answer in time", "err", err)
@@ -124,7 +134,7 @@ func (p *Proxy) forwardFailed(w http.ResponseWriter, r *http.Request, policy Pol
 // stored and replayed under PolicyHold, so its text holds for every retry.
 func (p *Proxy) outcomeUnknown(w http.ResponseWriter, r *http.Request, policy Policy, status int, what string) {
 	p.cfg.Forwards.Forward(r.Context(), attemptOf(r).route, ForwardOutcomeUnknown)
-	prob := ProblemOutcomeUnknown.Kind().New(p.cfg.ProblemTypeBase, "")
+	prob := kindOf(ProblemOutcomeUnknown).New(p.cfg.ProblemTypeBase, "")
 	prob.Status = status
 	retryAfter := 0
 	switch policy {

@@ -113,6 +113,7 @@ func send(t *testing.T, method, target, key, body string, header ...string) exch
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("X-Test-Key", key)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
 		if header[i+1] == "" {

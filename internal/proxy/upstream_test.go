@@ -13,7 +13,8 @@ import (
 
 // upstream is a test API with no idempotency of its own unless honour is
 // set. It counts every request it receives and every effect (charge) per
-// key, so that tests can tell a replay from a second forward.
+// test key (the X-Test-Key header that send sets to the Idempotency-Key,
+// forwarded or not), so that tests can tell a replay from a second forward.
 //
 //	POST /v1/charges          charges and answers 201 with the charge
 //	POST /v1/reset            charges, then resets the connection the first
@@ -73,7 +74,8 @@ func (u *upstream) count(key string) (requests, charges int) {
 
 func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	io.Copy(io.Discard, r.Body)
-	key := r.Header.Get("Idempotency-Key")
+	key := r.Header.Get("X-Test-Key") // counts, whether the key is forwarded or not
+	ikey := r.Header.Get("Idempotency-Key")
 	u.mu.Lock()
 	u.conns[r.RemoteAddr]++
 	if u.requests[key] == 0 {
@@ -86,20 +88,20 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "pong")
 		return
 	}
-	if u.honour && key != "" {
-		if body, ok := u.answers[key]; ok {
+	if u.honour && ikey != "" {
+		if body, ok := u.answers[ikey]; ok {
 			u.mu.Unlock()
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusCreated)
 			w.Write(body)
 			return
 		}
-		if u.inFlight[key] {
+		if u.inFlight[ikey] {
 			u.mu.Unlock()
 			http.Error(w, "in flight", http.StatusConflict)
 			return
 		}
-		u.inFlight[key] = true
+		u.inFlight[ikey] = true
 	}
 	u.charges[key]++
 	n := 0
@@ -115,20 +117,20 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	case "/v1/reset":
 		if first {
 			resetConnection(w)
-			u.forget(key)
+			u.forget(ikey)
 			return
 		}
 	case "/v1/slow":
 		<-u.release
 	case "/v1/bad-gateway":
-		u.forget(key)
+		u.forget(ikey)
 		http.Error(w, "bad gateway", http.StatusBadGateway)
 		return
 	}
 	u.mu.Lock()
-	if u.honour && key != "" {
-		u.answers[key] = body
-		delete(u.inFlight, key)
+	if u.honour && ikey != "" {
+		u.answers[ikey] = body
+		delete(u.inFlight, ikey)
 	}
 	u.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
@@ -162,4 +164,14 @@ func resetConnection(w http.ResponseWriter) {
 		tc.SetLinger(0)
 	}
 	conn.Close()
+}
+
+func (u *upstream) totalCharges() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := 0
+	for _, c := range u.charges {
+		n += c
+	}
+	return n
 }
