@@ -38,6 +38,8 @@ type upstream struct {
 	conns    map[string]int    // requests per connection (remote address)
 	reused   map[string]bool   // the first request of a key came on a reused connection
 	headers  map[string]http.Header
+	// perClientKey counts charges per Authorization and forwarded key.
+	perClientKey map[string]int
 }
 
 func newUpstream(t *testing.T, honour bool) *upstream {
@@ -46,7 +48,7 @@ func newUpstream(t *testing.T, honour bool) *upstream {
 		honour: honour, release: make(chan struct{}),
 		requests: map[string]int{}, charges: map[string]int{}, answers: map[string][]byte{},
 		inFlight: map[string]bool{}, conns: map[string]int{}, reused: map[string]bool{},
-		headers: map[string]http.Header{},
+		headers: map[string]http.Header{}, perClientKey: map[string]int{},
 	}
 	u.Server = httptest.NewServer(http.HandlerFunc(u.serve))
 	t.Cleanup(func() {
@@ -104,6 +106,9 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		u.inFlight[ikey] = true
 	}
 	u.charges[key]++
+	if ikey != "" {
+		u.perClientKey[r.Header.Get("Authorization")+" "+ikey]++
+	}
 	n := 0
 	for _, c := range u.charges {
 		n += c
@@ -174,4 +179,15 @@ func (u *upstream) totalCharges() int {
 		n += c
 	}
 	return n
+}
+
+// maxChargesPerClientKey is the most charges any client's forwarded key
+// caused, and how many such keys there were.
+func (u *upstream) maxChargesPerClientKey() (most, keys int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, n := range u.perClientKey {
+		most = max(most, n)
+	}
+	return most, len(u.perClientKey)
 }
