@@ -548,6 +548,9 @@ func (m *Middleware) finishContext(c *call) (context.Context, context.CancelFunc
 // when the lease's transaction hit a conflict and attempt may be rerun.
 func (m *Middleware) run(c *call, lease Lease, attempt int) runOutcome {
 	rec := m.execute(c, lease)
+	if rec.streamed() {
+		c.w = &discardWriter{} // the client has the response; see StreamResponse
+	}
 	ctx, cancel := m.finishContext(c)
 	defer cancel()
 	rerun := func() bool { return m.mayRerun(attempt) && reportsConflict(lease) }
@@ -655,6 +658,9 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 	req.Body = io.NopCloser(bytes.NewReader(c.body))
 	req.ContentLength = int64(len(c.body))
 	rec := &recorder{header: make(http.Header)}
+	if m.cfg.Mode == ModeTwoPhase {
+		rec.client = c.w // the response may stream; see StreamResponse
+	}
 	c.next.ServeHTTP(rec, req)
 	finished = true
 	return rec
@@ -663,6 +669,9 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 // responseOf is what the store keeps of a handler's response: the status,
 // the headers on the replay list and the body.
 func (m *Middleware) responseOf(rec *recorder) *Response {
+	if rec.stream != nil && rec.stream.overflow {
+		return m.notRetained(rec)
+	}
 	resp := &Response{StatusCode: rec.statusCode(), Header: make(http.Header), Body: rec.body.Bytes()}
 	for _, name := range m.replayHeaders {
 		if v := rec.header.Values(name); len(v) > 0 {
@@ -678,12 +687,15 @@ func keyDigest(key string) string {
 	return hex.EncodeToString(sum[:6])
 }
 
-// recorder buffers a handler's response until the lease is finished.
+// recorder buffers a handler's response until the lease is finished, or
+// streams it to client (see StreamResponse).
 type recorder struct {
 	header      http.Header
 	status      int
 	wroteHeader bool
 	body        bytes.Buffer
+	client      http.ResponseWriter
+	stream      *streamState // set by StreamResponse
 }
 
 func (rec *recorder) Header() http.Header { return rec.header }
@@ -693,11 +705,17 @@ func (rec *recorder) WriteHeader(status int) {
 		return
 	}
 	rec.status, rec.wroteHeader = status, true
+	if rec.stream != nil {
+		rec.streamHeader()
+	}
 }
 
 func (rec *recorder) Write(p []byte) (int, error) {
 	if !rec.wroteHeader {
 		rec.WriteHeader(http.StatusOK)
+	}
+	if rec.stream != nil {
+		return rec.streamWrite(p)
 	}
 	return rec.body.Write(p)
 }
