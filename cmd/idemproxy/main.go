@@ -66,7 +66,7 @@ type options struct {
 	policy                          string
 	upstreamTimeout, lockTimeout    time.Duration
 	retention                       time.Duration
-	maxBodyBytes                    int64
+	maxBodyBytes, maxStoredBytes    int64
 	replayHeaders                   []string
 	trustForwarded                  bool
 	problemBase                     string
@@ -129,6 +129,7 @@ func parseFlags(args []string, stderr io.Writer, lookup func(string) (string, bo
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", env.Duration("IDEMPROXY_LOCK_TIMEOUT", proxy.LockTimeoutDefault), "`duration` of a key's lease before another request may take it over; longer than -upstream-timeout (env IDEMPROXY_LOCK_TIMEOUT)")
 	fs.DurationVar(&o.retention, "retention", env.Duration("IDEMPROXY_RETENTION", idem.RetentionDefault), "how long keys are kept (env IDEMPROXY_RETENTION)")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", int64(env.Int("IDEMPROXY_MAX_BODY_BYTES", idem.MaxBodyBytesDefault)), "largest request body on a key route, in `bytes`; larger ones get 413 (env IDEMPROXY_MAX_BODY_BYTES)")
+	fs.Int64Var(&o.maxStoredBytes, "max-stored-bytes", int64(env.Int("IDEMPROXY_MAX_STORED_BYTES", proxy.MaxStoredBytesDefault)), "longest response body stored for replay, in `bytes`; responses always stream, and a retry of a longer one gets the problem idempotency-response-not-retained (env IDEMPROXY_MAX_STORED_BYTES)")
 	o.replayHeaders = splitEnv(env, "IDEMPROXY_REPLAY_HEADERS", ",")
 	fs.Var(listFlag{&o.replayHeaders}, "replay-header", "upstream response `header` stored and replayed besides Content-Type, Content-Language and Location, repeatable (env IDEMPROXY_REPLAY_HEADERS, comma-separated)")
 	fs.BoolVar(&o.trustForwarded, "trust-forwarded", env.Bool("IDEMPROXY_TRUST_FORWARDED", false), "keep and append to incoming X-Forwarded-For and Forwarded headers; only behind a load balancer that sets them (env IDEMPROXY_TRUST_FORWARDED)")
@@ -159,7 +160,7 @@ func (o *options) config() (proxy.Config, error) {
 	cfg := proxy.Config{
 		Upstream: u, DropKey: o.dropKey, DefaultPolicy: proxy.Policy(o.policy),
 		UpstreamTimeout: o.upstreamTimeout, LockTimeout: o.lockTimeout, Retention: o.retention,
-		MaxBodyBytes: o.maxBodyBytes, ReplayHeaders: o.replayHeaders,
+		MaxBodyBytes: o.maxBodyBytes, MaxStoredBytes: o.maxStoredBytes, ReplayHeaders: o.replayHeaders,
 		TrustForwarded: o.trustForwarded, ProblemTypeBase: o.problemBase,
 	}
 	for _, s := range o.routes {

@@ -62,8 +62,9 @@ func (e *statusError) Error() string { return fmt.Sprintf("upstream answered %d"
 // goes out under its lower-case spelling, which http.Transport does not
 // take as a sign that a body-less request may be re-sent after a reused
 // connection fails (header names are case-insensitive, RFC 9110 section
-// 5.1). Every failure therefore reaches errorHandler, which tells a request
-// never sent from one whose outcome is unknown.
+// 5.1). Every failure therefore reaches forwardFailed, which tells a request
+// never sent from one whose outcome is unknown. Responses stream to the
+// client (idem.StreamResponse) and are stored up to MaxStoredBytes.
 func (p *Proxy) forwarder(policy Policy) http.Handler {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -95,6 +96,7 @@ func (p *Proxy) forwarder(policy Policy) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.UpstreamTimeout)
 		defer cancel()
+		idem.StreamResponse(w, p.cfg.MaxStoredBytes)
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

@@ -21,6 +21,7 @@ const (
 	UpstreamTimeoutDefault = 30 * time.Second
 	LockTimeoutDefault     = 60 * time.Second
 	ProblemTypeBaseDefault = "/idemproxy/problems/"
+	MaxStoredBytesDefault  = 1 << 20
 )
 
 // Config configures a Proxy.
@@ -66,6 +67,13 @@ type Config struct {
 	// MaxBodyBytes is the largest request body accepted on a key route.
 	// Defaults to idem.MaxBodyBytesDefault (1 MiB).
 	MaxBodyBytes int64
+
+	// MaxStoredBytes is the longest response body stored for replay.
+	// Responses are streamed to the client whatever their size; a longer one
+	// is stored as the problem idempotency-response-not-retained with its
+	// status and Location, which retries get instead of a second forward.
+	// Defaults to MaxStoredBytesDefault (1 MiB).
+	MaxStoredBytes int64
 
 	// ReplayHeaders are upstream response headers stored and replayed in
 	// addition to Content-Type, Content-Language and Location. Defaults to
@@ -138,6 +146,9 @@ func (c *Config) withDefaults() *Config {
 	if out.LockTimeout == 0 {
 		out.LockTimeout = LockTimeoutDefault
 	}
+	if out.MaxStoredBytes == 0 {
+		out.MaxStoredBytes = MaxStoredBytesDefault
+	}
 	if out.ProblemTypeBase == "" {
 		out.ProblemTypeBase = ProblemTypeBaseDefault
 	}
@@ -163,8 +174,8 @@ func (c *Config) validate() error {
 		return errors.New("proxy: Config.Store is required")
 	case c.Identity == nil:
 		return errors.New("proxy: Config.Identity is required")
-	case c.UpstreamTimeout < 0:
-		return errors.New("proxy: Config.UpstreamTimeout must not be negative")
+	case c.UpstreamTimeout < 0 || c.MaxStoredBytes < 0:
+		return errors.New("proxy: Config.UpstreamTimeout and MaxStoredBytes must not be negative")
 	case c.LockTimeout <= c.UpstreamTimeout:
 		return fmt.Errorf("proxy: the lock timeout (%s) must be longer than the upstream timeout (%s), or a forward in progress could be taken over and sent twice", c.LockTimeout, c.UpstreamTimeout)
 	}
