@@ -52,7 +52,8 @@ When a forward fails after the request was sent (a timeout, a reset, or a
 502/503/504 from a gateway in between), the client gets a 502 or 504 problem
 idempotency-outcome-unknown, and the route's policy decides what a retry
 with that key gets: retry (forwarded again, with the same key) or hold (the
-same problem, until an operator deletes the key).
+same problem, until an operator releases the key with "idemproxy release";
+"idemproxy held" lists such keys, "idemproxy held -h" says more).
 
 Flags:
 `
@@ -190,6 +191,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
+	if len(args) > 0 && (args[0] == "held" || args[0] == "release") {
+		return runKeys(ctx, args[0], args[1:], stdout, stderr, lookup)
+	}
 	o, err := parseFlags(args, stderr, lookup)
 	if err != nil {
 		return err

@@ -186,3 +186,72 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestHoldAndRelease: on a hold route, a forward whose outcome is unknown
+// (the upstream's gateway answers 502) holds the key; retries get the same
+// problem and nothing is forwarded, until "idemproxy release" frees it.
+func TestHoldAndRelease(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int64
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) == 1 {
+					http.Error(w, "upstream connect error", http.StatusBadGateway)
+					return
+				}
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, `{"id":"refund_1"}`)
+			}))
+			t.Cleanup(up.Close)
+			db := "sqlite:" + filepath.Join(t.TempDir(), "keys.db")
+			if kind == "postgres" {
+				db = pgtest.NewDatabase(t)
+			}
+			addr, _ := started(t,
+				[]string{"-listen", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-upstream", up.URL, "-db", db,
+					"-client-header", "X-Client-Id", "-route", "POST /v1/refunds hold"}, nil)
+			post := func() (int, string) {
+				req, _ := http.NewRequest("POST", addr+"/v1/refunds", strings.NewReader(`{"charge":"ch_1"}`))
+				req.Header.Set("X-Client-Id", "acme")
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Idempotency-Key", "refund-1")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(b)
+			}
+			for range 3 {
+				if status, body := post(); status != http.StatusBadGateway || !strings.Contains(body, "idempotency-outcome-unknown") {
+					t.Fatalf("%d %q, want the held 502", status, body)
+				}
+			}
+			if n := calls.Load(); n != 1 {
+				t.Fatalf("upstream called %d times while the key was held, want 1", n)
+			}
+			var out strings.Builder
+			if err := run(context.Background(), []string{"held", "-db", db}, &out, io.Discard, envOf(nil)); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), "header:acme") || !strings.Contains(out.String(), "refund-1") || !strings.Contains(out.String(), "1 held key") {
+				t.Fatalf("held printed:\n%s", out.String())
+			}
+			if err := run(context.Background(), []string{"release", "-db", db, "-client-id", "header:other", "-key", "refund-1"}, io.Discard, io.Discard, envOf(nil)); err == nil {
+				t.Fatal("release of another client's key succeeded")
+			}
+			if err := run(context.Background(), []string{"release", "-db", db, "-client-id", "header:acme", "-key", "refund-1"}, io.Discard, io.Discard, envOf(nil)); err != nil {
+				t.Fatal(err)
+			}
+			if status, body := post(); status != http.StatusCreated || body != `{"id":"refund_1"}` {
+				t.Fatalf("after release: %d %q, want the upstream's answer", status, body)
+			}
+			if err := run(context.Background(), []string{"release", "-db", db, "-client-id", "header:acme", "-key", "refund-1"}, io.Discard, io.Discard, envOf(nil)); err == nil {
+				t.Fatal("release freed a key that holds a real response")
+			}
+		})
+	}
+}
