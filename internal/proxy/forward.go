@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -109,6 +111,9 @@ func (p *Proxy) forwardFailed(w http.ResponseWriter, r *http.Request, policy Pol
 	ctx := r.Context()
 	a := attemptOf(r)
 	log := p.cfg.Logger.With("method", r.Method, "path", r.URL.Path, "policy", string(policy))
+	if scope, ok := idem.ScopeFromContext(ctx); ok {
+		log = log.With("client_id", scope.ClientID, "key_digest", keyDigest(scope.Key))
+	}
 	var se *statusError
 	switch {
 	case errors.As(err, &se):
@@ -147,6 +152,13 @@ func (p *Proxy) outcomeUnknown(w http.ResponseWriter, r *http.Request, policy Po
 		retryAfter = 1
 	}
 	idem.WriteProblem(w, prob, retryAfter)
+}
+
+// keyDigest is a short digest of a key for logs, as idem's middleware logs
+// it: logs never carry keys.
+func keyDigest(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:6])
 }
 
 func isTimeout(err error) bool {
