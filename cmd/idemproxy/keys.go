@@ -8,14 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/cmdrun"
+	"github.com/idemkit/idem/internal/database"
 	"github.com/idemkit/idem/internal/proxy"
 )
 
@@ -117,13 +114,12 @@ type keySQL struct {
 }
 
 func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
-	switch {
-	case strings.HasPrefix(url, "sqlite:"):
-		s, err := idemsqlite.Open(strings.TrimPrefix(url, "sqlite:"), &idemsqlite.Config{Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			return nil, err
-		}
-		db := s.DB()
+	d, err := database.Open(ctx, url, &database.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	if d.SQLite != nil {
+		db := d.SQLite.DB()
 		return &keySQL{
 			held: func(ctx context.Context) ([]heldKey, error) {
 				rows, err := db.QueryContext(ctx, sqliteHeld, heldMarker)
@@ -139,41 +135,36 @@ func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
 				}
 				return res.RowsAffected()
 			},
-			close: func() { s.Close() },
-		}, nil
-	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		pool, err := pgxpool.New(ctx, url)
-		if err != nil {
-			return nil, fmt.Errorf("connect: %w", err)
-		}
-		return &keySQL{
-			held: func(ctx context.Context) ([]heldKey, error) {
-				rows, err := pool.Query(ctx, postgresHeld, heldMarker)
-				if err != nil {
-					return nil, fmt.Errorf("list held keys: %w", err)
-				}
-				defer rows.Close()
-				var out []heldKey
-				for rows.Next() {
-					var k heldKey
-					if err := rows.Scan(&k.clientID, &k.key, &k.method, &k.path, &k.created); err != nil {
-						return nil, fmt.Errorf("list held keys: %w", err)
-					}
-					out = append(out, k)
-				}
-				return out, rows.Err()
-			},
-			release: func(ctx context.Context, clientID, key string) (int64, error) {
-				tag, err := pool.Exec(ctx, postgresRelease, clientID, key, heldMarker)
-				if err != nil {
-					return 0, fmt.Errorf("release: %w", err)
-				}
-				return tag.RowsAffected(), nil
-			},
-			close: pool.Close,
+			close: d.Close,
 		}, nil
 	}
-	return nil, fmt.Errorf("unsupported database %q: want sqlite:PATH or a postgres:// URL", url)
+	pool := d.Pool
+	return &keySQL{
+		held: func(ctx context.Context) ([]heldKey, error) {
+			rows, err := pool.Query(ctx, postgresHeld, heldMarker)
+			if err != nil {
+				return nil, fmt.Errorf("list held keys: %w", err)
+			}
+			defer rows.Close()
+			var out []heldKey
+			for rows.Next() {
+				var k heldKey
+				if err := rows.Scan(&k.clientID, &k.key, &k.method, &k.path, &k.created); err != nil {
+					return nil, fmt.Errorf("list held keys: %w", err)
+				}
+				out = append(out, k)
+			}
+			return out, rows.Err()
+		},
+		release: func(ctx context.Context, clientID, key string) (int64, error) {
+			tag, err := pool.Exec(ctx, postgresRelease, clientID, key, heldMarker)
+			if err != nil {
+				return 0, fmt.Errorf("release: %w", err)
+			}
+			return tag.RowsAffected(), nil
+		},
+		close: d.Close,
+	}, nil
 }
 
 func scanHeld(rows *sql.Rows, toTime func(int64) time.Time) ([]heldKey, error) {

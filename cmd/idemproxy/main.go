@@ -33,6 +33,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemprom"
 	"github.com/idemkit/idem/internal/cmdrun"
+	"github.com/idemkit/idem/internal/database"
 	"github.com/idemkit/idem/internal/proxy"
 )
 
@@ -203,11 +204,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup fu
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	store, err := openStore(ctx, o.db, o.migrate, logger)
+	db, err := database.Open(ctx, o.db, &database.Config{Migrate: o.migrate, Logger: logger})
 	if err != nil {
 		return err
 	}
-	defer store.close()
+	defer db.Close()
 
 	metrics := idemprom.New(nil)
 	forwards := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -216,7 +217,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup fu
 	}, []string{"route", "result"})
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(metrics, forwards, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg.Store, cfg.Logger, cfg.Metrics = store, logger, metrics
+	cfg.Store, cfg.Logger, cfg.Metrics = db.Store(), logger, metrics
 	cfg.Forwards = forwardCounter{forwards}
 	px, err := proxy.New(cfg)
 	if err != nil {
@@ -233,7 +234,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup fu
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	fmt.Fprintf(stdout, "idemproxy: listening on http://%s, forwarding to %s (key store %s)\n", ln.Addr(), cfg.Upstream, store.name)
+	fmt.Fprintf(stdout, "idemproxy: listening on http://%s, forwarding to %s (key store %s)\n", ln.Addr(), cfg.Upstream, db.Name)
 
 	serveCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -249,7 +250,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup fu
 		admin.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 			pingCtx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 			defer cancel()
-			if err := store.ping(pingCtx); err != nil {
+			if err := ping(pingCtx, db); err != nil {
 				logger.Warn("idemproxy: readiness: key store unreachable", "err", err)
 				http.Error(w, "key store unreachable", http.StatusServiceUnavailable)
 				return
@@ -263,7 +264,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup fu
 		adminDone <- nil
 	}
 	if o.purgeInterval > 0 {
-		go purgeLoop(serveCtx, store, o.purgeInterval, o.retention, logger)
+		go purgeLoop(serveCtx, db, o.purgeInterval, o.retention, logger)
 	}
 	err = cmdrun.Serve(serveCtx, srv, ln, o.shutdown)
 	stop()
@@ -285,7 +286,7 @@ func (f forwardCounter) Forward(_ context.Context, route string, result proxy.Fo
 }
 
 // purgeLoop deletes keys older than the retention period.
-func purgeLoop(ctx context.Context, store *keyStore, every, retention time.Duration, logger *slog.Logger) {
+func purgeLoop(ctx context.Context, db *database.DB, every, retention time.Duration, logger *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -294,7 +295,7 @@ func purgeLoop(ctx context.Context, store *keyStore, every, retention time.Durat
 			return
 		case <-t.C:
 		}
-		n, err := store.purge(ctx, time.Now().Add(-retention))
+		n, err := db.Purge(ctx, database.PurgeParams{Before: time.Now().Add(-retention)})
 		switch {
 		case err != nil && ctx.Err() == nil:
 			logger.Error("idemproxy: purge failed", "err", err)
