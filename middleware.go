@@ -90,6 +90,14 @@ type Config struct {
 	// negative values are invalid. Defaults to MaxConflictRetriesDefault (3).
 	MaxConflictRetries int
 
+	// MaxPreferWait is the longest a request waits, when its key is in
+	// flight for the same request and it sends Prefer: wait=N (RFC 7240),
+	// for the first request to finish; it then gets the stored response,
+	// with Preference-Applied, instead of 409. A waiting request claims the
+	// key again after pauses that grow to 250 ms, so it costs at most a few
+	// store calls per second. Defaults to 0: Prefer: wait is ignored.
+	MaxPreferWait time.Duration
+
 	// StoreTimeout bounds each store call, so a stuck database answers 503
 	// instead of holding requests. Defaults to StoreTimeoutDefault (10 s).
 	StoreTimeout time.Duration
@@ -157,7 +165,7 @@ func (c *Config) validate() error {
 	if c.Mode != ModeAtomic && c.Mode != ModeTwoPhase {
 		return fmt.Errorf("idem: unknown Config.Mode %d", c.Mode)
 	}
-	if c.LockTimeout < 0 || c.Retention < 0 || c.MaxBodyBytes < 0 || c.StoreTimeout < 0 {
+	if c.LockTimeout < 0 || c.Retention < 0 || c.MaxBodyBytes < 0 || c.StoreTimeout < 0 || c.MaxPreferWait < 0 {
 		return errors.New("idem: durations and sizes in Config must not be negative")
 	}
 	if c.MaxConflictRetries < NoConflictRetries {
@@ -394,16 +402,7 @@ func (m *Middleware) claimAndRun(c *call) {
 // failed.
 func (m *Middleware) claim(c *call) Lease {
 	ctx := c.r.Context()
-	now := m.cfg.Now()
-	claimCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
-	started := time.Now()
-	res, err := m.store.Claim(claimCtx, ClaimParams{
-		Scope: c.scope, Method: c.r.Method, Path: c.r.URL.EscapedPath(),
-		RequestHash: c.fp.sum[:], RequestFields: c.fp.encodeFields(),
-		Mode: m.cfg.Mode, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
-	})
-	cancel()
-	m.cfg.Metrics.Claim(ctx, time.Since(started), err)
+	res, err := m.claimWaiting(c)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil // the client went away; nothing was claimed
