@@ -67,6 +67,7 @@ type options struct {
 	dropKey                         bool
 	policy                          string
 	upstreamTimeout, lockTimeout    time.Duration
+	maxPreferWait                   time.Duration
 	retention                       time.Duration
 	maxBodyBytes, maxStoredBytes    int64
 	replayHeaders                   []string
@@ -129,6 +130,7 @@ func parseFlags(args []string, stderr io.Writer, lookup func(string) (string, bo
 	fs.StringVar(&o.policy, "outcome-unknown", env.String("IDEMPROXY_OUTCOME_UNKNOWN", ""), "`policy` of routes without one when a forward's outcome is unknown: retry or hold (env IDEMPROXY_OUTCOME_UNKNOWN; default retry, or hold with -drop-key)")
 	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", env.Duration("IDEMPROXY_UPSTREAM_TIMEOUT", proxy.UpstreamTimeoutDefault), "`timeout` of a forward on a key route, to the end of the response (env IDEMPROXY_UPSTREAM_TIMEOUT)")
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", env.Duration("IDEMPROXY_LOCK_TIMEOUT", proxy.LockTimeoutDefault), "`duration` of a key's lease before another request may take it over; longer than -upstream-timeout (env IDEMPROXY_LOCK_TIMEOUT)")
+	fs.DurationVar(&o.maxPreferWait, "max-prefer-wait", env.Duration("IDEMPROXY_MAX_PREFER_WAIT", proxy.MaxPreferWaitDefault), "longest `duration` a duplicate sent with Prefer: wait=N waits for its key's first request instead of getting 409; 0 ignores Prefer: wait (env IDEMPROXY_MAX_PREFER_WAIT)")
 	fs.DurationVar(&o.retention, "retention", env.Duration("IDEMPROXY_RETENTION", idem.RetentionDefault), "how long keys are kept (env IDEMPROXY_RETENTION)")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", int64(env.Int("IDEMPROXY_MAX_BODY_BYTES", idem.MaxBodyBytesDefault)), "largest request body on a key route, in `bytes`; larger ones get 413 (env IDEMPROXY_MAX_BODY_BYTES)")
 	fs.Int64Var(&o.maxStoredBytes, "max-stored-bytes", int64(env.Int("IDEMPROXY_MAX_STORED_BYTES", proxy.MaxStoredBytesDefault)), "longest response body stored for replay, in `bytes`; responses always stream, and a retry of a longer one gets the problem idempotency-response-not-retained (env IDEMPROXY_MAX_STORED_BYTES)")
@@ -162,8 +164,12 @@ func (o *options) config() (proxy.Config, error) {
 	cfg := proxy.Config{
 		Upstream: u, DropKey: o.dropKey, DefaultPolicy: proxy.Policy(o.policy),
 		UpstreamTimeout: o.upstreamTimeout, LockTimeout: o.lockTimeout, Retention: o.retention,
-		MaxBodyBytes: o.maxBodyBytes, MaxStoredBytes: o.maxStoredBytes, ReplayHeaders: o.replayHeaders,
+		MaxPreferWait: o.maxPreferWait,
+		MaxBodyBytes:  o.maxBodyBytes, MaxStoredBytes: o.maxStoredBytes, ReplayHeaders: o.replayHeaders,
 		TrustForwarded: o.trustForwarded, ProblemTypeBase: o.problemBase,
+	}
+	if o.maxPreferWait == 0 {
+		cfg.MaxPreferWait = proxy.NoPreferWait
 	}
 	for _, s := range o.routes {
 		rt, err := proxy.ParseRoute(s)

@@ -22,7 +22,12 @@ const (
 	LockTimeoutDefault     = 60 * time.Second
 	ProblemTypeBaseDefault = "/idemproxy/problems/"
 	MaxStoredBytesDefault  = 1 << 20
+	MaxPreferWaitDefault   = 10 * time.Second
 )
+
+// NoPreferWait, as Config.MaxPreferWait, ignores Prefer: wait: duplicates
+// get 409 at once.
+const NoPreferWait = -1
 
 // Config configures a Proxy.
 type Config struct {
@@ -74,6 +79,12 @@ type Config struct {
 	// status and Location, which retries get instead of a second forward.
 	// Defaults to MaxStoredBytesDefault (1 MiB).
 	MaxStoredBytes int64
+
+	// MaxPreferWait is the longest a duplicate that arrives while its key is
+	// in flight waits for the first request's response when it sends
+	// Prefer: wait=N (idem.Config.MaxPreferWait). Defaults to
+	// MaxPreferWaitDefault (10 s); NoPreferWait turns waiting off.
+	MaxPreferWait time.Duration
 
 	// ReplayHeaders are upstream response headers stored and replayed in
 	// addition to Content-Type, Content-Language and Location. Defaults to
@@ -145,6 +156,12 @@ func (c *Config) withDefaults() *Config {
 	}
 	if out.LockTimeout == 0 {
 		out.LockTimeout = LockTimeoutDefault
+	}
+	switch out.MaxPreferWait {
+	case 0:
+		out.MaxPreferWait = MaxPreferWaitDefault
+	case NoPreferWait:
+		out.MaxPreferWait = 0
 	}
 	if out.MaxStoredBytes == 0 {
 		out.MaxStoredBytes = MaxStoredBytesDefault
@@ -231,6 +248,7 @@ func New(cfg Config) (*Proxy, error) {
 			LockTimeout:     c.LockTimeout,
 			Retention:       c.Retention,
 			MaxBodyBytes:    c.MaxBodyBytes,
+			MaxPreferWait:   c.MaxPreferWait,
 			ReplayHeaders:   c.ReplayHeaders,
 			Outcome:         outcomePolicy(policy),
 			ProblemTypeBase: c.ProblemTypeBase,
