@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -261,7 +262,7 @@ func New(cfg Config) (*Proxy, error) {
 		p.guarded[policy] = mw.Wrap(p.forwarder(policy))
 	}
 	if strings.HasPrefix(c.ProblemTypeBase, "/") {
-		p.problems = idem.ProblemsHandler(problemKinds...)
+		p.problems = problemPages(c.Retention)
 	}
 	return p, nil
 }
@@ -333,4 +334,51 @@ func forwardedElement(r *http.Request) string {
 	}
 	b.WriteString("proto=" + proto)
 	return b.String()
+}
+
+// problemPages serves idem's problem pages and the proxy's, each with the
+// published retention policy, which the draft requires servers to publish.
+func problemPages(retention time.Duration) http.Handler {
+	if retention == 0 {
+		retention = idem.RetentionDefault
+	}
+	pages := idem.ProblemsHandler(problemKinds...)
+	policy := fmt.Sprintf("<p>Retention: this service keeps idempotency keys for %s after their first use. A key older than that is treated as never used.</p>", humanDuration(retention))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		pages.ServeHTTP(sw, r)
+		if sw.status == http.StatusOK {
+			io.WriteString(w, policy)
+		}
+	})
+}
+
+// humanDuration writes whole days or hours in words, other durations as
+// Go does.
+func humanDuration(d time.Duration) string {
+	switch {
+	case d%(24*time.Hour) == 0:
+		return fmt.Sprintf("%d %s", d/(24*time.Hour), plural(int(d/(24*time.Hour)), "day", "days"))
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%d %s", d/time.Hour, plural(int(d/time.Hour), "hour", "hours"))
+	}
+	return d.String()
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// statusWriter records the status a handler answers with.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(status int) {
+	s.status = status
+	s.ResponseWriter.WriteHeader(status)
 }

@@ -231,8 +231,11 @@ func TestContract(t *testing.T) {
 			})
 			t.Run("ProblemPages", func(t *testing.T) {
 				resp := send(t, "GET", base+ProblemTypeBaseDefault+string(ProblemOutcomeUnknown), "", "")
-				if resp.status != http.StatusOK || !strings.Contains(resp.body, "Outcome unknown") {
+				if resp.status != http.StatusOK || !strings.Contains(resp.body, "Outcome unknown") || !strings.Contains(resp.body, "keys for 1 day after") {
 					t.Fatalf("%d %q", resp.status, resp.body)
+				}
+				if missing := send(t, "GET", base+ProblemTypeBaseDefault+"no-such-problem", "", ""); missing.status != http.StatusNotFound || strings.Contains(missing.body, "Retention") {
+					t.Fatalf("unknown problem: %d %q", missing.status, missing.body)
 				}
 			})
 		})
