@@ -549,6 +549,7 @@ func (m *Middleware) run(c *call, lease Lease, attempt int) runOutcome {
 	rec := m.execute(c, lease)
 	if rec.streamed() {
 		c.w = &discardWriter{} // the client has the response; see StreamResponse
+		defer rec.abortIfBroken()
 	}
 	ctx, cancel := m.finishContext(c)
 	defer cancel()

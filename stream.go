@@ -38,10 +38,40 @@ func StreamResponse(w http.ResponseWriter, maxStored int64) bool {
 	return true
 }
 
+// BreakResponse tells the middleware, from inside a handler whose response
+// streams (see [StreamResponse]) and whose status is already sent, that the
+// response cannot be completed: the upstream it relays failed in the middle
+// of the body, say. The key is then completed as
+// [ProblemResponseNotRetained] with the status sent, so a retry learns the
+// request was answered and does not run it again, and once the key is
+// finished the middleware aborts the client's connection (panicking with
+// [http.ErrAbortHandler]) so that the client sees the response cut short. It
+// returns false, and changes nothing, when the response does not stream or
+// its status is not sent yet.
+func BreakResponse(w http.ResponseWriter) bool {
+	rec, ok := w.(*recorder)
+	if !ok || !rec.streamed() {
+		return false
+	}
+	rec.stream.overflow, rec.stream.broken = true, true
+	rec.body = bytes.Buffer{}
+	return true
+}
+
 // streamState is the state of a recorder that streams to the client.
 type streamState struct {
 	max      int64
-	overflow bool // the body grew past max; rec.body is empty
+	overflow bool // the body is not kept: it grew past max, or broke; rec.body is empty
+	broken   bool // BreakResponse was called
+}
+
+// abortIfBroken aborts the client's connection after a broken response,
+// once the key is finished.
+func (rec *recorder) abortIfBroken() {
+	if rec.stream != nil && rec.stream.broken {
+		http.NewResponseController(rec.client).Flush() // what was written goes out first
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // streamHeader sends the status and headers to the client.
@@ -85,8 +115,12 @@ func (rec *recorder) streamed() bool { return rec.stream != nil && rec.wroteHead
 func (m *Middleware) notRetained(rec *recorder) *Response {
 	status := rec.statusCode()
 	location := rec.header.Get("Location")
+	why := "with a response larger than this service stores for replay"
+	if rec.stream.broken {
+		why = "and its response broke off before it was passed on whole"
+	}
 	p := ProblemResponseNotRetained.Kind().New(m.cfg.ProblemTypeBase, fmt.Sprintf(
-		"This request was processed and answered %d, with a response larger than this service stores for replay; the response is not repeated, and the request is not run again.", status))
+		"This request was processed and answered %d, %s; the response is not repeated, and the request is not run again.", status, why))
 	p.Status = status
 	body, err := json.Marshal(struct {
 		*Problem

@@ -138,3 +138,33 @@ func TestStreamResponse(t *testing.T) {
 		}
 	})
 }
+
+func TestBreakResponse(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	post := streamServer(t, idem.ModeTwoPhase, func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		if idem.BreakResponse(w) {
+			t.Error("BreakResponse accepted a response whose status was not sent")
+		}
+		idem.StreamResponse(w, 1<<20)
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "half of it")
+		if !idem.BreakResponse(w) {
+			t.Error("BreakResponse refused a streamed response")
+		}
+	})
+	first := post("k")
+	if _, err := io.ReadAll(first.Body); err == nil || first.StatusCode != http.StatusCreated {
+		t.Fatalf("first: %d, body read error %v; want 201 and a body cut short", first.StatusCode, err)
+	}
+	retry := post("k")
+	body := readAll(t, retry)
+	if retry.StatusCode != http.StatusCreated || !strings.Contains(body, string(idem.ProblemResponseNotRetained)) || !strings.Contains(body, "broke off") {
+		t.Fatalf("retry: %d %q", retry.StatusCode, body)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}

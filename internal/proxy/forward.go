@@ -99,6 +99,19 @@ func (p *Proxy) forwarder(policy Policy) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.UpstreamTimeout)
 		defer cancel()
 		idem.StreamResponse(w, p.cfg.MaxStoredBytes)
+		defer func() {
+			// httputil.ReverseProxy panics with http.ErrAbortHandler when
+			// the body breaks off after the status was sent: the upstream
+			// answered, so the key is completed as not retained, and idem
+			// then aborts the client's connection.
+			if v := recover(); v != nil {
+				if v != http.ErrAbortHandler || !idem.BreakResponse(w) {
+					panic(v)
+				}
+				p.cfg.Logger.WarnContext(r.Context(), "idemproxy: the upstream's response broke off after its status was sent; the key keeps the status, not the body",
+					"method", r.Method, "path", r.URL.Path)
+			}
+		}()
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

@@ -108,3 +108,56 @@ func postKey(t *testing.T, base, key string) streamed {
 	}
 	return streamed{status: resp.StatusCode, n: int64(k) + rest, head: head[:k]}
 }
+
+// TestBodyBreaksOff: the upstream sends its status and half its body, then
+// resets. The client's body is cut short; the key keeps the status, so a
+// retry gets the not-retained problem and nothing is forwarded again, under
+// both policies.
+func TestBodyBreaksOff(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []Policy{PolicyRetry, PolicyHold} {
+		t.Run(string(policy), func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int64
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Length", "100000")
+				w.Header().Set("Location", "/v1/reports/rep_1")
+				w.WriteHeader(http.StatusCreated)
+				w.Write(make([]byte, 50000))
+				http.NewResponseController(w).Flush()
+				resetConnection(w)
+			}))
+			t.Cleanup(up.Close)
+			target, _ := url.Parse(up.URL)
+			id, _ := CredentialIdentity([]byte(testSecret))
+			p, err := New(Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, DefaultPolicy: policy, Logger: discard()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(p)
+			t.Cleanup(srv.Close)
+			req, _ := http.NewRequest("POST", srv.URL+"/v1/exports", strings.NewReader(`{"all":true}`))
+			req.Header.Set("Authorization", "Bearer sk_test_alice")
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", "report-1")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusCreated || err == nil {
+				t.Fatalf("first: %d, read error %v; want 201 and a body cut short", resp.StatusCode, err)
+			}
+			retry := postKey(t, srv.URL, "report-1")
+			if retry.status != http.StatusCreated || !strings.Contains(string(retry.head), string(idem.ProblemResponseNotRetained)) || !strings.Contains(string(retry.head), "/v1/reports/rep_1") {
+				t.Fatalf("retry: %d %q", retry.status, retry.head)
+			}
+			if c := calls.Load(); c != 1 {
+				t.Fatalf("upstream called %d times, want 1", c)
+			}
+		})
+	}
+}

@@ -343,3 +343,5 @@ func TestConfigValidation(t *testing.T) {
 		}
 	}
 }
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
