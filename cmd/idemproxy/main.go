@@ -225,7 +225,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup fu
 	registry.MustRegister(metrics, forwards, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Store, cfg.Logger, cfg.Metrics = db.Store(), logger, metrics
 	cfg.Forwards = forwardCounter{forwards}
-	px, err := proxy.New(cfg)
+	px, err := proxy.New(&cfg)
 	if err != nil {
 		return err
 	}

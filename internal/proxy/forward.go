@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
+	"strings"
 	"sync/atomic"
 
 	"github.com/idemkit/idem"
@@ -23,6 +24,9 @@ const (
 	// ProblemUpstreamUnavailable: 503, the upstream could not be reached and
 	// the request was not sent; the key is free.
 	ProblemUpstreamUnavailable idem.ProblemCode = "upstream-unavailable"
+	// ProblemUpstreamFailed: 502, a request outside the key routes got no
+	// answer from the upstream.
+	ProblemUpstreamFailed idem.ProblemCode = "upstream-failed"
 )
 
 // problemKinds are the proxy's problems, served with idem's at the type base.
@@ -31,6 +35,8 @@ var problemKinds = []idem.ProblemKind{
 		About: "The request was sent to the upstream service and no usable answer came back (a timeout, a reset connection, or a 502, 503 or 504 from a gateway in between), so whether it took effect is unknown. Never retry with a new key. Depending on the route's policy, a retry with the same key is forwarded again with the same Idempotency-Key (retry), or gets this same answer until an operator resolves the key (hold)."},
 	{Code: ProblemUpstreamUnavailable, Status: http.StatusServiceUnavailable, Title: "Upstream unavailable",
 		About: "The upstream service could not be reached, and the request was not sent to it. The key is free: retry with the same key."},
+	{Code: ProblemUpstreamFailed, Status: http.StatusBadGateway, Title: "Upstream failed",
+		About: "A request that needs no Idempotency-Key got no answer from the upstream service: it could not be reached, or failed before it answered. Whether the request took effect is unknown."},
 }
 
 // kindOf describes one of the proxy's problem codes.
@@ -61,7 +67,8 @@ func (e *statusError) Error() string { return fmt.Sprintf("upstream answered %d"
 // forwarder forwards a request on a key route, under the lease idem's
 // middleware holds. Unlike a plain httputil.ReverseProxy it never lets
 // net/http send the request twice: the body has no GetBody, and the key
-// goes out under its lower-case spelling, which http.Transport does not
+// (and an X-Idempotency-Key) goes out under its lower-case spelling, which
+// http.Transport does not
 // take as a sign that a body-less request may be re-sent after a reused
 // connection fails (header names are case-insensitive, RFC 9110 section
 // 5.1). Every failure therefore reaches forwardFailed, which tells a request
@@ -71,10 +78,12 @@ func (p *Proxy) forwarder(policy Policy) http.Handler {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			p.rewrite(pr)
-			keys := pr.Out.Header.Values(idem.HeaderKey)
-			delete(pr.Out.Header, idem.HeaderKey)
-			if !p.cfg.DropKey {
-				pr.Out.Header["idempotency-key"] = keys
+			for _, name := range []string{idem.HeaderKey, "X-Idempotency-Key"} {
+				keys := pr.Out.Header.Values(name)
+				delete(pr.Out.Header, name)
+				if len(keys) > 0 && !p.cfg.DropKey {
+					pr.Out.Header[strings.ToLower(name)] = keys
+				}
 			}
 			pr.Out.GetBody = nil
 			a := attemptOf(pr.In)

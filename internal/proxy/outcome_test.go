@@ -61,6 +61,8 @@ func TestOutcomeUnknownAfterReset(t *testing.T) {
 	bodies := map[string][]string{
 		"JSONBody": {`{"amount":100}`},
 		"NoBody":   {"", "Content-Type", ""},
+		// net/http also re-sends body-less requests with X-Idempotency-Key.
+		"NoBodyXKey": {"", "Content-Type", "", "X-Idempotency-Key", "x-1"},
 	}
 	for _, kind := range storeKinds {
 		for bodyName, b := range bodies {
@@ -197,7 +199,7 @@ func TestNotSentReleasesKey(t *testing.T) {
 	id, _ := CredentialIdentity([]byte(testSecret))
 	target, _ := url.Parse(dead)
 	counts := &forwardCounts{ch: make(chan ForwardResult, 10)}
-	p, err := New(Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, Forwards: counts, Logger: slog.New(slog.DiscardHandler)})
+	p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, Forwards: counts, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -142,7 +142,10 @@ type noForwardMetrics struct{}
 func (noForwardMetrics) Forward(context.Context, string, ForwardResult) {}
 
 func (c *Config) withDefaults() *Config {
-	out := *c
+	out := Config{}
+	if c != nil {
+		out = *c
+	}
 	if out.Routes == nil {
 		out.Routes = defaultRoutes
 	}
@@ -219,8 +222,9 @@ type Proxy struct {
 	problems http.Handler
 }
 
-// New returns a proxy.
-func New(cfg Config) (*Proxy, error) {
+// New returns a proxy. cfg.Upstream, cfg.Store and cfg.Identity are
+// required.
+func New(cfg *Config) (*Proxy, error) {
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -238,7 +242,8 @@ func New(cfg Config) (*Proxy, error) {
 		ErrorLog:      slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			c.Logger.WarnContext(r.Context(), "idemproxy: forward failed", "method", r.Method, "path", r.URL.Path, "err", err)
-			w.WriteHeader(http.StatusBadGateway)
+			idem.WriteProblem(w, kindOf(ProblemUpstreamFailed).New(c.ProblemTypeBase,
+				"The upstream service could not be reached, or failed before it answered."), 0)
 		},
 	}
 	for _, policy := range []Policy{PolicyRetry, PolicyHold} {

@@ -74,7 +74,7 @@ func setup(t *testing.T, kind string, up *upstream, edit func(*Config)) string {
 	if edit != nil {
 		edit(&cfg)
 	}
-	p, err := New(cfg)
+	p, err := New(&cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestConfigValidation(t *testing.T) {
 		"BadRoute":                {Upstream: target, Store: store, Identity: id, Routes: []Route{{Method: "GET", Path: "/"}}},
 	}
 	for name, cfg := range bad {
-		if _, err := New(cfg); err == nil {
+		if _, err := New(&cfg); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}

@@ -136,7 +136,7 @@ func TestStripeGoThroughProxy(t *testing.T) {
 	}
 	target, _ := url.Parse(mock)
 	upstream := &upstreamCounter{count: map[string]int{}}
-	px, err := proxy.New(proxy.Config{
+	px, err := proxy.New(&proxy.Config{
 		Upstream: target, Store: store, Identity: id, Transport: upstream,
 		ReplayHeaders: []string{"Request-Id", "Stripe-Version"},
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
