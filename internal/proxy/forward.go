@@ -68,10 +68,9 @@ func (e *statusError) Error() string { return fmt.Sprintf("upstream answered %d"
 // middleware holds. Unlike a plain httputil.ReverseProxy it never lets
 // net/http send the request twice: the body has no GetBody, and the key
 // (and an X-Idempotency-Key) goes out under its lower-case spelling, which
-// http.Transport does not
-// take as a sign that a body-less request may be re-sent after a reused
-// connection fails (header names are case-insensitive, RFC 9110 section
-// 5.1). Every failure therefore reaches forwardFailed, which tells a request
+// http.Transport does not take as a sign that a body-less request may be
+// re-sent after a reused connection fails (header names are
+// case-insensitive, RFC 9110 section 5.1). Every failure therefore reaches forwardFailed, which tells a request
 // never sent from one whose outcome is unknown. Responses stream to the
 // client (idem.StreamResponse) and are stored up to MaxStoredBytes.
 func (p *Proxy) forwarder(policy Policy) http.Handler {
