@@ -64,7 +64,7 @@ type options struct {
 	upstream, listen, adminAddr, db string
 	routes                          []string
 	clientHeader, secret            string
-	dropKey                         bool
+	dropKey, storeServerErrors      bool
 	policy                          string
 	upstreamTimeout, lockTimeout    time.Duration
 	maxPreferWait                   time.Duration
@@ -127,6 +127,7 @@ func parseFlags(args []string, stderr io.Writer, lookup func(string) (string, bo
 	fs.StringVar(&o.clientHeader, "client-header", env.String("IDEMPROXY_CLIENT_HEADER", ""), "identify clients by this request `header`, set by a trusted gateway in front that removes it from incoming requests; default: by credentials (env IDEMPROXY_CLIENT_HEADER)")
 	fs.StringVar(&o.secret, "secret", env.String("IDEMPROXY_SECRET", ""), "`secret` of at least 16 bytes under which credentials are HMACed into client ids; prefer the environment variable, and give every instance the same one (env IDEMPROXY_SECRET)")
 	fs.BoolVar(&o.dropKey, "drop-key", env.Bool("IDEMPROXY_DROP_KEY", false), "do not forward the Idempotency-Key header upstream (env IDEMPROXY_DROP_KEY)")
+	fs.BoolVar(&o.storeServerErrors, "store-server-errors", env.Bool("IDEMPROXY_STORE_SERVER_ERRORS", false), "store and replay the upstream's own 5xx answers, as Stripe does, instead of forwarding a retry again (env IDEMPROXY_STORE_SERVER_ERRORS)")
 	fs.StringVar(&o.policy, "outcome-unknown", env.String("IDEMPROXY_OUTCOME_UNKNOWN", ""), "`policy` of routes without one when a forward's outcome is unknown: retry or hold (env IDEMPROXY_OUTCOME_UNKNOWN; default retry, or hold with -drop-key)")
 	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", env.Duration("IDEMPROXY_UPSTREAM_TIMEOUT", proxy.UpstreamTimeoutDefault), "`timeout` of a forward on a key route, to the end of the response (env IDEMPROXY_UPSTREAM_TIMEOUT)")
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", env.Duration("IDEMPROXY_LOCK_TIMEOUT", proxy.LockTimeoutDefault), "`duration` of a key's lease before another request may take it over; longer than -upstream-timeout (env IDEMPROXY_LOCK_TIMEOUT)")
@@ -162,7 +163,7 @@ func (o *options) config() (proxy.Config, error) {
 		return proxy.Config{}, fmt.Errorf("-upstream %q: want an absolute http or https URL", o.upstream)
 	}
 	cfg := proxy.Config{
-		Upstream: u, DropKey: o.dropKey, DefaultPolicy: proxy.Policy(o.policy),
+		Upstream: u, DropKey: o.dropKey, DefaultPolicy: proxy.Policy(o.policy), StoreServerErrors: o.storeServerErrors,
 		UpstreamTimeout: o.upstreamTimeout, LockTimeout: o.lockTimeout, Retention: o.retention,
 		MaxPreferWait: o.maxPreferWait,
 		MaxBodyBytes:  o.maxBodyBytes, MaxStoredBytes: o.maxStoredBytes, ReplayHeaders: o.replayHeaders,

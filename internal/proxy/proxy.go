@@ -56,6 +56,12 @@ type Config struct {
 	// DropKey is set.
 	DefaultPolicy Policy
 
+	// StoreServerErrors stores the upstream's own 5xx answers (500, 501,
+	// 505 and up) and replays them, as Stripe does, instead of releasing the
+	// key so that a retry is forwarded again. 502, 503 and 504 are never the
+	// upstream's answer to the request (see Policy). Defaults to false.
+	StoreServerErrors bool
+
 	// UpstreamTimeout bounds a forward of a key route, from sending the
 	// request to the end of the response. Defaults to
 	// UpstreamTimeoutDefault (30 s).
@@ -256,7 +262,7 @@ func New(cfg *Config) (*Proxy, error) {
 			MaxBodyBytes:    c.MaxBodyBytes,
 			MaxPreferWait:   c.MaxPreferWait,
 			ReplayHeaders:   c.ReplayHeaders,
-			Outcome:         outcomePolicy(policy),
+			Outcome:         outcomePolicy(policy, c.StoreServerErrors),
 			ProblemTypeBase: c.ProblemTypeBase,
 			Logger:          c.Logger,
 			Metrics:         c.Metrics,
@@ -272,22 +278,30 @@ func New(cfg *Config) (*Proxy, error) {
 	return p, nil
 }
 
-// outcomePolicy is idem's outcome policy for a route's policy. Both release
-// the key on the statuses by which the upstream says it did not process the
-// request, on 409 (an upstream that honours keys has the same key in
-// flight), and on the proxy's own 503 for a request never sent. Under
-// PolicyHold the proxy's 502 and 504 for an unknown outcome are stored;
-// under PolicyRetry they are released. Other 5xx of the upstream are
-// released: the upstream says it failed.
-func outcomePolicy(policy Policy) idem.OutcomePolicy {
+// outcomePolicy is idem's outcome policy for a route's policy. The
+// proxy's own answers: 503 (never sent) releases the key; 502 and 504 (an
+// unknown outcome) are stored under PolicyHold and released under
+// PolicyRetry. A 409 is released: an upstream that honours keys has the
+// same key in flight. The upstream's other answers follow idem's
+// DefaultOutcomePolicy, or StoreServerErrorsPolicy when storeServerErrors
+// is set: the statuses by which it says it did not process the request are
+// released either way.
+func outcomePolicy(policy Policy, storeServerErrors bool) idem.OutcomePolicy {
+	base := idem.DefaultOutcomePolicy
+	if storeServerErrors {
+		base = idem.StoreServerErrorsPolicy
+	}
 	return func(status int) idem.Outcome {
-		switch {
-		case status == http.StatusConflict:
+		switch status {
+		case http.StatusConflict, http.StatusServiceUnavailable:
 			return idem.OutcomeRelease
-		case policy == PolicyHold && (status == http.StatusBadGateway || status == http.StatusGatewayTimeout):
-			return idem.OutcomeStore
+		case http.StatusBadGateway, http.StatusGatewayTimeout:
+			if policy == PolicyHold {
+				return idem.OutcomeStore
+			}
+			return idem.OutcomeRelease
 		}
-		return idem.DefaultOutcomePolicy(status)
+		return base(status)
 	}
 }
 

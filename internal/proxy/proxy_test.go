@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -345,3 +347,36 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func TestUpstreamServerErrors(t *testing.T) {
+	t.Parallel()
+	for _, store := range []bool{false, true} {
+		t.Run(fmt.Sprintf("StoreServerErrors=%v", store), func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int64
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := calls.Add(1)
+				w.WriteHeader(http.StatusInternalServerError)
+				fmt.Fprintf(w, "failure %d", n)
+			}))
+			t.Cleanup(up.Close)
+			target, _ := url.Parse(up.URL)
+			id, _ := CredentialIdentity([]byte(testSecret))
+			p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, StoreServerErrors: store, Logger: discard()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(p)
+			t.Cleanup(srv.Close)
+			send(t, "POST", srv.URL+"/v1/charges", "k-500", `{}`)
+			retry := send(t, "POST", srv.URL+"/v1/charges", "k-500", `{}`)
+			want, wantCalls := "failure 2", int64(2)
+			if store {
+				want, wantCalls = "failure 1", 1
+			}
+			if retry.status != http.StatusInternalServerError || retry.body != want || calls.Load() != wantCalls {
+				t.Fatalf("retry: %d %q after %d upstream calls; want %q after %d", retry.status, retry.body, calls.Load(), want, wantCalls)
+			}
+		})
+	}
+}
