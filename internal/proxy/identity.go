@@ -7,6 +7,8 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+
+	"github.com/idemkit/idem/internal/bearer"
 )
 
 // SecretMinBytes is the shortest secret CredentialIdentity accepts.
@@ -17,8 +19,10 @@ const SecretMinBytes = 16
 type Identity func(r *http.Request) (string, bool)
 
 // CredentialIdentity identifies a client by its credentials: the bearer
-// token of "Authorization: Bearer ...", or the user and password of
-// "Authorization: Basic ...". The credential is never stored or logged: the
+// token of "Authorization: Bearer ..." (parsed strictly, as
+// bearer.FromHeader does), or the user and password of
+// "Authorization: Basic ...". A request with two Authorization fields has
+// no identity. The credential is never stored or logged: the
 // client id is an HMAC-SHA256 of it under secret, so that a database dump
 // does not reveal tokens and a proxy without the secret cannot forge ids.
 //
@@ -32,19 +36,13 @@ func CredentialIdentity(secret []byte) (Identity, error) {
 	}
 	secret = append([]byte(nil), secret...)
 	return func(r *http.Request) (string, bool) {
-		scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-		cred = strings.TrimSpace(cred)
-		if !ok || cred == "" {
-			return "", false
+		if len(r.Header.Values("Authorization")) != 1 {
+			return "", false // none, or two that the upstream might read differently
 		}
-		switch {
-		case strings.EqualFold(scheme, "Bearer"):
-			return "bearer:" + mac(secret, "bearer", cred), true
-		case strings.EqualFold(scheme, "Basic"):
-			user, pass, ok := r.BasicAuth()
-			if !ok || user == "" {
-				return "", false
-			}
+		if token, err := bearer.FromHeader(r.Header); err == nil {
+			return "bearer:" + mac(secret, "bearer", token), true
+		}
+		if user, pass, ok := r.BasicAuth(); ok && user != "" {
 			return "basic:" + mac(secret, "basic", user, pass), true
 		}
 		return "", false

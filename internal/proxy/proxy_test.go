@@ -309,7 +309,12 @@ func TestIdentity(t *testing.T) {
 	if u1 == u2 {
 		t.Fatal("a Basic user with two passwords got one id")
 	}
-	for _, auth := range []string{"", "Bearer", "Bearer  ", "Basic !!!", "Token x"} {
+	two := req("Bearer tok_a")
+	two.Header.Add("Authorization", "Bearer tok_b")
+	if got, ok := id(two); ok {
+		t.Errorf("two Authorization fields: id %q, want none", got)
+	}
+	for _, auth := range []string{"", "Bearer", "Bearer  ", "Bearer a b", "Basic !!!", "Token x"} {
 		if got, ok := id(req(auth)); ok {
 			t.Errorf("Authorization %q: id %q, want none", auth, got)
 		}
