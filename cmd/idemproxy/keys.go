@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/idemkit/idem/internal/cmdrun"
 	"github.com/idemkit/idem/internal/database"
 	"github.com/idemkit/idem/internal/proxy"
 )
@@ -53,18 +52,19 @@ func runKeys(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 		fmt.Fprint(fs.Output(), keysUsage)
 		fs.PrintDefaults()
 	}
-	env := cmdrun.NewEnv(lookup)
-	db := fs.String("db", env.String("IDEMPROXY_DB", "sqlite:idemproxy.db"), "key store: sqlite:PATH or postgres://... (env IDEMPROXY_DB)")
+	db := fs.String("db", "sqlite:idemproxy.db", "key store: sqlite:PATH or postgres://... (env IDEMPROXY_DB)")
 	clientID := fs.String("client-id", "", "client `id` of the key, as held lists it (release)")
 	key := fs.String("key", "", "the `key` to release (release)")
-	if err := env.Err(); err != nil {
-		return err
-	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	dbSet := false
+	fs.Visit(func(f *flag.Flag) { dbSet = dbSet || f.Name == "db" })
+	if v, ok := lookup("IDEMPROXY_DB"); ok && !dbSet {
+		*db = v // not the flag's default, which -h would print
 	}
 	if cmd == "release" && (*clientID == "" || *key == "") {
 		return errors.New("release needs -client-id and -key")

@@ -120,12 +120,12 @@ func parseFlags(args []string, stderr io.Writer, lookup func(string) (string, bo
 	fs.StringVar(&o.upstream, "upstream", env.String("IDEMPROXY_UPSTREAM", ""), "base `URL` of the upstream API, http or https (required; env IDEMPROXY_UPSTREAM)")
 	fs.StringVar(&o.listen, "listen", env.String("IDEMPROXY_LISTEN", "127.0.0.1:8443"), "`address` the proxy listens on, plain HTTP (env IDEMPROXY_LISTEN)")
 	fs.StringVar(&o.adminAddr, "admin-addr", env.String("IDEMPROXY_ADMIN_ADDR", "127.0.0.1:9090"), "`address` of the admin listener with /metrics and /readyz; empty disables it (env IDEMPROXY_ADMIN_ADDR)")
-	fs.StringVar(&o.db, "db", env.String("IDEMPROXY_DB", "sqlite:idemproxy.db"), "key store: sqlite:PATH or postgres://... (env IDEMPROXY_DB)")
+	fs.StringVar(&o.db, "db", "sqlite:idemproxy.db", "key store: sqlite:PATH or postgres://... (env IDEMPROXY_DB)")
 	fs.BoolVar(&o.migrate, "migrate", env.Bool("IDEMPROXY_MIGRATE", true), "apply the key store's migrations at start; safe with several instances (env IDEMPROXY_MIGRATE)")
 	o.routes = splitEnv(env, "IDEMPROXY_ROUTES", "\n")
 	fs.Var(listFlag{&o.routes}, "route", "key `route` 'METHOD /path [retry|hold]', a trailing * matching any rest of the path, repeatable (env IDEMPROXY_ROUTES, one per line; default: 'POST /*' and 'PATCH /*')")
 	fs.StringVar(&o.clientHeader, "client-header", env.String("IDEMPROXY_CLIENT_HEADER", ""), "identify clients by this request `header`, set by a trusted gateway in front that removes it from incoming requests; default: by credentials (env IDEMPROXY_CLIENT_HEADER)")
-	fs.StringVar(&o.secret, "secret", env.String("IDEMPROXY_SECRET", ""), "`secret` of at least 16 bytes under which credentials are HMACed into client ids; prefer the environment variable, and give every instance the same one (env IDEMPROXY_SECRET)")
+	fs.StringVar(&o.secret, "secret", "", "`secret` of at least 16 bytes under which credentials are HMACed into client ids; prefer the environment variable, and give every instance the same one (env IDEMPROXY_SECRET)")
 	fs.BoolVar(&o.dropKey, "drop-key", env.Bool("IDEMPROXY_DROP_KEY", false), "do not forward the Idempotency-Key header upstream (env IDEMPROXY_DROP_KEY)")
 	fs.BoolVar(&o.storeServerErrors, "store-server-errors", env.Bool("IDEMPROXY_STORE_SERVER_ERRORS", false), "store and replay the upstream's own 5xx answers, as Stripe does, instead of forwarding a retry again (env IDEMPROXY_STORE_SERVER_ERRORS)")
 	fs.StringVar(&o.policy, "outcome-unknown", env.String("IDEMPROXY_OUTCOME_UNKNOWN", ""), "`policy` of routes without one when a forward's outcome is unknown: retry or hold (env IDEMPROXY_OUTCOME_UNKNOWN; default retry, or hold with -drop-key)")
@@ -149,6 +149,17 @@ func parseFlags(args []string, stderr io.Writer, lookup func(string) (string, bo
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	// The database URL may hold a password and the secret is one: their
+	// environment variables are read here, not as flag defaults, so that -h
+	// never prints them.
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if v, ok := lookup("IDEMPROXY_DB"); ok && !set["db"] {
+		o.db = v
+	}
+	if v, ok := lookup("IDEMPROXY_SECRET"); ok && !set["secret"] {
+		o.secret = v
 	}
 	if o.upstream == "" {
 		return nil, errors.New("-upstream is required")

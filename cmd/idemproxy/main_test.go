@@ -31,9 +31,13 @@ func TestFlags(t *testing.T) {
 	t.Parallel()
 	t.Run("Help", func(t *testing.T) {
 		var stderr strings.Builder
-		err := run(context.Background(), []string{"-h"}, io.Discard, &stderr, envOf(nil))
+		err := run(context.Background(), []string{"-h"}, io.Discard, &stderr,
+			envOf(map[string]string{"IDEMPROXY_SECRET": "s3cret-s3cret-s3cret", "IDEMPROXY_DB": "postgres://u:pa55word@db/keys"}))
 		if !errors.Is(err, flag.ErrHelp) {
 			t.Fatalf("err %v, want flag.ErrHelp", err)
+		}
+		if strings.Contains(stderr.String(), "s3cret") || strings.Contains(stderr.String(), "pa55word") {
+			t.Errorf("-h printed a secret from the environment:\n%s", stderr.String())
 		}
 		for _, want := range []string{"Usage: idemproxy", "-route", "IDEMPROXY_ROUTES", "IDEMPROXY_SECRET", "-client-header", "-outcome-unknown", "-admin-addr", "-db"} {
 			if !strings.Contains(stderr.String(), want) {
