@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -102,6 +103,7 @@ func (p *Proxy) forwarder(policy Policy) http.Handler {
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			p.forwardFailed(w, r, policy, err)
 		},
+		ErrorLog: slog.NewLogLogger(p.cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.UpstreamTimeout)
