@@ -172,6 +172,9 @@ func (p *Proxy) outcomeUnknown(w http.ResponseWriter, r *http.Request, policy Po
 		prob.Detail = what + ", so whether it took effect is unknown. The key is held: every retry with it gets this answer, and nothing is sent upstream, until an operator resolves the key. Never retry with a new key unless you know that the operation did not happen."
 	default:
 		prob.Detail = what + ", so whether it took effect is unknown. Retry with the same Idempotency-Key, never a new one: the retry is sent upstream again with the same key."
+		if p.cfg.DropKey {
+			prob.Detail = what + ", so whether it took effect is unknown. A retry with the same Idempotency-Key is sent upstream again, and the upstream does not receive the key: it may repeat the operation."
+		}
 		retryAfter = 1
 	}
 	idem.WriteProblem(w, prob, retryAfter)
