@@ -39,7 +39,9 @@
 // ([RequirePolicy], [OutcomePolicy]), the [Mode], [ScopeFromContext] and
 // [DeriveKey] inside a handler, [ContextWithScope] in its tests, and, to
 // answer their own errors in the same format, [ProblemKind], [WriteProblem]
-// and [ProblemsHandler]. Dashboards read [Metrics] and [Results].
+// and [ProblemsHandler]. Two-phase handlers with large responses stream
+// them with [StreamResponse] (and [BreakResponse] when one breaks off).
+// Dashboards read [Metrics] and [Results].
 //
 // Store authors implement [Store] and [Lease] over [ClaimParams],
 // [ClaimResult], [Record] and [Response], decide expiry and takeover with

@@ -25,6 +25,8 @@ func ExampleProblemCode() {
 		case idem.ProblemKeyMissing, idem.ProblemKeyMalformed, idem.ProblemBodyMalformed,
 			idem.ProblemBodyTooLarge, idem.ProblemMediaType, idem.ProblemUnauthenticated:
 			return "fix the request; it was not processed"
+		case idem.ProblemResponseNotRetained:
+			return "it was processed; fetch the result another way"
 		}
 		return "the application's own problem"
 	}
@@ -44,6 +46,7 @@ func ExampleProblemCode() {
 	// 401 unauthenticated: fix the request; it was not processed
 	// 503 store-unavailable: retry with the same key after Retry-After
 	// 503 outcome-unknown: retry with the same key after Retry-After
+	// 200 idempotency-response-not-retained: it was processed; fetch the result another way
 	// A request is outstanding for this Idempotency-Key
 }
 

@@ -90,6 +90,14 @@ type Config struct {
 	// negative values are invalid. Defaults to MaxConflictRetriesDefault (3).
 	MaxConflictRetries int
 
+	// MaxPreferWait is the longest a request waits, when its key is in
+	// flight for the same request and it sends Prefer: wait=N (RFC 7240),
+	// for the first request to finish; it then gets the stored response,
+	// with Preference-Applied, instead of 409. A waiting request claims the
+	// key again after pauses that grow to 250 ms, so it costs at most a few
+	// store calls per second. Defaults to 0: Prefer: wait is ignored.
+	MaxPreferWait time.Duration
+
 	// StoreTimeout bounds each store call, so a stuck database answers 503
 	// instead of holding requests. Defaults to StoreTimeoutDefault (10 s).
 	StoreTimeout time.Duration
@@ -157,7 +165,7 @@ func (c *Config) validate() error {
 	if c.Mode != ModeAtomic && c.Mode != ModeTwoPhase {
 		return fmt.Errorf("idem: unknown Config.Mode %d", c.Mode)
 	}
-	if c.LockTimeout < 0 || c.Retention < 0 || c.MaxBodyBytes < 0 || c.StoreTimeout < 0 {
+	if c.LockTimeout < 0 || c.Retention < 0 || c.MaxBodyBytes < 0 || c.StoreTimeout < 0 || c.MaxPreferWait < 0 {
 		return errors.New("idem: durations and sizes in Config must not be negative")
 	}
 	if c.MaxConflictRetries < NoConflictRetries {
@@ -394,16 +402,7 @@ func (m *Middleware) claimAndRun(c *call) {
 // failed.
 func (m *Middleware) claim(c *call) Lease {
 	ctx := c.r.Context()
-	now := m.cfg.Now()
-	claimCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
-	started := time.Now()
-	res, err := m.store.Claim(claimCtx, ClaimParams{
-		Scope: c.scope, Method: c.r.Method, Path: c.r.URL.EscapedPath(),
-		RequestHash: c.fp.sum[:], RequestFields: c.fp.encodeFields(),
-		Mode: m.cfg.Mode, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
-	})
-	cancel()
-	m.cfg.Metrics.Claim(ctx, time.Since(started), err)
+	res, err := m.claimWaiting(c)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil // the client went away; nothing was claimed
@@ -548,6 +547,10 @@ func (m *Middleware) finishContext(c *call) (context.Context, context.CancelFunc
 // when the lease's transaction hit a conflict and attempt may be rerun.
 func (m *Middleware) run(c *call, lease Lease, attempt int) runOutcome {
 	rec := m.execute(c, lease)
+	if rec.streamed() {
+		c.w = &discardWriter{} // the client has the response; see StreamResponse
+		defer rec.abortIfBroken()
+	}
 	ctx, cancel := m.finishContext(c)
 	defer cancel()
 	rerun := func() bool { return m.mayRerun(attempt) && reportsConflict(lease) }
@@ -655,6 +658,9 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 	req.Body = io.NopCloser(bytes.NewReader(c.body))
 	req.ContentLength = int64(len(c.body))
 	rec := &recorder{header: make(http.Header)}
+	if m.cfg.Mode == ModeTwoPhase {
+		rec.client = c.w // the response may stream; see StreamResponse
+	}
 	c.next.ServeHTTP(rec, req)
 	finished = true
 	return rec
@@ -663,6 +669,9 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 // responseOf is what the store keeps of a handler's response: the status,
 // the headers on the replay list and the body.
 func (m *Middleware) responseOf(rec *recorder) *Response {
+	if rec.stream != nil && rec.stream.overflow {
+		return m.notRetained(rec)
+	}
 	resp := &Response{StatusCode: rec.statusCode(), Header: make(http.Header), Body: rec.body.Bytes()}
 	for _, name := range m.replayHeaders {
 		if v := rec.header.Values(name); len(v) > 0 {
@@ -678,12 +687,15 @@ func keyDigest(key string) string {
 	return hex.EncodeToString(sum[:6])
 }
 
-// recorder buffers a handler's response until the lease is finished.
+// recorder buffers a handler's response until the lease is finished, or
+// streams it to client (see StreamResponse).
 type recorder struct {
 	header      http.Header
 	status      int
 	wroteHeader bool
 	body        bytes.Buffer
+	client      http.ResponseWriter
+	stream      *streamState // set by StreamResponse
 }
 
 func (rec *recorder) Header() http.Header { return rec.header }
@@ -693,11 +705,17 @@ func (rec *recorder) WriteHeader(status int) {
 		return
 	}
 	rec.status, rec.wroteHeader = status, true
+	if rec.stream != nil {
+		rec.streamHeader()
+	}
 }
 
 func (rec *recorder) Write(p []byte) (int, error) {
 	if !rec.wroteHeader {
 		rec.WriteHeader(http.StatusOK)
+	}
+	if rec.stream != nil {
+		return rec.streamWrite(p)
 	}
 	return rec.body.Write(p)
 }

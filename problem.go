@@ -101,6 +101,8 @@ var problemKinds = [...]ProblemKind{
 		"The service cannot reach its idempotency store. The detail says whether the request was processed. Retry with the same key after Retry-After."},
 	{ProblemOutcomeUnknown, http.StatusServiceUnavailable, "Outcome unknown",
 		"The connection to the idempotency store was lost after the result was sent to be committed, so whether the request took effect is unknown. Retry with the same Idempotency-Key after Retry-After, never with a new one: if it took effect the retry returns its result, and if not the retry runs it."},
+	{ProblemResponseNotRetained, http.StatusOK, "Response not retained",
+		"The first request with this key was processed, and its response, streamed to the client, was larger than the service stores for replay, or broke off. The status member and original_status are the original status code, and location its Location header if it had one. The request is not run again: fetch the result another way, such as from the Location."},
 }
 
 // Kind describes one of idem's problem codes: its status, title and the

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idemkit/idem/internal/database"
+	"github.com/idemkit/idem/internal/proxy"
+)
+
+const keysUsage = `Usage:
+  idemproxy held    [-db URL]                       list keys held after an unknown outcome
+  idemproxy release [-db URL] -client-id ID -key KEY  free a held key
+
+Under the hold policy, a key whose forward had an unknown outcome answers
+every retry with the same idempotency-outcome-unknown problem, and nothing is
+forwarded. Find out from the upstream whether the operation happened; if it
+did not, release the key: the client's next retry with it is forwarded. If it
+did, leave the key held (it expires with the retention period) and tell the
+client. release frees only held keys, never a stored response.
+
+Flags:
+`
+
+// held rows select keys completed with the proxy's outcome-unknown problem.
+const (
+	heldMarker      = `"code":"` + string(proxy.ProblemOutcomeUnknown) + `"`
+	sqliteHeld      = `SELECT client_id, idempotency_key, request_method, request_path, created_at FROM idempotency_keys WHERE status = 'completed' AND response_status IN (502, 504) AND instr(response_body, CAST(? AS BLOB)) > 0 ORDER BY created_at`
+	sqliteRelease   = `DELETE FROM idempotency_keys WHERE client_id = ? AND idempotency_key = ? AND status = 'completed' AND response_status IN (502, 504) AND instr(response_body, CAST(? AS BLOB)) > 0`
+	postgresHeld    = `SELECT client_id, idempotency_key, request_method, request_path, created_at FROM idempotency_keys WHERE status = 'completed' AND response_status IN (502, 504) AND position(convert_to($1, 'UTF8') in response_body) > 0 ORDER BY created_at`
+	postgresRelease = `DELETE FROM idempotency_keys WHERE client_id = $1 AND idempotency_key = $2 AND status = 'completed' AND response_status IN (502, 504) AND position(convert_to($3, 'UTF8') in response_body) > 0`
+)
+
+// heldKey is a key held after an unknown outcome.
+type heldKey struct {
+	clientID, key, method, path string
+	created                     time.Time
+}
+
+// runKeys runs "idemproxy held" and "idemproxy release".
+func runKeys(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
+	fs := flag.NewFlagSet("idemproxy "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), keysUsage)
+		fs.PrintDefaults()
+	}
+	db := fs.String("db", "sqlite:idemproxy.db", "key store: sqlite:PATH or postgres://... (env IDEMPROXY_DB)")
+	clientID := fs.String("client-id", "", "client `id` of the key, as held lists it (release)")
+	key := fs.String("key", "", "the `key` to release (release)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	dbSet := false
+	fs.Visit(func(f *flag.Flag) { dbSet = dbSet || f.Name == "db" })
+	if v, ok := lookup("IDEMPROXY_DB"); ok && !dbSet {
+		*db = v // not the flag's default, which -h would print
+	}
+	if cmd == "release" && (*clientID == "" || *key == "") {
+		return errors.New("release needs -client-id and -key")
+	}
+	ks, err := openKeySQL(ctx, *db)
+	if err != nil {
+		return err
+	}
+	defer ks.close()
+	if cmd == "held" {
+		keys, err := ks.held(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "CLIENT ID\tKEY\tREQUEST\tCREATED")
+		for _, k := range keys {
+			fmt.Fprintf(tw, "%s\t%s\t%s %s\t%s\n", k.clientID, k.key, k.method, k.path, k.created.UTC().Format(time.RFC3339))
+		}
+		tw.Flush()
+		fmt.Fprintf(stdout, "%d held %s\n", len(keys), plural(len(keys), "key", "keys"))
+		return nil
+	}
+	n, err := ks.release(ctx, *clientID, *key)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("no held key %q for client %s: it is not held (released, expired, or holding a real response)", *key, *clientID)
+	}
+	fmt.Fprintf(stdout, "released key %q of client %s; its next retry is forwarded\n", *key, *clientID)
+	return nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// keySQL reads and deletes held keys in either store's table.
+type keySQL struct {
+	held    func(ctx context.Context) ([]heldKey, error)
+	release func(ctx context.Context, clientID, key string) (int64, error)
+	close   func()
+}
+
+func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
+	d, err := database.Open(ctx, url, &database.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	if d.SQLite != nil {
+		db := d.SQLite.DB()
+		return &keySQL{
+			held: func(ctx context.Context) ([]heldKey, error) {
+				rows, err := db.QueryContext(ctx, sqliteHeld, heldMarker)
+				if err != nil {
+					return nil, fmt.Errorf("list held keys: %w", err)
+				}
+				return scanHeld(rows, func(micros int64) time.Time { return time.UnixMicro(micros) })
+			},
+			release: func(ctx context.Context, clientID, key string) (int64, error) {
+				res, err := db.ExecContext(ctx, sqliteRelease, clientID, key, heldMarker)
+				if err != nil {
+					return 0, fmt.Errorf("release: %w", err)
+				}
+				return res.RowsAffected()
+			},
+			close: d.Close,
+		}, nil
+	}
+	pool := d.Pool
+	return &keySQL{
+		held: func(ctx context.Context) ([]heldKey, error) {
+			rows, err := pool.Query(ctx, postgresHeld, heldMarker)
+			if err != nil {
+				return nil, fmt.Errorf("list held keys: %w", err)
+			}
+			defer rows.Close()
+			var out []heldKey
+			for rows.Next() {
+				var k heldKey
+				if err := rows.Scan(&k.clientID, &k.key, &k.method, &k.path, &k.created); err != nil {
+					return nil, fmt.Errorf("list held keys: %w", err)
+				}
+				out = append(out, k)
+			}
+			return out, rows.Err()
+		},
+		release: func(ctx context.Context, clientID, key string) (int64, error) {
+			tag, err := pool.Exec(ctx, postgresRelease, clientID, key, heldMarker)
+			if err != nil {
+				return 0, fmt.Errorf("release: %w", err)
+			}
+			return tag.RowsAffected(), nil
+		},
+		close: d.Close,
+	}, nil
+}
+
+func scanHeld(rows *sql.Rows, toTime func(int64) time.Time) ([]heldKey, error) {
+	defer rows.Close()
+	var out []heldKey
+	for rows.Next() {
+		var k heldKey
+		var created int64
+		if err := rows.Scan(&k.clientID, &k.key, &k.method, &k.path, &created); err != nil {
+			return nil, fmt.Errorf("list held keys: %w", err)
+		}
+		k.created = toTime(created)
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}

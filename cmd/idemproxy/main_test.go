@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemkit/idem/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// envOf is an environment for run.
+func envOf(kv map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		v, ok := kv[name]
+		return v, ok
+	}
+}
+
+func TestFlags(t *testing.T) {
+	t.Parallel()
+	t.Run("Help", func(t *testing.T) {
+		var stderr strings.Builder
+		err := run(context.Background(), []string{"-h"}, io.Discard, &stderr,
+			envOf(map[string]string{"IDEMPROXY_SECRET": "s3cret-s3cret-s3cret", "IDEMPROXY_DB": "postgres://u:pa55word@db/keys"}))
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("err %v, want flag.ErrHelp", err)
+		}
+		if strings.Contains(stderr.String(), "s3cret") || strings.Contains(stderr.String(), "pa55word") {
+			t.Errorf("-h printed a secret from the environment:\n%s", stderr.String())
+		}
+		for _, want := range []string{"Usage: idemproxy", "-route", "IDEMPROXY_ROUTES", "IDEMPROXY_SECRET", "-client-header", "-outcome-unknown", "-admin-addr", "-db"} {
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("-h does not mention %s", want)
+			}
+		}
+	})
+	bad := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"NoUpstream", nil, nil, "-upstream is required"},
+		{"RelativeUpstream", []string{"-upstream", "/x", "-secret", strings.Repeat("s", 16)}, nil, "absolute http"},
+		{"NoSecret", []string{"-upstream", "http://127.0.0.1:1"}, nil, "-secret"},
+		{"ShortSecret", []string{"-upstream", "http://127.0.0.1:1"}, map[string]string{"IDEMPROXY_SECRET": "short"}, "at least 16 bytes"},
+		{"BadRoute", []string{"-upstream", "http://127.0.0.1:1", "-client-header", "X-Client"}, map[string]string{"IDEMPROXY_ROUTES": "GET /v1/*"}, "idempotent by definition"},
+		{"BadEnvDuration", []string{"-upstream", "http://127.0.0.1:1"}, map[string]string{"IDEMPROXY_UPSTREAM_TIMEOUT": "soon"}, "IDEMPROXY_UPSTREAM_TIMEOUT"},
+		{"LeaseShorterThanForward", []string{"-upstream", "http://127.0.0.1:1", "-client-header", "X-Client", "-db", "sqlite:" + filepath.Join(t.TempDir(), "k.db"), "-upstream-timeout", "1m", "-lock-timeout", "30s"}, nil, "lock timeout"},
+	}
+	for _, c := range bad {
+		t.Run(c.name, func(t *testing.T) {
+			err := run(context.Background(), c.args, io.Discard, io.Discard, envOf(c.env))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want one mentioning %q", err, c.want)
+			}
+		})
+	}
+}
+
+// started runs the proxy and returns its address and its admin address.
+func started(t *testing.T, args []string, env map[string]string) (addr, admin string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out, w := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, args, w, io.Discard, envOf(env))
+		w.Close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	lines := bufio.NewScanner(out)
+	for (addr == "" || admin == "") && lines.Scan() {
+		line := lines.Text()
+		if a, ok := strings.CutPrefix(line, "idemproxy: listening on "); ok {
+			addr, _, _ = strings.Cut(a, ",")
+		}
+		if a, ok := strings.CutPrefix(line, "idemproxy: admin on "); ok {
+			admin, _, _ = strings.Cut(a, " ")
+		}
+	}
+	if addr == "" || admin == "" {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("the proxy did not start: %v", err)
+		default:
+			t.Fatal("the proxy printed no addresses")
+		}
+	}
+	go io.Copy(io.Discard, out)
+	return addr, admin
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestRun starts idemproxy from flags and environment on each store, in
+// front of a counting upstream: a retry is a replay, and the admin listener
+// serves readiness and metrics.
+func TestRun(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int64
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := calls.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusCreated)
+				fmt.Fprintf(w, `{"id":"obj_%d"}`, n)
+			}))
+			t.Cleanup(up.Close)
+			db := "sqlite:" + filepath.Join(t.TempDir(), "keys.db")
+			if kind == "postgres" {
+				db = pgtest.NewDatabase(t)
+			}
+			addr, admin := started(t,
+				[]string{"-listen", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-route", "POST /v1/*"},
+				map[string]string{"IDEMPROXY_UPSTREAM": up.URL, "IDEMPROXY_DB": db, "IDEMPROXY_SECRET": strings.Repeat("k", 32)})
+
+			var bodies []string
+			for i := range 2 {
+				req, _ := http.NewRequest("POST", addr+"/v1/things", strings.NewReader(`{"name":"a"}`))
+				req.Header.Set("Authorization", "Bearer tok")
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Idempotency-Key", "run-1")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusCreated || (i == 1 && resp.Header.Get("Idempotent-Replayed") != "true") {
+					t.Fatalf("request %d: %d %v %s", i, resp.StatusCode, resp.Header, b)
+				}
+				bodies = append(bodies, string(b))
+			}
+			if bodies[0] != bodies[1] || calls.Load() != 1 {
+				t.Fatalf("bodies %q, upstream calls %d; want one call and a replay", bodies, calls.Load())
+			}
+			if status, body := get(t, admin+"/readyz"); status != http.StatusOK {
+				t.Fatalf("readyz: %d %q", status, body)
+			}
+			_, metrics := get(t, admin+"/metrics")
+			for _, want := range []string{
+				`idemproxy_forwards_total{result="answered",route="POST /v1/* retry"} 1`,
+				`idem_requests_total{result="replayed"} 1`,
+				`idem_requests_total{result="executed"} 1`,
+			} {
+				if !strings.Contains(metrics, want) {
+					t.Errorf("/metrics lacks %s:\n%s", want, grepLines(metrics, "idem"))
+				}
+			}
+		})
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, sub) && !strings.HasPrefix(line, "#") {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestHoldAndRelease: on a hold route, a forward whose outcome is unknown
+// (the upstream's gateway answers 502) holds the key; retries get the same
+// problem and nothing is forwarded, until "idemproxy release" frees it.
+func TestHoldAndRelease(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int64
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) == 1 {
+					http.Error(w, "upstream connect error", http.StatusBadGateway)
+					return
+				}
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, `{"id":"refund_1"}`)
+			}))
+			t.Cleanup(up.Close)
+			db := "sqlite:" + filepath.Join(t.TempDir(), "keys.db")
+			if kind == "postgres" {
+				db = pgtest.NewDatabase(t)
+			}
+			addr, _ := started(t,
+				[]string{"-listen", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-upstream", up.URL, "-db", db,
+					"-client-header", "X-Client-Id", "-route", "POST /v1/refunds hold"}, nil)
+			post := func() (int, string) {
+				req, _ := http.NewRequest("POST", addr+"/v1/refunds", strings.NewReader(`{"charge":"ch_1"}`))
+				req.Header.Set("X-Client-Id", "acme")
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Idempotency-Key", "refund-1")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(b)
+			}
+			for range 3 {
+				if status, body := post(); status != http.StatusBadGateway || !strings.Contains(body, "idempotency-outcome-unknown") {
+					t.Fatalf("%d %q, want the held 502", status, body)
+				}
+			}
+			if n := calls.Load(); n != 1 {
+				t.Fatalf("upstream called %d times while the key was held, want 1", n)
+			}
+			var out strings.Builder
+			if err := run(context.Background(), []string{"held", "-db", db}, &out, io.Discard, envOf(nil)); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), "header:acme") || !strings.Contains(out.String(), "refund-1") || !strings.Contains(out.String(), "1 held key") {
+				t.Fatalf("held printed:\n%s", out.String())
+			}
+			if err := run(context.Background(), []string{"release", "-db", db, "-client-id", "header:other", "-key", "refund-1"}, io.Discard, io.Discard, envOf(nil)); err == nil {
+				t.Fatal("release of another client's key succeeded")
+			}
+			if err := run(context.Background(), []string{"release", "-db", db, "-client-id", "header:acme", "-key", "refund-1"}, io.Discard, io.Discard, envOf(nil)); err != nil {
+				t.Fatal(err)
+			}
+			if status, body := post(); status != http.StatusCreated || body != `{"id":"refund_1"}` {
+				t.Fatalf("after release: %d %q, want the upstream's answer", status, body)
+			}
+			if err := run(context.Background(), []string{"release", "-db", db, "-client-id", "header:acme", "-key", "refund-1"}, io.Discard, io.Discard, envOf(nil)); err == nil {
+				t.Fatal("release freed a key that holds a real response")
+			}
+		})
+	}
+}

@@ -1,0 +1,15 @@
+package main
+
+import (
+	"context"
+
+	"github.com/idemkit/idem/internal/database"
+)
+
+// ping checks that the key store answers, for /readyz.
+func ping(ctx context.Context, db *database.DB) error {
+	if db.SQLite != nil {
+		return db.SQLite.DB().PingContext(ctx)
+	}
+	return db.Pool.Ping(ctx)
+}

@@ -1,0 +1,6 @@
+//go:build !race
+
+package proxy
+
+// raceEnabled: the race detector roughly doubles allocations.
+const raceEnabled = false

@@ -1,0 +1,138 @@
+package idem_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+)
+
+// claimCounter counts Store.Claim calls.
+type claimCounter struct{ claims atomic.Int64 }
+
+func (*claimCounter) Request(context.Context, idem.Result)          {}
+func (c *claimCounter) Claim(context.Context, time.Duration, error) { c.claims.Add(1) }
+
+// waitServer serves a handler that holds its key until release is closed,
+// answering with status, behind the middleware with MaxPreferWait limit.
+func waitServer(t *testing.T, limit time.Duration, status int) (post func(prefer string) *http.Response, release chan struct{}, runs, claims func() int64) {
+	t.Helper()
+	release = make(chan struct{})
+	var ran atomic.Int64
+	counter := &claimCounter{}
+	mw, err := idem.New(idemtest.NewMemoryStore(), &idem.Config{
+		Mode: idem.ModeTwoPhase, MaxPreferWait: limit, Metrics: counter,
+		ClientID: func(*http.Request) (string, bool) { return "alice", true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := ran.Add(1)
+		if n == 1 {
+			<-release
+		}
+		w.WriteHeader(status)
+		fmt.Fprintf(w, "run %d", n)
+	})))
+	t.Cleanup(srv.Close)
+	post = func(prefer string) *http.Response {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/charges", strings.NewReader(`{"amount":1}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "k")
+		if prefer != "" {
+			req.Header.Set("Prefer", prefer)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	return post, release, ran.Load, counter.claims.Load
+}
+
+// awaitClaims polls until at least n claims were made, for at most 10 s.
+func awaitClaims(t *testing.T, claims func() int64, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for claims() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d claims in 10 s, want %d", claims(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestPreferWait(t *testing.T) {
+	t.Parallel()
+	t.Run("DuplicateGetsTheReplay", func(t *testing.T) {
+		t.Parallel()
+		post, release, runs, claims := waitServer(t, 30*time.Second, http.StatusCreated)
+		first := make(chan *http.Response)
+		go func() { first <- post("") }()
+		awaitClaims(t, claims, 1)
+		dup := make(chan *http.Response)
+		go func() { dup <- post("respond-async, wait=30") }()
+		awaitClaims(t, claims, 3) // the duplicate found the key in flight and claimed again
+		close(release)
+		if resp := <-first; resp.StatusCode != http.StatusCreated {
+			t.Fatalf("first: %d", resp.StatusCode)
+		}
+		resp := <-dup
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusCreated || string(body) != "run 1" || resp.Header.Get(idem.HeaderReplayed) != "true" || resp.Header.Get(idem.HeaderPreferenceApplied) != "wait=30" {
+			t.Fatalf("duplicate: %d %v %q, want the replay with Preference-Applied: wait=30", resp.StatusCode, resp.Header, body)
+		}
+		if runs() != 1 {
+			t.Fatalf("handler ran %d times", runs())
+		}
+	})
+	t.Run("CappedAtTheMaximum", func(t *testing.T) {
+		t.Parallel()
+		post, release, _, claims := waitServer(t, 2*time.Second, http.StatusCreated)
+		defer close(release)
+		go post("")
+		awaitClaims(t, claims, 1)
+		resp := post("wait=100") // waits 2 s for a holder that never finishes
+		if resp.StatusCode != http.StatusConflict || resp.Header.Get(idem.HeaderPreferenceApplied) != "wait=2" {
+			t.Fatalf("%d %v, want 409 after waiting the maximum, 2 s", resp.StatusCode, resp.Header)
+		}
+	})
+	t.Run("IgnoredUnlessConfigured", func(t *testing.T) {
+		t.Parallel()
+		post, release, _, claims := waitServer(t, 0, http.StatusCreated)
+		defer close(release)
+		go post("")
+		awaitClaims(t, claims, 1)
+		resp := post("wait=5")
+		if resp.StatusCode != http.StatusConflict || resp.Header.Get(idem.HeaderPreferenceApplied) != "" || claims() != 2 {
+			t.Fatalf("%d %v after %d claims, want an immediate 409", resp.StatusCode, resp.Header, claims())
+		}
+	})
+	t.Run("RunsWhenTheHolderReleases", func(t *testing.T) {
+		t.Parallel()
+		post, release, runs, claims := waitServer(t, 30*time.Second, http.StatusServiceUnavailable)
+		go post("")
+		awaitClaims(t, claims, 1)
+		dup := make(chan *http.Response)
+		go func() { dup <- post("wait=30") }()
+		awaitClaims(t, claims, 3)
+		close(release) // the first answers 503: the key is released
+		resp := <-dup
+		body, _ := io.ReadAll(resp.Body)
+		if string(body) != "run 2" || resp.Header.Get(idem.HeaderReplayed) != "" || runs() != 2 {
+			t.Fatalf("duplicate: %d %q after %d runs, want its own run", resp.StatusCode, body, runs())
+		}
+	})
+}
