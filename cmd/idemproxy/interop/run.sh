@@ -5,6 +5,6 @@
 set -eu
 cd "$(dirname "$0")"
 if ! command -v stripe-mock >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/stripe-mock" ]; then
-	go install github.com/stripe/stripe-mock@latest
+	go install github.com/stripe/stripe-mock@v0.203.0
 fi
 exec go test -count=1 -v "$@" .
