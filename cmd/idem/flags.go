@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -91,4 +92,12 @@ func shorten(s string) string {
 		return s[:12] + "…"
 	}
 	return s
+}
+
+// dbFlag defines -db, whose default comes from DATABASE_URL; -h shows that
+// default with any password hidden.
+func dbFlag(fs *flag.FlagSet, env *cmdrun.Env, usage string) *string {
+	db := env.String("DATABASE_URL", "")
+	fs.Var((*cmdrun.Redacted)(&db), "db", usage)
+	return &db
 }

@@ -27,7 +27,7 @@ func runMigrate(ctx context.Context, c *cli, args []string) int {
 		fs.PrintDefaults()
 	}
 	env := c.env()
-	db := fs.String("db", env.String("DATABASE_URL", ""), "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
+	db := dbFlag(fs, env, "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
 	to := fs.Int("to", -1, "schema `version` to move to; -1 is the newest, 0 removes the key table")
 	if env.Err() != nil {
 		fmt.Fprintf(c.stderr, "idem migrate: %v\n", env.Err())

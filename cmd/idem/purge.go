@@ -32,7 +32,7 @@ func runPurge(ctx context.Context, c *cli, args []string) int {
 		fs.PrintDefaults()
 	}
 	env := c.env()
-	db := fs.String("db", env.String("DATABASE_URL", ""), "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
+	db := dbFlag(fs, env, "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
 	olderThan := fs.Duration("older-than", env.Duration("IDEM_PURGE_OLDER_THAN", idem.RetentionDefault), "delete keys created more than this `duration` ago (env IDEM_PURGE_OLDER_THAN)")
 	batch := fs.Int("batch", 1000, "keys deleted per statement")
 	if env.Err() != nil {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -126,4 +127,27 @@ func (e *Env) Fail(name, value, want string) {
 	} else {
 		e.err = fmt.Errorf("environment variable %s=%q: want %s", name, value, want)
 	}
+}
+
+// Redacted is a flag.Value for a string that may be a URL with a password,
+// such as a database URL: its String, which `-h` prints as the default,
+// shows the password as "xxxxx".
+type Redacted string
+
+// Set sets the value.
+func (r *Redacted) Set(v string) error { *r = Redacted(v); return nil }
+
+// String returns the value with any URL password replaced by "xxxxx".
+func (r *Redacted) String() string {
+	if r == nil {
+		return ""
+	}
+	u, err := url.Parse(string(*r))
+	if err != nil || u.User == nil {
+		if err != nil && strings.Contains(string(*r), "@") {
+			return "(hidden)"
+		}
+		return string(*r)
+	}
+	return u.Redacted()
 }

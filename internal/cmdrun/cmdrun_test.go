@@ -66,3 +66,18 @@ func TestServeShutsDownWhenCancelled(t *testing.T) {
 		t.Errorf("Serve = %v, want nil after a graceful shutdown", err)
 	}
 }
+
+func TestRedactedHidesPasswords(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://u:s3cret@127.0.0.1:5432/db": "postgres://u:xxxxx@127.0.0.1:5432/db",
+		"postgres://u@127.0.0.1/db":             "postgres://u@127.0.0.1/db",
+		"sqlite:paymentsd.db":                   "sqlite:paymentsd.db",
+		"postgres://u:%zz@h/db":                 "(hidden)",
+		"":                                      "",
+	} {
+		r := Redacted(in)
+		if got := r.String(); got != want || strings.Contains(got, "s3cret") {
+			t.Errorf("Redacted(%q).String() = %q, want %q", in, got, want)
+		}
+	}
+}
