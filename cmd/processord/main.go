@@ -1,11 +1,23 @@
 // Command processord is a simulated card processor for idem's reference
 // payments service: POST /v1/charges, itself behind the Idempotency-Key
-// contract, with optional latency and failures. paymentsd -processor URL
-// charges through it with keys derived by idem.DeriveKey.
+// contract, on SQLite or PostgreSQL. paymentsd -processor URL charges
+// through it with keys derived by idem.DeriveKey.
 //
-// Every request needs a bearer token of -tokens: POST /v1/charges, and GET
-// /v1/charges/count?key=K, the number of charges the client made with key
-// K (every charge of the client without key).
+//	go run ./cmd/processord                                  # sqlite:processord.db
+//	go run ./cmd/processord -lose-rate 0.3 -timeout-rate 0.1 -seed 7
+//
+// It fails the ways real processors do, each at a rate drawn from -seed:
+// -fail-rate answers 503 before charging, -lose-rate charges and closes the
+// connection without an answer, -timeout-rate charges and answers only
+// after the caller gave up. Amounts ending in 02 are declined (402), a
+// final answer stored like a charge. A key charges at most once, ever,
+// restarts included.
+//
+// Every request needs a bearer token of -tokens. GET /v1/charges lists the
+// client's charges, newest first, with their idempotency keys and outcomes
+// (?limit=, ?cursor=, ?idempotency_key=K); GET /v1/charges/count?key=K
+// counts them. Run with -h for every flag; each has an environment
+// variable twin.
 package main
 
 import (
@@ -17,11 +29,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
-	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/bearer"
 	"github.com/idemkit/idem/internal/cmdrun"
+	"github.com/idemkit/idem/internal/database"
 	"github.com/idemkit/idem/internal/processor"
 )
 
@@ -33,10 +47,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	env := cmdrun.NewEnv(os.LookupEnv)
 	addr := fs.String("addr", env.String("PROCESSORD_ADDR", "127.0.0.1:8081"), "listen address (env PROCESSORD_ADDR)")
-	db := fs.String("db", env.String("PROCESSORD_DB", "processord.db"), "SQLite file for charges and keys (env PROCESSORD_DB)")
+	db := fs.String("db", env.String("PROCESSORD_DB", "sqlite:processord.db"), "database for charges and keys: sqlite:PATH or postgres://...; a bare PATH is an SQLite file (env PROCESSORD_DB)")
 	tokenPairs := fs.String("tokens", "", "bearer tokens as token=client,token=client (env PROCESSORD_TOKENS; default: the development token of client paymentsd, which paymentsd sends by default, with a warning)")
 	delay := fs.Duration("delay", env.Duration("PROCESSORD_DELAY", 0), "latency added to every charge (env PROCESSORD_DELAY)")
 	failRate := fs.Float64("fail-rate", env.Float("PROCESSORD_FAIL_RATE", 0), "probability (0 to 1) that a charge fails with 503 before charging (env PROCESSORD_FAIL_RATE)")
+	loseRate := fs.Float64("lose-rate", env.Float("PROCESSORD_LOSE_RATE", 0), "probability (0 to 1) that a charge is made and the connection then closed without an answer (env PROCESSORD_LOSE_RATE)")
+	timeoutRate := fs.Float64("timeout-rate", env.Float("PROCESSORD_TIMEOUT_RATE", 0), fmt.Sprintf("probability (0 to 1) that a charge is made and answered only after the caller gave up, at most %s later (env PROCESSORD_TIMEOUT_RATE)", processor.HoldMaxDefault))
+	seed := fs.Uint64("seed", envSeed(env), "seed of the failure draws: the same seed and the same sequence of charges fail the same way; 0 picks a random seed, which is logged (env PROCESSORD_SEED)")
 	if err := env.Err(); err != nil {
 		return err
 	}
@@ -45,6 +62,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if *failRate+*loseRate+*timeoutRate > 1 {
+		return fmt.Errorf("-fail-rate, -lose-rate and -timeout-rate add up to %g; they must add up to at most 1", *failRate+*loseRate+*timeoutRate)
 	}
 	// Read after parsing, so that -h never prints the tokens as a default.
 	if *tokenPairs == "" {
@@ -62,15 +82,20 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if dev {
 		logger.Warn("processord: no tokens configured; accepting the development token of client paymentsd (see README), never do this in production")
 	}
-	store, err := idemsqlite.Open(*db, &idemsqlite.Config{Logger: logger})
+	url := *db
+	if !strings.Contains(url, ":") {
+		url = "sqlite:" + url // a bare path, as processord took before it spoke PostgreSQL
+	}
+	store, err := database.Open(ctx, url, &database.Config{Migrate: true, Logger: logger})
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		return err
-	}
-	h, err := processor.NewHandler(ctx, processor.Config{Store: store, Tokens: tokens, Delay: *delay, FailRate: *failRate, Logger: logger})
+	h, err := processor.NewHandler(ctx, processor.Config{
+		Store: store.Store(), Tokens: tokens, Delay: *delay,
+		FailRate: *failRate, LoseRate: *loseRate, TimeoutRate: *timeoutRate, Seed: *seed,
+		Logger: logger,
+	})
 	if err != nil {
 		return err
 	}
@@ -79,6 +104,20 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	logger.Info("processord: serving", "db", store.Name)
 	fmt.Fprintf(stdout, "processord: listening on http://%s\n", ln.Addr())
 	return cmdrun.Serve(ctx, srv, ln, 30*time.Second)
+}
+
+// envSeed reads PROCESSORD_SEED, an unsigned integer.
+func envSeed(env *cmdrun.Env) uint64 {
+	v, ok := env.Lookup("PROCESSORD_SEED")
+	if !ok {
+		return 0
+	}
+	seed, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		env.Fail("PROCESSORD_SEED", v, "an unsigned integer")
+	}
+	return seed
 }

@@ -1,24 +1,31 @@
 // Package processor is the simulated card processor that processord
-// serves and tests of the payments service charge through: POST
-// /v1/charges behind the idem middleware (a real processor is idempotent
-// too), with optional latency and failures.
+// serves and tests of the payments service charge through. POST
+// /v1/charges runs behind the idem middleware (a real processor is
+// idempotent too) and fails the ways real processors do: slowly (Delay),
+// with a 503 before charging (FailRate), by charging and then dropping the
+// connection without an answer (LoseRate), or by charging and answering
+// only after the caller gave up (TimeoutRate). Amounts ending in 02 are
+// declined: a final answer, stored and replayed like a charge. GET
+// /v1/charges lists every charge with its idempotency key and outcome, so
+// that anyone can check that no key was charged twice.
 package processor
 
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	mrand "math/rand/v2"
 	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/bearer"
 	"github.com/idemkit/idem/internal/payments"
 )
@@ -28,20 +35,52 @@ import (
 // is given none.
 const DevToken = "sk_test_paymentsd"
 
-// Charge is a card charge.
+// Outcomes of a charge.
+const (
+	OutcomeSucceeded = "succeeded"
+	OutcomeDeclined  = "declined"
+)
+
+// Limits of GET /v1/charges.
+const (
+	// ListLimitDefault is the page size when the request sets no limit.
+	ListLimitDefault = 10
+	// ListLimitMax is the largest limit a request may set.
+	ListLimitMax = 100
+)
+
+// HoldMaxDefault is the default of [Config.HoldMax]. It matches
+// processord's read timeout, which ends a request's context anyway.
+const HoldMaxDefault = 30 * time.Second
+
+// Charge is a card charge, or a declined attempt at one.
 type Charge struct {
-	ID       string `json:"id"`
-	Object   string `json:"object"`
-	Amount   int64  `json:"amount"`
-	Currency string `json:"currency"`
-	Customer string `json:"customer"`
-	Created  int64  `json:"created"`
+	ID             string `json:"id"`
+	Object         string `json:"object"` // always "charge"
+	IdempotencyKey string `json:"idempotency_key"`
+	Amount         int64  `json:"amount"`
+	Currency       string `json:"currency"`
+	Customer       string `json:"customer"`
+	Outcome        string `json:"outcome"` // OutcomeSucceeded or OutcomeDeclined
+	Created        int64  `json:"created"` // Unix seconds
+}
+
+// ChargeList is a page of GET /v1/charges, newest charge first.
+type ChargeList struct {
+	Object  string   `json:"object"` // always "list"
+	Data    []Charge `json:"data"`
+	HasMore bool     `json:"has_more"`
+	// NextCursor, passed back as ?cursor= with the same idempotency_key,
+	// gets the next page; it is set when HasMore is.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // Config configures the processor.
 type Config struct {
-	// Store is the processor's own database. Required.
-	Store *idemsqlite.Store
+	// Store is the processor's key store, an *idemsqlite.Store or an
+	// *idempg.Store, migrated; the charges table lives on its database.
+	// Required.
+	Store idem.Store
 	// Tokens authenticate the processor's clients. Required.
 	Tokens *bearer.Tokens
 	// Delay is added to every charge, to simulate a slow network call.
@@ -50,46 +89,55 @@ type Config struct {
 	// FailRate is the probability, 0 to 1, that a charge fails with 503
 	// before anything is charged. Defaults to 0.
 	FailRate float64
+	// LoseRate is the probability, 0 to 1, that a charge is made and the
+	// connection then closed without an answer. Defaults to 0.
+	LoseRate float64
+	// TimeoutRate is the probability, 0 to 1, that a charge is made and
+	// its answer held until the caller gives up (closes the connection),
+	// at most HoldMax. Defaults to 0.
+	TimeoutRate float64
+	// HoldMax bounds how long TimeoutRate holds an answer for a caller that
+	// never gives up. Defaults to HoldMaxDefault.
+	HoldMax time.Duration
+	// Seed seeds the draws of FailRate, LoseRate and TimeoutRate: each
+	// charge that runs draws once, so the same seed and the same sequence
+	// of charges fail the same way. 0 picks a random seed, which is
+	// logged. Defaults to 0.
+	Seed uint64
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
 
-const chargesSchema = `CREATE TABLE IF NOT EXISTS charges (
-    id              TEXT    PRIMARY KEY,
-    client_id       TEXT    NOT NULL,
-    idempotency_key TEXT    NOT NULL,
-    amount          INTEGER NOT NULL,
-    currency        TEXT    NOT NULL,
-    customer        TEXT    NOT NULL,
-    created         INTEGER NOT NULL
-)`
-
-const (
-	insertCharge = `INSERT INTO charges (id, client_id, idempotency_key, amount, currency, customer, created) VALUES (?, ?, ?, ?, ?, ?, ?)`
-	countCharges = `SELECT count(*) FROM charges WHERE client_id = ? AND (? = '' OR idempotency_key = ?)`
+var (
+	problemBusy = idem.ProblemKind{Code: "processor-busy", Status: http.StatusServiceUnavailable, Title: "Processor busy",
+		About: "A simulated failure before anything was charged. Retry with the same Idempotency-Key."}
+	problemDeclined = idem.ProblemKind{Code: "card-declined", Status: http.StatusPaymentRequired, Title: "Card declined",
+		About: "The card was declined; \"charge\" is the declined attempt, listed by GET /v1/charges with outcome \"declined\". " +
+			"A decline is final: a retry with the same Idempotency-Key gets the same answer. The simulator declines amounts ending in 02."}
 )
 
-var problemBusy = idem.ProblemKind{Code: "processor-busy", Status: http.StatusServiceUnavailable, Title: "Processor busy",
-	About: "A simulated failure before anything was charged. Retry with the same Idempotency-Key."}
-
-// NewHandler returns the processor's API: POST /v1/charges, and GET
-// /v1/charges/count?key=K, the number of charges the authenticated client
-// made with key K (every charge of the client without key), for tests.
-// Both require a bearer token of cfg.Tokens.
+// NewHandler returns the processor's API, every route behind a bearer
+// token of cfg.Tokens:
+//
+//   - POST /v1/charges charges once per Idempotency-Key: 201 and the
+//     charge, or 402 card-declined for an amount ending in 02;
+//   - GET /v1/charges lists the client's charges, newest first (?limit=,
+//     ?cursor=, ?idempotency_key=K for the charge of key K);
+//   - GET /v1/charges/count?key=K counts the client's charges with key K
+//     (all of them without key).
+//
+// Answers held by TimeoutRate are released when ctx is done.
 func NewHandler(ctx context.Context, cfg Config) (http.Handler, error) {
-	switch {
-	case cfg.Store == nil:
-		return nil, errors.New("processor: Config.Store is required")
-	case cfg.Tokens == nil:
-		return nil, errors.New("processor: Config.Tokens is required")
-	case cfg.FailRate < 0 || cfg.FailRate > 1:
-		return nil, errors.New("processor: Config.FailRate must be between 0 and 1")
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	l, err := newLedger(cfg.Store)
+	if err != nil {
+		return nil, err
 	}
-	if _, err := cfg.Store.DB().ExecContext(ctx, chargesSchema); err != nil {
-		return nil, fmt.Errorf("processor: create charges table: %w", err)
+	if err := l.migrate(ctx); err != nil {
+		return nil, err
 	}
 	mw, err := idem.New(cfg.Store, &idem.Config{
 		Mode: idem.ModeAtomic, Logger: cfg.Logger,
@@ -98,17 +146,53 @@ func NewHandler(ctx context.Context, cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &processor{cfg: cfg}
+	p := &processor{cfg: cfg, ledger: l, faults: newFaults(cfg), stop: ctx.Done()}
+	if p.faults.any() {
+		cfg.Logger.InfoContext(ctx, "processord: simulating failures", "fail_rate", cfg.FailRate, "lose_rate", cfg.LoseRate, "timeout_rate", cfg.TimeoutRate, "seed", p.faults.seed)
+	}
 	auth := payments.Authenticator{Tokens: cfg.Tokens, Realm: "processor"}
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/charges", auth.Wrap(withClient(mw.Wrap(http.HandlerFunc(p.create)))))
+	mux.Handle("POST /v1/charges", auth.Wrap(withClient(p.withFaults(mw.Wrap(http.HandlerFunc(p.create))))))
+	mux.Handle("GET /v1/charges", auth.Wrap(withClient(http.HandlerFunc(p.list))))
 	mux.Handle("GET /v1/charges/count", auth.Wrap(withClient(http.HandlerFunc(p.count))))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	mux.Handle("GET /problems/", idem.ProblemsHandler(payments.ProblemInvalidCredentials, payments.ProblemInvalidParameter, payments.ProblemInternal, problemBusy))
+	mux.Handle("GET /problems/", idem.ProblemsHandler(payments.ProblemInvalidCredentials, payments.ProblemInvalidParameter, payments.ProblemInternal, problemBusy, problemDeclined))
 	return mux, nil
 }
 
-type processor struct{ cfg Config }
+func (c Config) withDefaults() (Config, error) {
+	if c.Tokens == nil {
+		return c, errors.New("processor: Config.Tokens is required")
+	}
+	for _, r := range []struct {
+		name string
+		rate float64
+	}{{"FailRate", c.FailRate}, {"LoseRate", c.LoseRate}, {"TimeoutRate", c.TimeoutRate}} {
+		if !(r.rate >= 0 && r.rate <= 1) {
+			return c, fmt.Errorf("processor: Config.%s must be between 0 and 1", r.name)
+		}
+	}
+	if c.FailRate+c.LoseRate+c.TimeoutRate > 1 {
+		return c, errors.New("processor: Config.FailRate, LoseRate and TimeoutRate must add up to at most 1")
+	}
+	if c.Delay < 0 || c.HoldMax < 0 {
+		return c, errors.New("processor: Config.Delay and HoldMax must not be negative")
+	}
+	if c.HoldMax == 0 {
+		c.HoldMax = HoldMaxDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+type processor struct {
+	cfg    Config
+	ledger ledger
+	faults *faults
+	stop   <-chan struct{}
+}
 
 type clientKey struct{}
 
@@ -126,11 +210,10 @@ func clientFrom(ctx context.Context) (string, bool) {
 	return c, ok && c != ""
 }
 
+// declines reports whether the simulator declines amount: it ends in 02.
+func declines(amount int64) bool { return amount%100 == 2 }
+
 func (p *processor) create(w http.ResponseWriter, r *http.Request) {
-	if p.cfg.FailRate > 0 && mrand.Float64() < p.cfg.FailRate {
-		problem(w, problemBusy, "Simulated failure; nothing was charged. Retry with the same Idempotency-Key.")
-		return
-	}
 	// Like a real processor, a charge that has started finishes even when
 	// the caller goes away.
 	ctx := context.WithoutCancel(r.Context())
@@ -144,30 +227,97 @@ func (p *processor) create(w http.ResponseWriter, r *http.Request) {
 		payments.WriteParamProblem(w, err)
 		return
 	}
+	f := p.faults.draw()
+	if f == faultFail {
+		problem(w, problemBusy, "Simulated failure; nothing was charged. Retry with the same Idempotency-Key.")
+		return
+	}
 	scope, _ := idem.ScopeFromContext(ctx)
 	p.cfg.Logger.InfoContext(ctx, "processord: charging", "amount", params.Amount, "currency", params.Currency)
 	time.Sleep(p.cfg.Delay) // the simulated latency, not a synchronisation
-	c := &Charge{ID: "ch_" + rand.Text(), Object: "charge", Amount: params.Amount, Currency: params.Currency, Customer: params.Customer, Created: time.Now().Unix()}
-	tx, err := idemsqlite.TxFromContext(ctx)
-	if err == nil {
-		_, err = tx.ExecContext(ctx, insertCharge, c.ID, scope.ClientID, scope.Key, c.Amount, c.Currency, c.Customer, c.Created)
+	c := &Charge{ID: "ch_" + rand.Text(), Object: "charge", IdempotencyKey: scope.Key, Amount: params.Amount,
+		Currency: params.Currency, Customer: params.Customer, Outcome: OutcomeSucceeded, Created: time.Now().Unix()}
+	if declines(c.Amount) {
+		c.Outcome = OutcomeDeclined
 	}
+	stored, charged, err := p.ledger.chargeTx(ctx, scope.ClientID, c)
 	if err != nil {
 		// The charge and the key commit together: nothing was charged.
 		p.cfg.Logger.ErrorContext(ctx, "processord: insert charge failed", "err", err)
 		problem(w, payments.ProblemInternal, "The charge could not be recorded; nothing was charged. Retry with the same Idempotency-Key.")
 		return
 	}
-	w.Header().Set("Location", "/v1/charges/"+c.ID)
+	if !charged && (stored.Amount != c.Amount || stored.Currency != c.Currency || stored.Customer != c.Customer) {
+		// The key's record expired from the key store, but its charge
+		// stays: a key charges once, ever.
+		problem(w, idem.ProblemKeyReused.Kind(), "This Idempotency-Key was used for a charge with other parameters; nothing was charged. Use a new key for a new charge.")
+		return
+	}
+	status := answer(w, stored)
+	if charged {
+		setFault(r.Context(), f, status, c.ID)
+	}
+}
+
+// answer writes the charge: 201, or 402 for a decline.
+func answer(w http.ResponseWriter, c *Charge) int {
+	if c.Outcome == OutcomeDeclined {
+		p := struct {
+			*idem.Problem
+			Charge *Charge `json:"charge"`
+		}{problemDeclined.New(idem.ProblemTypeBaseDefault, "The card was declined; nothing was charged. The decline is final."), c}
+		w.Header().Set("Cache-Control", "no-store")
+		writeJSONAs(w, idem.ProblemContentType, http.StatusPaymentRequired, p)
+		return http.StatusPaymentRequired
+	}
+	w.Header().Set("Location", "/v1/charges?idempotency_key="+url.QueryEscape(c.IdempotencyKey))
 	writeJSON(w, http.StatusCreated, c)
+	return http.StatusCreated
+}
+
+func (p *processor) list(w http.ResponseWriter, r *http.Request) {
+	client, _ := clientFrom(r.Context())
+	query := r.URL.Query()
+	q := listQuery{key: query.Get("idempotency_key"), limit: ListLimitDefault}
+	if s := query.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > ListLimitMax {
+			payments.WriteParamProblem(w, &payments.ParamError{Param: "limit", Reason: fmt.Sprintf("must be an integer from 1 to %d", ListLimitMax)})
+			return
+		}
+		q.limit = n
+	}
+	if s := query.Get("cursor"); s != "" {
+		seq, ok := parseCursor(s)
+		if !ok {
+			payments.WriteParamProblem(w, &payments.ParamError{Param: "cursor", Reason: "is not a next_cursor of this API"})
+			return
+		}
+		q.before = seq
+	}
+	want := q.limit
+	q.limit++ // one more tells whether there is a next page
+	rows, err := p.ledger.list(r.Context(), client, q)
+	if err != nil {
+		p.cfg.Logger.ErrorContext(r.Context(), "processord: list charges failed", "err", err)
+		problem(w, payments.ProblemInternal, "The charges could not be listed; retry.")
+		return
+	}
+	page := ChargeList{Object: "list", Data: []Charge{}}
+	if len(rows) > want {
+		rows = rows[:want]
+		page.HasMore, page.NextCursor = true, formatCursor(rows[want-1].seq)
+	}
+	for _, row := range rows {
+		page.Data = append(page.Data, row.charge)
+	}
+	writeJSON(w, http.StatusOK, page)
 }
 
 func (p *processor) count(w http.ResponseWriter, r *http.Request) {
 	client, _ := clientFrom(r.Context())
-	key := r.URL.Query().Get("key")
-	var n int
-	err := p.cfg.Store.ReadDB().QueryRowContext(r.Context(), countCharges, client, key, key).Scan(&n)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	n, err := p.ledger.count(r.Context(), client, r.URL.Query().Get("key"))
+	if err != nil {
 		p.cfg.Logger.ErrorContext(r.Context(), "processord: count failed", "err", err)
 		problem(w, payments.ProblemInternal, "The charges could not be counted; retry.")
 		return
@@ -175,16 +325,41 @@ func (p *processor) count(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]int{"charges": n})
 }
 
+// A cursor is the sequence number of the last charge of a page, opaque to
+// clients.
+const cursorPrefix = "seq:"
+
+func formatCursor(seq int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(cursorPrefix + strconv.FormatInt(seq, 10)))
+}
+
+func parseCursor(s string) (int64, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return 0, false
+	}
+	digits, ok := strings.CutPrefix(string(raw), cursorPrefix)
+	if !ok {
+		return 0, false
+	}
+	seq, err := strconv.ParseInt(digits, 10, 64)
+	return seq, err == nil && seq > 0
+}
+
 func problem(w http.ResponseWriter, k idem.ProblemKind, detail string) {
 	idem.WriteProblem(w, k.New(idem.ProblemTypeBaseDefault, detail), 0)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	writeJSONAs(w, "application/json", status, v)
+}
+
+func writeJSONAs(w http.ResponseWriter, contentType string, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		panic(fmt.Sprintf("processor: marshal response: %v", err))
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Type", contentType)
 	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
 }
