@@ -49,8 +49,8 @@ const (
 	ListLimitMax = 100
 )
 
-// HoldMaxDefault is the default of [Config.HoldMax]. It matches
-// processord's read timeout, which ends a request's context anyway.
+// HoldMaxDefault is the default of [Config.HoldMax], processord's read
+// timeout.
 const HoldMaxDefault = 30 * time.Second
 
 // Charge is a card charge, or a declined attempt at one.
