@@ -128,8 +128,8 @@ var (
 //
 // Answers held by TimeoutRate are released when ctx is done.
 func NewHandler(ctx context.Context, cfg Config) (http.Handler, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	l, err := newLedger(cfg.Store)
@@ -160,31 +160,35 @@ func NewHandler(ctx context.Context, cfg Config) (http.Handler, error) {
 	return mux, nil
 }
 
-func (c Config) withDefaults() (Config, error) {
-	if c.Tokens == nil {
-		return c, errors.New("processor: Config.Tokens is required")
-	}
-	for _, r := range []struct {
-		name string
-		rate float64
-	}{{"FailRate", c.FailRate}, {"LoseRate", c.LoseRate}, {"TimeoutRate", c.TimeoutRate}} {
-		if !(r.rate >= 0 && r.rate <= 1) {
-			return c, fmt.Errorf("processor: Config.%s must be between 0 and 1", r.name)
-		}
-	}
-	if c.FailRate+c.LoseRate+c.TimeoutRate > 1 {
-		return c, errors.New("processor: Config.FailRate, LoseRate and TimeoutRate must add up to at most 1")
-	}
-	if c.Delay < 0 || c.HoldMax < 0 {
-		return c, errors.New("processor: Config.Delay and HoldMax must not be negative")
-	}
+func (c Config) withDefaults() Config {
 	if c.HoldMax == 0 {
 		c.HoldMax = HoldMaxDefault
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return c, nil
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Tokens == nil {
+		return errors.New("processor: Config.Tokens is required")
+	}
+	for _, r := range []struct {
+		name string
+		rate float64
+	}{{"FailRate", c.FailRate}, {"LoseRate", c.LoseRate}, {"TimeoutRate", c.TimeoutRate}} {
+		if !(r.rate >= 0 && r.rate <= 1) {
+			return fmt.Errorf("processor: Config.%s must be between 0 and 1", r.name)
+		}
+	}
+	if c.FailRate+c.LoseRate+c.TimeoutRate > 1 {
+		return errors.New("processor: Config.FailRate, LoseRate and TimeoutRate must add up to at most 1")
+	}
+	if c.Delay < 0 || c.HoldMax < 0 {
+		return errors.New("processor: Config.Delay and HoldMax must not be negative")
+	}
+	return nil
 }
 
 type processor struct {
@@ -252,6 +256,9 @@ func (p *processor) create(w http.ResponseWriter, r *http.Request) {
 		// stays: a key charges once, ever.
 		problem(w, idem.ProblemKeyReused.Kind(), "This Idempotency-Key was used for a charge with other parameters; nothing was charged. Use a new key for a new charge.")
 		return
+	}
+	if charged && c.Outcome == OutcomeDeclined {
+		p.cfg.Logger.InfoContext(ctx, "processord: declined", "charge", c.ID)
 	}
 	status := answer(w, stored)
 	if charged {

@@ -13,9 +13,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/internal/bearer"
 	"github.com/idemkit/idem/internal/database"
 	"github.com/idemkit/idem/internal/pgtest"
@@ -505,5 +507,94 @@ func TestConfigIsValidated(t *testing.T) {
 		if _, err := NewHandler(context.Background(), cfg); err == nil {
 			t.Errorf("%+v: no error", cfg)
 		}
+	}
+}
+
+// TestFaultsNeverChargeTwice: eight clients that retry like idemclient
+// make 200 charges through lost and held answers; every key is charged
+// exactly once, and each client's final answer is that charge.
+func TestFaultsNeverChargeTwice(t *testing.T) {
+	t.Parallel()
+	for _, s := range stores {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			p := open(t, s.url(t), Config{LoseRate: 0.3, TimeoutRate: 0.1, Seed: 1})
+			ic, err := idemclient.New(&idemclient.Config{
+				Transport: &http.Transport{DisableKeepAlives: true},
+				// A held answer is given up after AttemptTimeout and the
+				// key retried; the timeout is small to keep the test short,
+				// and any value works.
+				AttemptTimeout: 100 * time.Millisecond, MaxAttempts: 100, MaxElapsed: 2 * time.Minute,
+				BaseDelay: time.Millisecond, MaxDelay: 50 * time.Millisecond,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const clients, each = 8, 25
+			got := make([]map[string]string, clients) // key -> charge id
+			var retried atomic.Int64                  // operations that took more than one attempt
+			var wg sync.WaitGroup
+			for c := range clients {
+				got[c] = map[string]string{}
+				wg.Go(func() {
+					for i := range each {
+						key := fmt.Sprintf("c%d-%02d", c, i)
+						req, _ := http.NewRequestWithContext(idemclient.WithKey(context.Background(), key), http.MethodPost, p.URL+"/v1/charges",
+							strings.NewReader(fmt.Sprintf(`{"amount":%d,"currency":"usd","customer":"c"}`, 1000+10*i)))
+						req.Header.Set("Content-Type", "application/json")
+						req.Header.Set("Authorization", "Bearer sk_a")
+						res, err := ic.Do(req)
+						if err != nil {
+							t.Errorf("%s: %v", key, err)
+							return
+						}
+						if idemclient.Attempts(res) > 1 {
+							retried.Add(1)
+						}
+						var ch Charge
+						err = json.NewDecoder(res.Body).Decode(&ch)
+						res.Body.Close()
+						if err != nil || res.StatusCode != http.StatusCreated {
+							t.Errorf("%s: %d %v", key, res.StatusCode, err)
+							return
+						}
+						got[c][key] = ch.ID
+					}
+				})
+			}
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+			listed := map[string]string{}
+			q := url.Values{"limit": {"100"}}
+			for {
+				page := list(t, p.URL, "sk_a", q)
+				for _, c := range page.Data {
+					if prev, dup := listed[c.IdempotencyKey]; dup {
+						t.Errorf("key %s charged twice: %s and %s", c.IdempotencyKey, prev, c.ID)
+					}
+					listed[c.IdempotencyKey] = c.ID
+				}
+				if !page.HasMore {
+					break
+				}
+				q.Set("cursor", page.NextCursor)
+			}
+			if len(listed) != clients*each {
+				t.Errorf("%d keys charged, want %d", len(listed), clients*each)
+			}
+			if retried.Load() == 0 {
+				t.Error("no charge needed a retry; the faults did not happen")
+			}
+			t.Logf("%d of %d charges needed a retry", retried.Load(), clients*each)
+			for _, m := range got {
+				for key, id := range m {
+					if listed[key] != id {
+						t.Errorf("%s: the client got %s, the processor charged %q", key, id, listed[key])
+					}
+				}
+			}
+		})
 	}
 }
