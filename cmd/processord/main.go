@@ -47,7 +47,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	env := cmdrun.NewEnv(os.LookupEnv)
 	addr := fs.String("addr", env.String("PROCESSORD_ADDR", "127.0.0.1:8081"), "listen address (env PROCESSORD_ADDR)")
-	db := fs.String("db", env.String("PROCESSORD_DB", "sqlite:processord.db"), "database for charges and keys: sqlite:PATH or postgres://...; a bare PATH is an SQLite file (env PROCESSORD_DB)")
+	// -h shows the database URL with its password hidden.
+	db := env.String("PROCESSORD_DB", "sqlite:processord.db")
+	fs.Var((*cmdrun.Redacted)(&db), "db", "database `URL` for charges and keys: sqlite:PATH or postgres://...; a bare PATH is an SQLite file (env PROCESSORD_DB)")
 	tokenPairs := fs.String("tokens", "", "bearer tokens as token=client,token=client (env PROCESSORD_TOKENS; default: the development token of client paymentsd, which paymentsd sends by default, with a warning)")
 	delay := fs.Duration("delay", env.Duration("PROCESSORD_DELAY", 0), "latency added to every charge (env PROCESSORD_DELAY)")
 	failRate := fs.Float64("fail-rate", env.Float("PROCESSORD_FAIL_RATE", 0), "probability (0 to 1) that a charge fails with 503 before charging (env PROCESSORD_FAIL_RATE)")
@@ -82,7 +84,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if dev {
 		logger.Warn("processord: no tokens configured; accepting the development token of client paymentsd (see README), never do this in production")
 	}
-	url := *db
+	url := db
 	if !strings.Contains(url, ":") {
 		url = "sqlite:" + url // a bare path, as processord took before it spoke PostgreSQL
 	}

@@ -142,6 +142,7 @@ func TestRunNeverPrintsTokens(t *testing.T) {
 
 func TestHelpNeverPrintsTokens(t *testing.T) {
 	t.Setenv("PROCESSORD_TOKENS", "sk_live_SECRETVALUE=paymentsd")
+	t.Setenv("PROCESSORD_DB", "postgres://processord:SECRETPASSWORD@db:5432/processord")
 	var out bytes.Buffer
 	Run(context.Background(), []string{"-h"}, &out, &out)
 	if !strings.Contains(out.String(), "-tokens") || strings.Contains(out.String(), "SECRET") {
