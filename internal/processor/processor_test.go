@@ -598,3 +598,38 @@ func TestFaultsNeverChargeTwice(t *testing.T) {
 		})
 	}
 }
+
+// TestOlderChargesTableIsUpgraded: a database written by a processord from
+// before declines and listing keeps its charges, as succeeded ones, and
+// their keys.
+func TestOlderChargesTableIsUpgraded(t *testing.T) {
+	t.Parallel()
+	dbURL := stores[0].url(t)
+	db, err := database.Open(context.Background(), dbURL, &database.Config{Migrate: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.SQLite.DB().Exec(`CREATE TABLE charges (
+    id              TEXT    PRIMARY KEY,
+    client_id       TEXT    NOT NULL,
+    idempotency_key TEXT    NOT NULL,
+    amount          INTEGER NOT NULL,
+    currency        TEXT    NOT NULL,
+    customer        TEXT    NOT NULL,
+    created         INTEGER NOT NULL
+);
+INSERT INTO charges VALUES ('ch_old', 'alice', 'k-old', 500, 'usd', 'c', 1700000000)`)
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := open(t, dbURL, Config{})
+	want := Charge{ID: "ch_old", Object: "charge", IdempotencyKey: "k-old", Amount: 500, Currency: "usd", Customer: "c", Outcome: OutcomeSucceeded, Created: 1700000000}
+	if c := onlyCharge(t, p.URL, "k-old", "ch_old"); c != want {
+		t.Errorf("old charge: %+v, want %+v", c, want)
+	}
+	if r := mustCharge(t, p.URL, "k-old", 500); r.status != http.StatusCreated || chargeID(t, r) != "ch_old" {
+		t.Errorf("charge with the old key: %d %s; want ch_old", r.status, r.body)
+	}
+	onlyCharge(t, p.URL, "k-old", "ch_old")
+}
