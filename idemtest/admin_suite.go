@@ -1,0 +1,280 @@
+package idemtest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// RunAdminTests runs the conformance cases of [idem.KeyAdmin] against the
+// stores that h.NewStore returns, which must implement it: listing,
+// reading, releasing and deleting keys as an operator does.
+func RunAdminTests(t *testing.T, h Harness) {
+	t.Helper()
+	s := suite{h: h, mode: idem.ModeTwoPhase}
+	t.Run("GetKey", s.adminGetKey)
+	t.Run("ListKeysFiltersAndOrders", s.adminListKeys)
+	t.Run("ListKeysOmitsBodiesUnlessAsked", s.adminListOmitsBodies)
+	t.Run("ListKeysRejectsBadParams", s.adminListRejectsBadParams)
+	t.Run("ReleaseRefusesLiveLease", s.adminReleaseRefusesLiveLease)
+	t.Run("ReleaseFreesStuckKeyForOneRetry", s.adminReleaseFreesStuckKey)
+	t.Run("ForcedReleaseFencesOutHolder", s.adminForcedRelease)
+	t.Run("ReleaseRefusesCompletedKey", s.adminReleaseRefusesCompleted)
+	t.Run("ReleaseRejectsBadParams", s.adminReleaseRejectsBadParams)
+	t.Run("DeleteCompletedKey", s.adminDeleteCompleted)
+	t.Run("DeleteRefusesStartedKey", s.adminDeleteRefusesStarted)
+}
+
+func (s suite) admin(t *testing.T) (idem.Store, idem.KeyAdmin) {
+	t.Helper()
+	store := s.h.NewStore(t)
+	a, ok := store.(idem.KeyAdmin)
+	if !ok {
+		t.Fatalf("%T does not implement idem.KeyAdmin", store)
+	}
+	return store, a
+}
+
+func adminCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (s suite) adminGetKey(t *testing.T) {
+	t.Parallel()
+	store, a := s.admin(t)
+	ctx := adminCtx(t)
+	scope := newScope("alice")
+	if _, err := a.GetKey(ctx, scope); !errors.Is(err, idem.ErrKeyNotFound) {
+		t.Fatalf("GetKey of an unknown key = %v, want ErrKeyNotFound", err)
+	}
+	complete(t, s.mustLease(t, store, s.params(scope, "a", epoch)), sampleResponse(`{"id":"pay_1"}`))
+	rec, err := a.GetKey(ctx, scope)
+	if err != nil {
+		t.Fatalf("GetKey: %v", err)
+	}
+	if rec.Status != idem.StatusCompleted || rec.Response == nil || rec.Response.StatusCode != 201 ||
+		string(rec.Response.Body) != `{"id":"pay_1"}` || rec.Response.Header.Get("Location") != "/v1/payments/pay_1" ||
+		!sameTime(rec.CreatedAt, epoch) || rec.Scope != scope {
+		t.Errorf("GetKey = %+v (response %+v), want the completed key with its response", rec, rec.Response)
+	}
+	other := idem.Scope{ClientID: "mallory", Key: scope.Key}
+	if _, err := a.GetKey(ctx, other); !errors.Is(err, idem.ErrKeyNotFound) {
+		t.Errorf("GetKey of another client's scope = %v, want ErrKeyNotFound", err)
+	}
+}
+
+func (s suite) adminListKeys(t *testing.T) {
+	t.Parallel()
+	store, a := s.admin(t)
+	ctx := adminCtx(t)
+	// Three keys a minute apart: alice's oldest is stuck, bob's completed.
+	k1, k2, k3 := newScope("alice"), newScope("bob"), newScope("alice")
+	s.mustLease(t, store, s.params(k1, "a", epoch))
+	complete(t, s.mustLease(t, store, s.params(k2, "b", epoch.Add(time.Minute))), sampleResponse("{}"))
+	s.mustLease(t, store, s.params(k3, "c", epoch.Add(2*time.Minute)))
+	for _, tt := range []struct {
+		name string
+		p    idem.ListKeysParams
+		want []idem.Scope
+	}{
+		{"All", idem.ListKeysParams{}, []idem.Scope{k1, k2, k3}},
+		{"Client", idem.ListKeysParams{ClientID: "alice"}, []idem.Scope{k1, k3}},
+		{"Started", idem.ListKeysParams{Status: idem.StatusInFlight}, []idem.Scope{k1, k3}},
+		{"Completed", idem.ListKeysParams{Status: idem.StatusCompleted}, []idem.Scope{k2}},
+		{"CreatedBefore", idem.ListKeysParams{CreatedBefore: epoch.Add(90 * time.Second)}, []idem.Scope{k1, k2}},
+		{"StartedAndOld", idem.ListKeysParams{Status: idem.StatusInFlight, CreatedBefore: epoch.Add(time.Minute)}, []idem.Scope{k1}},
+		{"Limit", idem.ListKeysParams{Limit: 2}, []idem.Scope{k1, k2}},
+		{"UnknownClient", idem.ListKeysParams{ClientID: "carol"}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			recs, err := a.ListKeys(ctx, tt.p)
+			if err != nil {
+				t.Fatalf("ListKeys: %v", err)
+			}
+			var got []idem.Scope
+			for _, r := range recs {
+				got = append(got, r.Scope)
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("ListKeys(%+v) = %v, want %v", tt.p, got, tt.want)
+			}
+			for i := range got {
+				if got[i] != tt.want[i] {
+					t.Fatalf("ListKeys(%+v) = %v, want %v (oldest first)", tt.p, got, tt.want)
+				}
+			}
+		})
+	}
+	recs, err := a.ListKeys(ctx, idem.ListKeysParams{ClientID: "alice", Limit: 1})
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("ListKeys = %d records, %v; want 1", len(recs), err)
+	}
+	if r := recs[0]; r.Status != idem.StatusInFlight || !sameTime(r.LockedAt, epoch) || r.Token != 1 || r.Method != "POST" || r.Path != "/v1/payments" {
+		t.Errorf("listed %+v, want the started key with its lease", r)
+	}
+}
+
+func (s suite) adminListOmitsBodies(t *testing.T) {
+	t.Parallel()
+	store, a := s.admin(t)
+	ctx := adminCtx(t)
+	scope := newScope("alice")
+	complete(t, s.mustLease(t, store, s.params(scope, "a", epoch)), sampleResponse(`{"secret":"card"}`))
+	recs, err := a.ListKeys(ctx, idem.ListKeysParams{})
+	if err != nil || len(recs) != 1 || recs[0].Response == nil {
+		t.Fatalf("ListKeys = %v, %v; want one completed key", recs, err)
+	}
+	if r := recs[0].Response; len(r.Body) != 0 || r.StatusCode != 201 || r.Header.Get("Location") != "/v1/payments/pay_1" {
+		t.Errorf("listed response %d %v body %q; want the status and headers, no body", r.StatusCode, r.Header, r.Body)
+	}
+	recs, err = a.ListKeys(ctx, idem.ListKeysParams{WithBody: true})
+	if err != nil || len(recs) != 1 || recs[0].Response == nil || string(recs[0].Response.Body) != `{"secret":"card"}` {
+		t.Fatalf("ListKeys with bodies = %v, %v; want the body", recs, err)
+	}
+}
+
+func (s suite) adminListRejectsBadParams(t *testing.T) {
+	t.Parallel()
+	_, a := s.admin(t)
+	for _, p := range []idem.ListKeysParams{{Limit: -1}, {Status: "done"}} {
+		if _, err := a.ListKeys(adminCtx(t), p); err == nil {
+			t.Errorf("ListKeys(%+v) succeeded, want an error", p)
+		}
+	}
+}
+
+func (s suite) releaseParams(scope idem.Scope, now time.Time, force bool) idem.ReleaseKeyParams {
+	return idem.ReleaseKeyParams{Scope: scope, Now: now, LockTimeout: lockTimeout, Force: force}
+}
+
+func (s suite) adminReleaseRefusesLiveLease(t *testing.T) {
+	t.Parallel()
+	store, a := s.admin(t)
+	scope := newScope("alice")
+	l := s.mustLease(t, store, s.params(scope, "a", epoch))
+	_, err := a.ReleaseKey(adminCtx(t), s.releaseParams(scope, epoch.Add(lockTimeout-time.Second), false))
+	var live *idem.LeaseLiveError
+	if !errors.As(err, &live) || !errors.Is(err, idem.ErrLeaseLive) || !sameTime(live.Expires, epoch.Add(lockTimeout)) {
+		t.Fatalf("ReleaseKey of a live lease = %v, want a LeaseLiveError expiring at %s", err, epoch.Add(lockTimeout))
+	}
+	// Refused means untouched: the holder still completes.
+	complete(t, l, sampleResponse("{}"))
+}
+
+func (s suite) adminReleaseFreesStuckKey(t *testing.T) {
+	t.Parallel()
+	store, a := s.admin(t)
+	ctx := adminCtx(t)
+	scope := newScope("alice")
+	dead := s.mustLease(t, store, s.params(scope, "a", epoch)) // its process died
+	now := epoch.Add(2 * time.Minute)
+	before, err := a.ReleaseKey(ctx, s.releaseParams(scope, now, false))
+	if err != nil {
+		t.Fatalf("ReleaseKey: %v", err)
+	}
+	if before.Status != idem.StatusInFlight || before.Token != 1 {
+		t.Errorf("ReleaseKey returned %+v, want the started key as it was", before)
+	}
+	// A different request is still refused: the key stays the first
+	// request's.
+	if rec := s.mustRecord(t, store, s.params(scope, "b", now)); rec.Status != idem.StatusInFlight {
+		t.Errorf("a different request found status %q, want started", rec.Status)
+	}
+	// The client's retry runs, once.
+	retry := s.mustLease(t, store, s.params(scope, "a", now))
+	if rec := s.mustRecord(t, store, s.params(scope, "a", now)); rec.Status != idem.StatusInFlight {
+		t.Errorf("a second retry found status %q, want started (the first retry holds it)", rec.Status)
+	}
+	complete(t, retry, sampleResponse(`{"run":"retry"}`))
+	if err := dead.Complete(context.Background(), sampleResponse(`{"run":"dead"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("the released holder's Complete = %v, want ErrLeaseLost", err)
+	}
+	rec := s.mustRecord(t, store, s.params(scope, "a", now.Add(time.Second)))
+	if rec.Status != idem.StatusCompleted || string(rec.Response.Body) != `{"run":"retry"}` {
+		t.Errorf("stored %q %q, want the retry's response", rec.Status, rec.Response.Body)
+	}
+}
+
+func (s suite) adminForcedRelease(t *testing.T) {
+	t.Parallel()
+	store, a := s.admin(t)
+	scope := newScope("alice")
+	holder := s.mustLease(t, store, s.params(scope, "a", epoch))
+	if _, err := a.ReleaseKey(adminCtx(t), s.releaseParams(scope, epoch.Add(time.Second), true)); err != nil {
+		t.Fatalf("forced ReleaseKey: %v", err)
+	}
+	if err := holder.Complete(context.Background(), sampleResponse("{}")); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("the holder's Complete after a forced release = %v, want ErrLeaseLost", err)
+	}
+	complete(t, s.mustLease(t, store, s.params(scope, "a", epoch.Add(2*time.Second))), sampleResponse("{}"))
+}
+
+func (s suite) adminReleaseRefusesCompleted(t *testing.T) {
+	t.Parallel()
+	store, a := s.admin(t)
+	ctx := adminCtx(t)
+	scope := newScope("alice")
+	complete(t, s.mustLease(t, store, s.params(scope, "a", epoch)), sampleResponse(`{"run":"first"}`))
+	for _, force := range []bool{false, true} {
+		if _, err := a.ReleaseKey(ctx, s.releaseParams(scope, epoch.Add(time.Hour), force)); !errors.Is(err, idem.ErrKeyCompleted) {
+			t.Errorf("ReleaseKey (force %v) of a completed key = %v, want ErrKeyCompleted", force, err)
+		}
+	}
+	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(time.Hour))); string(rec.Response.Body) != `{"run":"first"}` {
+		t.Errorf("after the refused release: %q, want the stored response", rec.Response.Body)
+	}
+	if _, err := a.ReleaseKey(ctx, s.releaseParams(newScope("alice"), epoch, false)); !errors.Is(err, idem.ErrKeyNotFound) {
+		t.Errorf("ReleaseKey of an unknown key = %v, want ErrKeyNotFound", err)
+	}
+}
+
+func (s suite) adminReleaseRejectsBadParams(t *testing.T) {
+	t.Parallel()
+	_, a := s.admin(t)
+	scope := newScope("alice")
+	for _, p := range []idem.ReleaseKeyParams{{Scope: scope, LockTimeout: lockTimeout}, {Scope: scope, Now: epoch}} {
+		if _, err := a.ReleaseKey(adminCtx(t), p); err == nil || errors.Is(err, idem.ErrKeyNotFound) {
+			t.Errorf("ReleaseKey(%+v) = %v, want a parameter error", p, err)
+		}
+	}
+}
+
+func (s suite) adminDeleteCompleted(t *testing.T) {
+	t.Parallel()
+	store, a := s.admin(t)
+	ctx := adminCtx(t)
+	scope := newScope("alice")
+	complete(t, s.mustLease(t, store, s.params(scope, "a", epoch)), sampleResponse("{}"))
+	before, err := a.DeleteKey(ctx, scope)
+	if err != nil {
+		t.Fatalf("DeleteKey: %v", err)
+	}
+	if before.Status != idem.StatusCompleted || before.Response == nil || before.Response.StatusCode != 201 || len(before.Response.Body) != 0 {
+		t.Errorf("DeleteKey returned %+v, want the completed key without its body", before)
+	}
+	if _, err := a.GetKey(ctx, scope); !errors.Is(err, idem.ErrKeyNotFound) {
+		t.Errorf("GetKey after DeleteKey = %v, want ErrKeyNotFound", err)
+	}
+	// The next request with the key runs as new, even a different one.
+	complete(t, s.mustLease(t, store, s.params(scope, "b", epoch.Add(time.Minute))), sampleResponse("{}"))
+	if _, err := a.DeleteKey(ctx, newScope("alice")); !errors.Is(err, idem.ErrKeyNotFound) {
+		t.Errorf("DeleteKey of an unknown key = %v, want ErrKeyNotFound", err)
+	}
+}
+
+func (s suite) adminDeleteRefusesStarted(t *testing.T) {
+	t.Parallel()
+	store, a := s.admin(t)
+	scope := newScope("alice")
+	l := s.mustLease(t, store, s.params(scope, "a", epoch))
+	if _, err := a.DeleteKey(adminCtx(t), scope); !errors.Is(err, idem.ErrKeyInFlight) {
+		t.Errorf("DeleteKey of a started key = %v, want ErrKeyInFlight", err)
+	}
+	complete(t, l, sampleResponse("{}"))
+}

@@ -1,0 +1,102 @@
+package idemtest
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+var _ idem.KeyAdmin = (*MemoryStore)(nil)
+
+// GetKey implements [idem.KeyReader].
+func (s *MemoryStore) GetKey(ctx context.Context, scope idem.Scope) (*idem.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.records[scope]
+	if !ok {
+		return nil, fmt.Errorf("idemtest: get key: %w", idem.ErrKeyNotFound)
+	}
+	return cloneRecord(rec), nil
+}
+
+// ListKeys implements [idem.KeyAdmin].
+func (s *MemoryStore) ListKeys(ctx context.Context, p idem.ListKeysParams) ([]*idem.Record, error) {
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("idemtest: list keys: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p = p.WithDefaults()
+	s.mu.Lock()
+	var out []*idem.Record
+	for _, rec := range s.records {
+		if (p.ClientID == "" || rec.Scope.ClientID == p.ClientID) &&
+			(p.Status == "" || rec.Status == p.Status) &&
+			(p.CreatedBefore.IsZero() || rec.CreatedAt.Before(p.CreatedBefore)) {
+			c := cloneRecord(rec)
+			if c.Response != nil && !p.WithBody {
+				c.Response.Body = []byte{}
+			}
+			out = append(out, c)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b *idem.Record) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.Scope.ClientID, b.Scope.ClientID), cmp.Compare(a.Scope.Key, b.Scope.Key))
+	})
+	if len(out) > p.Limit {
+		out = out[:p.Limit]
+	}
+	return out, nil
+}
+
+// ReleaseKey implements [idem.KeyAdmin].
+func (s *MemoryStore) ReleaseKey(ctx context.Context, p idem.ReleaseKeyParams) (*idem.Record, error) {
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("idemtest: release key: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.records[p.Scope]
+	if !ok {
+		return nil, fmt.Errorf("idemtest: release key: %w", idem.ErrKeyNotFound)
+	}
+	if err := p.Check(rec); err != nil {
+		return nil, fmt.Errorf("idemtest: release key: %w", err)
+	}
+	before := cloneRecord(rec)
+	rec.Token++
+	rec.LockedAt = time.Time{}
+	return before, nil
+}
+
+// DeleteKey implements [idem.KeyAdmin].
+func (s *MemoryStore) DeleteKey(ctx context.Context, scope idem.Scope) (*idem.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.records[scope]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("idemtest: delete key: %w", idem.ErrKeyNotFound)
+	case rec.Status != idem.StatusCompleted:
+		return nil, fmt.Errorf("idemtest: delete key: %w", idem.ErrKeyInFlight)
+	}
+	delete(s.records, scope)
+	before := cloneRecord(rec)
+	before.Response.Body = nil
+	return before, nil
+}
