@@ -22,6 +22,8 @@ func ExampleProblemCode() {
 			return "a bug: a new operation needs a new key"
 		case idem.ProblemBodyTimeout:
 			return "send the whole body promptly, with the same key"
+		case idem.ProblemKeyNotFound:
+			return "the key is not yours, or it expired"
 		case idem.ProblemKeyMissing, idem.ProblemKeyMalformed, idem.ProblemBodyMalformed,
 			idem.ProblemBodyTooLarge, idem.ProblemMediaType, idem.ProblemUnauthenticated:
 			return "fix the request; it was not processed"
@@ -47,6 +49,7 @@ func ExampleProblemCode() {
 	// 503 store-unavailable: retry with the same key after Retry-After
 	// 503 outcome-unknown: retry with the same key after Retry-After
 	// 200 idempotency-response-not-retained: it was processed; fetch the result another way
+	// 404 idempotency-key-not-found: the key is not yours, or it expired
 	// A request is outstanding for this Idempotency-Key
 }
 

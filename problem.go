@@ -74,6 +74,10 @@ const (
 	// effect ([ErrOutcomeUnknown]). Retrying with the same key is safe and
 	// finds out.
 	ProblemOutcomeUnknown ProblemCode = "outcome-unknown"
+	// ProblemKeyNotFound: 404, from [NewStatusHandler]: the calling client
+	// has no key with this value (never used, past retention, or another
+	// client's: the answers are identical).
+	ProblemKeyNotFound ProblemCode = "idempotency-key-not-found"
 )
 
 // problemKinds describes idem's codes. Titles follow the IETF draft's
@@ -103,6 +107,8 @@ var problemKinds = [...]ProblemKind{
 		"The connection to the idempotency store was lost after the result was sent to be committed, so whether the request took effect is unknown. Retry with the same Idempotency-Key after Retry-After, never with a new one: if it took effect the retry returns its result, and if not the retry runs it."},
 	{ProblemResponseNotRetained, http.StatusOK, "Response not retained",
 		"The first request with this key was processed, and its response, streamed to the client, was larger than the service stores for replay, or broke off. The status member and original_status are the original status code, and location its Location header if it had one. The request is not run again: fetch the result another way, such as from the Location."},
+	{ProblemKeyNotFound, http.StatusNotFound, "Idempotency-Key not found",
+		"You have no idempotency key with this value: it was never used by you, or it is past the retention period and forgotten. Keys of other clients are never shown."},
 }
 
 // Kind describes one of idem's problem codes: its status, title and the

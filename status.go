@@ -1,0 +1,169 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem/internal/keyspec"
+)
+
+// Key states reported by [StatusHandler].
+const (
+	KeyStateInProgress = "in_progress"
+	KeyStateCompleted  = "completed"
+)
+
+// KeyStatus is the JSON body of [StatusHandler]'s 200 answer.
+type KeyStatus struct {
+	Key string `json:"key"`
+	// State is KeyStateInProgress or KeyStateCompleted.
+	State string `json:"state"`
+	// Method and Path are the first request's, "POST" and "/v1/payments".
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	// Created is when the key was first used; Expires is Created plus the
+	// retention: after it the key is forgotten and may be used again.
+	Created time.Time `json:"created"`
+	Expires time.Time `json:"expires"`
+	// ResponseStatus is the stored response's status code (completed only).
+	ResponseStatus int `json:"response_status,omitempty"`
+	// Link is the stored response's Location (completed only, when it had
+	// one): the resource the request created.
+	Link string `json:"link,omitempty"`
+}
+
+// StatusConfig configures [NewStatusHandler].
+type StatusConfig struct {
+	// ClientID returns the authenticated client of a request, as
+	// [Config.ClientID]: the handler answers only about this client's keys.
+	// Required.
+	ClientID func(r *http.Request) (string, bool)
+	// Retention is the middleware's [Config.Retention]: a key older than
+	// this is reported as unknown. Defaults to RetentionDefault (24 h).
+	Retention time.Duration
+	// StoreTimeout bounds the store's lookup. Defaults to
+	// StoreTimeoutDefault (10 s).
+	StoreTimeout time.Duration
+	// ProblemTypeBase prefixes the problem type URIs. Defaults to
+	// ProblemTypeBaseDefault ("/problems/").
+	ProblemTypeBase string
+	// Logger receives store failures. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// keyNotFoundDetail is the one detail of every 404: it says nothing that
+// would tell another client's key from an unknown one.
+const keyNotFoundDetail = "You have no idempotency key with this value: it was never used by you, or it expired."
+
+// NewStatusHandler returns a handler that tells a client what became of one
+// of its keys, for GET /v1/idempotency-keys/{key}. It reads the key with
+// the pattern's "key" wildcard, or else the last segment of the path
+// (escape "/" in a key as %2F). It answers:
+//
+//   - 200 with a [KeyStatus] for a key of the calling client;
+//   - 404 ([ProblemKeyNotFound]) for a key that is unknown, past retention,
+//     or another client's, byte for byte the same in every case;
+//   - 400 for a malformed key, 401 without a client, 503 when the store
+//     fails.
+//
+// It only reads: it never runs the operation nor replays its response.
+func NewStatusHandler(store KeyReader, cfg *StatusConfig) (http.Handler, error) {
+	if store == nil {
+		return nil, errors.New("idem: a KeyReader is required")
+	}
+	c := StatusConfig{}
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.ClientID == nil {
+		return nil, errors.New("idem: StatusConfig.ClientID is required: keys are scoped by client")
+	}
+	if c.Retention < 0 || c.StoreTimeout < 0 {
+		return nil, errors.New("idem: durations in StatusConfig must not be negative")
+	}
+	if c.Retention == 0 {
+		c.Retention = RetentionDefault
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = StoreTimeoutDefault
+	}
+	if c.ProblemTypeBase == "" {
+		c.ProblemTypeBase = ProblemTypeBaseDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return &statusHandler{store: store, cfg: c}, nil
+}
+
+type statusHandler struct {
+	store KeyReader
+	cfg   StatusConfig
+}
+
+func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	if key == "" {
+		key = r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
+	}
+	client, ok := h.cfg.ClientID(r)
+	if !ok || client == "" {
+		h.problem(w, ProblemUnauthenticated, "The request carries no client identity.", 0)
+		return
+	}
+	if err := keyspec.Check(key); err != nil {
+		h.problem(w, ProblemKeyMalformed, "The key in the path is not a valid Idempotency-Key: "+err.Error()+".", 0)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.StoreTimeout)
+	defer cancel()
+	rec, err := h.store.GetKey(ctx, Scope{ClientID: client, Key: key})
+	switch {
+	case errors.Is(err, ErrKeyNotFound):
+		h.problem(w, ProblemKeyNotFound, keyNotFoundDetail, 0)
+		return
+	case err != nil:
+		if r.Context().Err() == nil {
+			h.cfg.Logger.ErrorContext(r.Context(), "idem: key status lookup failed", "client_id", client, "key_digest", keyDigest(key), "err", err)
+		}
+		h.problem(w, ProblemUnavailable, "The idempotency store did not answer; retry after Retry-After.", unavailableRetryAfter)
+		return
+	case Expired(rec.CreatedAt, h.cfg.Now(), h.cfg.Retention):
+		h.problem(w, ProblemKeyNotFound, keyNotFoundDetail, 0)
+		return
+	}
+	st := KeyStatus{
+		Key: key, State: KeyStateInProgress, Method: rec.Method, Path: rec.Path,
+		Created: rec.CreatedAt.UTC(), Expires: rec.CreatedAt.Add(h.cfg.Retention).UTC(),
+	}
+	if rec.Status == StatusCompleted && rec.Response != nil {
+		st.State = KeyStateCompleted
+		st.ResponseStatus = rec.Response.StatusCode
+		st.Link = rec.Response.Header.Get("Location")
+	}
+	body, err := json.Marshal(st)
+	if err != nil { // strings, ints and times only
+		panic(fmt.Sprintf("idem: marshal key status: %v", err))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)+1))
+	w.WriteHeader(http.StatusOK)
+	w.Write(append(body, '\n'))
+}
+
+func (h *statusHandler) problem(w http.ResponseWriter, code ProblemCode, detail string, retryAfter int) {
+	WriteProblem(w, code.Kind().New(h.cfg.ProblemTypeBase, detail), retryAfter)
+}
