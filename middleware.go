@@ -203,6 +203,7 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	c.Metrics = resultNoter{c.Metrics} // the outcome of NewRequestLog's line
 	replay := []string{"Content-Type", "Content-Language", "Location"}
 	for _, h := range c.ReplayHeaders {
 		if h = http.CanonicalHeaderKey(h); !slices.Contains(replay, h) {
@@ -285,6 +286,7 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 	if !ok || clientID == "" {
 		return nil, &rejection{ProblemUnauthenticated, "The request carries no client identity."}
 	}
+	noteScope(r.Context(), Scope{ClientID: clientID, Key: key})
 	contentType := r.Header.Values("Content-Type")
 	if len(contentType) > 1 {
 		// A singleton field (RFC 9110): which one describes the body is

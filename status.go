@@ -127,6 +127,7 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.problem(w, ProblemKeyMalformed, "The key in the path is not a valid Idempotency-Key: "+err.Error()+".", 0)
 		return
 	}
+	noteScope(r.Context(), Scope{ClientID: client, Key: key})
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.StoreTimeout)
 	defer cancel()
 	rec, err := h.store.GetKey(ctx, Scope{ClientID: client, Key: key})
