@@ -164,7 +164,9 @@ func (n resultNoter) Request(ctx context.Context, r Result) {
 	}
 }
 
-func (n resultNoter) Claim(ctx context.Context, d time.Duration, err error) { n.next.Claim(ctx, d, err) }
+func (n resultNoter) Claim(ctx context.Context, d time.Duration, err error) {
+	n.next.Claim(ctx, d, err)
+}
 
 // validRequestID reports whether a client's X-Request-Id may be logged and
 // echoed: 1 to MaxRequestIDLength visible ASCII characters.
