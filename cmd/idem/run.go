@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // Exit codes shared by every subcommand.
@@ -32,6 +33,7 @@ func commands() []command {
 		{"bench", "measure idem on the reference payments endpoint, as ratios to the bare endpoint", runBench},
 		{"migrate", "move the key table's schema to the newest version, or to a given one", runMigrate},
 		{"purge", "delete keys older than the retention period", runPurge},
+		{"keys", "list, show, release or delete keys: find and free stuck keys", runKeys},
 	}
 }
 
@@ -41,6 +43,16 @@ type cli struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	lookupEnv func(string) (string, bool)
+	// now is the clock; nil means time.Now. Tests move it.
+	now func() time.Time
+}
+
+// clock returns the time now.
+func (c *cli) clock() time.Time {
+	if c.now == nil {
+		return time.Now()
+	}
+	return c.now()
 }
 
 // Run runs the idem command line args (without the program name), writing to
@@ -86,7 +98,7 @@ func (c *cli) help(ctx context.Context, name string) int {
 		c.usage(c.stderr)
 		return exitUsage
 	}
-	out := &cli{stdout: c.stdout, stderr: c.stdout, lookupEnv: c.lookupEnv}
+	out := &cli{stdout: c.stdout, stderr: c.stdout, lookupEnv: c.lookupEnv, now: c.now}
 	return cmd.run(ctx, out, []string{"-h"})
 }
 

@@ -5,6 +5,11 @@
 //	go run ./cmd/paymentsd                 # 127.0.0.1:8080, sqlite:paymentsd.db
 //	go run ./cmd/paymentsd -db postgres://postgres@127.0.0.1:5432/test
 //
+// GET /healthz is liveness, GET /readyz readiness (the key store answers
+// and its schema is current), and GET /v1/idempotency-keys/{key} tells a
+// client what became of one of its keys. Every request is logged in one
+// line (-log-format text or json) with its X-Request-Id.
+//
 // Prometheus metrics are served at GET /metrics on a separate admin
 // listener, -admin-addr (127.0.0.1:8082 by default; "off" disables it).
 // Run with -h for every flag; each has an environment variable twin.
@@ -62,6 +67,9 @@ type options struct {
 	shutdown           time.Duration
 	processor          string
 	processorToken     string
+
+	// Operations.
+	logFormat string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -83,6 +91,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", env.Duration("PAYMENTSD_SHUTDOWN_TIMEOUT", 30*time.Second), "how long in-flight requests may finish on SIGINT/SIGTERM (env PAYMENTSD_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&o.processor, "processor", env.String("PAYMENTSD_PROCESSOR", ""), "base URL of a card processor (processord) to charge; empty charges nothing (env PAYMENTSD_PROCESSOR)")
 	fs.StringVar(&o.processorToken, "processor-token", "", "bearer token sent to the card processor (env PAYMENTSD_PROCESSOR_TOKEN; default: processord's development token, with a warning)")
+	// Operations.
+	fs.StringVar(&o.logFormat, "log-format", env.String("PAYMENTSD_LOG_FORMAT", "text"), "log format: text or json; every request is logged in one line with its request id (env PAYMENTSD_LOG_FORMAT)")
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
@@ -121,7 +131,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	logger, err := newLogger(o.logFormat, stderr)
+	if err != nil {
+		return err
+	}
 	if o.tokens == "" {
 		o.tokens = devTokens
 	}
@@ -174,7 +187,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           svc.Handler(),
+		Handler:           idem.NewRequestLog(&idem.RequestLogConfig{Logger: logger})(svc.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -227,6 +240,17 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, "paymentsd: stopped")
 	return nil
+}
+
+// newLogger returns the service's logger in the -log-format format.
+func newLogger(format string, w io.Writer) (*slog.Logger, error) {
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, nil)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, nil)), nil
+	}
+	return nil, fmt.Errorf("-log-format %q: want text or json", format)
 }
 
 // purgeLoop deletes keys older than the retention period, so the table does

@@ -51,6 +51,12 @@ type Config struct {
 	// Processor, when set, is charged before the payment is recorded.
 	// Defaults to none: payments succeed without a downstream call.
 	Processor Processor
+	// Keys answers GET /v1/idempotency-keys/{key}. Defaults to Store, when
+	// it implements idem.KeyReader; otherwise the route is not served.
+	Keys idem.KeyReader
+	// Ready answers GET /readyz. Defaults to Store, when it implements
+	// idem.Readier; otherwise /readyz answers as /healthz does.
+	Ready idem.Readier
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Now defaults to time.Now.
@@ -59,8 +65,10 @@ type Config struct {
 
 // Service is the payments HTTP API.
 type Service struct {
-	cfg Config
-	mw  *idem.Middleware
+	cfg    Config
+	mw     *idem.Middleware
+	status http.Handler // nil without Config.Keys
+	ready  http.Handler // nil without Config.Ready
 }
 
 // NewService checks cfg and builds the service.
@@ -87,7 +95,27 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg.Idem = ic
-	return &Service{cfg: cfg, mw: mw}, nil
+	svc := &Service{cfg: cfg, mw: mw}
+	if cfg.Keys == nil {
+		cfg.Keys, _ = cfg.Store.(idem.KeyReader)
+	}
+	if cfg.Keys != nil {
+		if svc.status, err = idem.NewStatusHandler(cfg.Keys, &idem.StatusConfig{
+			ClientID: ic.ClientID, Retention: ic.Retention, StoreTimeout: ic.StoreTimeout, Logger: cfg.Logger, Now: ic.Now,
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Ready == nil {
+		cfg.Ready, _ = cfg.Store.(idem.Readier)
+	}
+	if cfg.Ready != nil {
+		if svc.ready, err = idem.NewReadyHandler(cfg.Ready, &idem.ReadyConfig{Logger: cfg.Logger}); err != nil {
+			return nil, err
+		}
+	}
+	svc.cfg = cfg
+	return svc, nil
 }
 
 // Handler returns the service's routes.
@@ -96,10 +124,21 @@ func (s *Service) Handler() http.Handler {
 	auth := Authenticator{Tokens: s.cfg.Tokens}
 	mux.Handle("POST /v1/payments", auth.Wrap(routePath(s.mw.Wrap(http.HandlerFunc(s.Create)))))
 	mux.Handle("GET /v1/payments/{id}", auth.Wrap(http.HandlerFunc(s.get)))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	if s.status != nil {
+		mux.Handle("GET /v1/idempotency-keys/{key}", auth.Wrap(s.status))
+	}
+	// /healthz is liveness: the process serves HTTP. /readyz is readiness:
+	// the key store answers and its schema is current.
+	healthz := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
 	})
+	mux.Handle("GET /healthz", healthz)
+	if s.ready != nil {
+		mux.Handle("GET /readyz", s.ready)
+	} else {
+		mux.Handle("GET /readyz", healthz)
+	}
 	mux.Handle("GET /problems/", idem.ProblemsHandler(ProblemInvalidCredentials, ProblemInvalidParameter, ProblemNotFound, ProblemInternal, ProblemProcessor))
 	mux.HandleFunc("GET /openapi.json", s.openAPI)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -268,9 +307,54 @@ func (s *Service) openAPI(w http.ResponseWriter, r *http.Request) {
 				},
 			}},
 			"/v1/payments/{id}": map[string]any{"get": map[string]any{"summary": "Retrieve one of your payments"}},
+			"/v1/idempotency-keys/{key}": map[string]any{"get": map[string]any{
+				"summary": "What became of one of your idempotency keys",
+				"description": "Reports the state of a key of the calling client without running or replaying its request. " +
+					"A key that is unknown, past retention or another client's gets the same 404.",
+				"parameters": []any{map[string]any{
+					"name": "key", "in": "path", "required": true,
+					"description": "The Idempotency-Key value, unquoted and percent-encoded.",
+					"schema":      map[string]any{"type": "string", "minLength": 1, "maxLength": idem.MaxKeyLength},
+				}},
+				"responses": map[string]any{
+					"200": map[string]any{"description": "The key's state.", "content": map[string]any{
+						"application/json": map[string]any{"schema": keyStatusSchema},
+					}},
+					"400": map[string]any{"description": "The key is malformed (problem+json)."},
+					"401": map[string]any{"description": "Invalid credentials."},
+					"404": map[string]any{"description": "You have no key with this value (problem+json, idempotency-key-not-found)."},
+					"503": map[string]any{"description": "The idempotency store did not answer; retry after Retry-After."},
+				},
+			}},
+			"/healthz": map[string]any{"get": map[string]any{
+				"summary":   "Liveness: the process serves HTTP; it does not look at the database",
+				"responses": map[string]any{"200": map[string]any{"description": "ok"}},
+			}},
+			"/readyz": map[string]any{"get": map[string]any{
+				"summary": "Readiness: the key store answers within 2 s and its schema is at the version this build needs",
+				"responses": map[string]any{
+					"200": map[string]any{"description": "ready"},
+					"503": map[string]any{"description": "Not ready: the store did not answer in time or its schema is behind (problem+json, store-unavailable)."},
+				},
+			}},
 		},
 	}
 	writeJSON(w, http.StatusOK, doc)
+}
+
+// keyStatusSchema publishes idem.KeyStatus.
+var keyStatusSchema = map[string]any{
+	"type": "object", "required": []string{"key", "state", "method", "path", "created", "expires"},
+	"properties": map[string]any{
+		"key":             map[string]any{"type": "string"},
+		"state":           map[string]any{"type": "string", "enum": []string{idem.KeyStateInProgress, idem.KeyStateCompleted}},
+		"method":          map[string]any{"type": "string"},
+		"path":            map[string]any{"type": "string"},
+		"created":         map[string]any{"type": "string", "format": "date-time"},
+		"expires":         map[string]any{"type": "string", "format": "date-time", "description": "created plus the retention period"},
+		"response_status": map[string]any{"type": "integer", "description": "The stored response's status (completed keys only)."},
+		"link":            map[string]any{"type": "string", "description": "The stored response's Location (completed keys only, when it had one)."},
+	},
 }
 
 // paymentSchema publishes ParseParams' rules. Strings are valid UTF-8
