@@ -158,3 +158,21 @@ func TestRequestLog(t *testing.T) {
 		}
 	}
 }
+
+func TestRequestLogKeepsFlushing(t *testing.T) {
+	t.Parallel()
+	h := idem.NewRequestLog(&idem.RequestLogConfig{Logger: quiet})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, ok := w.(http.Flusher)
+		if !ok {
+			t.Error("the wrapped writer is not an http.Flusher")
+			return
+		}
+		io.WriteString(w, "part")
+		f.Flush()
+	}))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	if !rec.Flushed {
+		t.Error("Flush did not reach the server's writer")
+	}
+}

@@ -8,6 +8,7 @@
 // The commands are:
 //
 //	check   test a live endpoint against the Idempotency-Key contract
+//	keys    list, show, release or delete keys: find and free stuck keys
 //
 // "idem help <command>" or "idem <command> -h" prints a command's flags; most
 // flags have an environment-variable twin named in their help, such as

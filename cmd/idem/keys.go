@@ -69,6 +69,7 @@ type keysFlags struct {
 	db          *string
 	json        *bool
 	lockTimeout *time.Duration
+	envErr      error // a twin variable that does not parse
 }
 
 func (c *cli) keysFlagSet(name, usage string) *keysFlags {
@@ -83,9 +84,7 @@ func (c *cli) keysFlagSet(name, usage string) *keysFlags {
 	k.db = fs.String("db", env.String("DATABASE_URL", ""), "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
 	k.json = fs.Bool("json", false, "print JSON, for scripts")
 	k.lockTimeout = fs.Duration("lock-timeout", env.Duration("IDEM_LOCK_TIMEOUT", idem.LockTimeoutDefault), "the service's two-phase lease length (its -lock-timeout): a lease younger than this is live (env IDEM_LOCK_TIMEOUT)")
-	if err := env.Err(); err != nil {
-		fmt.Fprintf(c.stderr, "idem keys %s: %v\n", name, err)
-	}
+	k.envErr = env.Err()
 	return k
 }
 
@@ -93,6 +92,10 @@ func (c *cli) keysFlagSet(name, usage string) *keysFlags {
 // that there are want positional arguments. It returns the exit code to
 // stop with, or -1 to go on.
 func (k *keysFlags) parse(c *cli, args []string, want int) ([]string, int) {
+	if k.envErr != nil {
+		fmt.Fprintf(c.stderr, "idem keys %s: %v\n", k.name, k.envErr)
+		return nil, exitUsage
+	}
 	var pos []string
 	for {
 		if err := k.fs.Parse(args); err != nil {

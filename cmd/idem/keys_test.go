@@ -253,3 +253,16 @@ func TestKeysRejectBadUse(t *testing.T) {
 		}
 	}
 }
+
+func TestKeysRejectBadEnvironment(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	c := &cli{stdout: &stdout, stderr: &stderr, lookupEnv: func(k string) (string, bool) {
+		if k == "IDEM_LOCK_TIMEOUT" {
+			return "soon", true
+		}
+		return "sqlite:x.db", k == "DATABASE_URL"
+	}}
+	if code := c.run(context.Background(), []string{"keys", "list"}); code != exitUsage || !strings.Contains(stderr.String(), "IDEM_LOCK_TIMEOUT") {
+		t.Fatalf("IDEM_LOCK_TIMEOUT=soon: exit %d %q, want a usage error naming it", code, stderr.String())
+	}
+}
