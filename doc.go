@@ -49,6 +49,12 @@
 // [ErrLeaseEnded] and [ErrUnavailable], check a purge's [PurgeParams] with
 // Validate, and run idemtest.RunStoreTests.
 //
+// Operators and services add [NewStatusHandler] (what became of a client's
+// key), [NewReadyHandler] over a [Readier] (readiness), and
+// [NewRequestLog] (one log line per request, with [RequestIDFromContext]);
+// stores implement [KeyAdmin] for the idem keys command and run
+// idemtest.RunAdminTests.
+//
 // Code that claims keys itself, outside the middleware (a queue consumer
 // calling idempg's Store.ClaimTx), builds the request hash with
 // [NewFingerprint].

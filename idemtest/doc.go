@@ -9,4 +9,6 @@
 // and, for transactional stores, that business writes commit and roll back
 // with the key. Stores with a Purge method get the purge tests, and stores
 // with a versioned schema (see [Harness].NewUnmigrated) the schema tests.
+// [RunAdminTests] checks a store's [idem.KeyAdmin]: listing, reading, the
+// fenced release of stuck keys and the deletion of completed ones.
 package idemtest
