@@ -127,6 +127,7 @@ func Enqueue(ctx context.Context, s Enqueuer, p EventParams) (Event, error) {
 	if now.IsZero() {
 		now = time.Now()
 	}
+	now = now.Truncate(time.Microsecond).UTC() // what the stores keep
 	e := Event{
 		ID:            EventID(ctx, p.Purpose),
 		ClientID:      scope.ClientID,

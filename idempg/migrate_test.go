@@ -19,6 +19,9 @@ func tableExists(t testing.TB, store *idempg.Store) bool {
 	return exists
 }
 
+// newestVersion is the number of the newest embedded migration.
+const newestVersion = 2
+
 func schemaVersion(t testing.TB, store *idempg.Store) int {
 	t.Helper()
 	v, err := store.SchemaVersion(context.Background())
@@ -44,8 +47,8 @@ func TestMigrateUpDownUp(t *testing.T) {
 		version int
 		table   bool
 	}{
-		{"Up", func() error { return store.Migrate(ctx) }, 1, true},
-		{"UpAgainIsNoOp", func() error { return store.Migrate(ctx) }, 1, true},
+		{"Up", func() error { return store.Migrate(ctx) }, newestVersion, true},
+		{"UpAgainIsNoOp", func() error { return store.Migrate(ctx) }, newestVersion, true},
 		{"DownToZero", func() error { return store.MigrateTo(ctx, 0) }, 0, false},
 		{"DownAgainIsNoOp", func() error { return store.MigrateTo(ctx, 0) }, 0, false},
 		{"UpAfterDown", func() error { return store.MigrateTo(ctx, 1) }, 1, true},
@@ -58,8 +61,8 @@ func TestMigrateUpDownUp(t *testing.T) {
 			t.Fatalf("after %s: version %d, table %v; want %d, %v", step.name, v, table, step.version, step.table)
 		}
 	}
-	if err := store.MigrateTo(ctx, 2); err == nil {
-		t.Errorf("MigrateTo(2) succeeded; there is no version 2")
+	if err := store.MigrateTo(ctx, newestVersion+1); err == nil {
+		t.Errorf("MigrateTo(%d) succeeded; there is no such version", newestVersion+1)
 	}
 }
 
@@ -94,12 +97,12 @@ func TestMigrateConcurrently(t *testing.T) {
 		}
 	}
 	var applied int
-	if err := stores[0].Pool().QueryRow(context.Background(), `SELECT count(*) FROM idem_schema_migrations`).Scan(&applied); err != nil || applied != 1 {
-		t.Errorf("%d migrations recorded (err %v), want 1", applied, err)
+	if err := stores[0].Pool().QueryRow(context.Background(), `SELECT count(*) FROM idem_schema_migrations`).Scan(&applied); err != nil || applied != newestVersion {
+		t.Errorf("%d migrations recorded (err %v), want %d", applied, err, newestVersion)
 	}
 	for i, s := range stores {
-		if v := schemaVersion(t, s); v != 1 {
-			t.Errorf("instance %d sees version %d, want 1", i, v)
+		if v := schemaVersion(t, s); v != newestVersion {
+			t.Errorf("instance %d sees version %d, want %d", i, v, newestVersion)
 		}
 	}
 }

@@ -81,6 +81,9 @@ type Store struct {
 
 	mu       sync.Mutex
 	inflight map[idem.Scope]*idem.Record
+
+	// relayLock lets one outbox batch at a time be delivered (outbox.go).
+	relayLock chan struct{}
 }
 
 // Open opens (creating if needed) the database at path in WAL mode. It does
@@ -121,7 +124,7 @@ func Open(path string, cfg *Config) (*Store, error) {
 	}
 	read.SetMaxOpenConns(c.ReadConns)
 	read.SetMaxIdleConns(c.ReadConns)
-	return &Store{write: write, read: read, cfg: c, inflight: make(map[idem.Scope]*idem.Record)}, nil
+	return &Store{write: write, read: read, cfg: c, inflight: make(map[idem.Scope]*idem.Record), relayLock: make(chan struct{}, 1)}, nil
 }
 
 // DB returns the write connection pool. It has one connection: inside a

@@ -75,8 +75,8 @@ func TestMigrateUpAndDown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := openStore(t)
-	if v, err := store.SchemaVersion(ctx); err != nil || v != 1 {
-		t.Fatalf("SchemaVersion = %d, %v; want 1", v, err)
+	if v, err := store.SchemaVersion(ctx); err != nil || v != newestVersion {
+		t.Fatalf("SchemaVersion = %d, %v; want %d", v, err, newestVersion)
 	}
 	if err := store.Migrate(ctx); err != nil { // applying twice is a no-op
 		t.Fatalf("second Migrate: %v", err)
@@ -91,7 +91,10 @@ func TestMigrateUpAndDown(t *testing.T) {
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate after down: %v", err)
 	}
-	if v, _ := store.SchemaVersion(ctx); v != 1 {
-		t.Fatalf("SchemaVersion = %d after re-migrating, want 1", v)
+	if v, _ := store.SchemaVersion(ctx); v != newestVersion {
+		t.Fatalf("SchemaVersion = %d after re-migrating, want %d", v, newestVersion)
 	}
 }
+
+// newestVersion is the number of the newest embedded migration.
+const newestVersion = 2
