@@ -30,5 +30,5 @@ type Metrics interface {
 
 type noMetrics struct{}
 
-func (noMetrics) Delivery(context.Context, Result)                        {}
+func (noMetrics) Delivery(context.Context, Result)                     {}
 func (noMetrics) Backlog(context.Context, int64, time.Duration, int64) {}

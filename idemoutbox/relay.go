@@ -217,7 +217,7 @@ func (r *Relay) deliverOne(ctx context.Context, e Event) Outcome {
 	now := r.cfg.Now()
 	if err == nil {
 		r.cfg.Metrics.Delivery(ctx, ResultDelivered)
-		return Outcome{Status: StatusDelivered, At: now}
+		return Outcome{Status: StatusDelivered, At: now, NextAttemptAt: now}
 	}
 	attempt := e.Attempts + 1
 	log := r.cfg.Logger.With("event_id", e.ID, "event_type", e.Type, "attempt", attempt, "error", err.Error())

@@ -47,7 +47,8 @@ type Outcome struct {
 	NextAttemptAt time.Time
 	// At is when the attempt ended: DeliveredAt of a delivered event.
 	At time.Time
-	// Error is the failed attempt's error; "" for a delivery.
+	// Error is the failed attempt's error; "" for a delivery, which keeps
+	// the last error of the attempts before it.
 	Error string
 }
 

@@ -18,7 +18,7 @@ LIMIT $2
 FOR UPDATE SKIP LOCKED`
 
 	queryRecordOutcome = `UPDATE idem_outbox
-SET status = $2, attempts = attempts + 1, next_attempt_at = $3, delivered_at = $4, last_error = NULLIF($5, '')
+SET status = $2, attempts = attempts + 1, next_attempt_at = $3, delivered_at = $4, last_error = COALESCE(NULLIF($5, ''), last_error)
 WHERE id = $1`
 
 	queryPurgeEventsBatch = `DELETE FROM idem_outbox

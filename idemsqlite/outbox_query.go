@@ -15,7 +15,7 @@ LIMIT ?`
 
 	// queryRecordOutcome records an attempt of a still-pending event.
 	queryRecordOutcome = `UPDATE idem_outbox
-SET status = ?, attempts = attempts + 1, next_attempt_at = ?, delivered_at = ?, last_error = NULLIF(?, '')
+SET status = ?, attempts = attempts + 1, next_attempt_at = ?, delivered_at = ?, last_error = COALESCE(NULLIF(?, ''), last_error)
 WHERE id = ? AND status = 'pending'`
 
 	queryPurgeEventsBatch = `DELETE FROM idem_outbox
