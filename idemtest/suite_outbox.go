@@ -626,9 +626,12 @@ func (o outboxSuite) stoppedRelay(t *testing.T) {
 	restarted := newRelay(t, s, r, srv, idemoutbox.RelayConfig{BatchSize: 5})
 	drain(t, restarted)
 	close(r.arrived)
-	_, ok, overlaps, invalid := r.snapshot()
-	if len(invalid) > 0 || overlaps != 0 {
-		t.Fatalf("%d invalid, %d overlapping deliveries; want none", len(invalid), overlaps)
+	// Overlaps are not checked: the receiver may still be answering a
+	// request that the stopped relay abandoned when the restarted relay
+	// delivers the same event again, as at-least-once delivery allows.
+	_, ok, _, invalid := r.snapshot()
+	if len(invalid) > 0 {
+		t.Fatalf("%d deliveries failed verification, first: %s", len(invalid), invalid[0])
 	}
 	for _, id := range ids {
 		if ok[id] < 1 {
