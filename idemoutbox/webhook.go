@@ -73,17 +73,26 @@ func NewWebhook(cfg *WebhookConfig) (*Webhook, error) {
 	return &Webhook{cfg: c, key: key}, nil
 }
 
-// webhookBody is the body of a delivery, as Standard Webhooks recommends.
-type webhookBody struct {
-	Type      string          `json:"type"`
-	Timestamp string          `json:"timestamp"` // the event's creation, RFC 3339
-	Data      json.RawMessage `json:"data"`
-}
-
-// Body returns the request body that delivers e: {"type", "timestamp",
-// "data"}, with the event's creation time and its payload as data.
+// Body returns the request body that delivers e, as Standard Webhooks
+// recommends: {"type", "timestamp", "data"}, with the event's creation time
+// (RFC 3339) and its payload, byte for byte, as data.
 func Body(e Event) ([]byte, error) {
-	return json.Marshal(webhookBody{Type: e.Type, Timestamp: e.CreatedAt.UTC().Format(time.RFC3339Nano), Data: e.Payload})
+	if !json.Valid(e.Payload) {
+		return nil, errors.New("idemoutbox: the event's payload is not JSON")
+	}
+	typ, err := json.Marshal(e.Type)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.WriteString(`{"type":`)
+	b.Write(typ)
+	b.WriteString(`,"timestamp":"`)
+	b.WriteString(e.CreatedAt.UTC().Format(time.RFC3339Nano))
+	b.WriteString(`","data":`)
+	b.Write(e.Payload)
+	b.WriteString(`}`)
+	return b.Bytes(), nil
 }
 
 // StatusError is the error of a delivery that got a response other than 2xx.
