@@ -31,14 +31,27 @@ const (
 	BackoffMax  = time.Hour
 )
 
-// DefaultBackoff waits BackoffBase·2^(attempt-1), capped at BackoffMax,
-// jittered uniformly into its upper half ([d/2, d]) so that events that
-// failed together do not come back together. With MaxAttemptsDefault
+// DefaultBackoff is ExponentialBackoff(BackoffBase, BackoffMax): 5 s
+// doubling per attempt up to an hour, jittered. With MaxAttemptsDefault
 // attempts an event is retried for about three hours at most.
 func DefaultBackoff(attempt int) time.Duration {
-	d := BackoffMax
-	if attempt >= 1 && attempt <= 20 {
-		d = min(BackoffBase<<(attempt-1), BackoffMax)
+	return backoff(BackoffBase, BackoffMax, attempt)
+}
+
+// ExponentialBackoff returns a policy that waits base·2^(attempt-1),
+// capped at maxWait, jittered uniformly into its upper half ([d/2, d]) so
+// that events that failed together do not come back together.
+func ExponentialBackoff(base, maxWait time.Duration) BackoffPolicy {
+	return func(attempt int) time.Duration { return backoff(base, maxWait, attempt) }
+}
+
+func backoff(base, maxWait time.Duration, attempt int) time.Duration {
+	d := maxWait
+	if attempt >= 1 && attempt <= 40 && base > 0 && base < maxWait>>(attempt-1) {
+		d = base << (attempt - 1)
+	}
+	if d <= 0 {
+		return 0
 	}
 	return d/2 + rand.N(d/2+1)
 }

@@ -109,6 +109,20 @@ func TestNewWebhookRejects(t *testing.T) {
 	}
 }
 
+func TestExponentialBackoff(t *testing.T) {
+	t.Parallel()
+	policy := idemoutbox.ExponentialBackoff(100*time.Millisecond, time.Second)
+	for attempt, full := range map[int]time.Duration{
+		1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 60: time.Second, 0: time.Second,
+	} {
+		for range 50 {
+			if d := policy(attempt); d < full/2 || d > full {
+				t.Fatalf("attempt %d: %s, want within [%s, %s]", attempt, d, full/2, full)
+			}
+		}
+	}
+}
+
 func TestDefaultBackoff(t *testing.T) {
 	t.Parallel()
 	for attempt := 1; attempt <= 40; attempt++ {

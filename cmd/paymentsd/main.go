@@ -17,12 +17,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -32,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/idemprom"
 	"github.com/idemkit/idem/internal/bearer"
 	"github.com/idemkit/idem/internal/cmdrun"
@@ -70,6 +73,12 @@ type options struct {
 
 	// Operations.
 	logFormat string
+	// Webhook delivery of the outbox's events.
+	webhookURL     string
+	webhookSecret  string
+	webhookTimeout time.Duration
+	webhookRetry   time.Duration
+	webhookTries   int
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -93,6 +102,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.processorToken, "processor-token", "", "bearer token sent to the card processor (env PAYMENTSD_PROCESSOR_TOKEN; default: processord's development token, with a warning)")
 	// Operations.
 	fs.StringVar(&o.logFormat, "log-format", env.String("PAYMENTSD_LOG_FORMAT", "text"), "log format: text or json; every request is logged in one line with its request id (env PAYMENTSD_LOG_FORMAT)")
+	// Webhooks: events are enqueued with every payment; these deliver them.
+	fs.StringVar(&o.webhookURL, "webhook-url", env.String("PAYMENTSD_WEBHOOK_URL", ""), "URL that receives every event as a signed Standard Webhooks POST; empty delivers nothing, events are still listed at GET /v1/events (env PAYMENTSD_WEBHOOK_URL)")
+	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "secret that signs webhooks, whsec_ followed by base64; required with -webhook-url (env PAYMENTSD_WEBHOOK_SECRET)")
+	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", env.Duration("PAYMENTSD_WEBHOOK_TIMEOUT", idemoutbox.WebhookTimeoutDefault), "time limit of one webhook delivery attempt (env PAYMENTSD_WEBHOOK_TIMEOUT)")
+	fs.DurationVar(&o.webhookRetry, "webhook-retry", env.Duration("PAYMENTSD_WEBHOOK_RETRY", idemoutbox.BackoffBase), "wait before the first retry of a failed webhook, doubling per attempt up to 1h, jittered (env PAYMENTSD_WEBHOOK_RETRY)")
+	fs.IntVar(&o.webhookTries, "webhook-max-attempts", env.Int("PAYMENTSD_WEBHOOK_MAX_ATTEMPTS", idemoutbox.MaxAttemptsDefault), "delivery attempts before an event is parked as dead (env PAYMENTSD_WEBHOOK_MAX_ATTEMPTS)")
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
@@ -106,6 +121,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.processorToken == "" {
 		o.processorToken = env.String("PAYMENTSD_PROCESSOR_TOKEN", "")
+	}
+	if o.webhookSecret == "" {
+		o.webhookSecret = env.String("PAYMENTSD_WEBHOOK_SECRET", "")
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
@@ -173,10 +191,15 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	metrics := idemprom.New(nil)
+	outboxMetrics := idemprom.NewOutbox(nil)
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry.MustRegister(metrics, outboxMetrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	relay, err := newRelay(o, db, outboxMetrics, logger)
+	if err != nil {
+		return err
+	}
 	svc, err := payments.NewService(payments.Config{
-		Repo: repo, Store: db.Store(), Tokens: tokens, Processor: proc, Logger: logger,
+		Repo: repo, Store: db.Store(), Tokens: tokens, Processor: proc, Logger: logger, Outbox: db.Outbox(),
 		Idem: idem.Config{Mode: mode, Retention: o.retention, LockTimeout: o.lockTimeout, Logger: logger, Metrics: metrics},
 	})
 	if err != nil {
@@ -210,6 +233,19 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.purgeInterval > 0 {
 		go purgeLoop(purgeCtx, db, o.purgeInterval, o.retention, logger)
 	}
+	relayDone := make(chan struct{})
+	if relay == nil {
+		close(relayDone)
+	} else {
+		fmt.Fprintf(stdout, "paymentsd: delivering events to %s\n", o.webhookURL)
+		go func() {
+			defer close(relayDone)
+			relay.Run(purgeCtx)
+		}()
+	}
+	// The relay stops after the listeners: a batch under way is delivered
+	// again by the next instance to start (at least once).
+	defer func() { stopPurge(); <-relayDone }()
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -251,6 +287,35 @@ func newLogger(format string, w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, nil)), nil
 	}
 	return nil, fmt.Errorf("-log-format %q: want text or json", format)
+}
+
+// newRelay returns the relay that posts the outbox's events to
+// -webhook-url, or nil when there is none.
+func newRelay(o *options, db *database.DB, m idemoutbox.Metrics, logger *slog.Logger) (*idemoutbox.Relay, error) {
+	if o.webhookURL == "" {
+		return nil, nil
+	}
+	u, err := url.Parse(o.webhookURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("-webhook-url: want an http:// or https:// URL")
+	}
+	if o.webhookSecret == "" {
+		return nil, errors.New("-webhook-secret (or PAYMENTSD_WEBHOOK_SECRET) is required with -webhook-url")
+	}
+	if _, err := idemoutbox.ParseSecret(o.webhookSecret); err != nil {
+		return nil, fmt.Errorf("-webhook-secret: %w", err) // never repeats the secret
+	}
+	if o.webhookTimeout <= 0 || o.webhookRetry <= 0 || o.webhookTries <= 0 {
+		return nil, errors.New("-webhook-timeout, -webhook-retry and -webhook-max-attempts must be positive")
+	}
+	wh, err := idemoutbox.NewWebhook(&idemoutbox.WebhookConfig{URL: o.webhookURL, Secret: o.webhookSecret, Timeout: o.webhookTimeout})
+	if err != nil {
+		return nil, err
+	}
+	return idemoutbox.NewRelay(db.Outbox(), wh, &idemoutbox.RelayConfig{
+		MaxAttempts: o.webhookTries, Backoff: idemoutbox.ExponentialBackoff(o.webhookRetry, idemoutbox.BackoffMax),
+		Logger: logger, Metrics: m,
+	})
 }
 
 // purgeLoop deletes keys older than the retention period, so the table does

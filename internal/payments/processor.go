@@ -43,7 +43,8 @@ func NewProcessorClient(base, token string, cfg *idemclient.Config) (*ProcessorC
 	return &ProcessorClient{base: strings.TrimSuffix(base, "/"), token: token, client: client}, nil
 }
 
-// Charge asks the processor to charge p once for key.
+// Charge asks the processor to charge p once for key. A 402 answer is a
+// decline: the error wraps ErrDeclined.
 func (c *ProcessorClient) Charge(ctx context.Context, key string, p Params) (string, error) {
 	body, _ := json.Marshal(map[string]any{"amount": p.Amount, "currency": p.Currency, "customer": p.Customer})
 	req, err := http.NewRequestWithContext(idemclient.WithKey(ctx, key), http.MethodPost, c.base+"/v1/charges", bytes.NewReader(body))
@@ -60,6 +61,9 @@ func (c *ProcessorClient) Charge(ctx context.Context, key string, p Params) (str
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return "", fmt.Errorf("payments: charge: read: %w", err)
+	}
+	if resp.StatusCode == http.StatusPaymentRequired {
+		return "", fmt.Errorf("%w: the processor answered 402: %.200s", ErrDeclined, raw)
 	}
 	if resp.StatusCode != http.StatusCreated {
 		return "", fmt.Errorf("payments: charge: processor answered %d: %.200s", resp.StatusCode, raw)

@@ -13,12 +13,15 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/internal/bearer"
 )
 
 // Processor charges a card at a downstream processor. The key is derived
 // from the client's idempotency key, so a retried or taken-over request
-// charges once.
+// charges once. An error wrapping ErrDeclined is a decline: the payment is
+// recorded as declined and answered 402; any other error is a failure to
+// get an answer.
 type Processor interface {
 	Charge(ctx context.Context, key string, p Params) (chargeID string, err error)
 }
@@ -51,6 +54,10 @@ type Config struct {
 	// Processor, when set, is charged before the payment is recorded.
 	// Defaults to none: payments succeed without a downstream call.
 	Processor Processor
+	// Outbox, when set, receives a payment.succeeded or payment.declined
+	// event in each payment's transaction, and serves GET /v1/events.
+	// Defaults to none: no events, and GET /v1/events answers 404.
+	Outbox idemoutbox.Store
 	// Keys answers GET /v1/idempotency-keys/{key}. Defaults to Store, when
 	// it implements idem.KeyReader; otherwise the route is not served.
 	Keys idem.KeyReader
@@ -124,6 +131,9 @@ func (s *Service) Handler() http.Handler {
 	auth := Authenticator{Tokens: s.cfg.Tokens}
 	mux.Handle("POST /v1/payments", auth.Wrap(routePath(s.mw.Wrap(http.HandlerFunc(s.Create)))))
 	mux.Handle("GET /v1/payments/{id}", auth.Wrap(http.HandlerFunc(s.get)))
+	if s.cfg.Outbox != nil {
+		mux.Handle("GET /v1/events", auth.Wrap(http.HandlerFunc(s.listEvents)))
+	}
 	if s.status != nil {
 		mux.Handle("GET /v1/idempotency-keys/{key}", auth.Wrap(s.status))
 	}
@@ -139,7 +149,7 @@ func (s *Service) Handler() http.Handler {
 	} else {
 		mux.Handle("GET /readyz", healthz)
 	}
-	mux.Handle("GET /problems/", idem.ProblemsHandler(ProblemInvalidCredentials, ProblemInvalidParameter, ProblemNotFound, ProblemInternal, ProblemProcessor))
+	mux.Handle("GET /problems/", idem.ProblemsHandler(ProblemInvalidCredentials, ProblemInvalidParameter, ProblemNotFound, ProblemInternal, ProblemProcessor, ProblemDeclined))
 	mux.HandleFunc("GET /openapi.json", s.openAPI)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem(w, ProblemNotFound, fmt.Sprintf("There is no %s %s.", r.Method, r.URL.Path))
@@ -205,22 +215,30 @@ func (s *Service) Create(w http.ResponseWriter, r *http.Request) {
 	}
 	client, _ := ClientFromContext(r.Context())
 	scope, _ := idem.ScopeFromContext(r.Context())
-	charged := false
+	charged, status := false, StatusSucceeded
 	if s.cfg.Processor != nil {
-		if _, err := s.cfg.Processor.Charge(r.Context(), idem.DeriveKey(r.Context(), "charge"), params); err != nil {
+		_, err := s.cfg.Processor.Charge(r.Context(), idem.DeriveKey(r.Context(), "charge"), params)
+		if errors.Is(err, ErrDeclined) {
+			status, err = StatusDeclined, nil
+		}
+		if err != nil {
 			s.cfg.Logger.WarnContext(r.Context(), "payments: processor failed", "client_id", client, "err", err)
 			problem(w, ProblemProcessor, "The card processor did not confirm the charge: whether the card was charged is unknown, and no payment was recorded. "+
 				"Retry with the same Idempotency-Key, never a new one: the processor charges at most once per key.")
 			return
 		}
-		charged = true
+		charged = status == StatusSucceeded
 	}
 	p := &Payment{
 		ID: NewID(), Object: "payment", Amount: params.Amount, Currency: params.Currency,
-		Customer: params.Customer, Description: params.Description, Status: "succeeded",
+		Customer: params.Customer, Description: params.Description, Status: status,
 		Created: s.cfg.Now().Unix(), ClientID: client, IdempotencyKey: scope.Key,
 	}
-	if err := s.cfg.Repo.Insert(r.Context(), p); err != nil {
+	err = s.cfg.Repo.Insert(r.Context(), p)
+	if err == nil {
+		err = s.enqueuePaymentEvent(r.Context(), p)
+	}
+	if err != nil {
 		s.cfg.Logger.ErrorContext(r.Context(), "payments: insert failed", "client_id", client, "charged", charged, "err", err)
 		if charged {
 			problem(w, ProblemInternal, "The card was charged, but the payment could not be recorded. "+
@@ -231,6 +249,10 @@ func (s *Service) Create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/v1/payments/"+p.ID)
+	if p.Status == StatusDeclined {
+		problem(w, ProblemDeclined, "The card processor declined the charge; payment "+p.ID+" was recorded as declined.")
+		return
+	}
 	writeJSON(w, http.StatusCreated, p)
 }
 
@@ -302,6 +324,7 @@ func (s *Service) openAPI(w http.ResponseWriter, r *http.Request) {
 					"201": map[string]any{"description": "Created; a retry with the same key replays this response with Idempotent-Replayed: true."},
 					"400": map[string]any{"description": "Missing or malformed Idempotency-Key, or an invalid parameter (problem+json)."},
 					"401": map[string]any{"description": "Invalid credentials."},
+					"402": map[string]any{"description": "The card processor declined the charge (payment-declined); the declined payment is at Location. Stored and replayed like a 201."},
 					"409": map[string]any{"description": "A request with this key is still in progress; retry after Retry-After."},
 					"422": map[string]any{"description": "The key was used with a different request; \"fields\" names what differs."},
 				},
@@ -335,6 +358,17 @@ func (s *Service) openAPI(w http.ResponseWriter, r *http.Request) {
 				"responses": map[string]any{
 					"200": map[string]any{"description": "ready"},
 					"503": map[string]any{"description": "Not ready: the store did not answer in time or its schema is behind (problem+json, store-unavailable)."},
+				},
+			}},
+			"/v1/events": map[string]any{"get": map[string]any{
+				"summary": "List your events, newest first (payment.succeeded, payment.declined); served when the service keeps events",
+				"parameters": []any{
+					map[string]any{"name": "limit", "in": "query", "schema": map[string]any{"type": "integer", "minimum": 1, "maximum": EventsLimitMax, "default": EventsLimitDefault}},
+					map[string]any{"name": "cursor", "in": "query", "description": "next_cursor of the previous page", "schema": map[string]any{"type": "string"}},
+				},
+				"responses": map[string]any{
+					"200": map[string]any{"description": "{object: list, data: [{id, object: event, type, created, data, delivery: {status, attempts}}], has_more, next_cursor}. Another client's events are never listed."},
+					"400": map[string]any{"description": "An invalid limit or cursor (problem+json)."},
 				},
 			}},
 		},
