@@ -1,0 +1,246 @@
+package payments_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemoutbox"
+	"github.com/idemkit/idem/internal/bearer"
+	"github.com/idemkit/idem/internal/database"
+	"github.com/idemkit/idem/internal/payments"
+	"github.com/idemkit/idem/internal/pgtest"
+)
+
+// eventsFixture serves the payments API with events on a store of kind
+// sqlite or postgres.
+type eventsFixture struct {
+	*fixture
+	outbox idemoutbox.Store
+	// failAfterEnqueue makes the next enqueues fail after writing.
+	failAfterEnqueue atomic.Bool
+}
+
+// failingOutbox writes each event and then, when told to, fails: the
+// handler has enqueued, and the request must roll back.
+type failingOutbox struct {
+	idemoutbox.Store
+	fail *atomic.Bool
+}
+
+func (o failingOutbox) EnqueueEvent(ctx context.Context, e idemoutbox.Event) error {
+	if err := o.Store.EnqueueEvent(ctx, e); err != nil {
+		return err
+	}
+	if o.fail.Load() {
+		return errors.New("injected failure after the enqueue")
+	}
+	return nil
+}
+
+// declining declines the charges of customer cus_declined.
+type declining struct{ charges atomic.Int64 }
+
+func (d *declining) Charge(_ context.Context, key string, p payments.Params) (string, error) {
+	d.charges.Add(1)
+	if p.Customer == "cus_declined" {
+		return "", fmt.Errorf("card refused: %w", payments.ErrDeclined)
+	}
+	return "ch_" + key, nil
+}
+
+func setupEvents(t *testing.T, kind string, mode idem.Mode) *eventsFixture {
+	t.Helper()
+	ctx := context.Background()
+	url := "sqlite:" + filepath.Join(t.TempDir(), "payments.db")
+	if kind == "postgres" {
+		url = pgtest.NewDatabase(t)
+	}
+	db, err := database.Open(ctx, url, &database.Config{Migrate: true, Logger: quiet})
+	if err != nil {
+		t.Fatalf("open %s: %v", kind, err)
+	}
+	t.Cleanup(db.Close)
+	repo, err := payments.NewRepo(ctx, db)
+	if err != nil {
+		t.Fatalf("NewRepo: %v", err)
+	}
+	f := &eventsFixture{outbox: db.Outbox()}
+	svc, err := payments.NewService(payments.Config{
+		Repo: repo, Store: db.Store(), Logger: quiet, Processor: &declining{},
+		Outbox: failingOutbox{Store: db.Outbox(), fail: &f.failAfterEnqueue},
+		Tokens: must(bearer.Parse("sk_alice=alice,sk_bob=bob")),
+		Idem:   idem.Config{Mode: mode},
+	})
+	if err != nil {
+		t.Fatalf("NewService: %v", err)
+	}
+	srv := httptest.NewServer(svc.Handler())
+	t.Cleanup(srv.Close)
+	f.fixture = &fixture{url: srv.URL, repo: repo}
+	return f
+}
+
+type eventPage struct {
+	Object string `json:"object"`
+	Data   []struct {
+		ID       string `json:"id"`
+		Object   string `json:"object"`
+		Type     string `json:"type"`
+		Created  int64  `json:"created"`
+		Data     payments.Payment
+		Delivery struct {
+			Status   string `json:"status"`
+			Attempts int    `json:"attempts"`
+		} `json:"delivery"`
+	} `json:"data"`
+	HasMore    bool   `json:"has_more"`
+	NextCursor string `json:"next_cursor"`
+}
+
+func (f *eventsFixture) events(t *testing.T, token, query string) (int, eventPage, []byte) {
+	t.Helper()
+	r := f.do(t, http.MethodGet, "/v1/events"+query, http.Header{"Authorization": {"Bearer " + token}}, "")
+	var page eventPage
+	if r.status == http.StatusOK {
+		page = decode[eventPage](t, r.body)
+	}
+	return r.status, page, r.body
+}
+
+func TestPaymentEvents(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"sqlite", "postgres"} {
+		for _, mode := range []idem.Mode{idem.ModeAtomic, idem.ModeTwoPhase} {
+			t.Run(kind+"/"+mode.String(), func(t *testing.T) {
+				t.Parallel()
+				f := setupEvents(t, kind, mode)
+				ok := f.post(t, "sk_alice", "k-ok", jsonType, `{"amount":500,"currency":"usd","customer":"cus_1"}`)
+				okAgain := f.post(t, "sk_alice", "k-ok", jsonType, `{"amount":500,"currency":"usd","customer":"cus_1"}`)
+				declined := f.post(t, "sk_alice", "k-no", jsonType, `{"amount":700,"currency":"usd","customer":"cus_declined"}`)
+				declinedAgain := f.post(t, "sk_alice", "k-no", jsonType, `{"amount":700,"currency":"usd","customer":"cus_declined"}`)
+				if ok.status != http.StatusCreated || okAgain.status != http.StatusCreated || okAgain.header.Get("Idempotent-Replayed") != "true" {
+					t.Fatalf("payment %d, replay %d: %s", ok.status, okAgain.status, okAgain.body)
+				}
+				if declined.status != http.StatusPaymentRequired || declinedAgain.status != http.StatusPaymentRequired ||
+					declinedAgain.header.Get("Idempotent-Replayed") != "true" || string(declined.body) != string(declinedAgain.body) {
+					t.Fatalf("declined %d %s, replay %d %s; want a stored 402", declined.status, declined.body, declinedAgain.status, declinedAgain.body)
+				}
+				if p := decode[idem.Problem](t, declined.body); p.Code != "payment-declined" {
+					t.Fatalf("decline problem %+v", p)
+				}
+				loc := declined.header.Get("Location")
+				got := f.do(t, http.MethodGet, loc, http.Header{"Authorization": {"Bearer sk_alice"}}, "")
+				if got.status != http.StatusOK || decode[payments.Payment](t, got.body).Status != payments.StatusDeclined {
+					t.Fatalf("GET %s: %d %s; want the declined payment", loc, got.status, got.body)
+				}
+
+				status, page, body := f.events(t, "sk_alice", "")
+				if status != http.StatusOK || len(page.Data) != 2 || page.HasMore {
+					t.Fatalf("GET /v1/events: %d %s; want two events", status, body)
+				}
+				// Newest first: the decline came second (same second: by id,
+				// so only the set is certain).
+				types := map[string]payments.Payment{}
+				for _, e := range page.Data {
+					if !strings.HasPrefix(e.ID, "evt_") || e.Object != "event" || e.Delivery.Status != "pending" {
+						t.Fatalf("event %+v", e)
+					}
+					types[e.Type] = e.Data
+				}
+				paid := decode[payments.Payment](t, ok.body)
+				if p, found := types[payments.EventPaymentSucceeded]; !found || p.ID != paid.ID || p.Amount != 500 || p.Status != payments.StatusSucceeded {
+					t.Fatalf("payment.succeeded data %+v, want payment %s", p, paid.ID)
+				}
+				if p, found := types[payments.EventPaymentDeclined]; !found || "/v1/payments/"+p.ID != loc || p.Status != payments.StatusDeclined {
+					t.Fatalf("payment.declined data %+v, want the payment at %s", p, loc)
+				}
+				if status, page, _ := f.events(t, "sk_bob", ""); status != http.StatusOK || len(page.Data) != 0 {
+					t.Fatalf("bob sees %d of alice's events (status %d), want none", len(page.Data), status)
+				}
+			})
+		}
+	}
+}
+
+func TestRolledBackPaymentEnqueuesNothing(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"sqlite", "postgres"} {
+		for _, mode := range []idem.Mode{idem.ModeAtomic, idem.ModeTwoPhase} {
+			t.Run(kind+"/"+mode.String(), func(t *testing.T) {
+				t.Parallel()
+				f := setupEvents(t, kind, mode)
+				body := `{"amount":500,"currency":"usd","customer":"cus_1"}`
+				f.failAfterEnqueue.Store(true)
+				failed := f.post(t, "sk_alice", "k-1", jsonType, body)
+				if failed.status != http.StatusInternalServerError {
+					t.Fatalf("payment whose event failed after the enqueue: %d %s, want 500", failed.status, failed.body)
+				}
+				if _, page, _ := f.events(t, "sk_alice", ""); len(page.Data) != 0 {
+					t.Fatalf("%d events after a rolled-back payment, want 0", len(page.Data))
+				}
+				if n, err := f.repo.Count(context.Background(), "alice", "k-1"); err != nil || n != 0 {
+					t.Fatalf("%d payments after the rollback (%v), want 0", n, err)
+				}
+				f.failAfterEnqueue.Store(false)
+				if retry := f.post(t, "sk_alice", "k-1", jsonType, body); retry.status != http.StatusCreated {
+					t.Fatalf("retry: %d %s", retry.status, retry.body)
+				}
+				if _, page, _ := f.events(t, "sk_alice", ""); len(page.Data) != 1 {
+					t.Fatalf("%d events after the retry, want 1", len(page.Data))
+				}
+			})
+		}
+	}
+}
+
+func TestEventsPagination(t *testing.T) {
+	t.Parallel()
+	f := setupEvents(t, "sqlite", idem.ModeAtomic)
+	const total = 7
+	for i := range total {
+		if r := f.post(t, "sk_alice", fmt.Sprintf("k-%d", i), jsonType, fmt.Sprintf(`{"amount":%d,"currency":"usd","customer":"cus_1"}`, 100+i)); r.status != http.StatusCreated {
+			t.Fatalf("payment %d: %d", i, r.status)
+		}
+	}
+	f.post(t, "sk_bob", "k-0", jsonType, `{"amount":1,"currency":"usd","customer":"cus_1"}`)
+	seen := map[string]bool{}
+	query := "?limit=3"
+	for pages := 1; ; pages++ {
+		status, page, body := f.events(t, "sk_alice", query)
+		if status != http.StatusOK || len(page.Data) == 0 || len(page.Data) > 3 {
+			t.Fatalf("page %d: %d %s", pages, status, body)
+		}
+		for _, e := range page.Data {
+			if seen[e.ID] {
+				t.Fatalf("event %s listed twice", e.ID)
+			}
+			seen[e.ID] = true
+		}
+		if !page.HasMore {
+			if pages != 3 {
+				t.Fatalf("%d pages of 3 for %d events, want 3", pages, total)
+			}
+			break
+		}
+		query = "?limit=3&cursor=" + page.NextCursor
+	}
+	if len(seen) != total {
+		t.Fatalf("%d events listed, want %d", len(seen), total)
+	}
+	for _, q := range []string{"?limit=0", "?limit=101", "?limit=x", "?cursor=nonsense", "?cursor=MTIzLnBheV8x"} {
+		if status, _, body := f.events(t, "sk_alice", q); status != http.StatusBadRequest || !strings.Contains(string(body), "invalid-parameter") {
+			t.Errorf("GET /v1/events%s: %d %s, want a 400 invalid-parameter problem", q, status, body)
+		}
+	}
+	if r := f.do(t, http.MethodGet, "/v1/events", http.Header{}, ""); r.status != http.StatusUnauthorized {
+		t.Errorf("GET /v1/events without credentials: %d, want 401", r.status)
+	}
+}
