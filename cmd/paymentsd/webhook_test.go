@@ -281,3 +281,69 @@ func TestWebhookFlags(t *testing.T) {
 		t.Errorf("-webhook-url without a secret: %v, want an error naming -webhook-secret", err)
 	}
 }
+
+// TestKilledRelayLosesNoEvent kills (SIGKILL) a paymentsd process on
+// PostgreSQL while its relay is delivering a batch, then starts another:
+// every committed payment's event is delivered, none lost.
+func TestKilledRelayLosesNoEvent(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+	recv, _ := newWebhookReceiver(t, false)
+	// The first delivery blocks until the process that sent it is dead.
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	blocking := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(arrived)
+			<-release
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		recv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(blocking.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	paymentsd, _ := binaries(t)
+	args := []string{"-addr", "127.0.0.1:0", "-migrate", "-db", dbURL,
+		"-webhook-url", blocking.URL, "-webhook-secret", recv.secret, "-webhook-retry", "20ms"}
+	first := start(t, paymentsd, args...)
+	const payments = 20
+	for k := range payments {
+		if a := post(t, first.base, "sk_a", fmt.Sprintf("kill-%d", k), `{"amount":100,"currency":"usd","customer":"cus_1"}`); a.status != http.StatusCreated {
+			t.Fatalf("payment %d: %d %s", k, a.status, a.body)
+		}
+	}
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no delivery arrived")
+	}
+	first.kill()
+	close(release)
+
+	second := start(t, paymentsd, args...)
+	defer second.kill()
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	waitFor(t, time.Minute, "every event delivered by the second instance", func() bool {
+		var undelivered int
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM idem_outbox WHERE status <> 'delivered'`).Scan(&undelivered)
+		return err == nil && undelivered == 0 && recv.distinct() == payments
+	})
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	if len(recv.invalid) > 0 || recv.overlaps != 0 {
+		t.Fatalf("%d invalid deliveries, %d overlaps; want none", len(recv.invalid), recv.overlaps)
+	}
+}
