@@ -162,4 +162,14 @@
 // has not reached yet are treated as absent by claims. Do not partition the
 // key table by created_at: PostgreSQL enforces uniqueness per partition
 // only, so a key would be accepted again in the next partition.
+//
+// # Outbox
+//
+// The store is an idemoutbox.Store: idemoutbox.Enqueue writes an event into
+// the idem_outbox table in the lease's transaction ([Store.EnqueueEventTx]
+// in a transaction of the caller's), and an idemoutbox.Relay delivers it
+// after the commit. [Store.DeliverBatch] takes due events with SELECT ...
+// FOR UPDATE SKIP LOCKED and keeps them locked until their outcomes commit,
+// so relays in any number of processes never deliver one event at the same
+// time. See docs/outbox.md.
 package idempg

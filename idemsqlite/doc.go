@@ -22,4 +22,8 @@
 // a network, so its outcome is always known: Complete never returns
 // idem.ErrOutcomeUnknown. When COMMIT fails, SQLite has rolled the
 // transaction back, and Complete's error means that nothing was committed.
+//
+// The store is also an idemoutbox.Store: idemoutbox.Enqueue writes an event
+// in the lease's transaction, and an idemoutbox.Relay delivers it after the
+// commit, one batch at a time per store. Run one relay per database file.
 package idemsqlite
