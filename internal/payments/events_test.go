@@ -56,8 +56,14 @@ func (d *declining) Charge(_ context.Context, key string, p payments.Params) (st
 	return "ch_" + key, nil
 }
 
-func setupEvents(t *testing.T, kind string, mode idem.Mode) *eventsFixture {
+// setupEvents serves the API with events and a processor that declines
+// customer cus_declined, or with proc when one is given.
+func setupEvents(t *testing.T, kind string, mode idem.Mode, proc ...payments.Processor) *eventsFixture {
 	t.Helper()
+	var processor payments.Processor = &declining{}
+	if len(proc) > 0 {
+		processor = proc[0]
+	}
 	ctx := context.Background()
 	url := "sqlite:" + filepath.Join(t.TempDir(), "payments.db")
 	if kind == "postgres" {
@@ -74,7 +80,7 @@ func setupEvents(t *testing.T, kind string, mode idem.Mode) *eventsFixture {
 	}
 	f := &eventsFixture{outbox: db.Outbox()}
 	svc, err := payments.NewService(payments.Config{
-		Repo: repo, Store: db.Store(), Logger: quiet, Processor: &declining{},
+		Repo: repo, Store: db.Store(), Logger: quiet, Processor: processor,
 		Outbox: failingOutbox{Store: db.Outbox(), fail: &f.failAfterEnqueue},
 		Tokens: must(bearer.Parse("sk_alice=alice,sk_bob=bob")),
 		Idem:   idem.Config{Mode: mode},
@@ -242,5 +248,35 @@ func TestEventsPagination(t *testing.T) {
 	}
 	if r := f.do(t, http.MethodGet, "/v1/events", http.Header{}, ""); r.status != http.StatusUnauthorized {
 		t.Errorf("GET /v1/events without credentials: %d, want 401", r.status)
+	}
+}
+
+// TestProcessorDeclineIsStored: processord declines amounts ending in 02
+// with a 402; paymentsd records the payment as declined, answers 402
+// payment-declined, replays it, and enqueues payment.declined once.
+func TestProcessorDeclineIsStored(t *testing.T) {
+	t.Parallel()
+	psrv := startProcessor(t)
+	proc, err := payments.NewProcessorClient(psrv.URL, "sk_pay", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := setupEvents(t, "sqlite", idem.ModeTwoPhase, proc)
+	body := `{"amount":1002,"currency":"usd","customer":"cus_1"}`
+	first := f.post(t, "sk_alice", "k-decline", jsonType, body)
+	again := f.post(t, "sk_alice", "k-decline", jsonType, body)
+	if first.status != http.StatusPaymentRequired || again.status != http.StatusPaymentRequired ||
+		again.header.Get("Idempotent-Replayed") != "true" || string(first.body) != string(again.body) {
+		t.Fatalf("declined payment %d %s, retry %d %s; want a stored, replayed 402", first.status, first.body, again.status, again.body)
+	}
+	if p := decode[idem.Problem](t, first.body); p.Code != "payment-declined" {
+		t.Fatalf("problem %+v, want payment-declined", p)
+	}
+	if n, err := f.repo.Count(context.Background(), "alice", "k-decline"); err != nil || n != 1 {
+		t.Fatalf("%d payments for the declined key (%v), want 1", n, err)
+	}
+	_, page, body2 := f.events(t, "sk_alice", "")
+	if len(page.Data) != 1 || page.Data[0].Type != payments.EventPaymentDeclined || page.Data[0].Data.Status != payments.StatusDeclined {
+		t.Fatalf("events %s; want one payment.declined", body2)
 	}
 }
