@@ -146,12 +146,12 @@ type Relay struct {
 // NewRelay returns a relay that takes events from store and hands them to
 // d.
 func NewRelay(store Store, d Deliverer, cfg *RelayConfig) (*Relay, error) {
-	if store == nil || d == nil {
-		return nil, errors.New("idemoutbox: a relay needs a store and a deliverer")
-	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
+	}
+	if store == nil || d == nil {
+		return nil, errors.New("idemoutbox: a relay needs a store and a deliverer")
 	}
 	return &Relay{store: store, deliverer: d, cfg: c}, nil
 }
