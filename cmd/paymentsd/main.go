@@ -237,14 +237,17 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if relay == nil {
 		close(relayDone)
 	} else {
-		fmt.Fprintf(stdout, "paymentsd: delivering events to %s\n", o.webhookURL)
+		// Only the host: the URL's path or query may carry a credential.
+		u, _ := url.Parse(o.webhookURL)
+		fmt.Fprintf(stdout, "paymentsd: delivering events to %s://%s\n", u.Scheme, u.Host)
 		go func() {
 			defer close(relayDone)
 			relay.Run(purgeCtx)
 		}()
 	}
-	// The relay stops after the listeners: a batch under way is delivered
-	// again by the next instance to start (at least once).
+	// The relay stops when ctx ends; a batch under way is delivered again
+	// by the next instance (at least once). Run waits for it before the
+	// database closes.
 	defer func() { stopPurge(); <-relayDone }()
 
 	ctx, stop := context.WithCancel(ctx)
