@@ -103,7 +103,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	// Operations.
 	fs.StringVar(&o.logFormat, "log-format", env.String("PAYMENTSD_LOG_FORMAT", "text"), "log format: text or json; every request is logged in one line with its request id (env PAYMENTSD_LOG_FORMAT)")
 	// Webhooks: events are enqueued with every payment; these deliver them.
-	fs.StringVar(&o.webhookURL, "webhook-url", env.String("PAYMENTSD_WEBHOOK_URL", ""), "URL that receives every event as a signed Standard Webhooks POST; empty delivers nothing, events are still listed at GET /v1/events (env PAYMENTSD_WEBHOOK_URL)")
+	o.webhookURL = env.String("PAYMENTSD_WEBHOOK_URL", "")
+	fs.Var((*cmdrun.Redacted)(&o.webhookURL), "webhook-url", "`URL` that receives every event as a signed Standard Webhooks POST; empty delivers nothing, events are still listed at GET /v1/events (env PAYMENTSD_WEBHOOK_URL)")
 	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "secret that signs webhooks, whsec_ followed by base64; required with -webhook-url (env PAYMENTSD_WEBHOOK_SECRET)")
 	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", env.Duration("PAYMENTSD_WEBHOOK_TIMEOUT", idemoutbox.WebhookTimeoutDefault), "time limit of one webhook delivery attempt (env PAYMENTSD_WEBHOOK_TIMEOUT)")
 	fs.DurationVar(&o.webhookRetry, "webhook-retry", env.Duration("PAYMENTSD_WEBHOOK_RETRY", idemoutbox.BackoffBase), "wait before the first retry of a failed webhook, doubling per attempt up to 1h, jittered (env PAYMENTSD_WEBHOOK_RETRY)")
