@@ -157,9 +157,10 @@ func NewRelay(store Store, d Deliverer, cfg *RelayConfig) (*Relay, error) {
 }
 
 // Run delivers due events until ctx ends, then returns nil. It takes
-// batches back to back while they come full, polls every PollInterval
-// otherwise, and purges delivered events past retention and reports the
-// backlog every PurgeInterval. Store errors are logged and retried after
+// batches back to back while they come full and polls every PollInterval
+// otherwise; it reports the backlog to Metrics after each poll (at most
+// once per PollInterval while busy) and purges delivered events past
+// retention every PurgeInterval. Store errors are logged and retried after
 // PollInterval. An event whose delivery was under way when ctx ended is
 // delivered again by the next relay: delivery is at least once.
 func (r *Relay) Run(ctx context.Context) error {
@@ -167,7 +168,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return errors.New("idemoutbox: the relay is already running")
 	}
 	defer r.running.Store(false)
-	var lastPurge time.Time
+	var lastPurge, lastReport time.Time
 	for {
 		n, err := r.DeliverOnce(ctx)
 		if ctx.Err() != nil {
@@ -176,17 +177,23 @@ func (r *Relay) Run(ctx context.Context) error {
 		if err != nil {
 			r.cfg.Logger.WarnContext(ctx, "idemoutbox: relay batch failed", "error", err)
 		}
-		if err == nil && n == r.cfg.BatchSize {
-			continue
-		}
+		busy := err == nil && n == r.cfg.BatchSize
+		// Housekeeping runs on its own schedule, also while batches come
+		// full, so that a backlog is reported while it builds up.
 		if time.Since(lastPurge) >= r.cfg.PurgeInterval {
 			lastPurge = time.Now()
 			if _, err := r.Purge(ctx); err != nil && ctx.Err() == nil {
 				r.cfg.Logger.WarnContext(ctx, "idemoutbox: purge failed", "error", err)
 			}
 		}
-		if err := r.ReportBacklog(ctx); err != nil && ctx.Err() == nil {
-			r.cfg.Logger.WarnContext(ctx, "idemoutbox: backlog stats failed", "error", err)
+		if !busy || time.Since(lastReport) >= r.cfg.PollInterval {
+			lastReport = time.Now()
+			if err := r.ReportBacklog(ctx); err != nil && ctx.Err() == nil {
+				r.cfg.Logger.WarnContext(ctx, "idemoutbox: backlog stats failed", "error", err)
+			}
+		}
+		if busy {
+			continue
 		}
 		t := time.NewTimer(r.cfg.PollInterval)
 		select {

@@ -49,6 +49,7 @@ func RunOutboxTests(t *testing.T, h OutboxHarness) {
 	t.Run("ParksDeadEventAfterMaxAttempts", o.parksDead)
 	t.Run("ConcurrentRelaysDeliverEachEventOnce", o.concurrentRelays)
 	t.Run("StoppedRelayLosesNothing", o.stoppedRelay)
+	t.Run("ReportsBacklogWhileBusy", o.reportsBacklogWhileBusy)
 	t.Run("PurgesDeliveredAfterRetention", o.purgesDelivered)
 	t.Run("ListsOwnEventsNewestFirst", o.listsOwnEvents)
 }
@@ -334,6 +335,7 @@ type countingMetrics struct {
 	mu      sync.Mutex
 	results map[idemoutbox.Result]int
 	backlog idemoutbox.Stats
+	reports []int64 // pending, per Backlog call
 }
 
 func (m *countingMetrics) Delivery(_ context.Context, r idemoutbox.Result) {
@@ -349,6 +351,7 @@ func (m *countingMetrics) Backlog(_ context.Context, pending int64, _ time.Durat
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.backlog = idemoutbox.Stats{Pending: pending, Dead: dead}
+	m.reports = append(m.reports, pending)
 }
 
 func (m *countingMetrics) count(r idemoutbox.Result) int {
@@ -734,5 +737,43 @@ func (o outboxSuite) listsOwnEvents(t *testing.T) {
 		if !seen[id] {
 			t.Fatalf("event %s missing from the listing", id)
 		}
+	}
+}
+
+func (o outboxSuite) reportsBacklogWhileBusy(t *testing.T) {
+	t.Parallel()
+	s := o.store(t)
+	const events = 5
+	enqueueCommitted(t, s, "client-a", events, time.Now())
+	r, srv := newReceiver(t, nil)
+	m := &countingMetrics{}
+	// Batches of one come full until the outbox is empty: the backlog is
+	// reported while they do, not only once the relay is idle.
+	relay := newRelay(t, s, r, srv, idemoutbox.RelayConfig{BatchSize: 1, PollInterval: time.Nanosecond, Metrics: m})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	deadline := time.Now().Add(outboxTimeout)
+	for r.delivered() < events && time.Now().Before(deadline) {
+		waitBriefly()
+	}
+	// The relay is running: a second Run of it is refused at once.
+	if err := relay.Run(ctx); err == nil {
+		t.Error("a second Run of a running relay returned nil, want an error")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	busy := 0
+	for _, p := range m.reports {
+		if p > 0 {
+			busy++
+		}
+	}
+	if r.delivered() != events || busy == 0 {
+		t.Fatalf("%d events delivered, backlog reports %v; want %d delivered and a nonzero backlog reported while busy", r.delivered(), m.reports, events)
 	}
 }
