@@ -38,21 +38,29 @@ var ProblemDeclined = idem.ProblemKind{Code: "payment-declined", Status: http.St
 
 // enqueuePaymentEvent writes the event that describes p in the request's
 // transaction: payment.succeeded or payment.declined, with the payment as
-// its data. The event commits with the payment or not at all.
+// its data. The event commits with the payment or not at all. A payment
+// request has one event whatever its outcome: the purpose is the same.
 func (s *Service) enqueuePaymentEvent(ctx context.Context, p *Payment) error {
-	if s.cfg.Outbox == nil {
-		return nil
-	}
 	typ := EventPaymentSucceeded
 	if p.Status == StatusDeclined {
 		typ = EventPaymentDeclined
 	}
-	payload, err := json.Marshal(p)
+	return s.enqueueEvent(ctx, "payment-event", typ, p)
+}
+
+// enqueueEvent writes an event of type typ with data, as JSON, in the
+// request's transaction, once per request and purpose. Without an outbox
+// it does nothing.
+func (s *Service) enqueueEvent(ctx context.Context, purpose, typ string, data any) error {
+	if s.cfg.Outbox == nil {
+		return nil
+	}
+	payload, err := json.Marshal(data)
 	if err != nil {
 		return fmt.Errorf("payments: encode event: %w", err)
 	}
 	_, err = idemoutbox.Enqueue(ctx, s.cfg.Outbox, idemoutbox.EventParams{
-		Purpose: "payment-event", Type: typ, Payload: payload, Now: s.cfg.Now(),
+		Purpose: purpose, Type: typ, Payload: payload, Now: s.cfg.Now(),
 	})
 	return err
 }
