@@ -29,6 +29,12 @@ type Store interface {
 	// OutboxStats counts the outbox's events.
 	OutboxStats(ctx context.Context) (Stats, error)
 
+	// RetryDead makes dead events pending again, due at now, with their
+	// attempts reset to 0, and returns how many; for operators, once the
+	// receiver is fixed. An empty ids retries every dead event; otherwise
+	// only the dead events among ids.
+	RetryDead(ctx context.Context, now time.Time, ids ...string) (int64, error)
+
 	// ListEvents returns a client's events, newest first.
 	ListEvents(ctx context.Context, p ListParams) ([]Event, error)
 }

@@ -141,6 +141,19 @@ func (s *Store) OutboxStats(ctx context.Context) (idemoutbox.Stats, error) {
 	return st, nil
 }
 
+// RetryDead implements idemoutbox.Store.
+func (s *Store) RetryDead(ctx context.Context, now time.Time, ids ...string) (int64, error) {
+	var only []string // NULL: every dead event
+	if len(ids) > 0 {
+		only = ids
+	}
+	tag, err := s.pool.Exec(ctx, queryRetryDead, now, only)
+	if err != nil {
+		return 0, wrapErr(ctx, "retry dead events", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // ListEvents implements idemoutbox.Store.
 func (s *Store) ListEvents(ctx context.Context, p idemoutbox.ListParams) ([]idemoutbox.Event, error) {
 	if p.ClientID == "" || p.Limit <= 0 {

@@ -29,6 +29,12 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED
 )`
 
+	// queryRetryDead makes dead events pending at $1: all of them when $2
+	// is NULL, else those whose id is in $2.
+	queryRetryDead = `UPDATE idem_outbox
+SET status = 'pending', attempts = 0, next_attempt_at = $1
+WHERE status = 'dead' AND ($2::text[] IS NULL OR id = ANY ($2::text[]))`
+
 	queryOutboxStats = `SELECT count(*) FILTER (WHERE status = 'pending'),
        min(created_at) FILTER (WHERE status = 'pending'),
        count(*) FILTER (WHERE status = 'dead')

@@ -143,6 +143,40 @@ func (s *Store) OutboxStats(ctx context.Context) (idemoutbox.Stats, error) {
 	return st, nil
 }
 
+// RetryDead implements idemoutbox.Store, in one transaction.
+func (s *Store) RetryDead(ctx context.Context, now time.Time, ids ...string) (int64, error) {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	run := func(query string, args ...any) error {
+		res, err := tx.ExecContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		total += n
+		return nil
+	}
+	if len(ids) == 0 {
+		err = run(queryRetryDead, now.UnixMicro())
+	}
+	for _, id := range ids {
+		if err = run(queryRetryDeadOne, now.UnixMicro(), id); err != nil {
+			break
+		}
+	}
+	if err != nil {
+		tx.rollback()
+		return 0, fmt.Errorf("idemsqlite: retry dead events: %w", unavailable(err))
+	}
+	if err := tx.commit(); err != nil {
+		return 0, fmt.Errorf("idemsqlite: retry dead events: commit: %w", unavailable(err))
+	}
+	return total, nil
+}
+
 // ListEvents implements idemoutbox.Store.
 func (s *Store) ListEvents(ctx context.Context, p idemoutbox.ListParams) ([]idemoutbox.Event, error) {
 	if p.ClientID == "" || p.Limit <= 0 {

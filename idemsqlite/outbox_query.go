@@ -22,6 +22,14 @@ WHERE id = ? AND status = 'pending'`
 WHERE id IN (
     SELECT id FROM idem_outbox WHERE status = 'delivered' AND delivered_at < ? LIMIT ?)`
 
+	queryRetryDead = `UPDATE idem_outbox
+SET status = 'pending', attempts = 0, next_attempt_at = ?
+WHERE status = 'dead'`
+
+	queryRetryDeadOne = `UPDATE idem_outbox
+SET status = 'pending', attempts = 0, next_attempt_at = ?
+WHERE status = 'dead' AND id = ?`
+
 	queryOutboxStats = `SELECT
     (SELECT count(*) FROM idem_outbox WHERE status = 'pending'),
     (SELECT min(created_at) FROM idem_outbox WHERE status = 'pending'),
