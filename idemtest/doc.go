@@ -11,4 +11,9 @@
 // with a versioned schema (see [Harness].NewUnmigrated) the schema tests.
 // [RunAdminTests] checks a store's [idem.KeyAdmin]: listing, reading, the
 // fenced release of stuck keys and the deletion of completed ones.
+// [RunOutboxTests] checks a store's outbox (idemoutbox.Store): events
+// commit and roll back with the lease, reruns enqueue once, and a relay
+// delivers with retries, dead events, concurrent relays and restarts.
+// MemoryStore has an outbox too, so handlers that enqueue events can be
+// tested on it.
 package idemtest

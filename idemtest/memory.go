@@ -9,17 +9,21 @@ import (
 	"sync"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemoutbox"
 )
 
 var _ idem.Store = (*MemoryStore)(nil)
 
 // MemoryStore is an [idem.Store] that keeps keys in memory. It has no
-// transactions: Lease.Context returns the context unchanged. It is safe for
-// concurrent use, and it follows the same rules as the database stores,
-// including takeover of expired two-phase leases.
+// business transactions; Lease.Context only carries the lease, so that
+// outbox events enqueued in a handler (idemoutbox.Enqueue) are kept with
+// Complete and dropped with Release, as a database store's would be. It is
+// safe for concurrent use, and it follows the same rules as the database
+// stores, including takeover of expired two-phase leases.
 type MemoryStore struct {
 	mu      sync.Mutex
 	records map[idem.Scope]*idem.Record
+	outbox  memoryOutbox // guarded by mu; see memory_outbox.go
 }
 
 // NewMemoryStore returns an empty store.
@@ -122,9 +126,14 @@ type memoryLease struct {
 	token     int64
 	takenOver bool
 	ended     bool // guarded by store.mu
+	// events are the outbox events enqueued under the lease, kept by
+	// Complete; guarded by store.mu.
+	events []idemoutbox.Event
 }
 
-func (l *memoryLease) Context(ctx context.Context) context.Context { return ctx }
+func (l *memoryLease) Context(ctx context.Context) context.Context {
+	return context.WithValue(ctx, memoryLeaseKey{}, l)
+}
 
 func (l *memoryLease) Info() idem.LeaseInfo {
 	return idem.LeaseInfo{Token: l.token, TakenOver: l.takenOver}
@@ -152,6 +161,7 @@ func (l *memoryLease) Complete(ctx context.Context, resp *idem.Response) error {
 	}
 	rec.Status = idem.StatusCompleted
 	rec.Response = cloneResponse(resp)
+	l.store.outbox.commit(l.events)
 	return nil
 }
 
