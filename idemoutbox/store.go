@@ -14,8 +14,9 @@ type Store interface {
 	// DeliverBatch takes up to p.Limit pending events due at p.Now, oldest
 	// due first, calls deliver once with them, and records the outcome
 	// deliver returns for each (outcomes[i] is events[i]'s). No other
-	// DeliverBatch, in this process or another, is given any of these
-	// events until their outcomes are recorded or the call fails. It
+	// DeliverBatch is given any of these events until their outcomes are
+	// recorded or the call fails: on idempg, in any process; on idemsqlite
+	// and idemtest.MemoryStore, on the same Store value. It
 	// returns the number of events taken; 0 means none was due. When it
 	// fails, no outcome is recorded and the events are delivered again
 	// later.
