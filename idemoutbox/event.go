@@ -107,9 +107,10 @@ func EventID(ctx context.Context, purpose string) string {
 
 // Enqueue writes an event in the transaction of the request whose context
 // ctx is, through s. The event commits with the request's business writes
-// and stored response, or rolls back with them. It returns the event as
-// written; when an event with the same id exists (a rerun of the request),
-// nothing is written and the existing event is kept.
+// and stored response, or rolls back with them. It returns the event it
+// asked the store to write; when an event with the same id exists (from a
+// committed earlier run of the request), the store keeps that one and
+// writes nothing.
 func Enqueue(ctx context.Context, s Enqueuer, p EventParams) (Event, error) {
 	scope, ok := idem.ScopeFromContext(ctx)
 	if !ok {
