@@ -38,14 +38,16 @@ var ProblemDeclined = idem.ProblemKind{Code: "payment-declined", Status: http.St
 
 // enqueuePaymentEvent writes the event that describes p in the request's
 // transaction: payment.succeeded or payment.declined, with the payment as
-// its data. The event commits with the payment or not at all. A payment
-// request has one event whatever its outcome: the purpose is the same.
+// its data. The event commits with the payment or not at all, so a
+// request has one event whatever its outcome. The purpose names the
+// payment: a key reused after its retention makes a new payment, whose
+// event must not collide with the first payment's.
 func (s *Service) enqueuePaymentEvent(ctx context.Context, p *Payment) error {
 	typ := EventPaymentSucceeded
 	if p.Status == StatusDeclined {
 		typ = EventPaymentDeclined
 	}
-	return s.enqueueEvent(ctx, "payment-event", typ, p)
+	return s.enqueueEvent(ctx, "payment-event:"+p.ID, typ, p)
 }
 
 // enqueueEvent writes an event of type typ with data, as JSON, in the

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemoutbox"
@@ -60,6 +61,12 @@ func (d *declining) Charge(_ context.Context, key string, p payments.Params) (st
 // customer cus_declined, or with proc when one is given.
 func setupEvents(t *testing.T, kind string, mode idem.Mode, proc ...payments.Processor) *eventsFixture {
 	t.Helper()
+	return setupEventsWith(t, kind, idem.Config{Mode: mode}, proc...)
+}
+
+// setupEventsWith is setupEvents with the middleware configured by ic.
+func setupEventsWith(t *testing.T, kind string, ic idem.Config, proc ...payments.Processor) *eventsFixture {
+	t.Helper()
 	var processor payments.Processor = &declining{}
 	if len(proc) > 0 {
 		processor = proc[0]
@@ -83,7 +90,7 @@ func setupEvents(t *testing.T, kind string, mode idem.Mode, proc ...payments.Pro
 		Repo: repo, Store: db.Store(), Logger: quiet, Processor: processor,
 		Outbox: failingOutbox{Store: db.Outbox(), fail: &f.failAfterEnqueue},
 		Tokens: must(bearer.Parse("sk_alice=alice,sk_bob=bob")),
-		Idem:   idem.Config{Mode: mode},
+		Idem:   ic,
 	})
 	if err != nil {
 		t.Fatalf("NewService: %v", err)
@@ -278,5 +285,26 @@ func TestProcessorDeclineIsStored(t *testing.T) {
 	_, page, body2 := f.events(t, "sk_alice", "")
 	if len(page.Data) != 1 || page.Data[0].Type != payments.EventPaymentDeclined || page.Data[0].Data.Status != payments.StatusDeclined {
 		t.Fatalf("events %s; want one payment.declined", body2)
+	}
+}
+
+// TestKeyReusedAfterRetentionGetsItsOwnEvent: a key whose retention passed
+// makes a new payment, and that payment has an event of its own.
+func TestKeyReusedAfterRetentionGetsItsOwnEvent(t *testing.T) {
+	t.Parallel()
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	f := setupEventsWith(t, "sqlite", idem.Config{Mode: idem.ModeAtomic, Retention: time.Hour, Now: clock})
+	body := `{"amount":500,"currency":"usd","customer":"cus_1"}`
+	first := f.post(t, "sk_alice", "k-reused", jsonType, body)
+	now.Add(int64(2 * time.Hour))
+	second := f.post(t, "sk_alice", "k-reused", jsonType, body)
+	if first.status != http.StatusCreated || second.status != http.StatusCreated || second.header.Get("Idempotent-Replayed") == "true" {
+		t.Fatalf("first %d, after retention %d (replayed %q); want two new payments", first.status, second.status, second.header.Get("Idempotent-Replayed"))
+	}
+	_, page, body2 := f.events(t, "sk_alice", "")
+	if len(page.Data) != 2 || page.Data[0].Data.ID == page.Data[1].Data.ID {
+		t.Fatalf("events %s; want one per payment", body2)
 	}
 }
