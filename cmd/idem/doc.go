@@ -9,6 +9,7 @@
 //
 //	check   test a live endpoint against the Idempotency-Key contract
 //	keys    list, show, release or delete keys: find and free stuck keys
+//	outbox  show the outbox's backlog and dead events, and retry dead events
 //
 // "idem help <command>" or "idem <command> -h" prints a command's flags; most
 // flags have an environment-variable twin named in their help, such as
