@@ -239,6 +239,11 @@ func (r *Relay) deliverOne(ctx context.Context, e Event) Outcome {
 		r.cfg.Metrics.Delivery(ctx, ResultDelivered)
 		return Outcome{Status: StatusDelivered, At: now, NextAttemptAt: now}
 	}
+	if ctx.Err() != nil {
+		// The relay is stopping: the batch's outcomes are not recorded and
+		// the event is delivered again, so this is no attempt to count.
+		return Outcome{Status: StatusPending, At: now, NextAttemptAt: e.NextAttemptAt, Error: err.Error()}
+	}
 	attempt := e.Attempts + 1
 	log := r.cfg.Logger.With("event_id", e.ID, "event_type", e.Type, "attempt", attempt, "error", err.Error())
 	if attempt >= r.cfg.MaxAttempts {
