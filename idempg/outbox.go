@@ -79,6 +79,9 @@ func (s *Store) DeliverBatch(ctx context.Context, p idemoutbox.BatchParams, deli
 	if len(outcomes) != len(events) {
 		return 0, fmt.Errorf("idempg: deliver batch: %d outcomes for %d events", len(outcomes), len(events))
 	}
+	if err := ctx.Err(); err != nil {
+		return 0, wrapErr(ctx, "deliver batch", err) // rolled back: delivered again
+	}
 	b := &pgx.Batch{}
 	for i, o := range outcomes {
 		var delivered *time.Time
