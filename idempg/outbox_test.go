@@ -16,7 +16,7 @@ func TestOutboxConformance(t *testing.T) {
 			connString := pgtest.NewDatabase(t)
 			stores := make([]idemtest.OutboxStore, n)
 			for i := range stores {
-				s, err := idempg.New(newPool(t, connString, 8), &idempg.Config{Logger: quiet})
+				s, err := idempg.New(newPool(t, connString, 4), &idempg.Config{Logger: quiet})
 				if err != nil {
 					t.Fatalf("New: %v", err)
 				}

@@ -116,7 +116,7 @@ func TestTwoInstancesDeliverEveryEventOnce(t *testing.T) {
 	paymentsd, _ := binaries(t)
 	instances := make([]*process, 2)
 	for i := range instances {
-		instances[i] = start(t, paymentsd, "-addr", "127.0.0.1:0", "-migrate", "-db", dbURL,
+		instances[i] = start(t, paymentsd, "-addr", "127.0.0.1:0", "-migrate", "-db", withPoolSize(dbURL, 8),
 			"-webhook-url", recvURL, "-webhook-secret", recv.secret, "-webhook-retry", "20ms", "-webhook-max-attempts", "1000")
 	}
 
@@ -312,7 +312,7 @@ func TestKilledRelayLosesNoEvent(t *testing.T) {
 		}
 	})
 	paymentsd, _ := binaries(t)
-	args := []string{"-addr", "127.0.0.1:0", "-migrate", "-db", dbURL,
+	args := []string{"-addr", "127.0.0.1:0", "-migrate", "-db", withPoolSize(dbURL, 4),
 		"-webhook-url", blocking.URL, "-webhook-secret", recv.secret, "-webhook-retry", "20ms"}
 	first := start(t, paymentsd, args...)
 	const payments = 20
@@ -346,4 +346,13 @@ func TestKilledRelayLosesNoEvent(t *testing.T) {
 	if len(recv.invalid) > 0 || recv.overlaps != 0 {
 		t.Fatalf("%d invalid deliveries, %d overlaps; want none", len(recv.invalid), recv.overlaps)
 	}
+}
+
+// withPoolSize bounds the pool of a paymentsd on the shared test server.
+func withPoolSize(dbURL string, conns int) string {
+	sep := "?"
+	if strings.Contains(dbURL, "?") {
+		sep = "&"
+	}
+	return fmt.Sprintf("%s%spool_max_conns=%d", dbURL, sep, conns)
 }
