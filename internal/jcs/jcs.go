@@ -88,6 +88,55 @@ func (o Options) Members(src []byte) ([]Member, error) {
 	return members, nil
 }
 
+// MemberSpan locates one member of a top-level object in a canonical text
+// that [Options.Append] wrote.
+type MemberSpan struct {
+	// Name is the member name, unescaped. It may share memory with the
+	// input.
+	Name []byte
+	// Start, ValueStart and End are offsets into the canonical text: the
+	// member's "name":value text spans [Start, End), its value
+	// [ValueStart, End).
+	Start, ValueStart, End int
+}
+
+// Canonical is the canonical form of a JSON text, as [Options.Append]
+// returns it.
+type Canonical struct {
+	// Text is the buffer given to Append with the canonical form, what
+	// [Options.Canonicalize] returns, appended.
+	Text []byte
+	// IsObject reports whether the text is a JSON object.
+	IsObject bool
+	// Members are the members of a top-level object in canonical order,
+	// appended to the slice given to Append, with offsets into Text. Nil
+	// when the text is not an object.
+	Members []MemberSpan
+}
+
+// Append is [Options.Canonicalize] and [Options.Members] in one pass, for
+// callers that reuse their buffers: it appends the canonical form of src to
+// dst and, when src is an object, the spans of its members to members. It
+// fails with the errors of Canonicalize.
+func (o Options) Append(dst, src []byte, members []MemberSpan) (Canonical, error) {
+	p := newParser(src)
+	p.exact = o.ExactNumbers
+	defer p.release()
+	p.keepTop = true
+	out, err := p.document(dst)
+	if err != nil {
+		return Canonical{}, err
+	}
+	c := Canonical{Text: out, IsObject: p.topIsObject}
+	if c.IsObject {
+		c.Members = members
+		for _, m := range p.top {
+			c.Members = append(c.Members, MemberSpan{Name: m.name, Start: m.start, ValueStart: m.valueStart, End: m.end})
+		}
+	}
+	return c, nil
+}
+
 // parser is a recursive-descent JSON parser that appends the canonical form
 // of what it reads to a buffer.
 type parser struct {
