@@ -79,11 +79,14 @@ func (p *parser) number(dst []byte) ([]byte, error) {
 	if !p.exact {
 		return out, nil
 	}
-	want, ok := parseDecimal(text)
+	// Digits of up to 32 bytes, which every double's shortest form fits in,
+	// need no allocation.
+	var wantDigits, gotDigits [32]byte
+	want, ok := parseDecimal(wantDigits[:0], text)
 	if !ok {
 		return nil, fmt.Errorf("%w: exponent of %.40s at offset %d", ErrNumber, text, start)
 	}
-	if got, _ := parseDecimal(out[len(dst):]); got.equal(want) {
+	if got, _ := parseDecimal(gotDigits[:0], out[len(dst):]); got.equal(want) {
 		return out, nil
 	}
 	return want.appendTo(dst), nil
@@ -102,15 +105,15 @@ type decimal struct {
 const maxExponentDigits = 15
 
 // parseDecimal reads the exact value of s, which has the JSON number
-// grammar. ok is false when the exponent has more than maxExponentDigits
-// digits.
-func parseDecimal(s []byte) (d decimal, ok bool) {
+// grammar, with its digits appended to buf. ok is false when the exponent
+// has more than maxExponentDigits digits.
+func parseDecimal(buf, s []byte) (d decimal, ok bool) {
 	i := 0
 	if s[i] == '-' {
 		d.neg = true
 		i++
 	}
-	digits := make([]byte, 0, len(s))
+	digits := buf
 	var fraction int64
 	for ; i < len(s) && isDigit(s[i]); i++ {
 		digits = append(digits, s[i])
