@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
@@ -126,7 +127,7 @@ const (
 func fingerprintOf(p FingerprintParams) (fingerprint, error) {
 	s := scratchPool.Get().(*scratch)
 	defer s.release()
-	query, _, err := s.canonicalPairs(s.query[:0], p.RawQuery, nil, false)
+	query, _, err := canonicalPairs(s, s.query[:0], p.RawQuery, nil, false)
 	if err != nil {
 		return fingerprint{}, &bodyError{err: errMalformedQuery, reason: "the query string does not parse"}
 	}
@@ -156,6 +157,8 @@ type scratch struct {
 	value []byte           // a body with excluded fields left out; a form field's values
 	spans []jcs.MemberSpan // the members of a JSON body
 	pairs []formPair       // the pairs of a form body or query
+	// unescaped holds the names and values of the pairs.
+	unescaped []byte
 	// pointers holds the JSON pointers of a body's fields, one after the
 	// other; ends holds where each ends.
 	pointers []byte
@@ -163,7 +166,7 @@ type scratch struct {
 }
 
 // formPair is one name=value pair of a form body or query, unescaped.
-type formPair struct{ name, value string }
+type formPair struct{ name, value []byte }
 
 // maxScratchBytes bounds each buffer a scratch keeps for reuse, so that one
 // large body does not pin memory.
@@ -176,7 +179,7 @@ func (s *scratch) release() {
 	clear(s.spans[:cap(s.spans)])
 	clear(s.pairs[:cap(s.pairs)])
 	s.spans, s.pairs, s.pointers, s.ends = s.spans[:0], s.pairs[:0], s.pointers[:0], s.ends[:0]
-	for _, b := range []*[]byte{&s.head, &s.query, &s.text, &s.value, &s.pointers} {
+	for _, b := range []*[]byte{&s.head, &s.query, &s.text, &s.value, &s.pointers, &s.unescaped} {
 		if cap(*b) > maxScratchBytes {
 			*b = nil
 		}
@@ -262,7 +265,7 @@ func (s *scratch) canonicalBody(p FingerprintParams) (kind string, body []byte, 
 		body, fields, err = s.canonicalJSON(p.Body, p.Exclude)
 		return kindJSON, body, fields, err
 	case isForm:
-		form, fields, ferr := s.canonicalPairs(s.text[:0], string(p.Body), p.Exclude, true)
+		form, fields, ferr := canonicalPairs(s, s.text[:0], p.Body, p.Exclude, true)
 		if ferr != nil {
 			return "", nil, nil, &bodyError{err: errMalformedBody, reason: "the form body does not parse"}
 		}
@@ -405,36 +408,39 @@ func jsonError(err error) error {
 const maxSplitPairs = 64
 
 // canonicalPairs parses URL-encoded pairs as url.ParseQuery does, and
-// appends them to dst with names sorted and, for each name, values sorted.
-// With digests, it also returns the digests of the fields, one for each
-// name that is not excluded, sorted by pointer; excluded names are left out
-// of the encoding too.
-func (s *scratch) canonicalPairs(dst []byte, raw string, exclude []string, digests bool) ([]byte, []fieldDigest, error) {
-	if raw == "" {
+// appends them to dst with names sorted and, for each name, values sorted,
+// escaped as url.QueryEscape escapes them. With digests, it also returns
+// the digests of the fields, one for each name that is not excluded, sorted
+// by pointer; excluded names are left out of the encoding too.
+func canonicalPairs[T string | []byte](s *scratch, dst []byte, raw T, exclude []string, digests bool) ([]byte, []fieldDigest, error) {
+	if len(raw) == 0 {
 		return dst, nil, nil
 	}
 	s.pairs, s.pointers, s.ends = s.pairs[:0], s.pointers[:0], s.ends[:0]
+	// Unescaped text is never longer than the escaped, so that the pairs
+	// can point into this buffer while it is filled.
+	s.unescaped = slices.Grow(s.unescaped[:0], len(raw))
 	var err error
-	if strings.Count(raw, "&") < maxSplitPairs {
-		err = s.splitPairs(raw, exclude)
+	if countByte(raw, '&') < maxSplitPairs {
+		err = splitPairs(s, raw, exclude)
 	} else {
-		err = s.parsePairs(raw, exclude)
+		err = s.parsePairs(string(raw), exclude)
 	}
 	if err != nil {
 		return dst, nil, err
 	}
 	pairs := s.pairs
 	slices.SortFunc(pairs, func(a, b formPair) int {
-		if c := strings.Compare(a.name, b.name); c != 0 {
+		if c := bytes.Compare(a.name, b.name); c != 0 {
 			return c
 		}
-		return strings.Compare(a.value, b.value)
+		return bytes.Compare(a.value, b.value)
 	})
 	var fields []fieldDigest
 	if digests {
 		names := 0
 		for i := range pairs {
-			if i == 0 || pairs[i].name != pairs[i-1].name {
+			if i == 0 || !bytes.Equal(pairs[i].name, pairs[i-1].name) {
 				names++
 			}
 		}
@@ -442,20 +448,20 @@ func (s *scratch) canonicalPairs(dst []byte, raw string, exclude []string, diges
 	}
 	start := len(dst)
 	for i := 0; i < len(pairs); {
-		first := pairs[i].name
-		name := url.QueryEscape(first)
+		name := pairs[i].name
 		values := s.value[:0]
-		for ; i < len(pairs) && pairs[i].name == first; i++ {
+		for ; i < len(pairs) && bytes.Equal(pairs[i].name, name); i++ {
 			if len(dst) > start {
 				dst = append(dst, '&')
 			}
-			v := url.QueryEscape(pairs[i].value)
-			dst = append(append(append(dst, name...), '='), v...)
-			values = append(append(values, v...), '&')
+			dst = append(appendQueryEscape(dst, name), '=')
+			valueStart := len(dst)
+			dst = appendQueryEscape(dst, pairs[i].value)
+			values = append(append(values, dst[valueStart:]...), '&')
 		}
 		s.value = values
 		if digests {
-			fields = append(fields, s.digestField(addPointer(s, first), values))
+			fields = append(fields, s.digestField(addPointer(s, name), values))
 		}
 	}
 	if digests {
@@ -467,26 +473,35 @@ func (s *scratch) canonicalPairs(dst []byte, raw string, exclude []string, diges
 
 // splitPairs reads the pairs of raw into s.pairs, leaving out excluded
 // names, as url.ParseQuery reads them.
-func (s *scratch) splitPairs(raw string, exclude []string) error {
-	for rest := raw; rest != ""; {
-		var pair string
-		pair, rest, _ = strings.Cut(rest, "&")
-		if strings.Contains(pair, ";") {
+func splitPairs[T string | []byte](s *scratch, raw T, exclude []string) error {
+	for len(raw) > 0 {
+		pair := raw
+		if i := indexByte(raw, '&'); i >= 0 {
+			pair, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = raw[len(raw):]
+		}
+		if indexByte(pair, ';') >= 0 {
 			return errors.New("invalid semicolon separator in query")
 		}
-		if pair == "" {
+		if len(pair) == 0 {
 			continue
 		}
-		name, value, _ := strings.Cut(pair, "=")
-		name, err := url.QueryUnescape(name)
-		if err != nil {
-			return err
+		name, value := pair, pair[len(pair):]
+		if i := indexByte(pair, '='); i >= 0 {
+			name, value = pair[:i], pair[i+1:]
 		}
-		if value, err = url.QueryUnescape(value); err != nil {
-			return err
+		start := len(s.unescaped)
+		var ok bool
+		if s.unescaped, ok = appendQueryUnescape(s.unescaped, name); !ok {
+			return errors.New("invalid URL escape")
 		}
-		if !excludedName(exclude, name) {
-			s.pairs = append(s.pairs, formPair{name, value})
+		middle := len(s.unescaped)
+		if s.unescaped, ok = appendQueryUnescape(s.unescaped, value); !ok {
+			return errors.New("invalid URL escape")
+		}
+		if p := (formPair{s.unescaped[start:middle], s.unescaped[middle:]}); !excludedName(exclude, p.name) {
+			s.pairs = append(s.pairs, p)
 		}
 	}
 	return nil
@@ -500,20 +515,94 @@ func (s *scratch) parsePairs(raw string, exclude []string) error {
 		return err
 	}
 	for name, vs := range values {
-		if excludedName(exclude, name) {
+		if excludedName(exclude, []byte(name)) {
 			continue
 		}
 		for _, v := range vs {
-			s.pairs = append(s.pairs, formPair{name, v})
+			s.pairs = append(s.pairs, formPair{[]byte(name), []byte(v)})
 		}
 	}
 	return nil
 }
 
+// appendQueryUnescape appends text unescaped as url.QueryUnescape
+// unescapes it: "+" is a space and "%" starts two hexadecimal digits. It
+// reports false for a "%" without them.
+func appendQueryUnescape[T string | []byte](dst []byte, text T) ([]byte, bool) {
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; c {
+		case '+':
+			dst = append(dst, ' ')
+		case '%':
+			if i+2 >= len(text) || !isHex(text[i+1]) || !isHex(text[i+2]) {
+				return dst, false
+			}
+			dst = append(dst, unhex(text[i+1])<<4|unhex(text[i+2]))
+			i += 2
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return dst, true
+}
+
+// appendQueryEscape appends b escaped as url.QueryEscape escapes it:
+// letters, digits and "-_.~" as they are, a space as "+", any other byte
+// as "%" and two upper-case hexadecimal digits.
+func appendQueryEscape(dst, b []byte) []byte {
+	const hexDigits = "0123456789ABCDEF"
+	for _, c := range b {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.', c == '~':
+			dst = append(dst, c)
+		case c == ' ':
+			dst = append(dst, '+')
+		default:
+			dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&0xF])
+		}
+	}
+	return dst
+}
+
+// indexByte returns the index of the first c in s, or -1.
+func indexByte[T string | []byte](s T, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// countByte returns the number of c in s.
+func countByte[T string | []byte](s T, c byte) int {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			n++
+		}
+	}
+	return n
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
+}
+
 // excludedName reports whether the form field name is excluded.
-func excludedName(exclude []string, name string) bool {
+func excludedName(exclude []string, name []byte) bool {
 	for _, ptr := range exclude {
-		if unescapePointer(ptr) == name {
+		if unescapePointer(ptr) == string(name) {
 			return true
 		}
 	}

@@ -278,6 +278,8 @@ func FuzzFingerprintMatchesReference(f *testing.F) {
 		{"", "application/x-www-form-urlencoded", `a=%zz`, nil},
 		{"", "application/x-www-form-urlencoded", `a%2Fb=1&c~d=2&&x&=y&z=&z=%3C%26%3E&%C3%A9=%E2%82%AC&%FF=1`, nil},
 		{"", "application/x-www-form-urlencoded", `a;b=1`, nil},
+		{strings.Repeat("q=%41&", 70), "application/x-www-form-urlencoded", strings.Repeat("b=2&a=1&a+b=%7E&", 30), []string{"/a b"}},
+		{"", "application/x-www-form-urlencoded", strings.Repeat("b=2&a=1&", 40) + "%zz", nil},
 		{"a=1;b=2", "application/json", `{}`, nil},
 		{"b=2&a=1&a=0&c", "", ``, nil},
 		{"", "", `{"amount":1}`, nil},
@@ -313,4 +315,21 @@ func FuzzFingerprintMatchesReference(f *testing.F) {
 			t.Fatalf("encodeFields of %+v = %s, reference %s", p, enc, wantEnc)
 		}
 	})
+}
+
+func TestQueryEscapingIsURLs(t *testing.T) {
+	t.Parallel()
+	for c := range 256 {
+		b := []byte{'a', byte(c), 'z'}
+		if got, want := string(appendQueryEscape(nil, b)), url.QueryEscape(string(b)); got != want {
+			t.Errorf("appendQueryEscape(%q) = %q, url.QueryEscape %q", b, got, want)
+		}
+		for _, text := range []string{string(b), "%" + string(b), "%4" + string(b), "x%" + string(b) + "1", "+" + string(b) + "%41"} {
+			got, ok := appendQueryUnescape(nil, text)
+			want, err := url.QueryUnescape(text)
+			if ok != (err == nil) || ok && string(got) != want {
+				t.Errorf("appendQueryUnescape(%q) = %q, %v; url.QueryUnescape %q, %v", text, got, ok, want, err)
+			}
+		}
+	}
 }
