@@ -81,7 +81,7 @@ func (o Options) Members(src []byte) ([]Member, error) {
 	members := make([]Member, len(p.top))
 	for i, m := range p.top {
 		members[i] = Member{
-			Name:  string(m.name),
+			Name:  string(p.nameOf(m.name)),
 			Value: out[m.valueStart:m.end:m.end],
 		}
 	}
@@ -131,7 +131,11 @@ func (o Options) Append(dst, src []byte, members []MemberSpan) (Canonical, error
 	if c.IsObject {
 		c.Members = members
 		for _, m := range p.top {
-			c.Members = append(c.Members, MemberSpan{Name: m.name, Start: m.start, ValueStart: m.valueStart, End: m.end})
+			name := p.nameOf(m.name)
+			if m.name.escaped {
+				name = bytes.Clone(name) // the parser's buffer goes back to the pool
+			}
+			c.Members = append(c.Members, MemberSpan{Name: name, Start: m.start, ValueStart: m.valueStart, End: m.end})
 		}
 	}
 	return c, nil
@@ -152,6 +156,8 @@ type parser struct {
 	members []member
 	// scratch holds unescaped string values before they are written.
 	scratch []byte
+	// names holds the unescaped member names that have escapes.
+	names []byte
 	// reorder holds an object's output while its members are reordered.
 	reorder []byte
 
@@ -184,19 +190,20 @@ func newParser(src []byte) *parser {
 // release returns p to the pool, keeping its buffers unless they are large
 // and dropping every reference into the input.
 func (p *parser) release() {
-	path, members, scratch, reorder := p.path, p.members, p.scratch, p.reorder
-	clear(path[:cap(path)])
-	clear(members[:cap(members)])
+	path, members, scratch, reorder, names := p.path, p.members, p.scratch, p.reorder, p.names
 	if cap(members) > maxPooledMembers {
 		members = nil
 	}
 	if cap(scratch) > maxPooledBytes {
 		scratch = nil
 	}
+	if cap(names) > maxPooledBytes {
+		names = nil
+	}
 	if cap(reorder) > maxPooledBytes {
 		reorder = nil
 	}
-	*p = parser{path: path[:0], members: members[:0], scratch: scratch[:0], reorder: reorder[:0]}
+	*p = parser{path: path[:0], members: members[:0], scratch: scratch[:0], reorder: reorder[:0], names: names[:0]}
 	parserPool.Put(p)
 }
 
@@ -204,14 +211,30 @@ func (p *parser) release() {
 // buffer: the member's `"name":value` text spans [start, end), its value
 // [valueStart, end).
 type member struct {
-	name                   []byte
+	name                   nameRef
 	start, valueStart, end int
+}
+
+// nameRef locates a member name: in the input, or, when it has escapes,
+// unescaped in the parser's names. It holds no pointer, so that moving
+// members and path elements around needs no write barriers.
+type nameRef struct {
+	start, end int
+	escaped    bool
+}
+
+// nameOf returns the unescaped member name r locates.
+func (p *parser) nameOf(r nameRef) []byte {
+	if r.escaped {
+		return p.names[r.start:r.end]
+	}
+	return p.src[r.start:r.end]
 }
 
 // pathElem is one step of a JSON pointer: a member name, or an array index
 // when isIndex is set.
 type pathElem struct {
-	name    []byte
+	name    nameRef
 	index   int
 	isIndex bool
 }
@@ -280,15 +303,17 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			m := member{name: raw, start: len(dst)}
+			// raw starts one byte after the opening quote.
+			rawStart := p.pos - len(raw) - 1
+			m := member{name: nameRef{start: rawStart, end: p.pos - 1}, start: len(dst)}
 			if escaped {
-				// raw starts one byte after the opening quote.
-				rawStart := p.pos - len(raw) - 1
-				m.name, err = p.unescape(nil, raw, rawStart)
+				names, err := p.unescape(p.names, raw, rawStart)
 				if err != nil {
 					return nil, err
 				}
-				dst = appendQuoted(dst, m.name)
+				m.name = nameRef{start: len(p.names), end: len(names), escaped: true}
+				p.names = names
+				dst = appendQuoted(dst, p.nameOf(m.name))
 			} else {
 				dst = append(dst, '"')
 				dst = append(dst, raw...)
@@ -327,12 +352,12 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 	dst = append(dst, '}')
 
 	ms := p.members[mark:]
-	if !slices.IsSortedFunc(ms, compareMembers) {
-		slices.SortFunc(ms, compareMembers)
+	if !slices.IsSortedFunc(ms, p.compareMembers) {
+		slices.SortFunc(ms, p.compareMembers)
 		dst = p.rewrite(dst, base, ms)
 	}
 	for i := 1; i < len(ms); i++ {
-		if bytes.Equal(ms[i-1].name, ms[i].name) {
+		if bytes.Equal(p.nameOf(ms[i-1].name), p.nameOf(ms[i].name)) {
 			p.path[len(p.path)-1] = pathElem{name: ms[i].name}
 			return nil, &DuplicateMemberError{Pointer: p.pointer()}
 		}
@@ -349,7 +374,9 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 }
 
 // compareMembers orders members by the UTF-16 code units of their names.
-func compareMembers(a, b member) int { return compareUTF16(a.name, b.name) }
+func (p *parser) compareMembers(a, b member) int {
+	return compareUTF16(p.nameOf(a.name), p.nameOf(b.name))
+}
 
 // rewrite rewrites the object that starts at dst[base] with its members in
 // the order of ms, which holds their offsets in the current output, and
@@ -471,7 +498,7 @@ func (p *parser) pointer() string {
 			b.WriteString(strconv.Itoa(e.index))
 			continue
 		}
-		for _, c := range e.name {
+		for _, c := range p.nameOf(e.name) {
 			switch c {
 			case '~':
 				b.WriteString("~0")
