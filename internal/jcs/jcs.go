@@ -290,6 +290,7 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 	base := len(dst)
 	dst = append(dst, '{')
 	mark := len(p.members)
+	sorted := true // the members read so far are in canonical order
 	p.path = append(p.path, pathElem{})
 	p.skipSpace()
 	if p.pos < len(p.src) && p.src[p.pos] == '}' {
@@ -332,6 +333,9 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 				return nil, err
 			}
 			m.end = len(dst)
+			if len(p.members) > mark && p.compareMembers(p.members[len(p.members)-1], m) > 0 {
+				sorted = false
+			}
 			p.members = append(p.members, m)
 			p.skipSpace()
 			if p.pos >= len(p.src) {
@@ -352,8 +356,8 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 	dst = append(dst, '}')
 
 	ms := p.members[mark:]
-	if !slices.IsSortedFunc(ms, p.compareMembers) {
-		slices.SortFunc(ms, p.compareMembers)
+	if !sorted {
+		p.sortMembers(ms)
 		dst = p.rewrite(dst, base, ms)
 	}
 	for i := 1; i < len(ms); i++ {
@@ -374,6 +378,20 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 }
 
 // compareMembers orders members by the UTF-16 code units of their names.
+// sortMembers sorts ms into canonical order: by insertion when they are
+// few, as in most objects.
+func (p *parser) sortMembers(ms []member) {
+	if len(ms) > 12 {
+		slices.SortFunc(ms, p.compareMembers)
+		return
+	}
+	for i := 1; i < len(ms); i++ {
+		for j := i; j > 0 && p.compareMembers(ms[j-1], ms[j]) > 0; j-- {
+			ms[j-1], ms[j] = ms[j], ms[j-1]
+		}
+	}
+}
+
 func (p *parser) compareMembers(a, b member) int {
 	return compareUTF16(p.nameOf(a.name), p.nameOf(b.name))
 }
