@@ -212,8 +212,7 @@ func appendPart[T string | []byte](dst []byte, part T) []byte {
 }
 
 // digestField returns the digest of the top-level field ptr, whose
-// canonical value is value.
-// The caller sets the digest's pointer.
+// canonical value is value; the caller sets the digest's pointer.
 func (s *scratch) digestField(ptr, value []byte) fieldDigest {
 	head := appendPart(s.head[:0], "idem-field-v1")
 	head = appendPart(head, ptr)
@@ -305,27 +304,28 @@ func (s *scratch) canonicalJSON(src []byte, exclude []string) ([]byte, []fieldDi
 		return c.Text, nil, nil
 	}
 	fields := make([]fieldDigest, 0, len(c.Members))
-	body := c.Text // the whole object, unless a field is excluded
+	body := c.Text   // the whole object, unless a field is excluded
+	rebuilt := false // body is being rebuilt without the excluded fields
 	for i, m := range c.Members {
 		ptr := addPointer(s, m.Name)
 		if excluded(exclude, ptr) {
 			s.dropPointer()
-			if len(body) == len(c.Text) {
+			if !rebuilt {
 				// Start again with the members before this one.
-				body = append(s.value[:0], '{')
+				body, rebuilt = append(s.value[:0], '{'), true
 				for _, kept := range c.Members[:i] {
 					body = append(append(body, c.Text[kept.Start:kept.End]...), ',')
 				}
 			}
 			continue
 		}
-		if len(body) != len(c.Text) {
+		if rebuilt {
 			body = append(append(body, c.Text[m.Start:m.End]...), ',')
 		}
 		fields = append(fields, s.digestField(ptr, c.Text[m.ValueStart:m.End]))
 	}
 	s.namePointers(fields)
-	if len(body) != len(c.Text) {
+	if rebuilt {
 		if body[len(body)-1] == ',' {
 			body = body[:len(body)-1]
 		}
