@@ -11,13 +11,22 @@ type scopeKey struct{}
 // ScopeFromContext returns the scope of the key that the middleware claimed
 // for the request whose context this is.
 func ScopeFromContext(ctx context.Context) (Scope, bool) {
-	s, ok := ctx.Value(scopeKey{}).(Scope)
-	return s, ok
+	s, ok := ctx.Value(scopeKey{}).(*Scope)
+	if !ok {
+		return Scope{}, false
+	}
+	return *s, true
 }
 
 // ContextWithScope returns a context that carries s, as the middleware does
 // for its handler. Use it to test handlers that call [DeriveKey].
 func ContextWithScope(ctx context.Context, s Scope) context.Context {
+	return contextWithScope(ctx, &s)
+}
+
+// contextWithScope returns a context that carries *s, which must not
+// change: the middleware's, which does not copy the scope for it.
+func contextWithScope(ctx context.Context, s *Scope) context.Context {
 	return context.WithValue(ctx, scopeKey{}, s)
 }
 

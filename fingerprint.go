@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/idemkit/idem/internal/jcs"
@@ -119,43 +120,133 @@ const (
 
 // fingerprintOf computes the fingerprint of a request, as [NewFingerprint]
 // describes.
+//
+// It runs on every request the middleware handles, so it works in buffers
+// it reuses: the canonical query and body never leave them, and what it
+// allocates is the field digests the fingerprint keeps.
 func fingerprintOf(p FingerprintParams) (fingerprint, error) {
-	query, err := canonicalPairs(p.RawQuery, nil)
+	s := scratchPool.Get().(*scratch)
+	defer s.release()
+	query, _, err := canonicalPairs(s, s.query[:0], p.RawQuery, nil, false)
 	if err != nil {
 		return fingerprint{}, &bodyError{err: errMalformedQuery, reason: "the query string does not parse"}
 	}
-	kind, body, fields, err := canonicalBody(p)
+	s.query = query
+	kind, body, fields, err := s.canonicalBody(p)
 	if err != nil {
 		return fingerprint{}, err
 	}
-	h := sha256.New()
-	for _, part := range []string{"idem-fingerprint-v1", p.Method, p.Path, query.encoded, kind} {
-		writePart(h, []byte(part))
-	}
-	writePart(h, body)
-	var f fingerprint
-	h.Sum(f.sum[:0])
-	f.kind, f.fields = kind, fields
+	head := appendPart(s.head[:0], "idem-fingerprint-v1")
+	head = appendPart(head, p.Method)
+	head = appendPart(head, p.Path)
+	head = appendPart(head, query)
+	head = appendPart(head, kind)
+	f := fingerprint{kind: kind, fields: fields}
+	s.sum(&f.sum, head, body)
 	return f, nil
 }
 
+// scratch holds the hash and the buffers that one fingerprint reuses from
+// the last.
+type scratch struct {
+	h     hash.Hash
+	head  []byte           // the length-prefixed parts before a body or a value
+	sums  []byte           // a hash's sum
+	query []byte           // the canonical query
+	text  []byte           // the canonical body
+	value []byte           // a body with excluded fields left out; a form field's values
+	spans []jcs.MemberSpan // the members of a JSON body
+	pairs []formPair       // the pairs of a form body or query
+	// unescaped holds the names and values of the pairs.
+	unescaped []byte
+	// pointers holds the JSON pointers of a body's fields, one after the
+	// other; ends holds where each ends.
+	pointers []byte
+	ends     []int
+}
+
+// formPair is one name=value pair of a form body or query, unescaped.
+type formPair struct{ name, value []byte }
+
+// maxScratchBytes bounds each buffer a scratch keeps for reuse, so that one
+// large body does not pin memory.
+const maxScratchBytes = 256 << 10
+
+var scratchPool = sync.Pool{New: func() any { return &scratch{h: sha256.New(), sums: make([]byte, 0, sha256.Size)} }}
+
+// release returns s to the pool, without references into a request.
+func (s *scratch) release() {
+	clear(s.spans[:cap(s.spans)])
+	clear(s.pairs[:cap(s.pairs)])
+	s.spans, s.pairs, s.pointers, s.ends = s.spans[:0], s.pairs[:0], s.pointers[:0], s.ends[:0]
+	for _, b := range []*[]byte{&s.head, &s.query, &s.text, &s.value, &s.pointers, &s.unescaped} {
+		if cap(*b) > maxScratchBytes {
+			*b = nil
+		}
+	}
+	scratchPool.Put(s)
+}
+
+// sum writes to dst the SHA-256 of head followed by the length-prefixed
+// tail: the parts of [writePart], with the last one written in place.
+func (s *scratch) sum(dst *[32]byte, head, tail []byte) {
+	s.head = binary.AppendUvarint(head, uint64(len(tail)))
+	s.h.Reset()
+	s.h.Write(s.head)
+	s.h.Write(tail)
+	copy(dst[:], s.h.Sum(s.sums[:0]))
+}
+
+// writePart writes b to h with its length before it, so that no two lists
+// of parts write the same bytes.
 func writePart(h hash.Hash, b []byte) {
 	var n [binary.MaxVarintLen64]byte
 	h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
 	h.Write(b)
 }
 
-func canonicalBody(p FingerprintParams) (kind string, body []byte, fields []fieldDigest, err error) {
+// appendPart appends part as [writePart] writes it.
+func appendPart[T string | []byte](dst []byte, part T) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(part)))
+	return append(dst, part...)
+}
+
+// digestField returns the digest of the top-level field ptr, whose
+// canonical value is value; the caller sets the digest's pointer.
+func (s *scratch) digestField(ptr, value []byte) fieldDigest {
+	head := appendPart(s.head[:0], "idem-field-v1")
+	head = appendPart(head, ptr)
+	var sum [32]byte
+	s.sum(&sum, head, value)
+	var d fieldDigest
+	copy(d.digest[:], sum[:16])
+	return d
+}
+
+// mediaType parses a Content-Type as mime.ParseMediaType does, without its
+// allocations for the values clients send most.
+func mediaType(contentType string) (media, charset string, err error) {
+	switch contentType {
+	case "application/json", "application/x-www-form-urlencoded":
+		return contentType, "", nil
+	case "application/json; charset=utf-8", "application/json;charset=utf-8", "application/json; charset=UTF-8":
+		return "application/json", contentType[len(contentType)-5:], nil
+	}
+	media, params, err := mime.ParseMediaType(contentType)
+	return media, params["charset"], err
+}
+
+func (s *scratch) canonicalBody(p FingerprintParams) (kind string, body []byte, fields []fieldDigest, err error) {
 	if len(p.Body) == 0 {
 		return kindEmpty, nil, nil, nil
 	}
 	media, charset := "", ""
 	if p.ContentType != "" {
-		m, params, perr := mime.ParseMediaType(p.ContentType)
+		m, cs, perr := mediaType(p.ContentType)
 		if perr != nil && !p.Raw {
 			return "", nil, nil, &bodyError{err: errUnsupportedMediaType, reason: "the Content-Type header does not parse"}
 		}
-		media, charset = m, params["charset"]
+		media, charset = m, cs
 	}
 	isJSON := media == "application/json" || strings.HasSuffix(media, "+json")
 	isForm := media == "application/x-www-form-urlencoded"
@@ -170,23 +261,20 @@ func canonicalBody(p FingerprintParams) (kind string, body []byte, fields []fiel
 	}
 	switch {
 	case isJSON:
-		body, fields, err = canonicalJSON(p.Body, p.Exclude)
+		body, fields, err = s.canonicalJSON(p.Body, p.Exclude)
 		return kindJSON, body, fields, err
 	case isForm:
-		exclude := make(map[string]bool, len(p.Exclude))
-		for _, ptr := range p.Exclude {
-			exclude[unescapePointer(ptr)] = true
-		}
-		form, ferr := canonicalPairs(string(p.Body), exclude)
+		form, fields, ferr := canonicalPairs(s, s.text[:0], p.Body, p.Exclude, true)
 		if ferr != nil {
 			return "", nil, nil, &bodyError{err: errMalformedBody, reason: "the form body does not parse"}
 		}
-		for _, d := range form.fields {
+		s.text = form
+		for _, d := range fields {
 			if !utf8.ValidString(d.pointer) {
 				return "", nil, nil, &bodyError{err: errMalformedBody, reason: "a form field name is not UTF-8 after percent-decoding"}
 			}
 		}
-		return kindForm, []byte(form.encoded), form.fields, nil
+		return kindForm, form, fields, nil
 	case p.Raw:
 		return kindRaw, p.Body, nil, nil
 	case media == "":
@@ -202,42 +290,98 @@ func canonicalBody(p FingerprintParams) (kind string, body []byte, fields []fiel
 // never share a fingerprint.
 var canonicalForm = jcs.Options{ExactNumbers: true}
 
-func canonicalJSON(src []byte, exclude []string) ([]byte, []fieldDigest, error) {
-	members, err := canonicalForm.Members(src)
-	if errors.Is(err, jcs.ErrNotObject) {
-		out, err := canonicalForm.Canonicalize(src)
-		if err != nil {
-			return nil, nil, jsonError(err)
-		}
-		return out, nil, nil
-	}
+// canonicalJSON returns the canonical form of a JSON body without the
+// excluded top-level fields, and the digests of the others when the body is
+// an object. The canonical form is in s's buffers.
+func (s *scratch) canonicalJSON(src []byte, exclude []string) ([]byte, []fieldDigest, error) {
+	c, err := canonicalForm.Append(s.text[:0], src, s.spans[:0])
 	if err != nil {
 		return nil, nil, jsonError(err)
 	}
-	var buf bytes.Buffer
-	buf.WriteByte('{')
-	fields := make([]fieldDigest, 0, len(members))
-	for _, m := range members {
-		ptr := escapePointer(m.Name)
-		if slices.Contains(exclude, ptr) {
+	s.text, s.spans = c.Text, c.Members
+	s.pointers, s.ends = s.pointers[:0], s.ends[:0]
+	if !c.IsObject {
+		return c.Text, nil, nil
+	}
+	fields := make([]fieldDigest, 0, len(c.Members))
+	body := c.Text   // the whole object, unless a field is excluded
+	rebuilt := false // body is being rebuilt without the excluded fields
+	for i, m := range c.Members {
+		ptr := addPointer(s, m.Name)
+		if excluded(exclude, ptr) {
+			s.dropPointer()
+			if !rebuilt {
+				// Start again with the members before this one.
+				body, rebuilt = append(s.value[:0], '{'), true
+				for _, kept := range c.Members[:i] {
+					body = append(append(body, c.Text[kept.Start:kept.End]...), ',')
+				}
+			}
 			continue
 		}
-		if len(fields) > 0 {
-			buf.WriteByte(',')
+		if rebuilt {
+			body = append(append(body, c.Text[m.Start:m.End]...), ',')
 		}
-		name, _ := json.Marshal(m.Name) // the name is valid UTF-8: it came from the parser
-		canonName, err := canonicalForm.Canonicalize(name)
-		if err != nil {
-			return nil, nil, jsonError(err)
-		}
-		buf.Write(canonName)
-		buf.WriteByte(':')
-		buf.Write(m.Value)
-		fields = append(fields, digestField(ptr, m.Value))
+		fields = append(fields, s.digestField(ptr, c.Text[m.ValueStart:m.End]))
 	}
-	buf.WriteByte('}')
+	s.namePointers(fields)
+	if rebuilt {
+		if body[len(body)-1] == ',' {
+			body = body[:len(body)-1]
+		}
+		body = append(body, '}')
+		s.value = body
+	}
 	sortFields(fields)
-	return buf.Bytes(), fields, nil
+	return body, fields, nil
+}
+
+// addPointer appends the JSON pointer of the top-level field name to s's
+// pointers and returns it.
+func addPointer[T string | []byte](s *scratch, name T) []byte {
+	start := len(s.pointers)
+	s.pointers = append(s.pointers, '/')
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; c {
+		case '~':
+			s.pointers = append(s.pointers, '~', '0')
+		case '/':
+			s.pointers = append(s.pointers, '~', '1')
+		default:
+			s.pointers = append(s.pointers, c)
+		}
+	}
+	s.ends = append(s.ends, len(s.pointers))
+	return s.pointers[start:]
+}
+
+// dropPointer removes the pointer addPointer added last.
+func (s *scratch) dropPointer() {
+	s.ends = s.ends[:len(s.ends)-1]
+	s.pointers = s.pointers[:0]
+	if len(s.ends) > 0 {
+		s.pointers = s.pointers[:s.ends[len(s.ends)-1]]
+	}
+}
+
+// namePointers sets the pointers of fields, one for each that addPointer
+// added and in its order, as strings that share one allocation.
+func (s *scratch) namePointers(fields []fieldDigest) {
+	all := string(s.pointers)
+	start := 0
+	for i, end := range s.ends {
+		fields[i].pointer, start = all[start:end], end
+	}
+}
+
+// excluded reports whether ptr is one of the excluded pointers.
+func excluded(exclude []string, ptr []byte) bool {
+	for _, e := range exclude {
+		if e == string(ptr) {
+			return true
+		}
+	}
+	return false
 }
 
 func jsonError(err error) error {
@@ -258,71 +402,220 @@ func jsonError(err error) error {
 	return &bodyError{err: errMalformedBody, reason: "the body is not valid JSON"}
 }
 
-type pairs struct {
-	encoded string
-	fields  []fieldDigest
+// maxSplitPairs is the number of pairs up to which canonicalPairs splits a
+// form or query itself; it hands longer ones to url.ParseQuery, whose limit
+// on the number of pairs then applies.
+const maxSplitPairs = 64
+
+// canonicalPairs parses URL-encoded pairs as url.ParseQuery does, and
+// appends them to dst with names sorted and, for each name, values sorted,
+// escaped as url.QueryEscape escapes them. With digests, it also returns
+// the digests of the fields, one for each name that is not excluded, sorted
+// by pointer; excluded names are left out of the encoding too.
+func canonicalPairs[T string | []byte](s *scratch, dst []byte, raw T, exclude []string, digests bool) ([]byte, []fieldDigest, error) {
+	if len(raw) == 0 {
+		return dst, nil, nil
+	}
+	s.pairs, s.pointers, s.ends = s.pairs[:0], s.pointers[:0], s.ends[:0]
+	// Unescaped text is never longer than the escaped, so that the pairs
+	// can point into this buffer while it is filled.
+	s.unescaped = slices.Grow(s.unescaped[:0], len(raw))
+	var err error
+	if countByte(raw, '&') < maxSplitPairs {
+		err = splitPairs(s, raw, exclude)
+	} else {
+		err = s.parsePairs(string(raw), exclude)
+	}
+	if err != nil {
+		return dst, nil, err
+	}
+	pairs := s.pairs
+	slices.SortFunc(pairs, func(a, b formPair) int {
+		if c := bytes.Compare(a.name, b.name); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.value, b.value)
+	})
+	var fields []fieldDigest
+	if digests {
+		names := 0
+		for i := range pairs {
+			if i == 0 || !bytes.Equal(pairs[i].name, pairs[i-1].name) {
+				names++
+			}
+		}
+		fields = make([]fieldDigest, 0, names)
+	}
+	start := len(dst)
+	for i := 0; i < len(pairs); {
+		name := pairs[i].name
+		values := s.value[:0]
+		for ; i < len(pairs) && bytes.Equal(pairs[i].name, name); i++ {
+			if len(dst) > start {
+				dst = append(dst, '&')
+			}
+			dst = append(appendQueryEscape(dst, name), '=')
+			valueStart := len(dst)
+			dst = appendQueryEscape(dst, pairs[i].value)
+			values = append(append(values, dst[valueStart:]...), '&')
+		}
+		s.value = values
+		if digests {
+			fields = append(fields, s.digestField(addPointer(s, name), values))
+		}
+	}
+	if digests {
+		s.namePointers(fields)
+		sortFields(fields)
+	}
+	return dst, fields, nil
 }
 
-// canonicalPairs parses URL-encoded pairs and encodes them with names sorted
-// and, for each name, values sorted.
-func canonicalPairs(raw string, exclude map[string]bool) (pairs, error) {
-	if raw == "" {
-		return pairs{}, nil
+// splitPairs reads the pairs of raw into s.pairs, leaving out excluded
+// names, as url.ParseQuery reads them.
+func splitPairs[T string | []byte](s *scratch, raw T, exclude []string) error {
+	for len(raw) > 0 {
+		pair := raw
+		if i := indexByte(raw, '&'); i >= 0 {
+			pair, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = raw[len(raw):]
+		}
+		if indexByte(pair, ';') >= 0 {
+			return errors.New("invalid semicolon separator in query")
+		}
+		if len(pair) == 0 {
+			continue
+		}
+		name, value := pair, pair[len(pair):]
+		if i := indexByte(pair, '='); i >= 0 {
+			name, value = pair[:i], pair[i+1:]
+		}
+		start := len(s.unescaped)
+		var ok bool
+		if s.unescaped, ok = appendQueryUnescape(s.unescaped, name); !ok {
+			return errors.New("invalid URL escape")
+		}
+		middle := len(s.unescaped)
+		if s.unescaped, ok = appendQueryUnescape(s.unescaped, value); !ok {
+			return errors.New("invalid URL escape")
+		}
+		if p := (formPair{s.unescaped[start:middle], s.unescaped[middle:]}); !excludedName(exclude, p.name) {
+			s.pairs = append(s.pairs, p)
+		}
 	}
+	return nil
+}
+
+// parsePairs reads the pairs of raw into s.pairs with url.ParseQuery,
+// leaving out excluded names.
+func (s *scratch) parsePairs(raw string, exclude []string) error {
 	values, err := url.ParseQuery(raw)
 	if err != nil {
-		return pairs{}, err
+		return err
 	}
-	names := make([]string, 0, len(values))
-	for name := range values {
-		if !exclude[name] {
-			names = append(names, name)
+	for name, vs := range values {
+		if excludedName(exclude, []byte(name)) {
+			continue
 		}
-	}
-	sort.Strings(names)
-	var b strings.Builder
-	fields := make([]fieldDigest, 0, len(names))
-	for _, name := range names {
-		vs := slices.Clone(values[name])
-		sort.Strings(vs)
-		var fb strings.Builder
 		for _, v := range vs {
-			if b.Len() > 0 {
-				b.WriteByte('&')
-			}
-			b.WriteString(url.QueryEscape(name))
-			b.WriteByte('=')
-			b.WriteString(url.QueryEscape(v))
-			fb.WriteString(url.QueryEscape(v))
-			fb.WriteByte('&')
+			s.pairs = append(s.pairs, formPair{[]byte(name), []byte(v)})
 		}
-		ptr := escapePointer(name)
-		fields = append(fields, digestField(ptr, []byte(fb.String())))
 	}
-	sortFields(fields)
-	return pairs{encoded: b.String(), fields: fields}, nil
+	return nil
 }
 
-func digestField(ptr string, value []byte) fieldDigest {
-	h := sha256.New()
-	writePart(h, []byte("idem-field-v1"))
-	writePart(h, []byte(ptr))
-	writePart(h, value)
-	var sum [32]byte
-	h.Sum(sum[:0])
-	var d fieldDigest
-	d.pointer = ptr
-	copy(d.digest[:], sum[:16])
-	return d
+// appendQueryUnescape appends text unescaped as url.QueryUnescape
+// unescapes it: "+" is a space and "%" starts two hexadecimal digits. It
+// reports false for a "%" without them.
+func appendQueryUnescape[T string | []byte](dst []byte, text T) ([]byte, bool) {
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; c {
+		case '+':
+			dst = append(dst, ' ')
+		case '%':
+			if i+2 >= len(text) || !isHex(text[i+1]) || !isHex(text[i+2]) {
+				return dst, false
+			}
+			dst = append(dst, unhex(text[i+1])<<4|unhex(text[i+2]))
+			i += 2
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return dst, true
+}
+
+// appendQueryEscape appends b escaped as url.QueryEscape escapes it:
+// letters, digits and "-_.~" as they are, a space as "+", any other byte
+// as "%" and two upper-case hexadecimal digits.
+func appendQueryEscape(dst, b []byte) []byte {
+	const hexDigits = "0123456789ABCDEF"
+	for _, c := range b {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.', c == '~':
+			dst = append(dst, c)
+		case c == ' ':
+			dst = append(dst, '+')
+		default:
+			dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&0xF])
+		}
+	}
+	return dst
+}
+
+// indexByte returns the index of the first c in s, or -1.
+func indexByte[T string | []byte](s T, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// countByte returns the number of c in s.
+func countByte[T string | []byte](s T, c byte) int {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			n++
+		}
+	}
+	return n
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
+}
+
+// excludedName reports whether the form field name is excluded.
+func excludedName(exclude []string, name []byte) bool {
+	for _, ptr := range exclude {
+		if unescapePointer(ptr) == string(name) {
+			return true
+		}
+	}
+	return false
 }
 
 func sortFields(fields []fieldDigest) {
-	sort.Slice(fields, func(i, j int) bool { return fields[i].pointer < fields[j].pointer })
+	if !slices.IsSortedFunc(fields, compareFields) {
+		slices.SortFunc(fields, compareFields)
+	}
 }
 
-func escapePointer(name string) string {
-	return "/" + strings.ReplaceAll(strings.ReplaceAll(name, "~", "~0"), "/", "~1")
-}
+func compareFields(a, b fieldDigest) int { return strings.Compare(a.pointer, b.pointer) }
 
 func unescapePointer(ptr string) string {
 	name := strings.TrimPrefix(ptr, "/")
@@ -336,17 +629,46 @@ const kindMember = "media"
 // encodeFields encodes the field digests for storage, as a small JSON object
 // of pointer to base64url digest, with the body's kind under kindMember.
 // Stores keep it as opaque bytes.
+//
+// The bytes are those encoding/json writes for a map of the same strings:
+// members sorted by name, so the pointers, which start with "/", come
+// before kindMember, and strings escaped as it escapes them. Stored digests
+// are compared byte for byte, so they must never change.
 func (f fingerprint) encodeFields() []byte {
 	if f.fields == nil { // not an object; an empty object encodes as {"media":...}
 		return nil
 	}
-	m := make(map[string]string, len(f.fields)+1)
+	n := len(`{"":""}`) + len(kindMember) + len(f.kind)
 	for _, d := range f.fields {
-		m[d.pointer] = base64.RawURLEncoding.EncodeToString(d.digest[:])
+		n += len(`"":"",`) + len(d.pointer) + base64.RawURLEncoding.EncodedLen(len(d.digest))
 	}
-	m[kindMember] = f.kind
-	out, _ := json.Marshal(m) // a map of strings always marshals
-	return out
+	out := make([]byte, 0, n)
+	out = append(out, '{')
+	for _, d := range f.fields {
+		out = appendJSONString(out, d.pointer)
+		out = append(out, ':', '"')
+		out = base64.RawURLEncoding.AppendEncode(out, d.digest[:])
+		out = append(out, '"', ',')
+	}
+	out = appendJSONString(out, kindMember)
+	out = append(out, ':')
+	out = appendJSONString(out, f.kind)
+	return append(out, '}')
+}
+
+// appendJSONString appends s as encoding/json writes it. A string of
+// printable ASCII without '"', '\' or the characters it escapes for HTML
+// is written in quotes as it is; any other is left to encoding/json.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			quoted, _ := json.Marshal(s) // a string always marshals
+			return append(dst, quoted...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
 
 // decodeFields decodes stored field digests. It returns nil when they are

@@ -231,9 +231,19 @@ type call struct {
 	scope Scope
 	body  []byte
 	fp    fingerprint
-	// log carries the client and the key's digest, for every line about
-	// this request.
-	log *slog.Logger
+
+	base *slog.Logger
+	log  *slog.Logger // base with the client and the key's digest; see logger
+}
+
+// logger returns the logger for every line about this request: it carries
+// the client and the key's digest. It is built at the first line, since
+// most requests log none.
+func (c *call) logger() *slog.Logger {
+	if c.log == nil {
+		c.log = c.base.With("client_id", c.scope.ClientID, "key_digest", keyDigest(c.scope.Key))
+	}
+	return c.log
 }
 
 // rejection is a 4xx answer found while parsing, before any store work.
@@ -312,7 +322,7 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 		w: w, r: r,
 		scope: Scope{ClientID: clientID, Key: key},
 		body:  body, fp: fp,
-		log: m.cfg.Logger.With("client_id", clientID, "key_digest", keyDigest(key)),
+		base: m.cfg.Logger,
 	}, nil
 }
 
@@ -332,18 +342,20 @@ func reasonOf(err error, fallback string) string {
 
 func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *rejection) {
 	max := m.cfg.MaxBodyBytes
-	tooLarge := &rejection{ProblemBodyTooLarge, fmt.Sprintf("The body is larger than the limit of %d bytes.", max)}
+	tooLarge := func() *rejection {
+		return &rejection{ProblemBodyTooLarge, fmt.Sprintf("The body is larger than the limit of %d bytes.", max)}
+	}
 	if r.ContentLength > max {
-		return nil, tooLarge
+		return nil, tooLarge()
 	}
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	body, err := readAll(http.MaxBytesReader(w, r.Body, max), r.ContentLength)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, tooLarge
+			return nil, tooLarge()
 		}
 		if detail, ok := timeoutDetail(r, err); ok {
 			return nil, &rejection{ProblemBodyTimeout, detail}
@@ -351,6 +363,32 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 		return nil, &rejection{ProblemBodyMalformed, "The request body could not be read."}
 	}
 	return body, nil
+}
+
+// readAll reads rd to its end, as io.ReadAll does, into a buffer sized for
+// a body of the given length when it is known (not negative), so that a
+// body of the length it declares is read in one allocation.
+func readAll(rd io.Reader, length int64) ([]byte, error) {
+	if length < 0 {
+		return io.ReadAll(rd)
+	}
+	// One byte more than the body, so that reading its end needs no room;
+	// a body larger than a mebibyte grows as it arrives, as a client may
+	// declare a length it never sends.
+	b := make([]byte, 0, min(length, 1<<20)+1)
+	for {
+		n, err := rd.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // the body is longer than it said; let append grow it
+		}
+	}
 }
 
 // timeoutDetail reports whether reading the body failed because a read
@@ -385,7 +423,7 @@ func (m *Middleware) claimAndRun(c *call) {
 			return
 		}
 		m.cfg.Metrics.Request(c.r.Context(), ResultConflictRerun)
-		c.log.InfoContext(c.r.Context(), "idem: transaction conflict; running the request again", "attempt", attempt+1)
+		c.logger().InfoContext(c.r.Context(), "idem: transaction conflict; running the request again", "attempt", attempt+1)
 		// Give the transaction that won a moment to commit, with jitter so
 		// that reruns of one conflict do not collide again.
 		pause := time.NewTimer(time.Duration(attempt+1)*10*time.Millisecond + rand.N(10*time.Millisecond))
@@ -409,20 +447,20 @@ func (m *Middleware) claim(c *call) Lease {
 	case err != nil && ctx.Err() != nil:
 		return nil // the client went away; nothing was claimed
 	case err != nil:
-		c.log.ErrorContext(ctx, "idem: claim failed", "err", err)
+		c.logger().ErrorContext(ctx, "idem: claim failed", "err", err)
 		m.unavailable(c, "The idempotency store did not answer; the request was not processed.")
 		return nil
 	case res.Record != nil:
 		m.answerExisting(c, res.Record)
 		return nil
 	case res.Lease == nil:
-		c.log.ErrorContext(ctx, "idem: claim failed", "err", errors.New("the store returned neither a lease nor a record"))
+		c.logger().ErrorContext(ctx, "idem: claim failed", "err", errors.New("the store returned neither a lease nor a record"))
 		m.unavailable(c, "The idempotency store did not answer; the request was not processed.")
 		return nil
 	}
 	if info := res.Lease.Info(); info.TakenOver {
 		m.cfg.Metrics.Request(ctx, ResultTakenOver)
-		c.log.InfoContext(ctx, "idem: took over an expired lease", "token", info.Token)
+		c.logger().InfoContext(ctx, "idem: took over an expired lease", "token", info.Token)
 	}
 	return res.Lease
 }
@@ -510,11 +548,37 @@ func plural(n int, one, many string) string {
 
 func (m *Middleware) replay(w http.ResponseWriter, resp *Response) {
 	h := w.Header()
-	for name, values := range resp.Header {
-		h[name] = slices.Clone(values)
-	}
-	h.Set(HeaderReplayed, "true")
+	values := copyFields(h, resp.Header, nil, 1)
+	h[HeaderReplayed] = append(values, "true")
 	writeBody(w, resp.StatusCode, resp.Body)
+}
+
+// copyFields copies the fields of src to dst, all of them or those named,
+// with their values in one new slice, and returns the rest of that slice:
+// room for extra more values. Each field's values are capped, so that
+// appending to one never writes into another's.
+func copyFields(dst, src http.Header, names []string, extra int) []string {
+	n := extra
+	for name, v := range src {
+		if names == nil || slices.Contains(names, name) {
+			n += len(v)
+		}
+	}
+	values := make([]string, 0, n)
+	for name, v := range src {
+		switch {
+		case names != nil && !slices.Contains(names, name):
+		case len(v) == 0:
+			if names == nil {
+				dst[name] = slices.Clone(v) // as it was: nil or empty
+			}
+		default:
+			start := len(values)
+			values = append(values, v...)
+			dst[name] = values[start:len(values):len(values)]
+		}
+	}
+	return values[len(values):]
 }
 
 func writeBody(w http.ResponseWriter, status int, body []byte) {
@@ -559,7 +623,7 @@ func (m *Middleware) run(c *call, lease Lease, attempt int) runOutcome {
 	switch {
 	case rerun():
 		if err := lease.Release(ctx); err != nil {
-			c.log.ErrorContext(ctx, "idem: release after a transaction conflict failed", "err", err)
+			c.logger().ErrorContext(ctx, "idem: release after a transaction conflict failed", "err", err)
 			m.unavailable(c, "The request hit a transaction conflict and its result was not recorded, and the idempotency store did not confirm that its key was freed; retry with the same key after Retry-After.")
 			return answered
 		}
@@ -587,7 +651,7 @@ func reportsConflict(lease Lease) bool {
 // answers with that response.
 func (m *Middleware) release(ctx context.Context, c *call, lease Lease, rec *recorder) {
 	if err := lease.Release(ctx); err != nil {
-		c.log.ErrorContext(ctx, "idem: release failed", "err", err)
+		c.logger().ErrorContext(ctx, "idem: release failed", "err", err)
 		m.unavailable(c, "The result of this request was not recorded, and the idempotency store did not confirm that its key was freed; retry with the same key after Retry-After.")
 		return
 	}
@@ -606,20 +670,20 @@ func (m *Middleware) answerComplete(ctx context.Context, c *call, lease Lease, r
 	case errors.As(err, &completed) && completed.Record != nil:
 		// Another request stored the key first: answer as a claim that had
 		// found its row would, with the replay or 422.
-		c.log.WarnContext(ctx, "idem: another request completed the key first; the handler's writes were rolled back")
+		c.logger().WarnContext(ctx, "idem: another request completed the key first; the handler's writes were rolled back")
 		m.answerExisting(c, completed.Record)
 	case errors.Is(err, ErrLeaseLost):
-		c.log.WarnContext(ctx, "idem: lease lost; the handler's writes were rolled back")
+		c.logger().WarnContext(ctx, "idem: lease lost; the handler's writes were rolled back")
 		m.cfg.Metrics.Request(c.r.Context(), ResultLeaseLost)
 		WriteProblem(c.w, ProblemKeyInFlight.Kind().New(m.cfg.ProblemTypeBase, "Another request took this key over; retry with the same key to get its result."), 1)
 	case errors.Is(err, ErrOutcomeUnknown):
-		c.log.ErrorContext(ctx, "idem: the commit of the result was sent and its answer lost; the outcome is unknown", "err", err)
+		c.logger().ErrorContext(ctx, "idem: the commit of the result was sent and its answer lost; the outcome is unknown", "err", err)
 		if m.cfg.Mode == ModeTwoPhase {
 			// Release frees the key only if the commit did not happen: it
 			// never frees a completed key. Either way the retry need not
 			// wait for the lease to run out.
 			if err := lease.Release(ctx); err != nil {
-				c.log.ErrorContext(ctx, "idem: release after an unknown outcome failed; the key is freed when its lease expires, unless the commit happened", "err", err)
+				c.logger().ErrorContext(ctx, "idem: release after an unknown outcome failed; the key is freed when its lease expires, unless the commit happened", "err", err)
 			}
 		}
 		m.problem(c.w, c.r, ProblemOutcomeUnknown, "The connection to the idempotency store was lost while the result was being committed, so whether this request took effect is unknown. Retry with the same Idempotency-Key, never a new one: the retry returns the result if it was recorded, and runs the request if it was not.", unavailableRetryAfter)
@@ -627,15 +691,15 @@ func (m *Middleware) answerComplete(ctx context.Context, c *call, lease Lease, r
 		// The handler's own effects stand; only its response was not
 		// stored. Free the committed claim now, so the client's retry need
 		// not wait for the lease to run out.
-		c.log.ErrorContext(ctx, "idem: storing the response failed; the key is released", "err", err)
+		c.logger().ErrorContext(ctx, "idem: storing the response failed; the key is released", "err", err)
 		if err := lease.Release(ctx); err != nil {
-			c.log.ErrorContext(ctx, "idem: release after a failed complete failed; the key is freed when its lease expires", "err", err)
+			c.logger().ErrorContext(ctx, "idem: release after a failed complete failed; the key is freed when its lease expires", "err", err)
 		}
 		m.unavailable(c, "The idempotency store failed to record the result, and the key was released. Retry with the same key after Retry-After: the request runs again under it.")
 	default:
 		// A store returns ErrOutcomeUnknown when its commit may have
 		// happened; any other error from Complete means it did not.
-		c.log.ErrorContext(ctx, "idem: storing the response failed; the handler's writes were rolled back", "err", err)
+		c.logger().ErrorContext(ctx, "idem: storing the response failed; the handler's writes were rolled back", "err", err)
 		m.unavailable(c, "The idempotency store failed to record the result, and the request's writes were rolled back with it. Retry with the same key after Retry-After.")
 	}
 }
@@ -653,11 +717,13 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 		defer cancel()
 		m.cfg.Metrics.Request(ctx, ResultReleased)
 		if err := lease.Release(ctx); err != nil {
-			c.log.ErrorContext(ctx, "idem: release after panic failed", "err", err)
+			c.logger().ErrorContext(ctx, "idem: release after panic failed", "err", err)
 		}
 	}()
-	req := c.r.WithContext(ContextWithScope(lease.Context(c.r.Context()), c.scope))
-	req.Body = io.NopCloser(bytes.NewReader(c.body))
+	req := c.r.WithContext(contextWithScope(lease.Context(c.r.Context()), &c.scope))
+	body := new(bodyReader)
+	body.Reset(c.body)
+	req.Body = body
 	req.ContentLength = int64(len(c.body))
 	rec := &recorder{header: make(http.Header)}
 	if m.cfg.Mode == ModeTwoPhase {
@@ -668,18 +734,20 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 	return rec
 }
 
+// bodyReader is the body a handler reads: the buffered request body.
+type bodyReader struct{ bytes.Reader }
+
+// Close does nothing: the body is in memory.
+func (*bodyReader) Close() error { return nil }
+
 // responseOf is what the store keeps of a handler's response: the status,
 // the headers on the replay list and the body.
 func (m *Middleware) responseOf(rec *recorder) *Response {
 	if rec.stream != nil && rec.stream.overflow {
 		return m.notRetained(rec)
 	}
-	resp := &Response{StatusCode: rec.statusCode(), Header: make(http.Header), Body: rec.body.Bytes()}
-	for _, name := range m.replayHeaders {
-		if v := rec.header.Values(name); len(v) > 0 {
-			resp.Header[name] = slices.Clone(v)
-		}
-	}
+	resp := &Response{StatusCode: rec.statusCode(), Header: make(http.Header, len(m.replayHeaders)), Body: rec.body.Bytes()}
+	copyFields(resp.Header, rec.header, m.replayHeaders, 0)
 	return resp
 }
 

@@ -11,7 +11,9 @@
 // [Canonicalize] returns the canonical form of a whole JSON text. [Members]
 // splits a top-level object into its members, each value in canonical form,
 // which lets a caller fingerprint selected fields or report which field of a
-// reused request differs.
+// reused request differs. [Options.Append] does both in one pass, into
+// buffers the caller reuses from one text to the next: the middleware's
+// fingerprint, which runs on every request, uses it.
 //
 // # The canonical form
 //

@@ -81,11 +81,64 @@ func (o Options) Members(src []byte) ([]Member, error) {
 	members := make([]Member, len(p.top))
 	for i, m := range p.top {
 		members[i] = Member{
-			Name:  string(m.name),
+			Name:  string(p.nameOf(m.name)),
 			Value: out[m.valueStart:m.end:m.end],
 		}
 	}
 	return members, nil
+}
+
+// MemberSpan locates one member of a top-level object in a canonical text
+// that [Options.Append] wrote.
+type MemberSpan struct {
+	// Name is the member name, unescaped. It may share memory with the
+	// input.
+	Name []byte
+	// Start, ValueStart and End are offsets into the canonical text: the
+	// member's "name":value text spans [Start, End), its value
+	// [ValueStart, End).
+	Start, ValueStart, End int
+}
+
+// Canonical is the canonical form of a JSON text, as [Options.Append]
+// returns it.
+type Canonical struct {
+	// Text is the buffer given to Append with the canonical form, what
+	// [Options.Canonicalize] returns, appended.
+	Text []byte
+	// IsObject reports whether the text is a JSON object.
+	IsObject bool
+	// Members are the members of a top-level object in canonical order,
+	// appended to the slice given to Append, with offsets into Text. Nil
+	// when the text is not an object.
+	Members []MemberSpan
+}
+
+// Append is [Options.Canonicalize] and [Options.Members] in one pass, for
+// callers that reuse their buffers: it appends the canonical form of src to
+// dst and, when src is an object, the spans of its members to members. It
+// fails with the errors of Canonicalize.
+func (o Options) Append(dst, src []byte, members []MemberSpan) (Canonical, error) {
+	p := newParser(src)
+	p.exact = o.ExactNumbers
+	defer p.release()
+	p.keepTop = true
+	out, err := p.document(dst)
+	if err != nil {
+		return Canonical{}, err
+	}
+	c := Canonical{Text: out, IsObject: p.topIsObject}
+	if c.IsObject {
+		c.Members = members
+		for _, m := range p.top {
+			name := p.nameOf(m.name)
+			if m.name.escaped {
+				name = bytes.Clone(name) // the parser's buffer goes back to the pool
+			}
+			c.Members = append(c.Members, MemberSpan{Name: name, Start: m.start, ValueStart: m.valueStart, End: m.end})
+		}
+	}
+	return c, nil
 }
 
 // parser is a recursive-descent JSON parser that appends the canonical form
@@ -103,6 +156,8 @@ type parser struct {
 	members []member
 	// scratch holds unescaped string values before they are written.
 	scratch []byte
+	// names holds the unescaped member names that have escapes.
+	names []byte
 	// reorder holds an object's output while its members are reordered.
 	reorder []byte
 
@@ -135,19 +190,20 @@ func newParser(src []byte) *parser {
 // release returns p to the pool, keeping its buffers unless they are large
 // and dropping every reference into the input.
 func (p *parser) release() {
-	path, members, scratch, reorder := p.path, p.members, p.scratch, p.reorder
-	clear(path[:cap(path)])
-	clear(members[:cap(members)])
+	path, members, scratch, reorder, names := p.path, p.members, p.scratch, p.reorder, p.names
 	if cap(members) > maxPooledMembers {
 		members = nil
 	}
 	if cap(scratch) > maxPooledBytes {
 		scratch = nil
 	}
+	if cap(names) > maxPooledBytes {
+		names = nil
+	}
 	if cap(reorder) > maxPooledBytes {
 		reorder = nil
 	}
-	*p = parser{path: path[:0], members: members[:0], scratch: scratch[:0], reorder: reorder[:0]}
+	*p = parser{path: path[:0], members: members[:0], scratch: scratch[:0], reorder: reorder[:0], names: names[:0]}
 	parserPool.Put(p)
 }
 
@@ -155,14 +211,30 @@ func (p *parser) release() {
 // buffer: the member's `"name":value` text spans [start, end), its value
 // [valueStart, end).
 type member struct {
-	name                   []byte
+	name                   nameRef
 	start, valueStart, end int
+}
+
+// nameRef locates a member name: in the input, or, when it has escapes,
+// unescaped in the parser's names. It holds no pointer, so that moving
+// members and path elements around needs no write barriers.
+type nameRef struct {
+	start, end int
+	escaped    bool
+}
+
+// nameOf returns the unescaped member name r locates.
+func (p *parser) nameOf(r nameRef) []byte {
+	if r.escaped {
+		return p.names[r.start:r.end]
+	}
+	return p.src[r.start:r.end]
 }
 
 // pathElem is one step of a JSON pointer: a member name, or an array index
 // when isIndex is set.
 type pathElem struct {
-	name    []byte
+	name    nameRef
 	index   int
 	isIndex bool
 }
@@ -218,6 +290,7 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 	base := len(dst)
 	dst = append(dst, '{')
 	mark := len(p.members)
+	sorted := true // the members read so far are in canonical order
 	p.path = append(p.path, pathElem{})
 	p.skipSpace()
 	if p.pos < len(p.src) && p.src[p.pos] == '}' {
@@ -231,15 +304,17 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			m := member{name: raw, start: len(dst)}
+			// raw starts one byte after the opening quote.
+			rawStart := p.pos - len(raw) - 1
+			m := member{name: nameRef{start: rawStart, end: p.pos - 1}, start: len(dst)}
 			if escaped {
-				// raw starts one byte after the opening quote.
-				rawStart := p.pos - len(raw) - 1
-				m.name, err = p.unescape(nil, raw, rawStart)
+				names, err := p.unescape(p.names, raw, rawStart)
 				if err != nil {
 					return nil, err
 				}
-				dst = appendQuoted(dst, m.name)
+				m.name = nameRef{start: len(p.names), end: len(names), escaped: true}
+				p.names = names
+				dst = appendQuoted(dst, p.nameOf(m.name))
 			} else {
 				dst = append(dst, '"')
 				dst = append(dst, raw...)
@@ -258,6 +333,9 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 				return nil, err
 			}
 			m.end = len(dst)
+			if len(p.members) > mark && p.compareMembers(p.members[len(p.members)-1], m) > 0 {
+				sorted = false
+			}
 			p.members = append(p.members, m)
 			p.skipSpace()
 			if p.pos >= len(p.src) {
@@ -278,12 +356,12 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 	dst = append(dst, '}')
 
 	ms := p.members[mark:]
-	if !slices.IsSortedFunc(ms, compareMembers) {
-		slices.SortFunc(ms, compareMembers)
+	if !sorted {
+		p.sortMembers(ms)
 		dst = p.rewrite(dst, base, ms)
 	}
 	for i := 1; i < len(ms); i++ {
-		if bytes.Equal(ms[i-1].name, ms[i].name) {
+		if bytes.Equal(p.nameOf(ms[i-1].name), p.nameOf(ms[i].name)) {
 			p.path[len(p.path)-1] = pathElem{name: ms[i].name}
 			return nil, &DuplicateMemberError{Pointer: p.pointer()}
 		}
@@ -300,7 +378,23 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 }
 
 // compareMembers orders members by the UTF-16 code units of their names.
-func compareMembers(a, b member) int { return compareUTF16(a.name, b.name) }
+// sortMembers sorts ms into canonical order: by insertion when they are
+// few, as in most objects.
+func (p *parser) sortMembers(ms []member) {
+	if len(ms) > 12 {
+		slices.SortFunc(ms, p.compareMembers)
+		return
+	}
+	for i := 1; i < len(ms); i++ {
+		for j := i; j > 0 && p.compareMembers(ms[j-1], ms[j]) > 0; j-- {
+			ms[j-1], ms[j] = ms[j], ms[j-1]
+		}
+	}
+}
+
+func (p *parser) compareMembers(a, b member) int {
+	return compareUTF16(p.nameOf(a.name), p.nameOf(b.name))
+}
 
 // rewrite rewrites the object that starts at dst[base] with its members in
 // the order of ms, which holds their offsets in the current output, and
@@ -422,7 +516,7 @@ func (p *parser) pointer() string {
 			b.WriteString(strconv.Itoa(e.index))
 			continue
 		}
-		for _, c := range e.name {
+		for _, c := range p.nameOf(e.name) {
 			switch c {
 			case '~':
 				b.WriteString("~0")

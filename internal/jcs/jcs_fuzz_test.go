@@ -326,3 +326,49 @@ func equalExact(a, b any) bool {
 	}
 	return reflect.DeepEqual(a, b)
 }
+
+// FuzzAppend checks that Append agrees with Canonicalize and Members, with
+// and without exact numbers, and leaves what its buffers held in place.
+func FuzzAppend(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
+	}
+	f.Fuzz(func(t *testing.T, src []byte, exact bool) {
+		o := Options{ExactNumbers: exact}
+		prefix := []byte("prefix:")
+		held := []MemberSpan{{Name: []byte("held")}}
+		got, err := o.Append(slices.Clip(prefix), src, slices.Clip(held))
+		canonical, cerr := o.Canonicalize(src)
+		if (err == nil) != (cerr == nil) || err != nil && err.Error() != cerr.Error() {
+			t.Fatalf("Append(%q) error = %v, Canonicalize error = %v", src, err, cerr)
+		}
+		if err != nil {
+			return
+		}
+		if !bytes.HasPrefix(got.Text, prefix) || !bytes.Equal(got.Text[len(prefix):], canonical) {
+			t.Fatalf("Append(%q) text = %q, want %q after %q", src, got.Text, canonical, prefix)
+		}
+		members, merr := o.Members(src)
+		if got.IsObject != (merr == nil) {
+			t.Fatalf("Append(%q) IsObject = %v, Members error = %v", src, got.IsObject, merr)
+		}
+		if !got.IsObject {
+			if got.Members != nil {
+				t.Fatalf("Append(%q) Members = %v for a text that is not an object", src, got.Members)
+			}
+			return
+		}
+		if len(got.Members) != len(held)+len(members) || string(got.Members[0].Name) != "held" {
+			t.Fatalf("Append(%q) Members = %v, want %d after the one held", src, got.Members, len(members))
+		}
+		for i, m := range got.Members[len(held):] {
+			want := members[i]
+			pair := append([]byte(quoteName(want.Name)), ':')
+			pair = append(pair, want.Value...)
+			if string(m.Name) != want.Name || !bytes.Equal(got.Text[m.ValueStart:m.End], want.Value) || !bytes.Equal(got.Text[m.Start:m.End], pair) {
+				t.Fatalf("Append(%q) member %d = %q %q %q, want %q %q", src, i, m.Name, got.Text[m.ValueStart:m.End], got.Text[m.Start:m.End], want.Name, pair)
+			}
+		}
+	})
+}

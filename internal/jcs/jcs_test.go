@@ -3,6 +3,7 @@ package jcs
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -395,6 +396,32 @@ func BenchmarkMembers(b *testing.B) {
 	for b.Loop() {
 		if _, err := Members(src); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestMembersSortedWhateverTheirNumber checks both ways objects are sorted:
+// by insertion when they have few members, and otherwise not.
+func TestMembersSortedWhateverTheirNumber(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{2, 3, 12, 13, 40} {
+		var src strings.Builder
+		src.WriteByte('{')
+		for i := n; i > 0; i-- {
+			if i < n {
+				src.WriteByte(',')
+			}
+			fmt.Fprintf(&src, `"m%03d":{"z":%d,"a":[%d]}`, i, i, i)
+		}
+		src.WriteByte('}')
+		members, err := Members([]byte(src.String()))
+		if err != nil {
+			t.Fatalf("Members(%d members) error = %v", n, err)
+		}
+		for i, m := range members {
+			if want := fmt.Sprintf("m%03d", i+1); m.Name != want || string(m.Value) != fmt.Sprintf(`{"a":[%d],"z":%d}`, i+1, i+1) {
+				t.Fatalf("%d members: member %d = %s %s, want %s sorted", n, i, m.Name, m.Value, want)
+			}
 		}
 	}
 }

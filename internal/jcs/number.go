@@ -65,6 +65,9 @@ func (p *parser) number(dst []byte) ([]byte, error) {
 		}
 		return append(dst, text...), nil
 	}
+	if out, ok := appendShortDecimal(dst, text); ok {
+		return out, nil
+	}
 	f, err := strconv.ParseFloat(string(text), 64)
 	if err != nil {
 		// The grammar has been checked, so only a range error is possible:
@@ -79,11 +82,14 @@ func (p *parser) number(dst []byte) ([]byte, error) {
 	if !p.exact {
 		return out, nil
 	}
-	want, ok := parseDecimal(text)
+	// Digits of up to 32 bytes, which every double's shortest form fits in,
+	// need no allocation.
+	var wantDigits, gotDigits [32]byte
+	want, ok := parseDecimal(wantDigits[:0], text)
 	if !ok {
 		return nil, fmt.Errorf("%w: exponent of %.40s at offset %d", ErrNumber, text, start)
 	}
-	if got, _ := parseDecimal(out[len(dst):]); got.equal(want) {
+	if got, _ := parseDecimal(gotDigits[:0], out[len(dst):]); got.equal(want) {
 		return out, nil
 	}
 	return want.appendTo(dst), nil
@@ -102,15 +108,15 @@ type decimal struct {
 const maxExponentDigits = 15
 
 // parseDecimal reads the exact value of s, which has the JSON number
-// grammar. ok is false when the exponent has more than maxExponentDigits
-// digits.
-func parseDecimal(s []byte) (d decimal, ok bool) {
+// grammar, with its digits appended to buf. ok is false when the exponent
+// has more than maxExponentDigits digits.
+func parseDecimal(buf, s []byte) (d decimal, ok bool) {
 	i := 0
 	if s[i] == '-' {
 		d.neg = true
 		i++
 	}
-	digits := make([]byte, 0, len(s))
+	digits := buf
 	var fraction int64
 	for ; i < len(s) && isDigit(s[i]); i++ {
 		digits = append(digits, s[i])
@@ -215,8 +221,14 @@ func appendNumber(dst []byte, f float64) []byte {
 	if expNeg {
 		exp = -exp
 	}
+	return appendDigits(dst, digits, exp+1)
+}
+
+// appendDigits appends, as ECMAScript's Number::toString writes it, the
+// positive number whose shortest decimal digits are digits, with n of them
+// before the decimal point: digits × 10^(n−len(digits)).
+func appendDigits(dst, digits []byte, n int) []byte {
 	k := len(digits)
-	n := exp + 1
 
 	switch {
 	case k <= n && n <= 21:
@@ -257,4 +269,62 @@ func appendNumber(dst []byte, f float64) []byte {
 		dst = strconv.AppendInt(dst, int64(e), 10)
 	}
 	return dst
+}
+
+// appendShortDecimal appends the canonical form of text, a JSON number,
+// without converting it to a double and back, when that cannot change its
+// digits: text has no exponent, at most maxExactDigits significant digits
+// (every such decimal is the shortest form of the double nearest to it,
+// which a double's 53 bits can tell from every other), and a magnitude
+// that is written without an exponent (1e-6 <= |v| < 1e21). Such a number
+// is exact, and so is its own exact form. It reports false for any other
+// number.
+func appendShortDecimal(dst, text []byte) ([]byte, bool) {
+	var buf [maxExactDigits]byte
+	digits := buf[:0]
+	neg := text[0] == '-'
+	if neg {
+		text = text[1:]
+	}
+	n := 0         // digits before the point, counted from the first significant one
+	point := false // the point has been read
+	zeros := 0     // zeros read since the last significant digit
+	for _, c := range text {
+		switch {
+		case c == '.':
+			point = true
+		case c == 'e' || c == 'E':
+			return nil, false
+		case c == '0' && len(digits) == 0:
+			if point {
+				n-- // a leading zero after the point
+			}
+		case c == '0':
+			zeros++
+			if !point {
+				n++
+			}
+		default:
+			if len(digits)+zeros+1 > maxExactDigits {
+				return nil, false
+			}
+			for ; zeros > 0; zeros-- {
+				digits = append(digits, '0')
+			}
+			digits = append(digits, c)
+			if !point {
+				n++
+			}
+		}
+	}
+	if len(digits) == 0 {
+		return append(dst, '0'), true // zero, of either sign
+	}
+	if n <= -6 || n > 21 {
+		return nil, false
+	}
+	if neg {
+		dst = append(dst, '-')
+	}
+	return appendDigits(dst, digits, n), true
 }

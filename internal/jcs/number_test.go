@@ -1,6 +1,7 @@
 package jcs
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"math/big"
@@ -192,4 +193,106 @@ func TestExactNumbers(t *testing.T) {
 	if _, err := exact.Canonicalize([]byte("1e-1000000000000000")); !errors.Is(err, ErrNumber) {
 		t.Errorf("exact Canonicalize of an exponent of 16 digits: err %v, want ErrNumber", err)
 	}
+}
+
+// slowNumber is the canonical form of a JSON number by way of a double, as
+// number writes every number that appendShortDecimal does not take.
+func slowNumber(t *testing.T, text string) string {
+	t.Helper()
+	f, err := strconv.ParseFloat(text, 64)
+	if err != nil {
+		t.Fatalf("ParseFloat(%q) error = %v", text, err)
+	}
+	return string(appendNumber(nil, f))
+}
+
+// checkShortDecimal checks that appendShortDecimal writes what the way by a
+// double writes, whenever it takes a number.
+func checkShortDecimal(t *testing.T, text string) {
+	t.Helper()
+	got, ok := appendShortDecimal([]byte("x"), []byte(text))
+	if !ok {
+		return
+	}
+	if want := slowNumber(t, text); string(got) != "x"+want {
+		t.Fatalf("appendShortDecimal(%q) = %q, by a double %q", text, got[1:], want)
+	}
+	exact, err := Options{ExactNumbers: true}.Canonicalize([]byte(text))
+	if err != nil || string(exact) != string(got[1:]) {
+		t.Fatalf("exact Canonicalize(%q) = %q, %v, want %q", text, exact, err, got[1:])
+	}
+}
+
+func TestAppendShortDecimal(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		text string
+		want string // "" when the number is not taken
+	}{
+		{"100.50", "100.5"},
+		{"100.00", "100"},
+		{"-0.0", "0"},
+		{"0.000", "0"},
+		{"0.05", "0.05"},
+		{"0.000001", "0.000001"},
+		{"0.0000001", ""}, // 1e-7
+		{"1.5e3", ""},
+		{"123456789012.345", "123456789012.345"},
+		{"1234567890123.456", ""}, // 16 digits
+		{"100000000000000000000.0", "100000000000000000000"},
+		{"1000000000000000000000.0", ""}, // 1e21
+		{"-3.14159", "-3.14159"},
+		{"0.1000000000000000055511151231257827", ""},
+		{"2.50000000000000000000000000000000001", ""},
+		{"7.0000000000000000000000000000000000", "7"},
+	}
+	for _, tt := range tests {
+		got, ok := appendShortDecimal(nil, []byte(tt.text))
+		if ok != (tt.want != "") || string(got) != tt.want {
+			t.Errorf("appendShortDecimal(%q) = %q, %v, want %q", tt.text, got, ok, tt.want)
+		}
+		checkShortDecimal(t, tt.text)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200000 {
+		var b []byte
+		if rng.IntN(4) == 0 {
+			b = append(b, '-')
+		}
+		intDigits := rng.IntN(23)
+		if intDigits == 0 {
+			b = append(b, '0')
+		} else {
+			b = append(b, byte('1'+rng.IntN(9)))
+			for range intDigits - 1 {
+				b = append(b, randomDigit(rng))
+			}
+		}
+		b = append(b, '.')
+		for range 1 + rng.IntN(20) {
+			b = append(b, randomDigit(rng))
+		}
+		checkShortDecimal(t, string(b))
+	}
+}
+
+// randomDigit returns a digit, zero more often than the others.
+func randomDigit(rng *rand.Rand) byte {
+	if rng.IntN(3) == 0 {
+		return '0'
+	}
+	return byte('0' + rng.IntN(10))
+}
+
+func FuzzAppendShortDecimal(f *testing.F) {
+	for _, s := range []string{"100.50", "0.000001", "-0.0", "123456789012.345", "100000000000000000000.0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		if text == "" || strings.Trim(text, "0123456789.eE+-") != "" || !json.Valid([]byte(text)) {
+			return // not one JSON number
+		}
+		checkShortDecimal(t, text)
+	})
 }

@@ -174,6 +174,10 @@ func compareUTF16(a, b []byte) int {
 	if n == len(a) || n == len(b) {
 		return len(a) - len(b)
 	}
+	if a[n] < utf8.RuneSelf && b[n] < utf8.RuneSelf {
+		// ASCII characters are one code unit each.
+		return int(a[n]) - int(b[n])
+	}
 	// Back up to the first byte of the character that differs.
 	for n > 0 && !utf8.RuneStart(a[n]) {
 		n--

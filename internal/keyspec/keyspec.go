@@ -176,6 +176,15 @@ func parseBare(s string) (string, error) {
 // parseSFString parses an RFC 9651 sf-string at the start of s and returns
 // its value and the rest of s. A value longer than limit is an error.
 func parseSFString(s string, limit int) (string, string, error) {
+	// Most keys have no escapes: their value is the text between the
+	// quotes, and needs no copy.
+	for i := 1; i < len(s) && i <= limit+1; i++ {
+		if c := s[i]; c == '"' {
+			return s[1:i], s[i+1:], nil
+		} else if c == '\\' || !IsStringChar(c) {
+			break
+		}
+	}
 	buf := make([]byte, 0, min(len(s), limit+1))
 	for i := 1; i < len(s); i++ {
 		c := s[i]

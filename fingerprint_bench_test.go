@@ -1,0 +1,46 @@
+package idem
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// BenchmarkFingerprint measures the fingerprint alone, the largest part of
+// the middleware's own cost, for a JSON payment of about 1 KiB.
+func BenchmarkFingerprint(b *testing.B) {
+	var body strings.Builder
+	body.WriteString(`{"amount": 12500, "currency": "EUR", "customer": "cus_8e03978e40d5", "metadata": {"order_id": "ord_1234567890", "channel": "web"}, "items": [`)
+	for i := 0; body.Len() < 1000; i++ {
+		if i > 0 {
+			body.WriteString(", ")
+		}
+		fmt.Fprintf(&body, `{"sku": "SKU-%05d", "qty": %d, "unit_price": %d.%02d}`, i, i%7+1, 100+i, i%100)
+	}
+	body.WriteString(`], "capture": true}`)
+	p := FingerprintParams{Method: "POST", Path: "/v1/payments", ContentType: "application/json", Body: []byte(body.String())}
+	b.Run("fingerprint", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := fingerprintOf(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("reference", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := refFingerprintOf(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("canonical", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := canonicalForm.Canonicalize(p.Body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

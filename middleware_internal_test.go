@@ -1,0 +1,75 @@
+package idem
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"reflect"
+	"testing"
+	"testing/iotest"
+)
+
+func TestReadAll(t *testing.T) {
+	t.Parallel()
+	body := bytes.Repeat([]byte("0123456789"), 1000)
+	tests := []struct {
+		name   string
+		rd     io.Reader
+		length int64
+	}{
+		{"DeclaredLength", bytes.NewReader(body), int64(len(body))},
+		{"UnknownLength", bytes.NewReader(body), -1},
+		{"LongerThanDeclared", bytes.NewReader(body), 10},
+		{"ShorterThanDeclared", bytes.NewReader(body), int64(len(body)) * 3},
+		{"DeclaredZero", bytes.NewReader(body), 0},
+		{"OneByteReads", iotest.OneByteReader(bytes.NewReader(body)), int64(len(body))},
+		{"DataWithEOF", iotest.DataErrReader(bytes.NewReader(body)), int64(len(body))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := readAll(tt.rd, tt.length)
+			if err != nil || !bytes.Equal(got, body) {
+				t.Fatalf("readAll = %d bytes, %v; want the %d bytes of the body", len(got), err, len(body))
+			}
+		})
+	}
+	t.Run("HugeDeclaredLengthIsNotAllocated", func(t *testing.T) {
+		t.Parallel()
+		got, err := readAll(bytes.NewReader(body[:5]), 1<<40)
+		if err != nil || string(got) != "01234" || cap(got) > 1<<20+1 {
+			t.Fatalf("readAll = %q (cap %d), %v; want \"01234\" in at most 1 MiB", got, cap(got), err)
+		}
+	})
+	t.Run("Error", func(t *testing.T) {
+		t.Parallel()
+		boom := errors.New("boom")
+		if _, err := readAll(io.MultiReader(bytes.NewReader(body[:5]), iotest.ErrReader(boom)), 100); !errors.Is(err, boom) {
+			t.Fatalf("readAll error = %v, want %v", err, boom)
+		}
+	})
+}
+
+func TestCopyFields(t *testing.T) {
+	t.Parallel()
+	src := http.Header{"A": {"1", "2"}, "B": {"3"}, "Empty": {}, "Skipped": {"4"}}
+	dst := http.Header{}
+	rest := copyFields(dst, src, []string{"A", "B", "Empty"}, 1)
+	if len(rest) != 0 || cap(rest) != 1 {
+		t.Fatalf("rest = %q (cap %d), want room for 1 more value", rest, cap(rest))
+	}
+	if want := (http.Header{"A": {"1", "2"}, "B": {"3"}}); !reflect.DeepEqual(dst, want) {
+		t.Fatalf("copied %v, want %v", dst, want)
+	}
+	dst["A"] = append(dst["A"], "x")
+	_ = append(rest, "y")
+	if dst.Get("B") != "3" || src["A"][1] != "2" {
+		t.Fatalf("appending to a copied field wrote into another: %v, source %v", dst, src)
+	}
+	all := http.Header{}
+	copyFields(all, src, nil, 0)
+	if want := (http.Header{"A": {"1", "2"}, "B": {"3"}, "Empty": {}, "Skipped": {"4"}}); !reflect.DeepEqual(all, want) {
+		t.Fatalf("copied %v, want every field of %v", all, want)
+	}
+}
