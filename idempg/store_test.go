@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 var quiet = slog.New(slog.DiscardHandler)
 
 // testTimeout bounds every database call of a test.
-const testTimeout = 10 * time.Second
+const testTimeout = 30 * time.Second
 
 // Clock values for claims; the store must take time from ClaimParams.Now.
 var (
