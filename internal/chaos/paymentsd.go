@@ -1,0 +1,61 @@
+package chaos
+
+// This file is everything the harness knows about the command lines of
+// paymentsd and processord. Keep it that way: when their flags change, only
+// this file changes.
+
+import (
+	"fmt"
+	"time"
+)
+
+// Tenants are the clients the harness authenticates as; every key is
+// scoped by one of them, and some keys are used by both.
+var tenants = []tenant{
+	{name: "alice", token: "sk_chaos_alice"},
+	{name: "bob", token: "sk_chaos_bob"},
+}
+
+type tenant struct{ name, token string }
+
+const (
+	healthPath   = "/healthz"
+	paymentsPath = "/v1/payments"
+
+	// processorDelay keeps each charge in flight for a moment, so that
+	// pauses and kills catch requests between claim and commit.
+	processorDelay = 20 * time.Millisecond
+)
+
+// paymentsdArgs returns the command line of one paymentsd instance: two
+// phases, so that a paused holder's lease expires and is taken over, and
+// charges through processord with derived keys.
+func paymentsdArgs(addr, databaseURL, processorURL string, lockTimeout time.Duration) []string {
+	tokens := ""
+	for i, t := range tenants {
+		if i > 0 {
+			tokens += ","
+		}
+		tokens += t.token + "=" + t.name
+	}
+	return []string{
+		"-addr", addr,
+		"-db", databaseURL,
+		"-tokens", tokens,
+		"-mode", "two-phase",
+		"-lock-timeout", lockTimeout.String(),
+		"-purge-interval", "0",
+		"-shutdown-timeout", "1s",
+		"-processor", processorURL,
+	}
+}
+
+// processordArgs returns processord's command line.
+func processordArgs(addr, dbPath string) []string {
+	return []string{"-addr", addr, "-db", dbPath, "-delay", processorDelay.String()}
+}
+
+// paymentBody is the JSON body of a payment request.
+func paymentBody(amount int64, customer string) []byte {
+	return fmt.Appendf(nil, `{"amount":%d,"currency":"usd","customer":%q}`, amount, customer)
+}
