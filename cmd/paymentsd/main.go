@@ -42,6 +42,11 @@ import (
 
 func main() { cmdrun.Main("paymentsd", Run) }
 
+// breakStore, set only in builds with the chaosbroken tag, breaks the key
+// store and the payments repository on purpose, for the chaos harness's
+// tests (see internal/brokenstore).
+var breakStore func(*database.DB, idem.Store, payments.Repo) (idem.Store, payments.Repo, error)
+
 // devTokens are used when no tokens are configured, with a warning that
 // names the clients, never the tokens (README lists them).
 const devTokens = "sk_test_alice=alice,sk_test_bob=bob"
@@ -161,6 +166,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	store := db.Store()
+	if breakStore != nil {
+		if store, repo, err = breakStore(db, store, repo); err != nil {
+			return err
+		}
+	}
 
 	var proc payments.Processor
 	if o.processor != "" {
@@ -176,7 +187,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	svc, err := payments.NewService(payments.Config{
-		Repo: repo, Store: db.Store(), Tokens: tokens, Processor: proc, Logger: logger,
+		Repo: repo, Store: store, Tokens: tokens, Processor: proc, Logger: logger,
 		Idem: idem.Config{Mode: mode, Retention: o.retention, LockTimeout: o.lockTimeout, Logger: logger, Metrics: metrics},
 	})
 	if err != nil {

@@ -58,6 +58,10 @@ type Config struct {
 	// one JSON object a line, when the checker finds a violation. Defaults
 	// to chaos-violations-SEED.jsonl in the working directory.
 	ViolationsFile string
+	// LogDir, when set, receives the processes' logs and is kept.
+	// Defaults to a temporary directory, removed after a run without
+	// violations.
+	LogDir string
 	// Progress receives a line every ProgressEvery. Defaults to
 	// io.Discard.
 	Progress io.Writer
@@ -69,7 +73,7 @@ type Config struct {
 const (
 	DurationDefault      = 2 * time.Minute
 	InstancesDefault     = 3
-	ClientsDefault       = 8
+	ClientsDefault       = 16
 	LockTimeoutDefault   = time.Second
 	ProgressEveryDefault = 5 * time.Second
 
@@ -77,6 +81,10 @@ const (
 	// retried to a final answer, and the verification replays.
 	settleTimeout = 2 * time.Minute
 	readyTimeout  = time.Minute
+	// settleAttempts bounds the attempts of one operation while settling.
+	settleAttempts = 30
+	// verifyAttempts bounds the attempts of one verification replay.
+	verifyAttempts = 10
 )
 
 func (c Config) withDefaults() Config {
@@ -135,8 +143,8 @@ func (c Config) validate() error {
 		return errors.New("chaos: Instances must be 1 to 32")
 	case c.Clients < 1 || c.Clients > 256:
 		return errors.New("chaos: Clients must be 1 to 256")
-	case c.LockTimeout < 100*time.Millisecond:
-		return errors.New("chaos: LockTimeout must be at least 100ms")
+	case c.LockTimeout < 100*time.Millisecond || c.LockTimeout > attemptTimeout/3:
+		return fmt.Errorf("chaos: LockTimeout must be 100ms to %s, a third of a client's attempt timeout", attemptTimeout/3)
 	}
 	total := 0
 	for _, w := range c.Workloads {
@@ -181,11 +189,17 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := pgcluster.Available(); err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
 	}
-	dir, err := os.MkdirTemp("", "idem-chaos-")
-	if err != nil {
-		return nil, fmt.Errorf("chaos: %w", err)
+	dir, keepDir := cfg.LogDir, cfg.LogDir != ""
+	if keepDir {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("chaos: %w", err)
+		}
+	} else {
+		var err error
+		if dir, err = os.MkdirTemp("", "idem-chaos-"); err != nil {
+			return nil, fmt.Errorf("chaos: %w", err)
+		}
 	}
-	keepDir := false
 	defer func() {
 		if !keepDir {
 			os.RemoveAll(dir)
@@ -384,7 +398,7 @@ func (h *harness) settle(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			h.drive(ctx, op, "settle", rand.New(rand.NewPCG(h.cfg.Seed, uint64(i))))
+			h.driveN(ctx, op, "settle", rand.New(rand.NewPCG(h.cfg.Seed, uint64(i))), settleAttempts)
 		}()
 	}
 	wg.Wait()
@@ -404,7 +418,7 @@ func (h *harness) verify(ctx context.Context) {
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				for n := 0; ctx.Err() == nil; n++ {
+				for n := 0; n < verifyAttempts && ctx.Err() == nil; n++ {
 					a := h.send(ctx, op, i, "verify")
 					if a == nil || a.final() {
 						return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -27,8 +28,8 @@ const (
 	vUnknown    = "unknown_payments"
 )
 
-// Report is what the checker found: for each violation kind, the
-// operations (or keys) that show it.
+// Report is what the checker found: for each violation kind, how many
+// operations (or, for strays, keys) show it, and why.
 type Report struct {
 	counts  map[string]int
 	reasons map[*Op][]string
@@ -46,11 +47,17 @@ type dbState struct {
 	Charges     int       `json:"charges"`
 }
 
+// add records a violation of op; each kind counts an operation once.
 func (r *Report) add(kind string, op *Op, why string) {
-	r.counts[kind]++
-	if op != nil {
-		r.reasons[op] = append(r.reasons[op], kind+": "+why)
+	if op == nil {
+		r.counts[kind]++
+		return
 	}
+	prefix := kind + ": "
+	if !slices.ContainsFunc(r.reasons[op], func(s string) bool { return strings.HasPrefix(s, prefix) }) {
+		r.counts[kind]++
+	}
+	r.reasons[op] = append(r.reasons[op], prefix+why)
 }
 
 func (r *Report) violations() int {

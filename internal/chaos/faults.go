@@ -89,9 +89,17 @@ func Schedule(seed uint64, d time.Duration, f Faults, instances int, lease time.
 			e := Event{At: at, Kind: k, Instance: rnd.IntN(instances)}
 			switch k {
 			case Pause:
-				// Past the lease, so that the key is taken over while the
-				// holder sleeps.
-				e.Hold = lease + lease/2 + time.Duration(rnd.Int64N(int64(lease)))
+				// Always past the lease. Half the pauses end before the
+				// client's attempt times out: the client still waits while
+				// its duplicates take the key over elsewhere, and the holder
+				// wakes up to finish a request it no longer owns. The other
+				// half outlast the attempt: the client gives up, retries
+				// elsewhere and takes the key over itself.
+				if rnd.IntN(2) == 0 {
+					e.Hold = lease + lease/2 + time.Duration(rnd.Int64N(int64(attemptTimeout-2*lease)))
+				} else {
+					e.Hold = attemptTimeout + lease + time.Duration(rnd.Int64N(int64(lease)+1))
+				}
 			case DBRestart:
 				e.Hold = f.DBDown/3 + time.Duration(rnd.Int64N(int64(f.DBDown-f.DBDown/3)+1))
 			case CommitCut:

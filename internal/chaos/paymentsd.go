@@ -24,7 +24,7 @@ const (
 
 	// processorDelay keeps each charge in flight for a moment, so that
 	// pauses and kills catch requests between claim and commit.
-	processorDelay = 20 * time.Millisecond
+	processorDelay = 150 * time.Millisecond
 )
 
 // paymentsdArgs returns the command line of one paymentsd instance: two

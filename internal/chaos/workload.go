@@ -131,7 +131,7 @@ const (
 	backoffBase     = 50 * time.Millisecond
 	backoffLimit    = time.Second
 	retryAfterLimit = 2 * time.Second
-	attemptTimeout  = 2 * time.Second
+	attemptTimeout  = 5 * time.Second
 )
 
 // drive sends op until it has a final answer or ctx is done, each attempt
@@ -139,7 +139,12 @@ const (
 // does (full-jitter exponential backoff, Retry-After). It returns the final
 // attempt, or nil.
 func (h *harness) drive(ctx context.Context, op *Op, phase string, rnd *rand.Rand) *Attempt {
-	for n := 0; ; n++ {
+	return h.driveN(ctx, op, phase, rnd, -1)
+}
+
+// driveN is drive with at most max attempts; -1 is no bound.
+func (h *harness) driveN(ctx context.Context, op *Op, phase string, rnd *rand.Rand, max int) *Attempt {
+	for n := 0; n != max; n++ {
 		a := h.send(ctx, op, rnd.IntN(len(h.instances)), phase)
 		if a == nil {
 			return nil // ctx done before an answer
@@ -159,6 +164,7 @@ func (h *harness) drive(ctx context.Context, op *Op, phase string, rnd *rand.Ran
 		case <-t.C:
 		}
 	}
+	return nil
 }
 
 // idemclientBackoff is idemclient's default backoff before retry n.
