@@ -9,6 +9,7 @@
 //
 //	check   test a live endpoint against the Idempotency-Key contract
 //	keys    list, show, release or delete keys: find and free stuck keys
+//	chaos   run the payments service under kills, pauses and cuts, then audit every answer
 //
 // "idem help <command>" or "idem <command> -h" prints a command's flags; most
 // flags have an environment-variable twin named in their help, such as

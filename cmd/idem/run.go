@@ -34,6 +34,7 @@ func commands() []command {
 		{"migrate", "move the key table's schema to the newest version, or to a given one", runMigrate},
 		{"purge", "delete keys older than the retention period", runPurge},
 		{"keys", "list, show, release or delete keys: find and free stuck keys", runKeys},
+		{"chaos", "run the payments service under kills, pauses and cuts, then audit every answer", runChaos},
 	}
 }
 

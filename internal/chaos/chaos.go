@@ -44,6 +44,11 @@ type Config struct {
 	// LockTimeout is paymentsd's lease; pauses last longer. Defaults to
 	// LockTimeoutDefault.
 	LockTimeout time.Duration
+	// ProcessorDelay is processord's latency per charge: it keeps requests
+	// in flight between claim and commit, where kills and pauses catch
+	// them. processord charges one at a time, so a long delay overloads it
+	// and paymentsd answers 502. Defaults to ProcessorDelayDefault.
+	ProcessorDelay time.Duration
 	// Workloads is the traffic mix. Defaults to DefaultWorkloads().
 	Workloads []Weighted
 	// SourceDir is the module whose cmd/paymentsd and cmd/processord are
@@ -71,11 +76,12 @@ type Config struct {
 
 // Config defaults.
 const (
-	DurationDefault      = 2 * time.Minute
-	InstancesDefault     = 3
-	ClientsDefault       = 16
-	LockTimeoutDefault   = time.Second
-	ProgressEveryDefault = 5 * time.Second
+	DurationDefault       = 2 * time.Minute
+	InstancesDefault      = 3
+	ClientsDefault        = 16
+	LockTimeoutDefault    = time.Second
+	ProgressEveryDefault  = 5 * time.Second
+	ProcessorDelayDefault = 50 * time.Millisecond
 
 	// settleTimeout bounds the phase in which every unanswered operation is
 	// retried to a final answer, and the verification replays.
@@ -100,6 +106,9 @@ func (c Config) withDefaults() Config {
 	if c.LockTimeout == 0 {
 		c.LockTimeout = LockTimeoutDefault
 	}
+	if c.ProcessorDelay == 0 {
+		c.ProcessorDelay = ProcessorDelayDefault
+	}
 	if c.Workloads == nil {
 		c.Workloads = DefaultWorkloads()
 	}
@@ -111,7 +120,7 @@ func (c Config) withDefaults() Config {
 	}
 	f := &c.Faults
 	if c.NoFaults {
-		*f = Faults{}
+		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1}
 	} else {
 		if f.KillEvery == 0 {
 			f.KillEvery = KillEveryDefault
@@ -258,7 +267,7 @@ func (h *harness) deploy(ctx context.Context) error {
 	}
 	h.processor = &process{
 		name: "processord", path: processord, addr: addrs[0],
-		args:    processordArgs(addrs[0], filepath.Join(h.dir, "processord.db")),
+		args:    processordArgs(addrs[0], filepath.Join(h.dir, "processord.db"), h.cfg.ProcessorDelay),
 		logPath: filepath.Join(h.dir, "processord.log"),
 	}
 	h.processor.supervise()

@@ -112,10 +112,10 @@ func (h *harness) check(ctx context.Context) (*Report, error) {
 		return nil, fmt.Errorf("chaos: read keys: %w", err)
 	}
 	_, err = pgx.ForEachRow(keyRows, []any{&k.client, &k.key, &status, &body}, func() error {
-			s := get(k)
-			s.KeyStatus, s.KeyResponse = status, string(body)
-			return nil
-		})
+		s := get(k)
+		s.KeyStatus, s.KeyResponse = status, string(body)
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("chaos: read keys: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,7 +36,8 @@ func (k FaultKind) String() string {
 }
 
 // Faults sets how often each fault falls: the mean time between two
-// faults of a kind; the gaps are drawn from the seed. 0 disables a kind.
+// faults of a kind; the gaps are drawn from the seed. 0 means the default,
+// a negative value disables the kind.
 type Faults struct {
 	KillEvery      time.Duration // Defaults to 5s.
 	PauseEvery     time.Duration // Defaults to 12s.
@@ -75,7 +77,7 @@ func Schedule(seed uint64, d time.Duration, f Faults, instances int, lease time.
 	for k := range faultKinds {
 		every := f.every(k)
 		if every <= 0 {
-			continue
+			continue // disabled
 		}
 		rnd := rand.New(rand.NewPCG(seed, uint64(k)+1))
 		at := time.Duration(0)
@@ -140,7 +142,11 @@ func (h *harness) inject(ctx context.Context, start time.Time, events []Event) e
 	return first
 }
 
+// injectKind applies the events of one kind in order. Pauses of different
+// instances overlap; the other kinds fall one after the other.
 func (h *harness) injectKind(ctx context.Context, start time.Time, events []Event) error {
+	var pauses sync.WaitGroup
+	defer pauses.Wait()
 	for _, e := range events {
 		t := time.NewTimer(time.Until(start.Add(e.At)))
 		select {
@@ -148,6 +154,14 @@ func (h *harness) injectKind(ctx context.Context, start time.Time, events []Even
 			t.Stop()
 			return nil
 		case <-t.C:
+		}
+		if e.Kind == Pause {
+			pauses.Add(1)
+			go func() {
+				defer pauses.Done()
+				h.apply(e)
+			}()
+			continue
 		}
 		if err := h.apply(e); err != nil {
 			return err

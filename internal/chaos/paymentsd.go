@@ -21,10 +21,6 @@ type tenant struct{ name, token string }
 const (
 	healthPath   = "/healthz"
 	paymentsPath = "/v1/payments"
-
-	// processorDelay keeps each charge in flight for a moment, so that
-	// pauses and kills catch requests between claim and commit.
-	processorDelay = 150 * time.Millisecond
 )
 
 // paymentsdArgs returns the command line of one paymentsd instance: two
@@ -51,8 +47,8 @@ func paymentsdArgs(addr, databaseURL, processorURL string, lockTimeout time.Dura
 }
 
 // processordArgs returns processord's command line.
-func processordArgs(addr, dbPath string) []string {
-	return []string{"-addr", addr, "-db", dbPath, "-delay", processorDelay.String()}
+func processordArgs(addr, dbPath string, delay time.Duration) []string {
+	return []string{"-addr", addr, "-db", dbPath, "-delay", delay.String()}
 }
 
 // paymentBody is the JSON body of a payment request.
