@@ -39,6 +39,9 @@ type Config struct {
 	// Faults sets how often each fault falls. Defaults to the Xxx
 	// defaults of Faults.
 	Faults Faults
+	// ProcessorFaults sets how often processord fails, loses answers and
+	// answers late. Defaults to the ProcessorXxxDefault rates.
+	ProcessorFaults ProcessorFaults
 	// NoFaults turns every fault off, for a baseline. Defaults to false.
 	NoFaults bool
 	// LockTimeout is paymentsd's lease; pauses last longer. Defaults to
@@ -88,7 +91,7 @@ const (
 	settleTimeout = 2 * time.Minute
 	readyTimeout  = time.Minute
 	// settleAttempts bounds the attempts of one operation while settling.
-	settleAttempts = 30
+	settleAttempts = 120
 	// verifyAttempts bounds the attempts of one verification replay.
 	verifyAttempts = 10
 )
@@ -135,6 +138,18 @@ func (c Config) withDefaults() Config {
 			f.CutEvery = CutEveryDefault
 		}
 	}
+	pf := &c.ProcessorFaults
+	for _, r := range []struct {
+		rate *float64
+		def  float64
+	}{{&pf.FailRate, ProcessorFailRateDefault}, {&pf.LoseRate, ProcessorLoseRateDefault}, {&pf.TimeoutRate, ProcessorTimeoutRateDefault}} {
+		switch {
+		case c.NoFaults || *r.rate < 0:
+			*r.rate = 0
+		case *r.rate == 0:
+			*r.rate = r.def
+		}
+	}
 	if f.DBDown == 0 {
 		f.DBDown = DBDownDefault
 	}
@@ -154,6 +169,9 @@ func (c Config) validate() error {
 		return errors.New("chaos: Clients must be 1 to 256")
 	case c.LockTimeout < 100*time.Millisecond || c.LockTimeout > attemptTimeout/3:
 		return fmt.Errorf("chaos: LockTimeout must be 100ms to %s, a third of a client's attempt timeout", attemptTimeout/3)
+	}
+	if pf := c.ProcessorFaults; pf.FailRate > 1 || pf.LoseRate > 1 || pf.TimeoutRate > 1 || pf.FailRate+pf.LoseRate+pf.TimeoutRate > 1 {
+		return errors.New("chaos: the processor fault rates must add up to at most 1")
 	}
 	total := 0
 	for _, w := range c.Workloads {
@@ -267,7 +285,7 @@ func (h *harness) deploy(ctx context.Context) error {
 	}
 	h.processor = &process{
 		name: "processord", path: processord, addr: addrs[0],
-		args:    processordArgs(addrs[0], filepath.Join(h.dir, "processord.db"), h.cfg.ProcessorDelay),
+		args:    processordArgs(addrs[0], filepath.Join(h.dir, "processord.db"), h.cfg.ProcessorDelay, h.cfg.ProcessorFaults, h.cfg.Seed),
 		logPath: filepath.Join(h.dir, "processord.log"),
 	}
 	h.processor.supervise()

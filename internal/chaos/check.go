@@ -133,7 +133,7 @@ func (h *harness) check(ctx context.Context) (*Report, error) {
 		r.rows[op] = s
 		attempts, final := op.snapshot()
 		for _, a := range attempts {
-			if a.Status >= 500 && !documented5xx(a.Problem) {
+			if a.Status >= 500 && !h.documented5xx(a.Problem) {
 				r.add(v5xx, op, fmt.Sprintf("instance %d answered %d %s", a.Instance, a.Status, a.Problem))
 			}
 		}

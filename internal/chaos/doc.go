@@ -15,6 +15,8 @@
 // an instance, which its supervisor restarts; SIGSTOP for longer than the
 // lease, then SIGCONT; PostgreSQL stopped as pg_ctl stop -m immediate does,
 // then started again; a commit cut between instance 0 and PostgreSQL.
+// processord fails charges, loses answers after charging and answers late,
+// at rates drawn from the seed ([ProcessorFaults]).
 //
 // Clients run [Workload]s: duplicate storms across instances, retries with
 // idemclient's backoff until a final answer, and reuse of a remembered key

@@ -48,6 +48,16 @@ type Faults struct {
 	DBDown time.Duration
 }
 
+// ProcessorFaults are the rates, 0 to 1, at which processord fails a
+// charge before making it (503), makes it and loses the answer (the
+// connection closes), or makes it and answers only after the caller gave
+// up. A negative rate turns that fault off; 0 means the default.
+type ProcessorFaults struct {
+	FailRate    float64 `json:"fail_rate"`    // Defaults to 0.02.
+	LoseRate    float64 `json:"lose_rate"`    // Defaults to 0.02.
+	TimeoutRate float64 `json:"timeout_rate"` // Defaults to 0.01.
+}
+
 // Fault defaults.
 const (
 	KillEveryDefault      = 5 * time.Second
@@ -55,6 +65,10 @@ const (
 	DBRestartEveryDefault = 60 * time.Second
 	CutEveryDefault       = 6 * time.Second
 	DBDownDefault         = 3 * time.Second
+
+	ProcessorFailRateDefault    = 0.02
+	ProcessorLoseRateDefault    = 0.02
+	ProcessorTimeoutRateDefault = 0.01
 )
 
 func (f Faults) every(k FaultKind) time.Duration {

@@ -6,6 +6,7 @@ package chaos
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -21,6 +22,13 @@ type tenant struct{ name, token string }
 const (
 	healthPath   = "/healthz"
 	paymentsPath = "/v1/payments"
+
+	// problemProcessorUnavailable is paymentsd's 502 when the processor
+	// did not answer.
+	problemProcessorUnavailable = "processor-unavailable"
+
+	// processorToken is how paymentsd authenticates to processord.
+	processorToken = "sk_chaos_processor"
 )
 
 // paymentsdArgs returns the command line of one paymentsd instance: two
@@ -43,12 +51,23 @@ func paymentsdArgs(addr, databaseURL, processorURL string, lockTimeout time.Dura
 		"-purge-interval", "0",
 		"-shutdown-timeout", "1s",
 		"-processor", processorURL,
+		"-processor-token", processorToken,
+		"-admin-addr", "off", // instances share a machine; /metrics is not needed
 	}
 }
 
-// processordArgs returns processord's command line.
-func processordArgs(addr, dbPath string, delay time.Duration) []string {
-	return []string{"-addr", addr, "-db", dbPath, "-delay", delay.String()}
+// processordArgs returns processord's command line: it fails charges
+// before making them, loses answers after making them and answers late,
+// at rates drawn from the seed.
+func processordArgs(addr, dbPath string, delay time.Duration, p ProcessorFaults, seed uint64) []string {
+	return []string{
+		"-addr", addr, "-db", "sqlite:" + dbPath, "-delay", delay.String(),
+		"-tokens", processorToken + "=paymentsd",
+		"-fail-rate", strconv.FormatFloat(p.FailRate, 'g', -1, 64),
+		"-lose-rate", strconv.FormatFloat(p.LoseRate, 'g', -1, 64),
+		"-timeout-rate", strconv.FormatFloat(p.TimeoutRate, 'g', -1, 64),
+		"-seed", strconv.FormatUint(seed|1, 10), // 0 would mean a random seed
+	}
 }
 
 // paymentBody is the JSON body of a payment request.

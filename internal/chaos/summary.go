@@ -37,6 +37,9 @@ type Summary struct {
 	Pauses     int `json:"pauses"`
 	DBRestarts int `json:"db_restarts"`
 	CommitCuts int `json:"commit_cuts"`
+	// ProcessorFaults are the rates at which processord failed charges,
+	// lost answers and answered late; it does not count them.
+	ProcessorFaults ProcessorFaults `json:"processor_faults"`
 
 	// Workloads counts operations per workload; Answers counts attempts
 	// per answer: a status with its problem code, or "no answer".
@@ -60,7 +63,7 @@ func (h *harness) summary(r *Report, took time.Duration) *Summary {
 		CrossTenant: r.counts[vCross], StuckKeys: r.counts[vStuck], Unexpected5xx: r.counts[v5xx],
 		Unanswered: r.counts[vUnanswered], ReuseAccepted: r.counts[vReuse], UnknownPayments: r.counts[vUnknown],
 		Kills: int(h.faults.kills.Load()), Pauses: int(h.faults.pauses.Load()),
-		DBRestarts: int(h.faults.dbRestarts.Load()), CommitCuts: h.proxy.Cuts(),
+		DBRestarts: int(h.faults.dbRestarts.Load()), CommitCuts: h.proxy.Cuts(), ProcessorFaults: h.cfg.ProcessorFaults,
 		Workloads: map[string]int{}, Answers: map[string]int{},
 		Violations: r.violations(),
 	}
@@ -107,6 +110,9 @@ func (s *Summary) WriteText(w io.Writer) {
 		s.Operations, counts(s.Workloads), s.Attempts, s.Acknowledged)
 	fmt.Fprintf(w, "  faults:     %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts\n",
 		s.Kills, s.Pauses, s.DBRestarts, s.CommitCuts)
+	pf := s.ProcessorFaults
+	fmt.Fprintf(w, "              processord fails %g%%, loses the answer to %g%% and answers %g%% late, of charges\n",
+		100*pf.FailRate, 100*pf.LoseRate, 100*pf.TimeoutRate)
 	fmt.Fprintf(w, "  answers:    %s\n", counts(s.Answers))
 	fmt.Fprintf(w, "  violations: %d lost, %d duplicated, %d mismatched replays, %d cross-tenant, %d stuck keys, %d unexpected 5xx, %d unanswered, %d reuse accepted, %d unknown payments\n",
 		s.Lost, s.Duplicated, s.MismatchedReplays, s.CrossTenant, s.StuckKeys, s.Unexpected5xx, s.Unanswered, s.ReuseAccepted, s.UnknownPayments)
