@@ -157,7 +157,7 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 		t.Run(tt.brk, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "violations.jsonl")
 			sum, err := Run(context.Background(), Config{
-				Duration: 15 * time.Second, Seed: 7, SourceDir: src,
+				Duration: 20 * time.Second, Seed: 7, SourceDir: src,
 				BuildTags: "chaosbroken", Env: []string{"IDEM_CHAOS_BREAK=" + tt.brk},
 				Workloads:      []Weighted{{Storm{}, 1}},
 				ProcessorDelay: 150 * time.Millisecond,
