@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/idemkit/idem/internal/child"
@@ -76,7 +75,7 @@ func (p *process) startOnce() (<-chan struct{}, error) {
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	// The child dies with the harness, whatever way the harness ends.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = dieWithParent()
 	if err := child.Start(cmd); err != nil {
 		return nil, err
 	}
@@ -105,7 +104,7 @@ func (p *process) kill() bool {
 	if cmd == nil {
 		return false
 	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Process.Kill()
 	<-exited
 	return true
 }
@@ -119,7 +118,7 @@ func (p *process) pause() (resume func(), ok bool) {
 	if cmd == nil || p.paused {
 		return nil, false
 	}
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := stopProcess(cmd.Process); err != nil {
 		return nil, false
 	}
 	p.paused = true
@@ -127,7 +126,7 @@ func (p *process) pause() (resume func(), ok bool) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if p.cmd == cmd {
-			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = continueProcess(cmd.Process)
 			p.paused = false
 		}
 	}, true
@@ -141,8 +140,8 @@ func (p *process) stop() {
 	cmd, exited := p.cmd, p.exited
 	p.mu.Unlock()
 	if cmd != nil {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		_ = continueProcess(cmd.Process)
 		<-exited
 	}
 	if p.done != nil {
