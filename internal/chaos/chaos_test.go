@@ -117,6 +117,7 @@ func setupRun(t *testing.T) string {
 // TestRun is the run CI makes: a fixed seed, every kind of fault, and not
 // one violation.
 func TestRun(t *testing.T) {
+	t.Parallel()
 	src := setupRun(t)
 	sum, err := Run(context.Background(), Config{
 		Duration: 60 * time.Second, Seed: 20261201, SourceDir: src,
@@ -145,6 +146,7 @@ func TestRun(t *testing.T) {
 // hurt. Duplicate storms and frequent pauses make a lease lost to a
 // takeover near certain within the run.
 func TestCheckerCatchesBrokenBuilds(t *testing.T) {
+	t.Parallel()
 	src := setupRun(t)
 	for _, tt := range []struct {
 		brk  string
