@@ -10,6 +10,7 @@
 //	check   test a live endpoint against the Idempotency-Key contract
 //	keys    list, show, release or delete keys: find and free stuck keys
 //	outbox  show the outbox's backlog and dead events, and retry dead events
+//	chaos   run the payments service under kills, pauses and cuts, then audit every answer
 //
 // "idem help <command>" or "idem <command> -h" prints a command's flags; most
 // flags have an environment-variable twin named in their help, such as

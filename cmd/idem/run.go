@@ -35,6 +35,7 @@ func commands() []command {
 		{"purge", "delete keys older than the retention period", runPurge},
 		{"keys", "list, show, release or delete keys: find and free stuck keys", runKeys},
 		{"outbox", "show the outbox's backlog and dead events, and retry dead events", runOutbox},
+		{"chaos", "run the payments service under kills, pauses and cuts, then audit every answer", runChaos},
 	}
 }
 

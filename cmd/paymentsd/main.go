@@ -45,6 +45,11 @@ import (
 
 func main() { cmdrun.Main("paymentsd", Run) }
 
+// breakStore, set only in builds with the chaosbroken tag, breaks the key
+// store and the payments repository on purpose, for the chaos harness's
+// tests (see internal/brokenstore).
+var breakStore func(*database.DB, idem.Store, payments.Repo) (idem.Store, payments.Repo, error)
+
 // devTokens are used when no tokens are configured, with a warning that
 // names the clients, never the tokens (README lists them).
 const devTokens = "sk_test_alice=alice,sk_test_bob=bob"
@@ -180,6 +185,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	store := db.Store()
+	if breakStore != nil {
+		if store, repo, err = breakStore(db, store, repo); err != nil {
+			return err
+		}
+	}
 
 	var proc payments.Processor
 	if o.processor != "" {
@@ -200,7 +211,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	svc, err := payments.NewService(payments.Config{
-		Repo: repo, Store: db.Store(), Tokens: tokens, Processor: proc, Logger: logger, Outbox: db.Outbox(),
+		Repo: repo, Store: store, Tokens: tokens, Processor: proc, Logger: logger, Outbox: db.Outbox(),
 		Idem: idem.Config{Mode: mode, Retention: o.retention, LockTimeout: o.lockTimeout, Logger: logger, Metrics: metrics},
 	})
 	if err != nil {

@@ -37,7 +37,8 @@
 //
 // # Throwaway clusters
 //
-// [StartCluster] always starts a new cluster, separate from the shared
+// [StartCluster] always starts a new cluster (an internal/pgcluster
+// cluster whose methods fail the test instead of returning errors), separate from the shared
 // server, for tests that stop or restart PostgreSQL while clients are
 // connected. The cluster keeps its port and data directory across
 // [Cluster.Stop] and [Cluster.Start], so clients reconnect to the same

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/internal/pgcluster"
 )
 
 // fakeWorld answers a resolver from fixed data and records what it was asked.
@@ -17,7 +19,7 @@ type fakeWorld struct {
 	started    bool
 }
 
-var fakeCluster = &Cluster{}
+var fakeCluster = &Cluster{c: &pgcluster.Cluster{}}
 
 func (w *fakeWorld) resolver() resolver {
 	return resolver{

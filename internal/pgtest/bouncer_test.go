@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -14,7 +15,7 @@ func TestStartBouncer(t *testing.T) {
 	t.Parallel()
 	direct := NewDatabase(t)
 	via := StartBouncer(t, direct)
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, via)
 	if err != nil {

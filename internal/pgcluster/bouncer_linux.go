@@ -1,4 +1,4 @@
-package pgtest
+package pgcluster
 
 import (
 	"context"
@@ -10,36 +10,45 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/internal/child"
 )
 
 // bouncerBin is where Debian's pgbouncer package installs the binary.
 const bouncerBin = "/usr/sbin/pgbouncer"
 
+// Bouncer is a PgBouncer process in front of a PostgreSQL server.
+type Bouncer struct {
+	cmd    *exec.Cmd
+	exited chan error
+	dir    string
+	once   sync.Once
+}
+
 // StartBouncer starts PgBouncer with pool_mode = transaction in front of
 // the server of connString (a postgres:// URL over TCP), on a free port of
-// 127.0.0.1, for the life of t. It returns connString pointed at PgBouncer,
-// with pgx's statement cache turned off (default_query_exec_mode =
-// cache_describe): PgBouncer before 1.21 cannot keep a named prepared
-// statement across transactions. Any database name connects to the
-// database of that name on the server. Without the pgbouncer binary it
-// skips t, or fails it when CI is true.
-func StartBouncer(t testing.TB, connString string) string {
-	t.Helper()
+// 127.0.0.1. It returns connString pointed at PgBouncer, with pgx's
+// statement cache turned off (default_query_exec_mode = cache_describe):
+// PgBouncer before 1.21 cannot keep a named prepared statement across
+// transactions. Any database name connects to the database of that name on
+// the server. Without the pgbouncer binary its error is an
+// *UnavailableError.
+func StartBouncer(ctx context.Context, connString string) (_ *Bouncer, via string, err error) {
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
 		if !isExecutable(bouncerBin) {
-			fail(t, &UnavailableError{Reasons: []string{"no pgbouncer binary (Debian: apt-get install pgbouncer)"}})
+			return nil, "", &UnavailableError{Reasons: []string{"no pgbouncer binary (Debian: apt-get install pgbouncer)"}}
 		}
 		bin = bouncerBin
 	}
 	u, err := url.Parse(connString)
 	if err != nil || u.Host == "" {
-		t.Fatalf("pgtest: StartBouncer needs a postgres://host:port/db URL, got one that does not parse")
+		return nil, "", fmt.Errorf("pgcluster: StartBouncer needs a postgres://host:port/db URL, got one that does not parse")
 	}
 	host, port := u.Hostname(), u.Port()
 	if port == "" {
@@ -51,23 +60,28 @@ func StartBouncer(t testing.TB, connString string) string {
 	}
 	cred, err := serverCredential()
 	if err != nil {
-		fail(t, err)
+		return nil, "", err
 	}
 	base, err := tempBase(cred)
 	if err != nil {
-		t.Fatal(err)
+		return nil, "", err
 	}
 	dir, err := os.MkdirTemp(base, "idem-pgbouncer-")
 	if err != nil {
-		t.Fatalf("pgtest: make the PgBouncer directory: %v", err)
+		return nil, "", fmt.Errorf("pgcluster: make the PgBouncer directory: %w", err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	b := &Bouncer{dir: dir}
+	defer func() {
+		if err != nil {
+			b.Close()
+		}
+	}()
 	if err := chownTo(dir, cred); err != nil {
-		t.Fatalf("pgtest: hand the PgBouncer directory over: %v", err)
+		return nil, "", fmt.Errorf("pgcluster: hand the PgBouncer directory over: %w", err)
 	}
 	listen, err := freePort()
 	if err != nil {
-		t.Fatal(err)
+		return nil, "", err
 	}
 	ini := filepath.Join(dir, "pgbouncer.ini")
 	logPath := filepath.Join(dir, "pgbouncer.log")
@@ -94,53 +108,63 @@ log_disconnections = 0
 	}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			t.Fatalf("pgtest: write %s: %v", filepath.Base(path), err)
+			return nil, "", fmt.Errorf("pgcluster: write %s: %w", filepath.Base(path), err)
 		}
 		if err := chownTo(path, cred); err != nil {
-			t.Fatalf("pgtest: hand %s over: %v", filepath.Base(path), err)
+			return nil, "", fmt.Errorf("pgcluster: hand %s over: %w", filepath.Base(path), err)
 		}
 	}
 
 	cmd := exec.Command(bin, ini)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := spawn(cmd); err != nil {
-		t.Fatalf("pgtest: start pgbouncer: %v", err)
+	if err := child.Start(cmd); err != nil {
+		return nil, "", fmt.Errorf("pgcluster: start pgbouncer: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGINT) // immediate shutdown
-		select {
-		case <-exited:
-		case <-time.After(killTimeout):
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
+	b.cmd, b.exited = cmd, make(chan error, 1)
+	go func() { b.exited <- cmd.Wait() }()
 
 	q := u.Query()
 	q.Set("default_query_exec_mode", "cache_describe")
 	q.Set("sslmode", "disable")
 	u.RawQuery = q.Encode()
 	u.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(listen))
-	via := u.String()
+	via = u.String()
 
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	for {
 		conn, err := pgx.Connect(ctx, via)
 		if err == nil {
 			conn.Close(ctx)
-			return via
+			return b, via, nil
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("pgtest: pgbouncer exited at start (%v)%s", err, bouncerLog(logPath))
+		case werr := <-b.exited:
+			b.exited <- werr
+			return nil, "", fmt.Errorf("pgcluster: pgbouncer exited at start (%v)%s", werr, bouncerLog(logPath))
 		case <-ctx.Done():
-			t.Fatalf("pgtest: pgbouncer did not accept connections within %s: %v%s", readyTimeout, err, bouncerLog(logPath))
+			return nil, "", fmt.Errorf("pgcluster: pgbouncer did not accept connections within %s: %v%s", readyTimeout, err, bouncerLog(logPath))
 		case <-time.After(readyPoll):
 		}
 	}
+}
+
+// Close stops PgBouncer (an immediate shutdown) and removes its directory.
+// It may be called more than once.
+func (b *Bouncer) Close() error {
+	b.once.Do(func() {
+		if b.cmd != nil {
+			b.cmd.Process.Signal(syscall.SIGINT)
+			select {
+			case <-b.exited:
+			case <-time.After(killTimeout):
+				b.cmd.Process.Kill()
+				<-b.exited
+			}
+		}
+		os.RemoveAll(b.dir)
+	})
+	return nil
 }
 
 // bouncerLog returns the end of PgBouncer's log, prefixed by a line break.

@@ -1,4 +1,4 @@
-package pgtest
+package pgcluster
 
 import (
 	"context"
@@ -11,16 +11,16 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/internal/child"
 )
 
 const (
@@ -46,7 +46,7 @@ const (
 )
 
 // errPortInUse reports that the server could not bind its port.
-var errPortInUse = errors.New("pgtest: port already in use")
+var errPortInUse = errors.New("pgcluster: port already in use")
 
 // Cluster is a throwaway PostgreSQL cluster in a temporary directory,
 // listening on 127.0.0.1 with trust authentication for the user postgres.
@@ -75,26 +75,22 @@ type process struct {
 	err  error         // the result of cmd.Wait, set before done is closed
 }
 
-// StartCluster initialises and starts a new cluster that t owns. The cluster
-// is stopped and its directory removed when the test ends. It skips or fails
-// the test when the server binaries are missing, as the package
-// documentation describes, and fails it when the cluster does not start.
-func StartCluster(t testing.TB) *Cluster {
-	t.Helper()
+// New initialises a cluster in a new temporary directory and starts it.
+// Its error is an *UnavailableError when the machine cannot run one: no
+// server binaries, or running as root without a postgres user.
+func New(ctx context.Context) (*Cluster, error) {
 	spec, err := locate()
 	if err != nil {
-		fail(t, err)
+		return nil, err
 	}
-	c, err := spec.create(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return c
+	return spec.create(ctx)
+}
+
+// Available returns nil when the machine can run a cluster, and an
+// *UnavailableError saying why not otherwise.
+func Available() error {
+	_, err := locate()
+	return err
 }
 
 // URL returns the connection string of database on the cluster.
@@ -105,59 +101,78 @@ func (c *Cluster) URL(database string) string {
 // Port returns the TCP port the cluster listens on, on 127.0.0.1.
 func (c *Cluster) Port() int { return c.port }
 
+// Dir returns the cluster's temporary directory, removed by Close.
+func (c *Cluster) Dir() string { return c.dir }
+
+// PID returns the process id of the running server, or 0 while it is
+// stopped.
+func (c *Cluster) PID() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		return 0
+	}
+	return c.proc.cmd.Process.Pid
+}
+
 // Stop shuts the server down (fast shutdown: sessions are ended, work is
 // checkpointed) and waits until it has exited. Stopping a stopped cluster
 // does nothing.
-func (c *Cluster) Stop(t testing.TB) {
-	t.Helper()
+func (c *Cluster) Stop() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.stop(); err != nil {
-		t.Fatal(err)
+	return c.stop()
+}
+
+// Crash stops the server as pg_ctl stop -m immediate does, with SIGQUIT: no
+// checkpoint, sessions cut, and crash recovery at the next start; then it
+// waits until the server has exited. Crashing a stopped cluster does
+// nothing.
+func (c *Cluster) Crash() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.proc
+	if p == nil {
+		return nil
 	}
+	c.proc = nil
+	c.kill(p)
+	return nil
 }
 
 // Start starts the server again on the same port and data directory and
 // waits until it accepts connections. Starting a running cluster does
 // nothing.
-func (c *Cluster) Start(t testing.TB) {
-	t.Helper()
+func (c *Cluster) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	return c.start(ctx)
 }
 
 // Restart stops the server, then starts it as Start does.
-func (c *Cluster) Restart(t testing.TB) {
-	t.Helper()
+func (c *Cluster) Restart(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.stop(); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if err := c.start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	return c.start(ctx)
 }
 
 // CreateDatabase creates the database name on the running cluster and
-// returns its connection string. It is not dropped at the end of the test;
-// it goes with the cluster.
-func (c *Cluster) CreateDatabase(t testing.TB, name string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), databaseTimeout)
+// returns its connection string.
+func (c *Cluster) CreateDatabase(ctx context.Context, name string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, databaseTimeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, c.URL("postgres"))
 	if err != nil {
-		t.Fatalf("pgtest: connect to cluster: %v%s", err, c.logTail())
+		return "", fmt.Errorf("pgcluster: connect to cluster: %v%s", err, c.logTail())
 	}
 	defer conn.Close(ctx)
-	if err := createDatabase(conn, name); err != nil {
-		t.Fatal(err)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("pgcluster: create database %s: %w", name, err)
 	}
-	return c.URL(name)
+	return c.URL(name), nil
 }
 
 // clusterSpec is what creating a cluster needs from the machine.
@@ -202,7 +217,7 @@ func (s clusterSpec) create(ctx context.Context) (_ *Cluster, err error) {
 	}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, c.close())
+			err = errors.Join(err, c.Close())
 		}
 	}()
 	if err := c.mkdirOwned(c.sockDir); err != nil {
@@ -225,7 +240,6 @@ func (s clusterSpec) create(ctx context.Context) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	register(c)
 	return c, nil
 }
 
@@ -240,7 +254,7 @@ func (c *Cluster) initdb(ctx context.Context) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("pgtest: initdb: %w\n%s", err, tail(string(out)))
+		return fmt.Errorf("pgcluster: initdb: %w\n%s", err, tail(string(out)))
 	}
 	return nil
 }
@@ -249,19 +263,19 @@ func (c *Cluster) initdb(ctx context.Context) error {
 // holds c.mu.
 func (c *Cluster) start(ctx context.Context) error {
 	if c.closed {
-		return errors.New("pgtest: start: cluster already removed")
+		return errors.New("pgcluster: start: cluster already removed")
 	}
 	if c.proc != nil {
 		return nil
 	}
 	logFile, err := os.OpenFile(c.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("pgtest: open server log: %w", err)
+		return fmt.Errorf("pgcluster: open server log: %w", err)
 	}
 	offset, err := logFile.Seek(0, io.SeekEnd)
 	if err != nil {
 		logFile.Close()
-		return fmt.Errorf("pgtest: open server log: %w", err)
+		return fmt.Errorf("pgcluster: open server log: %w", err)
 	}
 	cmd := exec.Command(filepath.Join(c.bin, "postgres"),
 		"-D", c.dataDir,
@@ -279,10 +293,10 @@ func (c *Cluster) start(ctx context.Context) error {
 		// SIGINT is a fast shutdown: the server does not wait for sessions.
 		Pdeathsig: syscall.SIGINT,
 	}
-	err = spawn(cmd)
+	err = child.Start(cmd)
 	logFile.Close()
 	if err != nil {
-		return fmt.Errorf("pgtest: start postgres: %w", err)
+		return fmt.Errorf("pgcluster: start postgres: %w", err)
 	}
 	p := &process{cmd: cmd, done: make(chan struct{})}
 	go func() {
@@ -294,7 +308,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		if strings.Contains(c.logSince(offset), "Address already in use") {
 			return fmt.Errorf("%w: 127.0.0.1:%d: %v", errPortInUse, c.port, err)
 		}
-		return fmt.Errorf("pgtest: start postgres on 127.0.0.1:%d: %w%s", c.port, err, c.logTail())
+		return fmt.Errorf("pgcluster: start postgres on 127.0.0.1:%d: %w%s", c.port, err, c.logTail())
 	}
 	c.proc = p
 	return nil
@@ -331,24 +345,24 @@ func (c *Cluster) stop() error {
 	c.proc = nil
 	select {
 	case <-p.done:
-		return fmt.Errorf("pgtest: stop: server had already exited: %v%s", p.err, c.logTail())
+		return fmt.Errorf("pgcluster: stop: server had already exited: %v%s", p.err, c.logTail())
 	default:
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		c.kill(p)
-		return fmt.Errorf("pgtest: stop: signal server: %w", err)
+		return fmt.Errorf("pgcluster: stop: signal server: %w", err)
 	}
 	timer := time.NewTimer(stopTimeout)
 	defer timer.Stop()
 	select {
 	case <-p.done:
 		if p.err != nil {
-			return fmt.Errorf("pgtest: stop: server exited with %v%s", p.err, c.logTail())
+			return fmt.Errorf("pgcluster: stop: server exited with %v%s", p.err, c.logTail())
 		}
 		return nil
 	case <-timer.C:
 		c.kill(p)
-		return fmt.Errorf("pgtest: stop: server still running after %s, killed it%s", stopTimeout, c.logTail())
+		return fmt.Errorf("pgcluster: stop: server still running after %s, killed it%s", stopTimeout, c.logTail())
 	}
 }
 
@@ -366,20 +380,19 @@ func (c *Cluster) kill(p *process) {
 	<-p.done
 }
 
-// close stops the cluster, removes its directory and forgets it. It may be
-// called more than once.
-func (c *Cluster) close() error {
+// Close stops the cluster and removes its directory. It may be called more
+// than once.
+func (c *Cluster) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil
 	}
 	c.closed = true
-	defer unregister(c)
 	var errs []error
 	errs = append(errs, c.stop())
 	if err := os.RemoveAll(c.dir); err != nil {
-		errs = append(errs, fmt.Errorf("pgtest: remove cluster directory: %w", err))
+		errs = append(errs, fmt.Errorf("pgcluster: remove cluster directory: %w", err))
 	}
 	if c.lock != nil {
 		c.lock.Close()
@@ -390,7 +403,7 @@ func (c *Cluster) close() error {
 // mkdirOwned makes the directory path for the server user.
 func (c *Cluster) mkdirOwned(path string) error {
 	if err := os.Mkdir(path, 0o700); err != nil {
-		return fmt.Errorf("pgtest: make cluster directory: %w", err)
+		return fmt.Errorf("pgcluster: make cluster directory: %w", err)
 	}
 	return chownTo(path, c.cred)
 }
@@ -534,7 +547,7 @@ func tempBase(cred *syscall.Credential) (string, error) {
 			return resolved, nil
 		}
 	}
-	return "", fmt.Errorf("pgtest: the %s user cannot reach %s or /tmp; set TMPDIR to a directory it can traverse", serverUser, os.TempDir())
+	return "", fmt.Errorf("pgcluster: the %s user cannot reach %s or /tmp; set TMPDIR to a directory it can traverse", serverUser, os.TempDir())
 }
 
 // traversable reports whether the user uid with primary group gid may
@@ -575,10 +588,10 @@ func traversable(path string, uid, gid uint32) bool {
 func makeClusterDir(base string, cred *syscall.Credential) (string, *os.File, error) {
 	dir, err := os.MkdirTemp(base, dirPrefix+strconv.Itoa(os.Getpid())+"-*")
 	if err != nil {
-		return "", nil, fmt.Errorf("pgtest: make cluster directory: %w", err)
+		return "", nil, fmt.Errorf("pgcluster: make cluster directory: %w", err)
 	}
 	fail := func(err error) (string, *os.File, error) {
-		return "", nil, errors.Join(fmt.Errorf("pgtest: make cluster directory: %w", err), os.RemoveAll(dir))
+		return "", nil, errors.Join(fmt.Errorf("pgcluster: make cluster directory: %w", err), os.RemoveAll(dir))
 	}
 	if err := chownTo(dir, cred); err != nil {
 		return fail(err)
@@ -668,7 +681,7 @@ func chownTo(path string, cred *syscall.Credential) error {
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, fmt.Errorf("pgtest: pick a free port: %w", err)
+		return 0, fmt.Errorf("pgcluster: pick a free port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
@@ -680,66 +693,4 @@ func serverEnv() []string {
 	return slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		return strings.HasPrefix(kv, "PG")
 	})
-}
-
-// spawner starts processes from one goroutine locked to its operating-system
-// thread for the life of the process. The kernel sends the parent-death
-// signal when the thread that started a child exits, not the process; Go
-// ends threads whose goroutine exits while locked, so starting the server
-// from an arbitrary thread could shut it down in the middle of a test.
-var spawner struct {
-	once sync.Once
-	reqs chan spawnRequest
-}
-
-type spawnRequest struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-// spawn starts cmd from the spawner's thread.
-func spawn(cmd *exec.Cmd) error {
-	spawner.once.Do(func() {
-		spawner.reqs = make(chan spawnRequest)
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
-			for r := range spawner.reqs {
-				r.done <- r.cmd.Start()
-			}
-		}()
-	})
-	done := make(chan error, 1)
-	spawner.reqs <- spawnRequest{cmd: cmd, done: done}
-	return <-done
-}
-
-// live holds the clusters that Main stops at the end.
-var live struct {
-	mu       sync.Mutex
-	clusters map[*Cluster]struct{}
-}
-
-func register(c *Cluster) {
-	live.mu.Lock()
-	defer live.mu.Unlock()
-	if live.clusters == nil {
-		live.clusters = make(map[*Cluster]struct{})
-	}
-	live.clusters[c] = struct{}{}
-}
-
-func unregister(c *Cluster) {
-	live.mu.Lock()
-	defer live.mu.Unlock()
-	delete(live.clusters, c)
-}
-
-func liveClusters() []*Cluster {
-	live.mu.Lock()
-	defer live.mu.Unlock()
-	cs := make([]*Cluster, 0, len(live.clusters))
-	for c := range live.clusters {
-		cs = append(cs, c)
-	}
-	return cs
 }

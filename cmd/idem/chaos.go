@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/idemkit/idem/internal/chaos"
+)
+
+const chaosUsage = `Usage: idem chaos [flags]
+
+Chaos deploys the reference payments service on this machine and audits it
+under faults. From this checkout it builds paymentsd and processord, starts
+a throwaway PostgreSQL cluster (initdb in a temporary directory; never your
+server), processord and --instances paymentsd processes, all on 127.0.0.1,
+and drives --clients clients for --duration: duplicate storms across
+instances, retries with idemclient's backoff until a final answer, and
+reuse of a key with a changed body (which must get 422).
+
+Meanwhile, on a schedule drawn from --seed, it kills paymentsd processes
+(SIGKILL, then a restart), pauses them past their lease (SIGSTOP, then
+SIGCONT), stops PostgreSQL as pg_ctl stop -m immediate does and starts it
+again, and cuts the connection between one instance and PostgreSQL right
+after (or before) a COMMIT. Then it retries every unanswered operation to a
+final answer, replays every acknowledged one on each instance, and checks
+the history against the database: at most one payment and one processor
+charge per key, every acknowledged payment stored with the acknowledged
+body, every replay byte-identical, no answer with another client's
+payment, no key left started, no 5xx but the documented 503s
+(store-unavailable, outcome-unknown).
+
+A progress line goes to stderr every 5 s; the summary goes to stdout, as
+one JSON object with --json. The exit status is 1 on any violation, with the
+history of the offending keys written to --violations; 2 for bad flags.
+It needs Linux, Go and the PostgreSQL server binaries (initdb, postgres).
+
+Example:
+
+	idem chaos --duration 15m --seed 42
+
+Flags:
+`
+
+// runChaos is "idem chaos".
+func runChaos(ctx context.Context, c *cli, args []string) int {
+	fs := flag.NewFlagSet("idem chaos", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), chaosUsage)
+		fs.PrintDefaults()
+	}
+	env := c.env()
+	var (
+		duration   = fs.Duration("duration", env.Duration("IDEM_CHAOS_DURATION", chaos.DurationDefault), "`time` of traffic and faults; settling and checking come after (env IDEM_CHAOS_DURATION)")
+		instances  = fs.Int("instances", env.Int("IDEM_CHAOS_INSTANCES", chaos.InstancesDefault), "`number` of paymentsd processes (env IDEM_CHAOS_INSTANCES)")
+		clients    = fs.Int("clients", env.Int("IDEM_CHAOS_CLIENTS", chaos.ClientsDefault), "`number` of concurrent clients (env IDEM_CHAOS_CLIENTS)")
+		seed       = fs.String("seed", env.String("IDEM_CHAOS_SEED", ""), "`number` that draws the faults and the traffic; the same seed replays the same schedule (default: random, printed in the summary; env IDEM_CHAOS_SEED)")
+		asJSON     = fs.Bool("json", env.Bool("IDEM_CHAOS_JSON", false), "print the summary as one JSON object (env IDEM_CHAOS_JSON)")
+		violations = fs.String("violations", env.String("IDEM_CHAOS_VIOLATIONS", ""), "`file` for the history of the offending keys, one JSON object a line (default chaos-violations-SEED.jsonl; env IDEM_CHAOS_VIOLATIONS)")
+		logs       = fs.String("logs", env.String("IDEM_CHAOS_LOGS", ""), "`directory` to keep the processes' logs in (default: a temporary directory, kept only after a violation; env IDEM_CHAOS_LOGS)")
+		source     = fs.String("source", env.String("IDEM_CHAOS_SOURCE", ""), "`directory` of the idem checkout to build paymentsd and processord from (default: the module of the working directory; env IDEM_CHAOS_SOURCE)")
+	)
+	if env.Err() != nil {
+		fmt.Fprintf(c.stderr, "idem chaos: %v\n", env.Err())
+		return exitUsage
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 || *duration <= 0 || *instances < 1 || *clients < 1 {
+		fmt.Fprintln(c.stderr, "idem chaos: --duration, --instances and --clients must be positive, and no arguments are taken")
+		return exitUsage
+	}
+	s := rand.Uint64() >> 1
+	if *seed != "" {
+		var err error
+		if s, err = strconv.ParseUint(*seed, 10, 64); err != nil {
+			fmt.Fprintf(c.stderr, "idem chaos: --seed %q: want a non-negative integer\n", *seed)
+			return exitUsage
+		}
+	}
+	src := *source
+	if src == "" {
+		var err error
+		if src, err = chaos.ModuleDir("."); err != nil {
+			fmt.Fprintf(c.stderr, "idem chaos: %v; or name a checkout with --source\n", err)
+			return exitUsage
+		}
+	}
+	sum, err := chaos.Run(ctx, chaos.Config{
+		Duration: *duration, Instances: *instances, Clients: *clients, Seed: s,
+		SourceDir: src, ViolationsFile: *violations, LogDir: *logs, Progress: c.stderr,
+	})
+	if err != nil {
+		fmt.Fprintf(c.stderr, "idem chaos: %v\n", err)
+		return exitFail
+	}
+	if *asJSON {
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(sum); err != nil {
+			fmt.Fprintf(c.stderr, "idem chaos: %v\n", err)
+			return exitFail
+		}
+	} else {
+		sum.WriteText(c.stdout)
+	}
+	if sum.Violations > 0 {
+		return exitFail
+	}
+	return exitOK
+}

@@ -1,0 +1,20 @@
+//go:build chaosbroken
+
+package main
+
+import (
+	"os"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/brokenstore"
+	"github.com/idemkit/idem/internal/database"
+	"github.com/idemkit/idem/internal/payments"
+)
+
+// Built only for the chaos harness's tests: IDEM_CHAOS_BREAK breaks the
+// store on purpose (see internal/brokenstore).
+func init() {
+	breakStore = func(db *database.DB, store idem.Store, repo payments.Repo) (idem.Store, payments.Repo, error) {
+		return brokenstore.Wrap(store, repo, db.Pool, os.Getenv)
+	}
+}

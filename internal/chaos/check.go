@@ -1,0 +1,289 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	_ "modernc.org/sqlite" // processord's charges
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Violation kinds, as the summary counts them.
+const (
+	vLost       = "lost"
+	vDuplicated = "duplicated"
+	vMismatch   = "mismatched_replays"
+	vCross      = "cross_tenant"
+	vStuck      = "stuck_keys"
+	v5xx        = "unexpected_5xx"
+	vUnanswered = "unanswered"
+	vReuse      = "reuse_accepted"
+	vUnknown    = "unknown_payments"
+)
+
+// Report is what the checker found: for each violation kind, how many
+// operations (or, for strays, keys) show it, and why.
+type Report struct {
+	counts  map[string]int
+	reasons map[*Op][]string
+	rows    map[*Op]*dbState
+	// strays are payments and started keys that no operation of the
+	// history explains.
+	strays []string
+}
+
+// dbState is what the database holds for one (client, key).
+type dbState struct {
+	Payments    []payment `json:"payments"`
+	KeyStatus   string    `json:"key_status,omitempty"`
+	KeyResponse string    `json:"key_response,omitempty"`
+	Charges     int       `json:"charges"`
+}
+
+// add records a violation of op; each kind counts an operation once.
+func (r *Report) add(kind string, op *Op, why string) {
+	if op == nil {
+		r.counts[kind]++
+		return
+	}
+	prefix := kind + ": "
+	if !slices.ContainsFunc(r.reasons[op], func(s string) bool { return strings.HasPrefix(s, prefix) }) {
+		r.counts[kind]++
+	}
+	r.reasons[op] = append(r.reasons[op], prefix+why)
+}
+
+func (r *Report) violations() int {
+	n := 0
+	for _, c := range r.counts {
+		n += c
+	}
+	return n
+}
+
+type scopeKey struct{ client, key string }
+
+// check audits the history against PostgreSQL and processord's charges:
+// at most one payment and one charge per key, every acknowledged payment
+// stored with the acknowledged body, every 2xx of an operation
+// byte-identical, no answer with another request's payment, no key left
+// started, no 5xx but the documented 503s, every operation answered, and
+// every reuse with a changed body refused.
+func (h *harness) check(ctx context.Context) (*Report, error) {
+	pool, err := h.openDB(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	state := map[scopeKey]*dbState{}
+	get := func(k scopeKey) *dbState {
+		if state[k] == nil {
+			state[k] = &dbState{}
+		}
+		return state[k]
+	}
+	rows, err := pool.Query(ctx, `SELECT client_id, idempotency_key, id, amount, currency, customer FROM payments ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: read payments: %w", err)
+	}
+	for rows.Next() {
+		var k scopeKey
+		var p payment
+		if err := rows.Scan(&k.client, &k.key, &p.ID, &p.Amount, &p.Currency, &p.Customer); err != nil {
+			return nil, fmt.Errorf("chaos: read payments: %w", err)
+		}
+		get(k).Payments = append(get(k).Payments, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("chaos: read payments: %w", err)
+	}
+	var k scopeKey
+	var status string
+	var body []byte
+	keyRows, err := pool.Query(ctx, `SELECT client_id, idempotency_key, status, coalesce(response_body, '') FROM idempotency_keys`)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: read keys: %w", err)
+	}
+	_, err = pgx.ForEachRow(keyRows, []any{&k.client, &k.key, &status, &body}, func() error {
+		s := get(k)
+		s.KeyStatus, s.KeyResponse = status, string(body)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("chaos: read keys: %w", err)
+	}
+	charges, err := h.charges(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	r := &Report{counts: map[string]int{}, reasons: map[*Op][]string{}, rows: map[*Op]*dbState{}}
+	seen := map[scopeKey]bool{}
+	for _, op := range h.history.Ops() {
+		k := scopeKey{op.Client, op.Key}
+		s := get(k)
+		s.Charges = charges[op.Customer]
+		r.rows[op] = s
+		attempts, final := op.snapshot()
+		for _, a := range attempts {
+			if a.Status >= 500 && !h.documented5xx(a.Problem) {
+				r.add(v5xx, op, fmt.Sprintf("instance %d answered %d %s", a.Instance, a.Status, a.Problem))
+			}
+		}
+		if final == nil {
+			r.add(vUnanswered, op, "no final answer after settling")
+		}
+		if op.ReuseOf != 0 {
+			if final != nil && final.Status != 422 {
+				r.add(vReuse, op, fmt.Sprintf("a changed body got %d, want 422", final.Status))
+			}
+			continue
+		}
+		seen[k] = true
+		if len(s.Payments) > 1 {
+			r.add(vDuplicated, op, fmt.Sprintf("%d payments for one key", len(s.Payments)))
+		}
+		if s.Charges > 1 {
+			r.add(vDuplicated, op, fmt.Sprintf("%d processor charges for one key", s.Charges))
+		}
+		var first *Attempt
+		for _, a := range attempts {
+			if !a.ok() {
+				continue
+			}
+			if p, err := parsePayment([]byte(a.Answer)); err != nil || p.Customer != op.Customer || p.Amount != op.Amount {
+				r.add(vCross, op, fmt.Sprintf("instance %d answered a payment of another request", a.Instance))
+			}
+			if first == nil {
+				first = a
+			} else if a.AnswerSHA != first.AnswerSHA {
+				r.add(vMismatch, op, fmt.Sprintf("instance %d answered a 2xx that differs from the first", a.Instance))
+			}
+		}
+		if first == nil {
+			if len(s.Payments) > 0 && final != nil {
+				// A final answer other than 2xx with a payment behind it:
+				// the client was told something false.
+				r.add(vLost, op, fmt.Sprintf("answered %d but a payment exists", final.Status))
+			}
+			continue
+		}
+		acked, _ := parsePayment([]byte(first.Answer))
+		found := false
+		for _, p := range s.Payments {
+			found = found || p == acked
+		}
+		switch {
+		case !found:
+			r.add(vLost, op, "the acknowledged payment "+acked.ID+" is not in the database")
+		case s.KeyStatus != "completed":
+			r.add(vLost, op, "the acknowledged key is "+orNone(s.KeyStatus))
+		case digest([]byte(s.KeyResponse)) != first.AnswerSHA:
+			r.add(vMismatch, op, "the stored response differs from the acknowledged one")
+		}
+	}
+	for k, s := range state {
+		if s.KeyStatus == "started" {
+			op := r.opFor(k)
+			r.add(vStuck, op, "key left started")
+			if op == nil {
+				r.strays = append(r.strays, fmt.Sprintf("started key %s/%s", k.client, k.key))
+			}
+		}
+		if len(s.Payments) > 0 && !seen[k] {
+			r.add(vUnknown, nil, "")
+			r.strays = append(r.strays, fmt.Sprintf("payment of %s/%s that no operation sent", k.client, k.key))
+		}
+	}
+	return r, nil
+}
+
+// opFor returns the first payment operation of k, or nil.
+func (r *Report) opFor(k scopeKey) *Op {
+	var best *Op
+	for op := range r.rows {
+		if op.Client == k.client && op.Key == k.key && op.ReuseOf == 0 && (best == nil || op.ID < best.ID) {
+			best = op
+		}
+	}
+	return best
+}
+
+// charges counts processord's charges per customer; every payment
+// operation has a customer of its own.
+func (h *harness) charges(ctx context.Context) (map[string]int, error) {
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(h.dir, "processord.db")+"?mode=ro&_pragma=busy_timeout(10000)")
+	if err != nil {
+		return nil, fmt.Errorf("chaos: open processord's database: %w", err)
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `SELECT customer, count(*) FROM charges GROUP BY customer`)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: read charges: %w", err)
+	}
+	defer rows.Close()
+	n := map[string]int{}
+	for rows.Next() {
+		var c string
+		var k int
+		if err := rows.Scan(&c, &k); err != nil {
+			return nil, fmt.Errorf("chaos: read charges: %w", err)
+		}
+		n[c] = k
+	}
+	return n, rows.Err()
+}
+
+// write writes the history of every offending operation to path, one JSON
+// object a line, then the strays.
+func (r *Report) write(path string) error {
+	ops := make([]*Op, 0, len(r.reasons))
+	for op := range r.reasons {
+		ops = append(ops, op)
+	}
+	sort.Slice(ops, func(i, j int) bool { return ops[i].ID < ops[j].ID })
+	var b strings.Builder
+	for _, op := range ops {
+		line, err := op.marshal(r.reasons[op], r.rows[op])
+		if err != nil {
+			return fmt.Errorf("chaos: encode history: %w", err)
+		}
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	for _, s := range r.strays {
+		fmt.Fprintf(&b, "{\"stray\":%q}\n", s)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("chaos: write violations: %w", err)
+	}
+	return nil
+}
+
+// offending returns the offending keys, client/key, sorted.
+func (r *Report) offending() []string {
+	set := map[string]bool{}
+	for op := range r.reasons {
+		set[op.Client+"/"+op.Key] = true
+	}
+	keys := make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "missing"
+	}
+	return s
+}

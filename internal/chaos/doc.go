@@ -1,0 +1,29 @@
+// Package chaos is the harness behind idem chaos: it deploys the reference
+// payments service on one machine, drives traffic at it while killing,
+// pausing and cutting everything, and then audits every answer against the
+// database.
+//
+// A run starts a throwaway PostgreSQL cluster (internal/pgcluster),
+// processord, and N paymentsd processes built from the checkout, all on
+// 127.0.0.1. Instance 0 reaches PostgreSQL through a loopback proxy
+// (internal/pgproxy) that can cut its connection around a COMMIT. The
+// instances run in two-phase mode with a short lease, so that a paused
+// holder's key is taken over while it sleeps, and charge through processord
+// with derived keys.
+//
+// Faults fall on a schedule drawn from the seed ([Schedule]): SIGKILL of
+// an instance, which its supervisor restarts; SIGSTOP for longer than the
+// lease, then SIGCONT; PostgreSQL stopped as pg_ctl stop -m immediate does,
+// then started again; a commit cut between instance 0 and PostgreSQL.
+// processord fails charges, loses answers after charging and answers late,
+// at rates drawn from the seed ([ProcessorFaults]).
+//
+// Clients run [Workload]s: duplicate storms across instances, retries with
+// idemclient's backoff until a final answer, and reuse of a remembered key
+// with a changed body. Every attempt is recorded ([Attempt]). When the
+// faults stop, every operation without a final answer is retried until it
+// has one, every acknowledged payment is sent again to each instance, and
+// the checker compares the history with PostgreSQL and processord's
+// charges. The [Summary] counts each kind of violation; the history of the
+// offending operations goes to a file.
+package chaos

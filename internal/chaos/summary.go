@@ -1,0 +1,148 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Summary is the outcome of a run; its JSON form is what idem chaos --json
+// prints.
+type Summary struct {
+	Seed      uint64  `json:"seed"`
+	Seconds   float64 `json:"seconds"` // traffic, settling and checking
+	Instances int     `json:"instances"`
+	Clients   int     `json:"clients"`
+
+	Operations   int `json:"operations"`
+	Attempts     int `json:"attempts"`
+	Acknowledged int `json:"acknowledged"`
+
+	Lost              int `json:"lost"`
+	Duplicated        int `json:"duplicated"`
+	MismatchedReplays int `json:"mismatched_replays"`
+	CrossTenant       int `json:"cross_tenant"`
+	StuckKeys         int `json:"stuck_keys"`
+	Unexpected5xx     int `json:"unexpected_5xx"`
+	Unanswered        int `json:"unanswered"`
+	ReuseAccepted     int `json:"reuse_accepted"`
+	UnknownPayments   int `json:"unknown_payments"`
+	// BankTotalOK is null: no ledger workload exists yet to check.
+	BankTotalOK *bool `json:"bank_total_ok"`
+
+	Kills      int `json:"kills"`
+	Pauses     int `json:"pauses"`
+	DBRestarts int `json:"db_restarts"`
+	CommitCuts int `json:"commit_cuts"`
+	// ProcessorFaults are the rates at which processord failed charges,
+	// lost answers and answered late; it does not count them.
+	ProcessorFaults ProcessorFaults `json:"processor_faults"`
+
+	// Workloads counts operations per workload; Answers counts attempts
+	// per answer: a status with its problem code, or "no answer".
+	Workloads map[string]int `json:"workloads"`
+	Answers   map[string]int `json:"answers"`
+
+	Violations     int      `json:"violations"`
+	OffendingKeys  []string `json:"offending_keys,omitempty"`
+	ViolationsFile string   `json:"violations_file,omitempty"`
+	LogDir         string   `json:"log_dir,omitempty"`
+}
+
+// maxListedKeys bounds the offending keys a summary lists; the
+// violations file has them all.
+const maxListedKeys = 20
+
+func (h *harness) summary(r *Report, took time.Duration) *Summary {
+	s := &Summary{
+		Seed: h.cfg.Seed, Seconds: took.Round(time.Second).Seconds(), Instances: h.cfg.Instances, Clients: h.cfg.Clients,
+		Lost: r.counts[vLost], Duplicated: r.counts[vDuplicated], MismatchedReplays: r.counts[vMismatch],
+		CrossTenant: r.counts[vCross], StuckKeys: r.counts[vStuck], Unexpected5xx: r.counts[v5xx],
+		Unanswered: r.counts[vUnanswered], ReuseAccepted: r.counts[vReuse], UnknownPayments: r.counts[vUnknown],
+		Kills: int(h.faults.kills.Load()), Pauses: int(h.faults.pauses.Load()),
+		DBRestarts: int(h.faults.dbRestarts.Load()), CommitCuts: h.proxy.Cuts(), ProcessorFaults: h.cfg.ProcessorFaults,
+		Workloads: map[string]int{}, Answers: map[string]int{},
+		Violations: r.violations(),
+	}
+	for _, op := range h.history.Ops() {
+		s.Operations++
+		s.Workloads[op.Workload]++
+		attempts, final := op.snapshot()
+		s.Attempts += len(attempts)
+		if final != nil && final.ok() && op.ReuseOf == 0 {
+			s.Acknowledged++
+		}
+		for _, a := range attempts {
+			s.Answers[answerLabel(a)]++
+		}
+	}
+	s.OffendingKeys = r.offending()
+	if len(s.OffendingKeys) > maxListedKeys {
+		s.OffendingKeys = s.OffendingKeys[:maxListedKeys]
+	}
+	return s
+}
+
+func answerLabel(a *Attempt) string {
+	switch {
+	case a.Status == 0:
+		return "no answer"
+	case a.Problem != "":
+		return strconv.Itoa(a.Status) + " " + a.Problem
+	case a.Replayed:
+		return strconv.Itoa(a.Status) + " replayed"
+	}
+	return strconv.Itoa(a.Status)
+}
+
+// WriteText writes the summary for people.
+func (s *Summary) WriteText(w io.Writer) {
+	verdict := "PASS: no violation"
+	if s.Violations > 0 {
+		verdict = fmt.Sprintf("FAIL: %d violations", s.Violations)
+	}
+	fmt.Fprintf(w, "idem chaos: seed %d, %d instances, %d clients, %s: %s\n",
+		s.Seed, s.Instances, s.Clients, time.Duration(s.Seconds*float64(time.Second)), verdict)
+	fmt.Fprintf(w, "  traffic:    %d operations (%s), %d attempts, %d acknowledged\n",
+		s.Operations, counts(s.Workloads), s.Attempts, s.Acknowledged)
+	fmt.Fprintf(w, "  faults:     %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts\n",
+		s.Kills, s.Pauses, s.DBRestarts, s.CommitCuts)
+	pf := s.ProcessorFaults
+	fmt.Fprintf(w, "              processord fails %g%%, loses the answer to %g%% and answers %g%% late, of charges\n",
+		100*pf.FailRate, 100*pf.LoseRate, 100*pf.TimeoutRate)
+	fmt.Fprintf(w, "  answers:    %s\n", counts(s.Answers))
+	fmt.Fprintf(w, "  violations: %d lost, %d duplicated, %d mismatched replays, %d cross-tenant, %d stuck keys, %d unexpected 5xx, %d unanswered, %d reuse accepted, %d unknown payments\n",
+		s.Lost, s.Duplicated, s.MismatchedReplays, s.CrossTenant, s.StuckKeys, s.Unexpected5xx, s.Unanswered, s.ReuseAccepted, s.UnknownPayments)
+	fmt.Fprintln(w, "  bank total: not checked (no ledger workload yet)")
+	if len(s.OffendingKeys) > 0 {
+		fmt.Fprintf(w, "  offending keys: %s\n", strings.Join(s.OffendingKeys, " "))
+	}
+	if s.ViolationsFile != "" {
+		fmt.Fprintf(w, "  history of the offending keys: %s\n", s.ViolationsFile)
+	}
+	if s.LogDir != "" {
+		fmt.Fprintf(w, "  process logs: %s\n", s.LogDir)
+	}
+}
+
+// counts formats a map of counts, largest first.
+func counts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
