@@ -179,13 +179,28 @@ SELECT idem_lease_held(count(*)) FROM done`
 	queryReleaseKey = `DELETE FROM idempotency_keys
 WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3`
 
-	// queryPurgeBatch deletes up to $2 keys created before $1. Rows locked
-	// by a request in flight are skipped, so the purge never waits for one.
+	// queryPurgeBatch deletes up to $2 keys created before $1: completed
+	// ones, and started ones whose lease was taken before $1 too, so long
+	// expired (retention is longer than the lease). Rows locked by a
+	// request in flight are skipped, so the purge never waits for one.
 	queryPurgeBatch = `DELETE FROM idempotency_keys
 WHERE (client_id, idempotency_key) IN (
     SELECT client_id, idempotency_key FROM idempotency_keys
-    WHERE created_at < $1
+    WHERE created_at < $1 AND (status = 'completed' OR locked_at < $1)
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )`
+
+	// queryPurgeCount counts the keys that queryPurgeBatch would delete.
+	queryPurgeCount = `SELECT count(*) FROM idempotency_keys
+WHERE created_at < $1 AND (status = 'completed' OR locked_at < $1)`
+
+	// queryTryPurgeLock takes the purge lock of the database, a
+	// session-level advisory lock, without waiting. Its key is in the
+	// two-int4 space, apart from the claims' bigint keys.
+	queryTryPurgeLock = `SELECT pg_try_advisory_lock(1768187245, 1)`
+
+	// queryTryPurgeXactLock takes the same lock for one transaction, for
+	// poolers in transaction mode.
+	queryTryPurgeXactLock = `SELECT pg_try_advisory_xact_lock(1768187245, 1)`
 )

@@ -39,7 +39,15 @@ WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_tok
 	queryDeleteLease = `DELETE FROM idempotency_keys
 WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
 
+	// queryPurgeBatch deletes up to ?2 keys created before ?1: completed
+	// ones, and started ones whose lease was taken before ?1 too, so long
+	// expired (retention is longer than the lease).
 	queryPurgeBatch = `DELETE FROM idempotency_keys
 WHERE (client_id, idempotency_key) IN (
-    SELECT client_id, idempotency_key FROM idempotency_keys WHERE created_at < ? LIMIT ?)`
+    SELECT client_id, idempotency_key FROM idempotency_keys
+    WHERE created_at < ?1 AND (status = 'completed' OR locked_at < ?1) LIMIT ?2)`
+
+	// queryPurgeCount counts the keys that queryPurgeBatch would delete.
+	queryPurgeCount = `SELECT count(*) FROM idempotency_keys
+WHERE created_at < ?1 AND (status = 'completed' OR locked_at < ?1)`
 )

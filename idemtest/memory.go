@@ -24,6 +24,8 @@ type MemoryStore struct {
 	mu      sync.Mutex
 	records map[idem.Scope]*idem.Record
 	outbox  memoryOutbox // guarded by mu; see memory_outbox.go
+	// purgeLocked is set while a PurgeLock of the store is held.
+	purgeLocked bool
 }
 
 // NewMemoryStore returns an empty store.
@@ -62,8 +64,10 @@ func (s *MemoryStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.Claim
 	return idem.ClaimResult{Record: cloneRecord(rec)}, nil
 }
 
-// Purge deletes the keys created before p.Before and returns how many it
-// deleted. It validates p as the database stores do; there are no batches.
+// Purge deletes the keys that [idem.PurgeParams.Purges] and returns how
+// many it deleted: those created before p.Before, except started keys
+// whose lease may be live. It validates p as the database stores do; there
+// are no batches.
 func (s *MemoryStore) Purge(ctx context.Context, p idem.PurgeParams) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("idemtest: purge: %w", err)
@@ -75,7 +79,7 @@ func (s *MemoryStore) Purge(ctx context.Context, p idem.PurgeParams) (int64, err
 	defer s.mu.Unlock()
 	var n int64
 	for scope, rec := range s.records {
-		if rec.CreatedAt.Before(p.Before) {
+		if p.Purges(rec) {
 			delete(s.records, scope)
 			n++
 		}

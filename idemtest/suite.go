@@ -100,6 +100,9 @@ func RunStoreTests(t *testing.T, h Harness) {
 		t.Run("ZeroBatchSizeMeansDefault", s.purgeZeroBatchSize)
 		t.Run("RejectsNegativeBatchSize", s.purgeRejectsNegativeBatchSize)
 		t.Run("RequiresBefore", s.purgeRequiresBefore)
+		t.Run("KeepsKeysInFlight", s.purgeKeepsKeysInFlight)
+		t.Run("LockIsExclusive", s.purgeLockIsExclusive)
+		t.Run("BatchIsBoundedAndKeepsKeysInFlight", s.purgeBatchIsBounded)
 	})
 	t.Run("Schema", func(t *testing.T) {
 		t.Run("VersionBeforeAndAfterMigration", s.schemaVersion)

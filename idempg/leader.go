@@ -1,0 +1,145 @@
+package idempg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem"
+)
+
+var _ idem.PurgeStore = (*Store)(nil)
+
+// LockPurge implements [idem.PurgeStore] with a PostgreSQL advisory lock,
+// one per database: one instance at a time purges, whatever the number of
+// processes sharing the database.
+//
+// The lock is a session-level advisory lock on a connection of its own,
+// opened with the pool's connection settings but outside the pool, so that
+// it takes no connection from requests. The batches run on that same
+// connection: when the connection breaks, or the instance dies, the server
+// ends the session and frees the lock, any batch in progress rolls back,
+// and another instance takes the lock at its next try.
+//
+// With [Config.TransactionPooling] there are no sessions to hold a lock
+// across transactions: the lock is then taken by each batch for its own
+// transaction, and a batch that finds it held fails with
+// idem.ErrPurgeLockLost, so that batches of two instances never overlap.
+func (s *Store) LockPurge(ctx context.Context) (idem.PurgeLock, error) {
+	if s.cfg.TransactionPooling {
+		return &xactPurgeLock{store: s}, nil
+	}
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, wrapErr(ctx, "purge lock: connect", err)
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, queryTryPurgeLock).Scan(&ok); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, wrapErr(ctx, "purge lock", err)
+	}
+	if !ok {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("idempg: %w", idem.ErrPurgeLocked)
+	}
+	return &sessionPurgeLock{conn: conn}, nil
+}
+
+// sessionPurgeLock holds the purge lock by its connection's session.
+type sessionPurgeLock struct {
+	mu   sync.Mutex
+	conn *pgx.Conn // nil once unlocked
+}
+
+// PurgeBatch implements [idem.PurgeLock].
+func (l *sessionPurgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (int64, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("idempg: purge: %w", err)
+	}
+	p = p.WithDefaults()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == nil || l.conn.IsClosed() {
+		return 0, fmt.Errorf("idempg: purge: %w", idem.ErrPurgeLockLost)
+	}
+	tag, err := l.conn.Exec(ctx, queryPurgeBatch, p.Before, p.BatchSize)
+	if err != nil {
+		if l.conn.IsClosed() {
+			// The session ended, and the lock with it.
+			return 0, fmt.Errorf("idempg: purge: %w: %w", idem.ErrPurgeLockLost, wrapErr(ctx, "purge", err))
+		}
+		return 0, wrapErr(ctx, "purge", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Unlock implements [idem.PurgeLock]: closing the session frees the lock.
+func (l *sessionPurgeLock) Unlock(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == nil {
+		return nil
+	}
+	err := l.conn.Close(ctx)
+	l.conn = nil
+	if err != nil {
+		return wrapErr(ctx, "purge unlock", err)
+	}
+	return nil
+}
+
+// xactPurgeLock takes the purge lock in each batch's transaction.
+type xactPurgeLock struct {
+	store *Store
+}
+
+// PurgeBatch implements [idem.PurgeLock].
+func (l *xactPurgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (int64, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("idempg: purge: %w", err)
+	}
+	p = p.WithDefaults()
+	var n int64
+	err := pgx.BeginFunc(ctx, l.store.pool, func(tx pgx.Tx) error {
+		var ok bool
+		if err := tx.QueryRow(ctx, queryTryPurgeXactLock).Scan(&ok); err != nil {
+			return err
+		}
+		if !ok {
+			return idem.ErrPurgeLockLost
+		}
+		tag, err := tx.Exec(ctx, queryPurgeBatch, p.Before, p.BatchSize)
+		n = tag.RowsAffected()
+		return err
+	})
+	if errors.Is(err, idem.ErrPurgeLockLost) {
+		return 0, fmt.Errorf("idempg: purge: another instance holds the purge lock: %w", err)
+	}
+	if err != nil {
+		return 0, wrapErr(ctx, "purge", err)
+	}
+	return n, nil
+}
+
+// Unlock implements [idem.PurgeLock]; the lock ended with each batch.
+func (l *xactPurgeLock) Unlock(context.Context) error { return nil }
+
+// LocksEachBatch reports that the lock is taken by each batch, not held
+// between them, for the conformance suite.
+func (l *xactPurgeLock) LocksEachBatch() bool { return true }
+
+// PurgeCount returns the number of keys that [Store.Purge] with p would
+// delete now, and deletes nothing.
+func (s *Store) PurgeCount(ctx context.Context, p PurgeParams) (int64, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("idempg: purge count: %w", err)
+	}
+	var n int64
+	if err := s.pool.QueryRow(ctx, queryPurgeCount, p.Before).Scan(&n); err != nil {
+		return 0, wrapErr(ctx, "purge count", err)
+	}
+	return n, nil
+}

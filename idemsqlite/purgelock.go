@@ -1,0 +1,77 @@
+package idemsqlite
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/idemkit/idem"
+)
+
+var _ idem.PurgeStore = (*Store)(nil)
+
+// purgeLocks holds the stores whose purge lock is taken.
+var purgeLocks sync.Map // *Store -> struct{}
+
+// LockPurge implements [idem.PurgeStore]. SQLite is a file of one process:
+// the lock is held in the process, one per Store, and is always free for
+// its first taker.
+func (s *Store) LockPurge(ctx context.Context) (idem.PurgeLock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if _, held := purgeLocks.LoadOrStore(s, struct{}{}); held {
+		return nil, fmt.Errorf("idemsqlite: %w", idem.ErrPurgeLocked)
+	}
+	return &purgeLock{store: s}, nil
+}
+
+type purgeLock struct {
+	mu       sync.Mutex
+	store    *Store
+	unlocked bool
+}
+
+// PurgeBatch implements [idem.PurgeLock]: one short DELETE of at most
+// p.BatchSize keys on the write connection.
+func (l *purgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (int64, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("idemsqlite: purge: %w", err)
+	}
+	p = p.WithDefaults()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.unlocked {
+		return 0, fmt.Errorf("idemsqlite: purge: %w", idem.ErrPurgeLockLost)
+	}
+	res, err := l.store.write.ExecContext(ctx, queryPurgeBatch, p.Before.UnixMicro(), p.BatchSize)
+	if err != nil {
+		return 0, fmt.Errorf("idemsqlite: purge: %w", unavailable(err))
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
+// Unlock implements [idem.PurgeLock].
+func (l *purgeLock) Unlock(context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.unlocked {
+		l.unlocked = true
+		purgeLocks.Delete(l.store)
+	}
+	return nil
+}
+
+// PurgeCount returns the number of keys that [Store.Purge] with p would
+// delete now, and deletes nothing.
+func (s *Store) PurgeCount(ctx context.Context, p PurgeParams) (int64, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("idemsqlite: purge count: %w", err)
+	}
+	var n int64
+	if err := s.read.QueryRowContext(ctx, queryPurgeCount, p.Before.UnixMicro()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("idemsqlite: purge count: %w", unavailable(err))
+	}
+	return n, nil
+}

@@ -1,0 +1,131 @@
+package idemtest
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// purgeStoreOf returns store as an idem.PurgeStore, or skips the test for
+// a store without LockPurge.
+func purgeStoreOf(t *testing.T, store idem.Store) idem.PurgeStore {
+	t.Helper()
+	p, ok := store.(idem.PurgeStore)
+	if !ok {
+		t.Skip("the store does not implement idem.PurgeStore")
+	}
+	return p
+}
+
+// inFlightAcrossCutoff leaves a started key created at epoch whose lease
+// was taken over at epoch+2h, and returns its scope and the live lease.
+func (s suite) inFlightAcrossCutoff(t *testing.T, store idem.Store) (idem.Scope, idem.Lease) {
+	t.Helper()
+	scope := newScope("alice")
+	_ = s.mustLease(t, store, s.params(scope, "a", epoch)) // its holder died
+	l := s.mustLease(t, store, s.params(scope, "a", epoch.Add(2*time.Hour)))
+	if !l.Info().TakenOver {
+		t.Fatalf("the second claim did not take the key over")
+	}
+	return scope, l
+}
+
+// wantInFlight checks that the key of scope is still stored and started.
+func (s suite) wantInFlight(t *testing.T, store idem.Store, scope idem.Scope) {
+	t.Helper()
+	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(2*time.Hour+time.Second))); rec.Status != idem.StatusInFlight {
+		t.Errorf("key %s: status %q, want started", scope.Key, rec.Status)
+	}
+}
+
+// purgeKeepsKeysInFlight: a started key created before the cutoff whose
+// lease was taken after it may be in flight, and stays; a started key
+// whose lease was taken before the cutoff goes.
+func (s suite) purgeKeepsKeysInFlight(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	pg := purgerOf(t, store)
+	inFlight, lease := s.inFlightAcrossCutoff(t, store)
+	defer release(t, lease)
+	abandoned := newScope("alice")
+	_ = s.mustLease(t, store, s.params(abandoned, "a", epoch)) // its holder died
+	s.completedKeys(t, store, 2, epoch)
+
+	n, err := pg.Purge(context.Background(), idem.PurgeParams{Before: epoch.Add(time.Hour)})
+	if err != nil || n != 3 {
+		t.Fatalf("Purge = %d, %v; want 3 (two completed keys and the abandoned one), nil", n, err)
+	}
+	s.wantInFlight(t, store, inFlight)
+}
+
+// purgeLockIsExclusive: one PurgeLock at a time per store; after Unlock
+// the next LockPurge gets it, and the unlocked lock deletes nothing.
+func (s suite) purgeLockIsExclusive(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	ps := purgeStoreOf(t, store)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first, err := ps.LockPurge(ctx)
+	if err != nil {
+		t.Fatalf("first LockPurge: %v", err)
+	}
+	if b, ok := first.(interface{ LocksEachBatch() bool }); ok && b.LocksEachBatch() {
+		first.Unlock(ctx)
+		t.Skip("the store's purge lock is taken by each batch, not held between batches")
+	}
+	if _, err := ps.LockPurge(ctx); !errors.Is(err, idem.ErrPurgeLocked) {
+		t.Fatalf("second LockPurge while the first is held: %v; want ErrPurgeLocked", err)
+	}
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	second, err := ps.LockPurge(ctx)
+	if err != nil {
+		t.Fatalf("LockPurge after Unlock: %v", err)
+	}
+	defer second.Unlock(ctx)
+	if n, err := first.PurgeBatch(ctx, idem.PurgeParams{Before: epoch.Add(time.Hour)}); err == nil {
+		t.Errorf("PurgeBatch after Unlock = %d, nil; want an error", n)
+	}
+}
+
+// purgeBatchIsBoundedAndKeepsKeysInFlight: PurgeBatch deletes at most
+// BatchSize keys, under the same rule as Purge.
+func (s suite) purgeBatchIsBounded(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	ps := purgeStoreOf(t, store)
+	inFlight, lease := s.inFlightAcrossCutoff(t, store)
+	defer release(t, lease)
+	s.completedKeys(t, store, 5, epoch)
+	young := s.completedKeys(t, store, 2, epoch.Add(2*time.Hour))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lock, err := ps.LockPurge(ctx)
+	if err != nil {
+		t.Fatalf("LockPurge: %v", err)
+	}
+	defer lock.Unlock(ctx)
+	p := idem.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: 2}
+	var got []int64
+	for range 4 {
+		n, err := lock.PurgeBatch(ctx, p)
+		if err != nil {
+			t.Fatalf("PurgeBatch: %v", err)
+		}
+		got = append(got, n)
+	}
+	if want := []int64{2, 2, 1, 0}; !slices.Equal(got, want) {
+		t.Errorf("batches deleted %v keys, want %v", got, want)
+	}
+	s.wantInFlight(t, store, inFlight)
+	s.wantKept(t, store, young, epoch.Add(3*time.Hour))
+	if _, err := lock.PurgeBatch(ctx, idem.PurgeParams{}); err == nil {
+		t.Errorf("PurgeBatch without Before succeeded; want an error")
+	}
+}

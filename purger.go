@@ -1,0 +1,324 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// Defaults of [PurgerConfig].
+const (
+	// PurgeIntervalDefault is the default of [PurgerConfig.Interval].
+	PurgeIntervalDefault = time.Minute
+	// PurgePauseDefault is the default of [PurgerConfig.Pause].
+	PurgePauseDefault = 10 * time.Millisecond
+	// PurgeBatchTimeoutDefault is the default of [PurgerConfig.BatchTimeout].
+	PurgeBatchTimeoutDefault = 30 * time.Second
+)
+
+// Errors of the purge lock.
+var (
+	// ErrPurgeLocked means another instance holds the purge lock: it is
+	// the one that purges, and this one waits for its turn.
+	ErrPurgeLocked = errors.New("idem: another instance holds the purge lock")
+
+	// ErrPurgeLockLost means the purge lock was lost, as when the
+	// connection that held it broke; the batch that reports it deleted
+	// nothing.
+	ErrPurgeLockLost = errors.New("idem: the purge lock was lost")
+)
+
+// PurgeStore is a store that a [Purger] can run on. Stores that keep keys
+// in a database shared by several processes make sure that one instance at
+// a time holds the lock; the idempg, idemsqlite and idemtest stores
+// implement it.
+type PurgeStore interface {
+	// LockPurge takes the purge lock without waiting. It returns an error
+	// wrapping ErrPurgeLocked when another instance holds it. The lock
+	// ends with PurgeLock.Unlock or when this process dies, so that
+	// another instance can take over.
+	LockPurge(ctx context.Context) (PurgeLock, error)
+}
+
+// PurgeLock is the purge lock, held by this instance.
+type PurgeLock interface {
+	// PurgeBatch deletes at most p.BatchSize keys created before
+	// p.Before, and returns how many it deleted. It never deletes a key in
+	// flight: a started key only goes once its lease was taken before
+	// p.Before, which is long expired since retention is longer than the
+	// lease, and rows that a request holds locked are skipped, never
+	// waited for. It fails with an error wrapping ErrPurgeLockLost, having
+	// deleted nothing, when the lock was lost.
+	PurgeBatch(ctx context.Context, p PurgeParams) (int64, error)
+
+	// Unlock gives the lock up. The lock must not be used after.
+	Unlock(ctx context.Context) error
+}
+
+// PurgeMetrics is implemented by a [Metrics] that also reports what a
+// [Purger] does; the idemprom package's Metrics does. It is a separate
+// interface so that a Metrics of one's own need not implement it.
+type PurgeMetrics interface {
+	// PurgeBatch observes one batch: the keys it deleted, how long it
+	// took, and whether it failed.
+	PurgeBatch(ctx context.Context, deleted int64, d time.Duration, err error)
+	// PurgeRun observes one run, the batches until none was full: the keys
+	// deleted, how long it took, and whether it failed.
+	PurgeRun(ctx context.Context, deleted int64, d time.Duration, err error)
+	// PurgeLeader reports whether this instance holds the purge lock.
+	PurgeLeader(ctx context.Context, leading bool)
+}
+
+// PurgerConfig configures a [Purger]. A nil *PurgerConfig is the zero
+// PurgerConfig, which uses every default.
+type PurgerConfig struct {
+	// Retention is how long a key is kept: the middleware's
+	// Config.Retention, the one published to clients. Keys created longer
+	// ago are deleted. Defaults to RetentionDefault (24 h).
+	Retention time.Duration
+
+	// LockTimeout is the middleware's Config.LockTimeout, the length of a
+	// two-phase lease. A Retention that is not longer than it is refused:
+	// the purge would delete keys whose lease may still be live. Defaults
+	// to LockTimeoutDefault (30 s).
+	LockTimeout time.Duration
+
+	// Interval is the time from the end of one run to the start of the
+	// next, and how often an instance that does not hold the purge lock
+	// tries to take it. Defaults to PurgeIntervalDefault (1 min).
+	Interval time.Duration
+
+	// BatchSize is the number of keys each batch deletes. Defaults to
+	// PurgeBatchSizeDefault (1000).
+	BatchSize int
+
+	// Pause is the mean pause between two batches of one run, jittered by
+	// half either way, so that requests get the table in between. Defaults
+	// to PurgePauseDefault (10 ms).
+	Pause time.Duration
+
+	// BatchTimeout bounds each batch. Defaults to PurgeBatchTimeoutDefault
+	// (30 s).
+	BatchTimeout time.Duration
+
+	// Logger receives a line for every run that deleted keys or failed,
+	// and when this instance takes or loses the purge lock. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+
+	// Metrics receives batches and runs when it implements PurgeMetrics.
+	// Defaults to none.
+	Metrics Metrics
+
+	// Now is the clock that decides which keys are past retention: use the
+	// middleware's. Defaults to time.Now.
+	Now func() time.Time
+}
+
+func (c *PurgerConfig) withDefaults() *PurgerConfig {
+	out := PurgerConfig{}
+	if c != nil {
+		out = *c
+	}
+	if out.Retention == 0 {
+		out.Retention = RetentionDefault
+	}
+	if out.LockTimeout == 0 {
+		out.LockTimeout = LockTimeoutDefault
+	}
+	if out.Interval == 0 {
+		out.Interval = PurgeIntervalDefault
+	}
+	if out.BatchSize == 0 {
+		out.BatchSize = PurgeBatchSizeDefault
+	}
+	if out.Pause == 0 {
+		out.Pause = PurgePauseDefault
+	}
+	if out.BatchTimeout == 0 {
+		out.BatchTimeout = PurgeBatchTimeoutDefault
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return &out
+}
+
+func (c *PurgerConfig) validate() error {
+	if c.Retention < 0 || c.LockTimeout < 0 || c.Interval < 0 || c.BatchSize < 0 || c.Pause < 0 || c.BatchTimeout < 0 {
+		return errors.New("idem: durations and sizes in PurgerConfig must not be negative")
+	}
+	if c.Retention <= c.LockTimeout {
+		return fmt.Errorf("idem: PurgerConfig.Retention (%s) must be longer than PurgerConfig.LockTimeout (%s), or the purge could delete keys in flight", c.Retention, c.LockTimeout)
+	}
+	return nil
+}
+
+// Purger deletes keys past retention, in the background, for as long as
+// its Run lasts. Every instance of a service may run one: the store's purge
+// lock lets one at a time purge, and when that instance dies another takes
+// the lock within an Interval.
+//
+// A run deletes keys in batches of BatchSize, each under BatchTimeout,
+// with a Pause between them, until a batch is not full; the next run starts
+// an Interval later. Keys past retention are already treated as unused by
+// every claim: the purge only keeps the table from growing without bound.
+type Purger struct {
+	store   PurgeStore
+	cfg     *PurgerConfig
+	metrics PurgeMetrics
+}
+
+// PurgeResult is the outcome of one run of a [Purger].
+type PurgeResult struct {
+	Deleted  int64         // keys deleted
+	Batches  int           // batches run, the last one not full
+	Duration time.Duration // from the first batch to the end of the last
+}
+
+// NewPurger returns a Purger on store. A nil cfg uses the defaults.
+func NewPurger(store PurgeStore, cfg *PurgerConfig) (*Purger, error) {
+	if store == nil {
+		return nil, errors.New("idem: a PurgeStore is required")
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	p := &Purger{store: store, cfg: c, metrics: noPurgeMetrics{}}
+	if m, ok := c.Metrics.(PurgeMetrics); ok {
+		p.metrics = m
+	}
+	return p, nil
+}
+
+// Run purges every Interval until ctx is done, then gives the purge lock up
+// and returns nil. The first attempt is at once. Failures are logged and
+// counted, never returned: the next run tries again, after the lock is
+// taken again, since a failed batch may mean that its connection broke.
+func (p *Purger) Run(ctx context.Context) error {
+	var lock PurgeLock
+	defer func() {
+		if lock != nil {
+			p.unlock(context.WithoutCancel(ctx), lock)
+		}
+	}()
+	wait := time.NewTimer(0)
+	defer wait.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wait.C:
+		}
+		if lock == nil {
+			lock = p.lock(ctx)
+		}
+		if lock != nil {
+			if _, err := p.run(ctx, lock); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				p.unlock(ctx, lock)
+				lock = nil
+			}
+		}
+		wait.Reset(p.cfg.Interval)
+	}
+}
+
+// lock tries to take the purge lock and returns it, or nil when another
+// instance holds it or the store failed.
+func (p *Purger) lock(ctx context.Context) PurgeLock {
+	lock, err := p.store.LockPurge(ctx)
+	switch {
+	case errors.Is(err, ErrPurgeLocked):
+		p.cfg.Logger.Debug("idem: purge: another instance holds the purge lock")
+		return nil
+	case err != nil:
+		if ctx.Err() == nil {
+			p.cfg.Logger.Warn("idem: purge: cannot take the purge lock", "err", err)
+		}
+		return nil
+	}
+	p.cfg.Logger.Info("idem: purge: this instance holds the purge lock and purges")
+	p.metrics.PurgeLeader(ctx, true)
+	return lock
+}
+
+func (p *Purger) unlock(ctx context.Context, lock PurgeLock) {
+	p.metrics.PurgeLeader(ctx, false)
+	if err := lock.Unlock(ctx); err != nil && ctx.Err() == nil {
+		p.cfg.Logger.Warn("idem: purge: unlock", "err", err)
+	}
+}
+
+// run deletes batches until one is not full.
+func (p *Purger) run(ctx context.Context, lock PurgeLock) (PurgeResult, error) {
+	params := PurgeParams{Before: p.cfg.Now().Add(-p.cfg.Retention), BatchSize: p.cfg.BatchSize}
+	var res PurgeResult
+	start := time.Now()
+	err := func() error {
+		for {
+			n, err := p.batch(ctx, lock, params)
+			res.Deleted += n
+			res.Batches++
+			if err != nil || n < int64(params.BatchSize) {
+				return err
+			}
+			pause := time.NewTimer(p.cfg.Pause/2 + rand.N(p.cfg.Pause+1))
+			select {
+			case <-ctx.Done():
+				pause.Stop()
+				return ctx.Err()
+			case <-pause.C:
+			}
+		}
+	}()
+	res.Duration = time.Since(start)
+	p.metrics.PurgeRun(ctx, res.Deleted, res.Duration, err)
+	attrs := []any{
+		"deleted", res.Deleted, "batches", res.Batches, "duration", res.Duration,
+		"before", params.Before.UTC().Format(time.RFC3339),
+	}
+	switch {
+	case err != nil && ctx.Err() == nil:
+		p.cfg.Logger.Error("idem: purge failed", append(attrs, "err", err)...)
+	case err == nil && res.Deleted > 0:
+		p.cfg.Logger.Info("idem: purged keys past retention", attrs...)
+	}
+	return res, err
+}
+
+func (p *Purger) batch(ctx context.Context, lock PurgeLock, params PurgeParams) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.BatchTimeout)
+	defer cancel()
+	start := time.Now()
+	n, err := lock.PurgeBatch(ctx, params)
+	p.metrics.PurgeBatch(ctx, n, time.Since(start), err)
+	return n, err
+}
+
+type noPurgeMetrics struct{}
+
+func (noPurgeMetrics) PurgeBatch(context.Context, int64, time.Duration, error) {}
+func (noPurgeMetrics) PurgeRun(context.Context, int64, time.Duration, error)   {}
+func (noPurgeMetrics) PurgeLeader(context.Context, bool)                       {}
+
+// Purges reports whether a purge with p deletes rec: a key created before
+// p.Before that is completed, or started with a lease taken before
+// p.Before (and so expired, since retention is longer than the lease). A
+// started key whose lease time the store cannot see is kept. Stores use it
+// for the rule of [PurgeLock.PurgeBatch].
+func (p PurgeParams) Purges(rec *Record) bool {
+	if !rec.CreatedAt.Before(p.Before) {
+		return false
+	}
+	return rec.Status == StatusCompleted || (!rec.LockedAt.IsZero() && rec.LockedAt.Before(p.Before))
+}
