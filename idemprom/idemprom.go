@@ -10,6 +10,12 @@
 //
 //	idem_requests_total{result}             counter, one of idem's Result values
 //	idem_claim_duration_seconds{outcome}    histogram of Store.Claim, outcome ok or error
+//	idem_purge_deleted_total                counter of keys deleted by the idem.Purger
+//	idem_purge_batches_total{outcome}       counter of purge batches, outcome ok or error
+//	idem_purge_runs_total{outcome}          counter of purge runs, outcome ok or error
+//	idem_purge_run_duration_seconds         histogram of purge runs
+//	idem_purge_last_success_timestamp_seconds  gauge, Unix time of the last run that succeeded
+//	idem_purge_leader                       gauge, 1 while this instance holds the purge lock
 package idemprom
 
 import (
@@ -49,13 +55,16 @@ type Config struct {
 
 var (
 	_ idem.Metrics         = (*Metrics)(nil)
+	_ idem.PurgeMetrics    = (*Metrics)(nil)
 	_ prometheus.Collector = (*Metrics)(nil)
 )
 
-// Metrics is an idem.Metrics that is also a prometheus.Collector.
+// Metrics is an idem.Metrics and an idem.PurgeMetrics that is also a
+// prometheus.Collector.
 type Metrics struct {
 	requests *prometheus.CounterVec
 	claims   *prometheus.HistogramVec
+	purge    purgeMetrics
 }
 
 // New builds the collectors. A nil cfg uses the defaults.
@@ -86,6 +95,7 @@ func New(cfg *Config) *Metrics {
 	for _, r := range resultNames {
 		m.requests.WithLabelValues(r)
 	}
+	m.purge = newPurgeMetrics(c)
 	return m
 }
 
@@ -108,10 +118,12 @@ func (m *Metrics) Claim(_ context.Context, d time.Duration, err error) {
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.requests.Describe(ch)
 	m.claims.Describe(ch)
+	m.purge.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.requests.Collect(ch)
 	m.claims.Collect(ch)
+	m.purge.collect(ch)
 }
