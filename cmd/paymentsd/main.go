@@ -71,7 +71,7 @@ type options struct {
 	transactionPooling bool
 	retention          time.Duration
 	lockTimeout        time.Duration
-	purgeInterval      time.Duration
+	purge              purgeOptions
 	shutdown           time.Duration
 	processor          string
 	processorToken     string
@@ -101,7 +101,6 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.transactionPooling, "transaction-pooling", env.Bool("PAYMENTSD_TRANSACTION_POOLING", false), "PostgreSQL is reached through a pooler in transaction mode, such as PgBouncer's pool_mode=transaction (env PAYMENTSD_TRANSACTION_POOLING)")
 	fs.DurationVar(&o.retention, "retention", env.Duration("PAYMENTSD_RETENTION", idem.RetentionDefault), "how long keys are kept (env PAYMENTSD_RETENTION)")
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", env.Duration("PAYMENTSD_LOCK_TIMEOUT", idem.LockTimeoutDefault), "two-phase lease length before takeover (env PAYMENTSD_LOCK_TIMEOUT)")
-	fs.DurationVar(&o.purgeInterval, "purge-interval", env.Duration("PAYMENTSD_PURGE_INTERVAL", 10*time.Minute), "how often expired keys are purged; 0 disables (env PAYMENTSD_PURGE_INTERVAL)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", env.Duration("PAYMENTSD_SHUTDOWN_TIMEOUT", 30*time.Second), "how long in-flight requests may finish on SIGINT/SIGTERM (env PAYMENTSD_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&o.processor, "processor", env.String("PAYMENTSD_PROCESSOR", ""), "base URL of a card processor (processord) to charge; empty charges nothing (env PAYMENTSD_PROCESSOR)")
 	fs.StringVar(&o.processorToken, "processor-token", "", "bearer token sent to the card processor (env PAYMENTSD_PROCESSOR_TOKEN; default: processord's development token, with a warning)")
@@ -114,6 +113,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", env.Duration("PAYMENTSD_WEBHOOK_TIMEOUT", idemoutbox.WebhookTimeoutDefault), "time limit of one webhook delivery attempt (env PAYMENTSD_WEBHOOK_TIMEOUT)")
 	fs.DurationVar(&o.webhookRetry, "webhook-retry", env.Duration("PAYMENTSD_WEBHOOK_RETRY", idemoutbox.BackoffBase), "wait before the first retry of a failed webhook, doubling per attempt up to 1h, jittered (env PAYMENTSD_WEBHOOK_RETRY)")
 	fs.IntVar(&o.webhookTries, "webhook-max-attempts", env.Int("PAYMENTSD_WEBHOOK_MAX_ATTEMPTS", idemoutbox.MaxAttemptsDefault), "delivery attempts before an event is parked as dead (env PAYMENTSD_WEBHOOK_MAX_ATTEMPTS)")
+	// The purge service.
+	o.purge.flags(fs, env)
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
@@ -240,11 +241,15 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "paymentsd: admin endpoint (GET /metrics) at http://%s\n", adminLn.Addr())
 	}
 
-	purgeCtx, stopPurge := context.WithCancel(ctx)
-	defer stopPurge()
-	if o.purgeInterval > 0 {
-		go purgeLoop(purgeCtx, db, o.purgeInterval, o.retention, logger)
+	stopPurge, err := o.purge.start(ctx, db, o.retention, o.lockTimeout, logger, metrics)
+	if err != nil {
+		ln.Close()
+		if adminLn != nil {
+			adminLn.Close()
+		}
+		return err
 	}
+	relayCtx, stopRelay := context.WithCancel(ctx)
 	relayDone := make(chan struct{})
 	if relay == nil {
 		close(relayDone)
@@ -254,13 +259,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "paymentsd: delivering events to %s://%s\n", u.Scheme, u.Host)
 		go func() {
 			defer close(relayDone)
-			relay.Run(purgeCtx)
+			relay.Run(relayCtx)
 		}()
 	}
 	// The relay stops when ctx ends; a batch under way is delivered again
 	// by the next instance (at least once). Run waits for it before the
 	// database closes.
-	defer func() { stopPurge(); <-relayDone }()
+	defer func() { stopRelay(); <-relayDone; stopPurge() }()
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -331,25 +336,4 @@ func newRelay(o *options, db *database.DB, m idemoutbox.Metrics, logger *slog.Lo
 		MaxAttempts: o.webhookTries, Backoff: idemoutbox.ExponentialBackoff(o.webhookRetry, idemoutbox.BackoffMax),
 		Logger: logger, Metrics: m,
 	})
-}
-
-// purgeLoop deletes keys older than the retention period, so the table does
-// not grow without bound.
-func purgeLoop(ctx context.Context, db *database.DB, every, retention time.Duration, logger *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		n, err := db.Purge(ctx, database.PurgeParams{Before: time.Now().Add(-retention)})
-		switch {
-		case err != nil && ctx.Err() == nil:
-			logger.Error("paymentsd: purge failed", "err", err)
-		case n > 0:
-			logger.Info("paymentsd: purged expired keys", "deleted", n)
-		}
-	}
 }

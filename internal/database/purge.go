@@ -1,0 +1,27 @@
+package database
+
+import (
+	"context"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemsqlite"
+)
+
+// PurgeStore returns the key store as an idem.PurgeStore, for an
+// idem.Purger.
+func (d *DB) PurgeStore() idem.PurgeStore {
+	if d.SQLite != nil {
+		return d.SQLite
+	}
+	return d.Postgres
+}
+
+// PurgeCount returns the number of keys that Purge with p would delete,
+// and deletes nothing.
+func (d *DB) PurgeCount(ctx context.Context, p PurgeParams) (int64, error) {
+	if d.SQLite != nil {
+		return d.SQLite.PurgeCount(ctx, idemsqlite.PurgeParams{Before: p.Before, BatchSize: p.BatchSize})
+	}
+	return d.Postgres.PurgeCount(ctx, idempg.PurgeParams{Before: p.Before, BatchSize: p.BatchSize})
+}
