@@ -52,6 +52,7 @@ func (s *Store) LockPurge(ctx context.Context) (idem.PurgeLock, error) {
 type sessionPurgeLock struct {
 	mu   sync.Mutex
 	conn *pgx.Conn // nil once unlocked
+	from purgeCursor
 }
 
 // PurgeBatch implements [idem.PurgeLock].
@@ -65,15 +66,12 @@ func (l *sessionPurgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (
 	if l.conn == nil || l.conn.IsClosed() {
 		return 0, fmt.Errorf("idempg: purge: %w", idem.ErrPurgeLockLost)
 	}
-	tag, err := l.conn.Exec(ctx, queryPurgeBatch, p.Before, p.BatchSize)
-	if err != nil {
-		if l.conn.IsClosed() {
-			// The session ended, and the lock with it.
-			return 0, fmt.Errorf("idempg: purge: %w: %w", idem.ErrPurgeLockLost, wrapErr(ctx, "purge", err))
-		}
-		return 0, wrapErr(ctx, "purge", err)
+	n, err := l.from.batch(ctx, l.conn, p)
+	if err != nil && l.conn.IsClosed() {
+		// The session ended, and the lock with it.
+		return 0, fmt.Errorf("idempg: purge: %w: %w", idem.ErrPurgeLockLost, err)
 	}
-	return tag.RowsAffected(), nil
+	return n, err
 }
 
 // Unlock implements [idem.PurgeLock]: closing the session frees the lock.
@@ -94,6 +92,8 @@ func (l *sessionPurgeLock) Unlock(ctx context.Context) error {
 // xactPurgeLock takes the purge lock in each batch's transaction.
 type xactPurgeLock struct {
 	store *Store
+	mu    sync.Mutex
+	from  purgeCursor
 }
 
 // PurgeBatch implements [idem.PurgeLock].
@@ -102,6 +102,8 @@ func (l *xactPurgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (int
 		return 0, fmt.Errorf("idempg: purge: %w", err)
 	}
 	p = p.WithDefaults()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	var n int64
 	err := pgx.BeginFunc(ctx, l.store.pool, func(tx pgx.Tx) error {
 		var ok bool
@@ -111,8 +113,8 @@ func (l *xactPurgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (int
 		if !ok {
 			return idem.ErrPurgeLockLost
 		}
-		tag, err := tx.Exec(ctx, queryPurgeBatch, p.Before, p.BatchSize)
-		n = tag.RowsAffected()
+		var err error
+		n, err = l.from.batch(ctx, tx, p)
 		return err
 	})
 	if errors.Is(err, idem.ErrPurgeLockLost) {

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/idemkit/idem"
 )
 
@@ -36,8 +38,9 @@ func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	}
 	p = p.WithDefaults()
 	var total int64
+	var from purgeCursor
 	for {
-		n, err := s.purgeBatch(ctx, p)
+		n, err := s.purgeBatch(ctx, p, &from)
 		total += n
 		if err != nil || n < int64(p.BatchSize) {
 			return total, err
@@ -52,7 +55,7 @@ func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	}
 }
 
-func (s *Store) purgeBatch(ctx context.Context, p PurgeParams) (int64, error) {
+func (s *Store) purgeBatch(ctx context.Context, p PurgeParams, from *purgeCursor) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, purgeBatchTimeout)
 	defer cancel()
 	conn, err := s.acquire(ctx, "purge")
@@ -60,9 +63,33 @@ func (s *Store) purgeBatch(ctx context.Context, p PurgeParams) (int64, error) {
 		return 0, err
 	}
 	defer conn.Release()
-	tag, err := conn.Exec(ctx, queryPurgeBatch, p.Before, p.BatchSize)
-	if err != nil {
+	return from.batch(ctx, conn, p)
+}
+
+// purgeCursor is where the next batch of a run starts: the created_at of
+// the newest key the run deleted so far. It resets when Before changes,
+// that is, for each run.
+type purgeCursor struct {
+	before time.Time
+	from   time.Time
+}
+
+// batch runs one batch on q and moves the cursor.
+func (c *purgeCursor) batch(ctx context.Context, q queryRower, p PurgeParams) (int64, error) {
+	if !c.before.Equal(p.Before) {
+		c.before, c.from = p.Before, time.Time{}
+	}
+	from := pgtype.Timestamptz{Time: c.from, Valid: true}
+	if c.from.IsZero() {
+		from = pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	}
+	var n int64
+	var newest pgtype.Timestamptz
+	if err := q.QueryRow(ctx, queryPurgeBatch, p.Before, p.BatchSize, from).Scan(&n, &newest); err != nil {
 		return 0, wrapErr(ctx, "purge", err)
 	}
-	return tag.RowsAffected(), nil
+	if n > 0 && newest.InfinityModifier == pgtype.Finite {
+		c.from = newest.Time
+	}
+	return n, nil
 }

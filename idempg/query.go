@@ -179,17 +179,27 @@ SELECT idem_lease_held(count(*)) FROM done`
 	queryReleaseKey = `DELETE FROM idempotency_keys
 WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3`
 
-	// queryPurgeBatch deletes up to $2 keys created before $1: completed
-	// ones, and started ones whose lease was taken before $1 too, so long
-	// expired (retention is longer than the lease). Rows locked by a
-	// request in flight are skipped, so the purge never waits for one.
-	queryPurgeBatch = `DELETE FROM idempotency_keys
-WHERE (client_id, idempotency_key) IN (
-    SELECT client_id, idempotency_key FROM idempotency_keys
-    WHERE created_at < $1 AND (status = 'completed' OR locked_at < $1)
+	// queryPurgeBatch deletes up to $2 keys created before $1, oldest
+	// first, from $3 on: completed ones, and started ones whose lease was
+	// taken before $1 too, so long expired (retention is longer than the
+	// lease). Rows locked by a request in flight are skipped, so the purge
+	// never waits for one. It returns the number deleted and the newest
+	// created_at among them, from which the next batch of the run starts
+	// ($3): the index scan then begins past the rows that earlier batches
+	// deleted, which stay in the index until vacuum, instead of stepping
+	// over all of them again. Rows deleted by ctid: a locked row cannot
+	// move before the statement ends.
+	queryPurgeBatch = `WITH batch AS (
+    SELECT ctid FROM idempotency_keys
+    WHERE created_at >= $3 AND created_at < $1 AND (status = 'completed' OR locked_at < $1)
+    ORDER BY created_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
-)`
+), gone AS (
+    DELETE FROM idempotency_keys k USING batch b WHERE k.ctid = b.ctid
+    RETURNING k.created_at
+)
+SELECT count(*), coalesce(max(created_at), $3) FROM gone`
 
 	// queryPurgeCount counts the keys that queryPurgeBatch would delete.
 	queryPurgeCount = `SELECT count(*) FROM idempotency_keys
