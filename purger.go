@@ -72,6 +72,37 @@ type PurgeMetrics interface {
 	PurgeLeader(ctx context.Context, leading bool)
 }
 
+// KeyStats are counts of a store's started keys at one time, for
+// dashboards and alerts on stuck keys.
+type KeyStats struct {
+	// Started is the number of keys started and not completed: in flight,
+	// or left by a holder that died.
+	Started int64
+	// Stuck is the number of started keys whose lease expired: their
+	// holder died or overran, and the client's next retry takes them over.
+	Stuck int64
+	// OldestStarted is when the oldest started key was claimed (its lease
+	// taken); zero when there is none.
+	OldestStarted time.Time
+}
+
+// KeyStatsStore is a store that counts its started keys. A [Purger] on
+// such a store reads the counts after each run, on the instance that
+// holds the purge lock, and reports them when its Metrics implements
+// KeyStatsMetrics.
+type KeyStatsStore interface {
+	// KeyStats counts the started keys; a lease taken before now minus
+	// lockTimeout has expired.
+	KeyStats(ctx context.Context, now time.Time, lockTimeout time.Duration) (KeyStats, error)
+}
+
+// KeyStatsMetrics is implemented by a [Metrics] that reports [KeyStats];
+// the idemprom package's Metrics does.
+type KeyStatsMetrics interface {
+	// KeyStats reports the counts read at now.
+	KeyStats(ctx context.Context, s KeyStats, now time.Time)
+}
+
 // PurgerConfig configures a [Purger]. A nil *PurgerConfig is the zero
 // PurgerConfig, which uses every default.
 type PurgerConfig struct {
@@ -173,6 +204,11 @@ type Purger struct {
 	store   PurgeStore
 	cfg     *PurgerConfig
 	metrics PurgeMetrics
+
+	// stats and statsMetrics are set when the store counts its keys and
+	// the metrics report the counts.
+	stats        KeyStatsStore
+	statsMetrics KeyStatsMetrics
 }
 
 // PurgeResult is the outcome of one run of a [Purger].
@@ -194,6 +230,11 @@ func NewPurger(store PurgeStore, cfg *PurgerConfig) (*Purger, error) {
 	p := &Purger{store: store, cfg: c, metrics: noPurgeMetrics{}}
 	if m, ok := c.Metrics.(PurgeMetrics); ok {
 		p.metrics = m
+	}
+	ks, okStore := store.(KeyStatsStore)
+	km, okMetrics := c.Metrics.(KeyStatsMetrics)
+	if okStore && okMetrics {
+		p.stats, p.statsMetrics = ks, km
 	}
 	return p, nil
 }
@@ -228,6 +269,9 @@ func (p *Purger) Run(ctx context.Context) error {
 				p.unlock(ctx, lock)
 				lock = nil
 			}
+		}
+		if lock != nil {
+			p.readStats(ctx)
 		}
 		wait.Reset(p.cfg.Interval)
 	}
@@ -303,6 +347,24 @@ func (p *Purger) batch(ctx context.Context, lock PurgeLock, params PurgeParams) 
 	n, err := lock.PurgeBatch(ctx, params)
 	p.metrics.PurgeBatch(ctx, n, time.Since(start), err)
 	return n, err
+}
+
+// readStats reports the store's KeyStats, when both sides support them.
+func (p *Purger) readStats(ctx context.Context) {
+	if p.stats == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.BatchTimeout)
+	defer cancel()
+	now := p.cfg.Now()
+	s, err := p.stats.KeyStats(ctx, now, p.cfg.LockTimeout)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.cfg.Logger.Warn("idem: purge: cannot count started keys", "err", err)
+		}
+		return
+	}
+	p.statsMetrics.KeyStats(ctx, s, now)
 }
 
 type noPurgeMetrics struct{}

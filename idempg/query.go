@@ -201,6 +201,11 @@ WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_t
 )
 SELECT count(*), coalesce(max(created_at), $3) FROM gone`
 
+	// queryKeyStats counts the started keys, those whose lease was taken
+	// at or before $1 (expired), and the oldest lease time.
+	queryKeyStats = `SELECT count(*), count(*) FILTER (WHERE locked_at <= $1), min(locked_at)
+FROM idempotency_keys WHERE status = 'started'`
+
 	// queryPurgeCount counts the keys that queryPurgeBatch would delete.
 	queryPurgeCount = `SELECT count(*) FROM idempotency_keys
 WHERE created_at < $1 AND (status = 'completed' OR locked_at < $1)`

@@ -16,6 +16,9 @@
 //	idem_purge_run_duration_seconds         histogram of purge runs
 //	idem_purge_last_success_timestamp_seconds  gauge, Unix time of the last run that succeeded
 //	idem_purge_leader                       gauge, 1 while this instance holds the purge lock
+//	idem_keys_started                       gauge, started keys (read by the instance that purges)
+//	idem_keys_stuck                         gauge, started keys whose lease expired (same)
+//	idem_keys_oldest_started_age_seconds    gauge, age of the oldest started key's lease (same)
 package idemprom
 
 import (
@@ -56,6 +59,7 @@ type Config struct {
 var (
 	_ idem.Metrics         = (*Metrics)(nil)
 	_ idem.PurgeMetrics    = (*Metrics)(nil)
+	_ idem.KeyStatsMetrics = (*Metrics)(nil)
 	_ prometheus.Collector = (*Metrics)(nil)
 )
 

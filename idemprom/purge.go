@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemkit/idem"
 )
 
 // purgeMetrics are the collectors of the idem.Purger.
@@ -15,6 +17,10 @@ type purgeMetrics struct {
 	runDuration prometheus.Histogram
 	lastSuccess prometheus.Gauge
 	leader      prometheus.Gauge
+
+	started      prometheus.Gauge
+	stuck        prometheus.Gauge
+	oldestAgeSec prometheus.Gauge
 }
 
 func newPurgeMetrics(c Config) purgeMetrics {
@@ -43,6 +49,18 @@ func newPurgeMetrics(c Config) purgeMetrics {
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: c.Namespace, Name: "purge_leader", ConstLabels: c.ConstLabels,
 			Help: "1 while this instance holds the purge lock and purges, else 0.",
+		}),
+		started: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: c.Namespace, Name: "keys_started", ConstLabels: c.ConstLabels,
+			Help: "Keys started and not completed (in flight, or left by a holder that died), counted after each purge run by the instance that purges; 0 on the others.",
+		}),
+		stuck: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: c.Namespace, Name: "keys_stuck", ConstLabels: c.ConstLabels,
+			Help: "Started keys whose lease expired, counted after each purge run by the instance that purges; 0 on the others.",
+		}),
+		oldestAgeSec: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: c.Namespace, Name: "keys_oldest_started_age_seconds", ConstLabels: c.ConstLabels,
+			Help: "Age of the lease of the oldest started key, read after each purge run by the instance that purges; 0 when there is none, and on the others.",
 		}),
 	}
 	for _, o := range []string{"ok", "error"} {
@@ -81,6 +99,23 @@ func (m *Metrics) PurgeLeader(_ context.Context, leading bool) {
 		v = 1
 	}
 	m.purge.leader.Set(v)
+	if !leading {
+		// Another instance reports the counts now.
+		m.purge.started.Set(0)
+		m.purge.stuck.Set(0)
+		m.purge.oldestAgeSec.Set(0)
+	}
+}
+
+// KeyStats implements idem.KeyStatsMetrics.
+func (m *Metrics) KeyStats(_ context.Context, s idem.KeyStats, now time.Time) {
+	m.purge.started.Set(float64(s.Started))
+	m.purge.stuck.Set(float64(s.Stuck))
+	age := 0.0
+	if !s.OldestStarted.IsZero() {
+		age = now.Sub(s.OldestStarted).Seconds()
+	}
+	m.purge.oldestAgeSec.Set(age)
 }
 
 func (p *purgeMetrics) describe(ch chan<- *prometheus.Desc) {
@@ -90,6 +125,9 @@ func (p *purgeMetrics) describe(ch chan<- *prometheus.Desc) {
 	p.runDuration.Describe(ch)
 	p.lastSuccess.Describe(ch)
 	p.leader.Describe(ch)
+	p.started.Describe(ch)
+	p.stuck.Describe(ch)
+	p.oldestAgeSec.Describe(ch)
 }
 
 func (p *purgeMetrics) collect(ch chan<- prometheus.Metric) {
@@ -99,4 +137,7 @@ func (p *purgeMetrics) collect(ch chan<- prometheus.Metric) {
 	p.runDuration.Collect(ch)
 	p.lastSuccess.Collect(ch)
 	p.leader.Collect(ch)
+	p.started.Collect(ch)
+	p.stuck.Collect(ch)
+	p.oldestAgeSec.Collect(ch)
 }

@@ -38,6 +38,16 @@ func TestReportsPurger(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// One key left started by a holder that died an hour before the
+		// purge, and counted as stuck.
+		res, err := store.Claim(context.Background(), idem.ClaimParams{
+			Scope:  idem.Scope{ClientID: "alice", Key: "stuck"},
+			Method: "POST", Path: "/", RequestHash: []byte("h"), Mode: idem.ModeTwoPhase, Now: created.Add(24 * time.Hour),
+			LockTimeout: time.Second, Retention: time.Hour,
+		})
+		if err != nil || res.Lease == nil {
+			t.Fatal(err)
+		}
 		p, err := idem.NewPurger(store, &idem.PurgerConfig{
 			BatchSize: 2, Metrics: m, Logger: slog.New(slog.DiscardHandler),
 			Now: func() time.Time { return created.Add(25 * time.Hour) },
@@ -66,8 +76,20 @@ idem_purge_leader 1
 # TYPE idem_purge_runs_total counter
 idem_purge_runs_total{outcome="error"} 0
 idem_purge_runs_total{outcome="ok"} 1
+# HELP idem_keys_started Keys started and not completed (in flight, or left by a holder that died), counted after each purge run by the instance that purges; 0 on the others.
+# TYPE idem_keys_started gauge
+idem_keys_started 1
+# HELP idem_keys_stuck Started keys whose lease expired, counted after each purge run by the instance that purges; 0 on the others.
+# TYPE idem_keys_stuck gauge
+idem_keys_stuck 1
+# HELP idem_keys_oldest_started_age_seconds Age of the lease of the oldest started key, read after each purge run by the instance that purges; 0 when there is none, and on the others.
+# TYPE idem_keys_oldest_started_age_seconds gauge
+idem_keys_oldest_started_age_seconds 3600
 `
-		names := []string{"idem_purge_batches_total", "idem_purge_deleted_total", "idem_purge_leader", "idem_purge_runs_total"}
+		names := []string{
+			"idem_purge_batches_total", "idem_purge_deleted_total", "idem_purge_leader", "idem_purge_runs_total",
+			"idem_keys_started", "idem_keys_stuck", "idem_keys_oldest_started_age_seconds",
+		}
 		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 			t.Error(err)
 		}

@@ -47,6 +47,11 @@ WHERE (client_id, idempotency_key) IN (
     SELECT client_id, idempotency_key FROM idempotency_keys
     WHERE created_at < ?1 AND (status = 'completed' OR locked_at < ?1) LIMIT ?2)`
 
+	// queryKeyStats counts the started keys, those whose lease was taken
+	// at or before ?1 (expired), and the oldest lease time.
+	queryKeyStats = `SELECT count(*), count(*) FILTER (WHERE locked_at <= ?1), min(locked_at)
+FROM idempotency_keys WHERE status = 'started'`
+
 	// queryPurgeCount counts the keys that queryPurgeBatch would delete.
 	queryPurgeCount = `SELECT count(*) FROM idempotency_keys
 WHERE created_at < ?1 AND (status = 'completed' OR locked_at < ?1)`

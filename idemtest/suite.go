@@ -103,6 +103,7 @@ func RunStoreTests(t *testing.T, h Harness) {
 		t.Run("KeepsKeysInFlight", s.purgeKeepsKeysInFlight)
 		t.Run("LockIsExclusive", s.purgeLockIsExclusive)
 		t.Run("BatchIsBoundedAndKeepsKeysInFlight", s.purgeBatchIsBounded)
+		t.Run("KeyStatsCountStartedKeys", s.keyStats)
 	})
 	t.Run("Schema", func(t *testing.T) {
 		t.Run("VersionBeforeAndAfterMigration", s.schemaVersion)

@@ -129,3 +129,30 @@ func (s suite) purgeBatchIsBounded(t *testing.T) {
 		t.Errorf("PurgeBatch without Before succeeded; want an error")
 	}
 }
+
+// keyStats: KeyStats counts started keys, live or stuck, and not
+// completed ones.
+func (s suite) keyStats(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	ks, ok := store.(idem.KeyStatsStore)
+	if !ok {
+		t.Skip("the store does not implement idem.KeyStatsStore")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if st, err := ks.KeyStats(ctx, epoch, lockTimeout); err != nil || st != (idem.KeyStats{}) {
+		t.Fatalf("KeyStats of an empty store = %+v, %v; want zeros", st, err)
+	}
+	s.completedKeys(t, store, 2, epoch)
+	_ = s.mustLease(t, store, s.params(newScope("alice"), "a", epoch)) // its holder died
+	live := s.mustLease(t, store, s.params(newScope("alice"), "a", epoch.Add(time.Hour)))
+	defer release(t, live)
+	st, err := ks.KeyStats(ctx, epoch.Add(time.Hour+time.Second), lockTimeout)
+	if err != nil {
+		t.Fatalf("KeyStats: %v", err)
+	}
+	if st.Started != 2 || st.Stuck != 1 || !sameTime(st.OldestStarted, epoch) {
+		t.Errorf("KeyStats = %+v; want 2 started, 1 stuck, the oldest claimed at %s", st, epoch)
+	}
+}
