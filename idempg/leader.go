@@ -32,7 +32,9 @@ func (s *Store) LockPurge(ctx context.Context) (idem.PurgeLock, error) {
 	if s.cfg.TransactionPooling {
 		return &xactPurgeLock{store: s}, nil
 	}
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	cc := s.pool.Config().ConnConfig.Copy()
+	cc.RuntimeParams["lock_timeout"] = fmt.Sprintf("%dms", purgeLockWait.Milliseconds())
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return nil, wrapErr(ctx, "purge lock: connect", err)
 	}
@@ -66,7 +68,13 @@ func (l *sessionPurgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (
 	if l.conn == nil || l.conn.IsClosed() {
 		return 0, fmt.Errorf("idempg: purge: %w", idem.ErrPurgeLockLost)
 	}
-	n, err := l.from.batch(ctx, l.conn, p)
+	// Each batch is one statement in a transaction of its own, so a
+	// failed one leaves nothing behind.
+	n, err := l.from.batch(ctx, l.conn, p, queryPurgeBatchWaiting)
+	if pgCode(err) == codeLockNotAvailable {
+		// A request holds a row of the batch: skip it instead.
+		n, err = l.from.batch(ctx, l.conn, p, queryPurgeBatch)
+	}
 	if err != nil && l.conn.IsClosed() {
 		// The session ended, and the lock with it.
 		return 0, fmt.Errorf("idempg: purge: %w: %w", idem.ErrPurgeLockLost, err)
@@ -114,7 +122,7 @@ func (l *xactPurgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (int
 			return idem.ErrPurgeLockLost
 		}
 		var err error
-		n, err = l.from.batch(ctx, tx, p)
+		n, err = l.from.batch(ctx, tx, p, queryPurgeBatch)
 		return err
 	})
 	if errors.Is(err, idem.ErrPurgeLockLost) {

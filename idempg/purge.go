@@ -18,6 +18,10 @@ const (
 
 	// purgeBatchTimeout bounds each batch's statement.
 	purgeBatchTimeout = 30 * time.Second
+	// purgeLockWait is the lock_timeout of the purge lock's connection:
+	// how long a batch waits for a row that a request holds before it is
+	// run again skipping that row.
+	purgeLockWait = 50 * time.Millisecond
 	// purgePause is the mean pause between batches, jittered by half
 	// either way, so that requests get the table in between.
 	purgePause = 10 * time.Millisecond
@@ -63,7 +67,7 @@ func (s *Store) purgeBatch(ctx context.Context, p PurgeParams, from *purgeCursor
 		return 0, err
 	}
 	defer conn.Release()
-	return from.batch(ctx, conn, p)
+	return from.batch(ctx, conn, p, queryPurgeBatch)
 }
 
 // purgeCursor is where the next batch of a run starts: the created_at of
@@ -74,8 +78,9 @@ type purgeCursor struct {
 	from   time.Time
 }
 
-// batch runs one batch on q and moves the cursor.
-func (c *purgeCursor) batch(ctx context.Context, q queryRower, p PurgeParams) (int64, error) {
+// batch runs one batch on q with query, queryPurgeBatch or
+// queryPurgeBatchWaiting, and moves the cursor.
+func (c *purgeCursor) batch(ctx context.Context, q queryRower, p PurgeParams, query string) (int64, error) {
 	if !c.before.Equal(p.Before) {
 		c.before, c.from = p.Before, time.Time{}
 	}
@@ -85,7 +90,7 @@ func (c *purgeCursor) batch(ctx context.Context, q queryRower, p PurgeParams) (i
 	}
 	var n int64
 	var newest pgtype.Timestamptz
-	if err := q.QueryRow(ctx, queryPurgeBatch, p.Before, p.BatchSize, from).Scan(&n, &newest); err != nil {
+	if err := q.QueryRow(ctx, query, p.Before, p.BatchSize, from).Scan(&n, &newest); err != nil {
 		return 0, wrapErr(ctx, "purge", err)
 	}
 	if n > 0 && newest.InfinityModifier == pgtype.Finite {

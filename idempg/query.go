@@ -201,6 +201,22 @@ WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_t
 )
 SELECT count(*), coalesce(max(created_at), $3) FROM gone`
 
+	// queryPurgeBatchWaiting is queryPurgeBatch without the row locks of
+	// FOR UPDATE SKIP LOCKED, which cost a second write of every deleted
+	// row: the DELETE waits for a row that a request holds, so it runs
+	// only under a short lock_timeout, and a batch that runs into it is
+	// run again as queryPurgeBatch, which skips that row.
+	queryPurgeBatchWaiting = `WITH gone AS (
+    DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM idempotency_keys
+        WHERE created_at >= $3 AND created_at < $1 AND (status = 'completed' OR locked_at < $1)
+        ORDER BY created_at
+        LIMIT $2
+    ))
+    RETURNING created_at
+)
+SELECT count(*), coalesce(max(created_at), $3) FROM gone`
+
 	// queryKeyStats counts the started keys, those whose lease was taken
 	// at or before $1 (expired), and the oldest lease time.
 	queryKeyStats = `SELECT count(*), count(*) FILTER (WHERE locked_at <= $1), min(locked_at)
