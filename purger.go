@@ -337,6 +337,8 @@ func (p *Purger) run(ctx context.Context, lock PurgeLock) (PurgeResult, error) {
 		"before", params.Before.UTC().Format(time.RFC3339),
 	}
 	switch {
+	case errors.Is(err, ErrPurgeLockLost) && ctx.Err() == nil:
+		p.cfg.Logger.Info("idem: purge: lost the purge lock; another instance may purge", append(attrs, "err", err)...)
 	case err != nil && ctx.Err() == nil:
 		p.cfg.Logger.Error("idem: purge failed", append(attrs, "err", err)...)
 	case err == nil && res.Deleted > 0:

@@ -27,9 +27,21 @@ var _ idem.PurgeStore = (*Store)(nil)
 // With [Config.TransactionPooling] there are no sessions to hold a lock
 // across transactions: the lock is then taken by each batch for its own
 // transaction, and a batch that finds it held fails with
-// idem.ErrPurgeLockLost, so that batches of two instances never overlap.
+// idem.ErrPurgeLockLost, so that batches of two instances never overlap;
+// LockPurge only checks that the lock is free at that moment.
 func (s *Store) LockPurge(ctx context.Context) (idem.PurgeLock, error) {
 	if s.cfg.TransactionPooling {
+		// Only a probe: the lock is taken again by each batch.
+		var free bool
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, queryTryPurgeXactLock).Scan(&free)
+		})
+		if err != nil {
+			return nil, wrapErr(ctx, "purge lock", err)
+		}
+		if !free {
+			return nil, fmt.Errorf("idempg: %w", idem.ErrPurgeLocked)
+		}
 		return &xactPurgeLock{store: s}, nil
 	}
 	cc := s.pool.Config().ConnConfig.Copy()
