@@ -86,7 +86,7 @@ func TestPurgeLockLostWithItsSession(t *testing.T) {
 	}
 	defer lock.Unlock(ctx)
 	if _, err := store.Pool().Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
-WHERE locktype = 'advisory' AND classid = 1768187245 AND objid = 1 AND objsubid = 2
+WHERE locktype = 'advisory' AND classid = 1768187245 AND objsubid = 2
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`); err != nil {
 		t.Fatal(err)
 	}

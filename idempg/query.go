@@ -226,12 +226,14 @@ FROM idempotency_keys WHERE status = 'started'`
 	queryPurgeCount = `SELECT count(*) FROM idempotency_keys
 WHERE created_at < $1 AND (status = 'completed' OR locked_at < $1)`
 
-	// queryTryPurgeLock takes the purge lock of the database, a
+	// queryTryPurgeLock takes the purge lock of the key table, a
 	// session-level advisory lock, without waiting. Its key is in the
-	// two-int4 space, apart from the claims' bigint keys.
-	queryTryPurgeLock = `SELECT pg_try_advisory_lock(1768187245, 1)`
+	// two-int4 space, apart from the claims' bigint keys: 1768187245
+	// ("idem") and the key table's OID, so that stores on key tables in
+	// different schemas of one database purge independently.
+	queryTryPurgeLock = `SELECT pg_try_advisory_lock(1768187245, 'idempotency_keys'::regclass::oid::bigint::bit(32)::int)`
 
 	// queryTryPurgeXactLock takes the same lock for one transaction, for
 	// poolers in transaction mode.
-	queryTryPurgeXactLock = `SELECT pg_try_advisory_xact_lock(1768187245, 1)`
+	queryTryPurgeXactLock = `SELECT pg_try_advisory_xact_lock(1768187245, 'idempotency_keys'::regclass::oid::bigint::bit(32)::int)`
 )

@@ -85,7 +85,7 @@ func TestPurgeOneInstanceAtATime(t *testing.T) {
 	lockHolders := func() []int32 {
 		t.Helper()
 		rows, err := pool.Query(ctx, `SELECT pid FROM pg_locks
-WHERE locktype = 'advisory' AND classid = 1768187245 AND objid = 1 AND objsubid = 2 AND granted
+WHERE locktype = 'advisory' AND classid = 1768187245 AND objsubid = 2 AND granted
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
 		if err != nil {
 			t.Fatal(err)
