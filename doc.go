@@ -47,11 +47,16 @@
 // [ClaimResult], [Record] and [Response], decide expiry and takeover with
 // [Expired] and [ClaimParams.CanTakeOver], return [ErrLeaseLost],
 // [ErrLeaseEnded] and [ErrUnavailable], check a purge's [PurgeParams] with
-// Validate, and run idemtest.RunStoreTests.
+// Validate and decide what it deletes with [PurgeParams.Purges], implement
+// [PurgeStore] and [PurgeLock] (and [KeyStatsStore]) for the [Purger], and
+// run idemtest.RunStoreTests.
 //
 // Operators and services add [NewStatusHandler] (what became of a client's
-// key), [NewReadyHandler] over a [Readier] (readiness), and
-// [NewRequestLog] (one log line per request, with [RequestIDFromContext]);
+// key), [NewReadyHandler] over a [Readier] (readiness),
+// [NewRequestLog] (one log line per request, with [RequestIDFromContext]),
+// and a [Purger] ([NewPurger]) that deletes keys past retention, one
+// instance at a time, reporting through [PurgeMetrics] and
+// [KeyStatsMetrics];
 // stores implement [KeyAdmin] for the idem keys command and run
 // idemtest.RunAdminTests.
 //
