@@ -22,7 +22,7 @@ func TestThreeInstancesOnePostgres(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.NewDatabase(t)
 	testThreeInstances(t, dbURL, func(i int) []string {
-		args := []string{"-db", dbURL}
+		args := []string{"-db", withPoolSize(dbURL, threeInstancesPool)}
 		if i == 2 {
 			args = append(args, "-transaction-pooling")
 		}
@@ -38,9 +38,14 @@ func TestThreeInstancesThroughPgBouncer(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
 	viaBouncer := pgtest.StartBouncer(t, dbURL)
 	testThreeInstances(t, dbURL, func(int) []string {
-		return []string{"-db", viaBouncer, "-transaction-pooling"}
+		return []string{"-db", withPoolSize(viaBouncer, threeInstancesPool), "-transaction-pooling"}
 	})
 }
+
+// threeInstancesPool bounds each instance's pool, so that the two tests of
+// three instances stay well inside the shared server's connections
+// (max_connections is 100) while other packages' tests run.
+const threeInstancesPool = 6
 
 // testThreeInstances starts three paymentsd processes at once, each
 // applying migrations, with the database flags dbArgs(i) gives instance i,
