@@ -1,0 +1,135 @@
+package idem
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"slices"
+	"sort"
+	"strings"
+)
+
+func sortFields(fields []fieldDigest) {
+	if !slices.IsSortedFunc(fields, compareFields) {
+		slices.SortFunc(fields, compareFields)
+	}
+}
+
+func compareFields(a, b fieldDigest) int { return strings.Compare(a.pointer, b.pointer) }
+
+func unescapePointer(ptr string) string {
+	name := strings.TrimPrefix(ptr, "/")
+	return strings.ReplaceAll(strings.ReplaceAll(name, "~1", "/"), "~0", "~")
+}
+
+// kindMember is the member of encoded fields that holds the body's kind.
+// It is no field's pointer: those start with "/".
+const kindMember = "media"
+
+// encodeFields encodes the field digests for storage, as a small JSON object
+// of pointer to base64url digest, with the body's kind under kindMember.
+// Stores keep it as opaque bytes.
+//
+// The bytes are those encoding/json writes for a map of the same strings:
+// members sorted by name, so the pointers, which start with "/", come
+// before kindMember, and strings escaped as it escapes them. Stored digests
+// are compared byte for byte, so they must never change.
+func (f fingerprint) encodeFields() []byte {
+	if f.fields == nil { // not an object; an empty object encodes as {"media":...}
+		return nil
+	}
+	n := len(`{"":""}`) + len(kindMember) + len(f.kind)
+	for _, d := range f.fields {
+		n += len(`"":"",`) + len(d.pointer) + base64.RawURLEncoding.EncodedLen(len(d.digest))
+	}
+	out := make([]byte, 0, n)
+	out = append(out, '{')
+	for _, d := range f.fields {
+		out = appendJSONString(out, d.pointer)
+		out = append(out, ':', '"')
+		out = base64.RawURLEncoding.AppendEncode(out, d.digest[:])
+		out = append(out, '"', ',')
+	}
+	out = appendJSONString(out, kindMember)
+	out = append(out, ':')
+	out = appendJSONString(out, f.kind)
+	return append(out, '}')
+}
+
+// appendJSONString appends s as encoding/json writes it. A string of
+// printable ASCII without '"', '\' or the characters it escapes for HTML
+// is written in quotes as it is; any other is left to encoding/json.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			quoted, _ := json.Marshal(s) // a string always marshals
+			return append(dst, quoted...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
+}
+
+// decodeFields decodes stored field digests. It returns nil when they are
+// empty or cannot be decoded.
+func decodeFields(stored []byte) map[string]string {
+	if len(stored) == 0 {
+		return nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal(stored, &m); err != nil {
+		return nil
+	}
+	return m
+}
+
+// describeKind names a body kind for a problem's detail.
+func describeKind(kind string) string {
+	switch kind {
+	case kindJSON:
+		return "a JSON body"
+	case kindForm:
+		return "a form body (application/x-www-form-urlencoded)"
+	case kindEmpty:
+		return "no body"
+	}
+	return "a body of another media type"
+}
+
+// kindChange returns the body kind of the first request, from its stored
+// field digests, when it is not f's: the retry sends its body in another
+// media type, so its fields cannot be compared one by one. It returns ""
+// when the kinds are the same, or the stored digests do not say (they were
+// stored by a version that did not record the kind).
+func kindChange(stored []byte, f fingerprint) string {
+	first := decodeFields(stored)[kindMember]
+	if first == "" || first == f.kind {
+		return ""
+	}
+	return first
+}
+
+// diffFields returns the pointers of the top-level fields that differ between
+// the stored field digests and f: changed, added or removed, sorted. It
+// returns nil when the stored digests are empty or cannot be decoded.
+func diffFields(stored []byte, f fingerprint) []string {
+	old := decodeFields(stored)
+	if old == nil {
+		return nil
+	}
+	var diff []string
+	seen := make(map[string]bool, len(f.fields))
+	for _, d := range f.fields {
+		seen[d.pointer] = true
+		if old[d.pointer] != base64.RawURLEncoding.EncodeToString(d.digest[:]) {
+			diff = append(diff, d.pointer)
+		}
+	}
+	for ptr := range old {
+		if strings.HasPrefix(ptr, "/") && !seen[ptr] {
+			diff = append(diff, ptr)
+		}
+	}
+	sort.Strings(diff)
+	return diff
+}

@@ -1,0 +1,215 @@
+package idem
+
+import (
+	"bytes"
+	"errors"
+	"net/url"
+	"slices"
+)
+
+// maxSplitPairs is the number of pairs up to which canonicalPairs splits a
+// form or query itself; it hands longer ones to url.ParseQuery, whose limit
+// on the number of pairs then applies.
+const maxSplitPairs = 64
+
+// canonicalPairs parses URL-encoded pairs as url.ParseQuery does, and
+// appends them to dst with names sorted and, for each name, values sorted,
+// escaped as url.QueryEscape escapes them. With digests, it also returns
+// the digests of the fields, one for each name that is not excluded, sorted
+// by pointer; excluded names are left out of the encoding too.
+func canonicalPairs[T string | []byte](s *scratch, dst []byte, raw T, exclude []string, digests bool) ([]byte, []fieldDigest, error) {
+	if len(raw) == 0 {
+		return dst, nil, nil
+	}
+	s.pairs, s.pointers, s.ends = s.pairs[:0], s.pointers[:0], s.ends[:0]
+	// Unescaped text is never longer than the escaped, so that the pairs
+	// can point into this buffer while it is filled.
+	s.unescaped = slices.Grow(s.unescaped[:0], len(raw))
+	var err error
+	if countByte(raw, '&') < maxSplitPairs {
+		err = splitPairs(s, raw, exclude)
+	} else {
+		err = s.parsePairs(string(raw), exclude)
+	}
+	if err != nil {
+		return dst, nil, err
+	}
+	pairs := s.pairs
+	slices.SortFunc(pairs, func(a, b formPair) int {
+		if c := bytes.Compare(a.name, b.name); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.value, b.value)
+	})
+	var fields []fieldDigest
+	if digests {
+		names := 0
+		for i := range pairs {
+			if i == 0 || !bytes.Equal(pairs[i].name, pairs[i-1].name) {
+				names++
+			}
+		}
+		fields = make([]fieldDigest, 0, names)
+	}
+	start := len(dst)
+	for i := 0; i < len(pairs); {
+		name := pairs[i].name
+		values := s.value[:0]
+		for ; i < len(pairs) && bytes.Equal(pairs[i].name, name); i++ {
+			if len(dst) > start {
+				dst = append(dst, '&')
+			}
+			dst = append(appendQueryEscape(dst, name), '=')
+			valueStart := len(dst)
+			dst = appendQueryEscape(dst, pairs[i].value)
+			values = append(append(values, dst[valueStart:]...), '&')
+		}
+		s.value = values
+		if digests {
+			fields = append(fields, s.digestField(addPointer(s, name), values))
+		}
+	}
+	if digests {
+		s.namePointers(fields)
+		sortFields(fields)
+	}
+	return dst, fields, nil
+}
+
+// splitPairs reads the pairs of raw into s.pairs, leaving out excluded
+// names, as url.ParseQuery reads them.
+func splitPairs[T string | []byte](s *scratch, raw T, exclude []string) error {
+	for len(raw) > 0 {
+		pair := raw
+		if i := indexByte(raw, '&'); i >= 0 {
+			pair, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = raw[len(raw):]
+		}
+		if indexByte(pair, ';') >= 0 {
+			return errors.New("invalid semicolon separator in query")
+		}
+		if len(pair) == 0 {
+			continue
+		}
+		name, value := pair, pair[len(pair):]
+		if i := indexByte(pair, '='); i >= 0 {
+			name, value = pair[:i], pair[i+1:]
+		}
+		start := len(s.unescaped)
+		var ok bool
+		if s.unescaped, ok = appendQueryUnescape(s.unescaped, name); !ok {
+			return errors.New("invalid URL escape")
+		}
+		middle := len(s.unescaped)
+		if s.unescaped, ok = appendQueryUnescape(s.unescaped, value); !ok {
+			return errors.New("invalid URL escape")
+		}
+		if p := (formPair{s.unescaped[start:middle], s.unescaped[middle:]}); !excludedName(exclude, p.name) {
+			s.pairs = append(s.pairs, p)
+		}
+	}
+	return nil
+}
+
+// parsePairs reads the pairs of raw into s.pairs with url.ParseQuery,
+// leaving out excluded names.
+func (s *scratch) parsePairs(raw string, exclude []string) error {
+	values, err := url.ParseQuery(raw)
+	if err != nil {
+		return err
+	}
+	for name, vs := range values {
+		if excludedName(exclude, []byte(name)) {
+			continue
+		}
+		for _, v := range vs {
+			s.pairs = append(s.pairs, formPair{[]byte(name), []byte(v)})
+		}
+	}
+	return nil
+}
+
+// appendQueryUnescape appends text unescaped as url.QueryUnescape
+// unescapes it: "+" is a space and "%" starts two hexadecimal digits. It
+// reports false for a "%" without them.
+func appendQueryUnescape[T string | []byte](dst []byte, text T) ([]byte, bool) {
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; c {
+		case '+':
+			dst = append(dst, ' ')
+		case '%':
+			if i+2 >= len(text) || !isHex(text[i+1]) || !isHex(text[i+2]) {
+				return dst, false
+			}
+			dst = append(dst, unhex(text[i+1])<<4|unhex(text[i+2]))
+			i += 2
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return dst, true
+}
+
+// appendQueryEscape appends b escaped as url.QueryEscape escapes it:
+// letters, digits and "-_.~" as they are, a space as "+", any other byte
+// as "%" and two upper-case hexadecimal digits.
+func appendQueryEscape(dst, b []byte) []byte {
+	const hexDigits = "0123456789ABCDEF"
+	for _, c := range b {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.', c == '~':
+			dst = append(dst, c)
+		case c == ' ':
+			dst = append(dst, '+')
+		default:
+			dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&0xF])
+		}
+	}
+	return dst
+}
+
+// indexByte returns the index of the first c in s, or -1.
+func indexByte[T string | []byte](s T, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// countByte returns the number of c in s.
+func countByte[T string | []byte](s T, c byte) int {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			n++
+		}
+	}
+	return n
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
+}
+
+// excludedName reports whether the form field name is excluded.
+func excludedName(exclude []string, name []byte) bool {
+	for _, ptr := range exclude {
+		if unescapePointer(ptr) == string(name) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,125 @@
+package idem
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"hash"
+	"sync"
+
+	"github.com/idemkit/idem/internal/jcs"
+)
+
+// scratch holds the hash and the buffers that one fingerprint reuses from
+// the last.
+type scratch struct {
+	h     hash.Hash
+	head  []byte           // the length-prefixed parts before a body or a value
+	sums  []byte           // a hash's sum
+	query []byte           // the canonical query
+	text  []byte           // the canonical body
+	value []byte           // a body with excluded fields left out; a form field's values
+	spans []jcs.MemberSpan // the members of a JSON body
+	pairs []formPair       // the pairs of a form body or query
+	// unescaped holds the names and values of the pairs.
+	unescaped []byte
+	// pointers holds the JSON pointers of a body's fields, one after the
+	// other; ends holds where each ends.
+	pointers []byte
+	ends     []int
+}
+
+// formPair is one name=value pair of a form body or query, unescaped.
+type formPair struct{ name, value []byte }
+
+// maxScratchBytes bounds each buffer a scratch keeps for reuse, so that one
+// large body does not pin memory.
+const maxScratchBytes = 256 << 10
+
+var scratchPool = sync.Pool{New: func() any { return &scratch{h: sha256.New(), sums: make([]byte, 0, sha256.Size)} }}
+
+// release returns s to the pool, without references into a request.
+func (s *scratch) release() {
+	clear(s.spans[:cap(s.spans)])
+	clear(s.pairs[:cap(s.pairs)])
+	s.spans, s.pairs, s.pointers, s.ends = s.spans[:0], s.pairs[:0], s.pointers[:0], s.ends[:0]
+	for _, b := range []*[]byte{&s.head, &s.query, &s.text, &s.value, &s.pointers, &s.unescaped} {
+		if cap(*b) > maxScratchBytes {
+			*b = nil
+		}
+	}
+	scratchPool.Put(s)
+}
+
+// sum writes to dst the SHA-256 of head followed by the length-prefixed
+// tail: the parts of [writePart], with the last one written in place.
+func (s *scratch) sum(dst *[32]byte, head, tail []byte) {
+	s.head = binary.AppendUvarint(head, uint64(len(tail)))
+	s.h.Reset()
+	s.h.Write(s.head)
+	s.h.Write(tail)
+	copy(dst[:], s.h.Sum(s.sums[:0]))
+}
+
+// writePart writes b to h with its length before it, so that no two lists
+// of parts write the same bytes.
+func writePart(h hash.Hash, b []byte) {
+	var n [binary.MaxVarintLen64]byte
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
+	h.Write(b)
+}
+
+// appendPart appends part as [writePart] writes it.
+func appendPart[T string | []byte](dst []byte, part T) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(part)))
+	return append(dst, part...)
+}
+
+// digestField returns the digest of the top-level field ptr, whose
+// canonical value is value; the caller sets the digest's pointer.
+func (s *scratch) digestField(ptr, value []byte) fieldDigest {
+	head := appendPart(s.head[:0], "idem-field-v1")
+	head = appendPart(head, ptr)
+	var sum [32]byte
+	s.sum(&sum, head, value)
+	var d fieldDigest
+	copy(d.digest[:], sum[:16])
+	return d
+}
+
+// addPointer appends the JSON pointer of the top-level field name to s's
+// pointers and returns it.
+func addPointer[T string | []byte](s *scratch, name T) []byte {
+	start := len(s.pointers)
+	s.pointers = append(s.pointers, '/')
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; c {
+		case '~':
+			s.pointers = append(s.pointers, '~', '0')
+		case '/':
+			s.pointers = append(s.pointers, '~', '1')
+		default:
+			s.pointers = append(s.pointers, c)
+		}
+	}
+	s.ends = append(s.ends, len(s.pointers))
+	return s.pointers[start:]
+}
+
+// dropPointer removes the pointer addPointer added last.
+func (s *scratch) dropPointer() {
+	s.ends = s.ends[:len(s.ends)-1]
+	s.pointers = s.pointers[:0]
+	if len(s.ends) > 0 {
+		s.pointers = s.pointers[:s.ends[len(s.ends)-1]]
+	}
+}
+
+// namePointers sets the pointers of fields, one for each that addPointer
+// added and in its order, as strings that share one allocation.
+func (s *scratch) namePointers(fields []fieldDigest) {
+	all := string(s.pointers)
+	start := 0
+	for i, end := range s.ends {
+		fields[i].pointer, start = all[start:end], end
+	}
+}
