@@ -628,7 +628,9 @@ func (m *Middleware) run(c *call, lease Lease, attempt int) runOutcome {
 			return answered
 		}
 		return conflicted
-	case m.cfg.Outcome(rec.statusCode()) == OutcomeRelease:
+	case rec.unfinished() || m.cfg.Outcome(rec.statusCode()) == OutcomeRelease:
+		// An unfinished phased operation is released whatever the policy:
+		// its key keeps its recovery point, and the retry resumes.
 		m.release(ctx, c, lease, rec)
 		return answered
 	}
@@ -720,12 +722,19 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 			c.logger().ErrorContext(ctx, "idem: release after panic failed", "err", err)
 		}
 	}()
-	req := c.r.WithContext(contextWithScope(lease.Context(c.r.Context()), &c.scope))
+	ctx := contextWithScope(lease.Context(c.r.Context()), &c.scope)
+	rec := &recorder{header: make(http.Header)}
+	if m.cfg.Mode == ModeTwoPhase {
+		// Phases.Run finds the lease here and reports an unfinished
+		// operation back.
+		rec.phases = &phaseHost{lease: lease, base: m.cfg.ProblemTypeBase}
+		ctx = contextWithPhaseHost(ctx, rec.phases)
+	}
+	req := c.r.WithContext(ctx)
 	body := new(bodyReader)
 	body.Reset(c.body)
 	req.Body = body
 	req.ContentLength = int64(len(c.body))
-	rec := &recorder{header: make(http.Header)}
 	if m.cfg.Mode == ModeTwoPhase {
 		rec.client = c.w // the response may stream; see StreamResponse
 	}
@@ -766,7 +775,13 @@ type recorder struct {
 	body        bytes.Buffer
 	client      http.ResponseWriter
 	stream      *streamState // set by StreamResponse
+	// phases is set by the middleware in two-phase mode: what
+	// [Phases.Run] reports.
+	phases *phaseHost
 }
+
+// unfinished reports whether Phases.Run left the operation unfinished.
+func (rec *recorder) unfinished() bool { return rec.phases != nil && rec.phases.unfinished }
 
 func (rec *recorder) Header() http.Header { return rec.header }
 

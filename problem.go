@@ -78,6 +78,11 @@ const (
 	// has no key with this value (never used, past retention, or another
 	// client's: the answers are identical).
 	ProblemKeyNotFound ProblemCode = "idempotency-key-not-found"
+	// ProblemOperationUnfinished: 503, a phased operation ([Phases])
+	// stopped at a recovery point before it finished, for instance because
+	// another system's answer was lost. What it completed is recorded;
+	// retrying with the same key resumes it.
+	ProblemOperationUnfinished ProblemCode = "operation-unfinished"
 )
 
 // problemKinds describes idem's codes. Titles follow the IETF draft's
@@ -109,6 +114,8 @@ var problemKinds = [...]ProblemKind{
 		"The first request with this key was processed, and its response, streamed to the client, was larger than the service stores for replay, or broke off. The status member and original_status are the original status code, and location its Location header if it had one. The request is not run again: fetch the result another way, such as from the Location."},
 	{ProblemKeyNotFound, http.StatusNotFound, "Idempotency-Key not found",
 		"You have no idempotency key with this value: it was never used by you, or it is past the retention period and forgotten. Keys of other clients are never shown."},
+	{ProblemOperationUnfinished, http.StatusServiceUnavailable, "Operation unfinished",
+		"The operation stopped before it finished, for instance because another system did not answer. What it completed is recorded and is not done again. Retry with the same Idempotency-Key after Retry-After, never with a new one: the retry resumes where it stopped."},
 }
 
 // Kind describes one of idem's problem codes: its status, title and the

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemoutbox"
@@ -26,11 +27,13 @@ type MemoryStore struct {
 	outbox  memoryOutbox // guarded by mu; see memory_outbox.go
 	// purgeLocked is set while a PurgeLock of the store is held.
 	purgeLocked bool
+	// recovery holds the recovery point of started keys that passed one.
+	recovery map[idem.Scope]idem.Recovery
 }
 
 // NewMemoryStore returns an empty store.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{records: make(map[idem.Scope]*idem.Record)}
+	return &MemoryStore{records: make(map[idem.Scope]*idem.Record), recovery: make(map[idem.Scope]idem.Recovery)}
 }
 
 // Claim implements [idem.Store].
@@ -54,12 +57,13 @@ func (s *MemoryStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.Claim
 			Status: idem.StatusInFlight, CreatedAt: p.Now, LockedAt: p.Now, Token: token,
 		}
 		s.records[p.Scope] = rec
-		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: token}}, nil
+		delete(s.recovery, p.Scope)
+		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: token, mode: p.Mode}}, nil
 	}
 	if p.CanTakeOver(rec) {
 		rec.Token++
 		rec.LockedAt = p.Now
-		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: rec.Token, takenOver: true}}, nil
+		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: rec.Token, takenOver: true, mode: p.Mode}}, nil
 	}
 	return idem.ClaimResult{Record: cloneRecord(rec)}, nil
 }
@@ -81,6 +85,7 @@ func (s *MemoryStore) Purge(ctx context.Context, p idem.PurgeParams) (int64, err
 	for scope, rec := range s.records {
 		if p.Purges(rec) {
 			delete(s.records, scope)
+			delete(s.recovery, scope)
 			n++
 		}
 	}
@@ -129,6 +134,7 @@ type memoryLease struct {
 	scope     idem.Scope
 	token     int64
 	takenOver bool
+	mode      idem.Mode
 	ended     bool // guarded by store.mu
 	// events are the outbox events enqueued under the lease, kept by
 	// Complete; guarded by store.mu.
@@ -166,6 +172,7 @@ func (l *memoryLease) Complete(ctx context.Context, resp *idem.Response) error {
 	rec.Status = idem.StatusCompleted
 	rec.Response = cloneResponse(resp)
 	l.store.outbox.commit(l.events)
+	delete(l.store.recovery, l.scope)
 	return nil
 }
 
@@ -176,7 +183,12 @@ func (l *memoryLease) Release(ctx context.Context) error {
 		return fmt.Errorf("idemtest: release key: %w", idem.ErrLeaseEnded)
 	}
 	l.ended = true
-	if l.held() != nil {
+	if rec := l.held(); rec != nil {
+		if _, passed := l.store.recovery[l.scope]; passed {
+			// Keep the recovery point; the key has no holder now.
+			rec.LockedAt = time.Time{}
+			return nil
+		}
 		delete(l.store.records, l.scope)
 	}
 	return nil

@@ -1,0 +1,336 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+)
+
+// Defaults of [CompleterConfig].
+const (
+	CompleterIntervalDefault  = 10 * time.Second
+	CompleterBatchSizeDefault = 100
+)
+
+// CompleterLockName is the name of the lock that a [Completer] takes
+// through [Leader] for each pass, so that one instance at a time runs it.
+const CompleterLockName = "idem-completer"
+
+// CompleterConfig configures a [Completer].
+type CompleterConfig struct {
+	// Operations are the phased operations that the completer drives,
+	// keyed by method and path as the middleware stores them, such as
+	// "POST /v1/payments". Each needs its phases after RecoveryStarted
+	// only: the completer never runs a key that no phase has passed, since
+	// it has no request to run it from. Keys of other operations are left
+	// alone. Required.
+	Operations map[string]Phases
+
+	// Interval is the pause between passes of Run. Defaults to
+	// CompleterIntervalDefault (10 s).
+	Interval time.Duration
+
+	// BatchSize is the most keys one pass works on. Defaults to
+	// CompleterBatchSizeDefault (100).
+	BatchSize int
+
+	// LockTimeout and Retention must be the middleware's ([Config]): a key
+	// whose lease is younger than LockTimeout has a holder, and a key
+	// older than Retention is left to the purge. They default to
+	// LockTimeoutDefault (30 s) and RetentionDefault (24 h).
+	LockTimeout time.Duration
+	Retention   time.Duration
+
+	// Outcome decides whether a final response is stored, as the
+	// middleware's [Config.Outcome]; a response it releases leaves the key
+	// at its recovery point, counted as failed. Defaults to
+	// DefaultOutcomePolicy.
+	Outcome OutcomePolicy
+
+	// ReplayHeaders are the response headers stored besides Content-Type,
+	// Content-Language and Location, as the middleware's
+	// [Config.ReplayHeaders]. Defaults to none.
+	ReplayHeaders []string
+
+	// StoreTimeout bounds each store call and each key's run. Defaults to
+	// StoreTimeoutDefault (10 s).
+	StoreTimeout time.Duration
+
+	// Logger receives a line per pass that did something and per key that
+	// failed. Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// Metrics receives the result of every pass. Defaults to none.
+	Metrics CompleterMetrics
+
+	// Now is the clock, the middleware's. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// CompleterMetrics receives what a [Completer] does. The idemprom package
+// implements it.
+type CompleterMetrics interface {
+	// CompleterPass reports one pass of the completer.
+	CompleterPass(ctx context.Context, r CompleterResult)
+}
+
+// Leader is implemented by stores that several instances share (idempg):
+// TryLead takes the database-wide lock name without waiting. held is
+// false when another instance holds it; otherwise unlock frees it.
+type Leader interface {
+	TryLead(ctx context.Context, name string) (unlock func(), held bool, err error)
+}
+
+// CompleterResult is what one pass of a [Completer] did.
+type CompleterResult struct {
+	// Led is false when another instance held the completer's lock, and the
+	// pass did nothing.
+	Led bool
+	// Completed keys reached their final recovery point and stored their
+	// response; Failed keys stay at their recovery point for the next pass
+	// or their client; Skipped keys had a holder by the time they were
+	// claimed, or belong to no operation in CompleterConfig.Operations.
+	Completed, Failed, Skipped int
+	// Oldest is the age, at the pass's Now, of the oldest unfinished key
+	// that the pass left unfinished; 0 for none.
+	Oldest time.Duration
+}
+
+// Completer finishes phased operations ([Phases]) whose client went away:
+// it finds started keys that passed a recovery point and whose lease
+// expired (or whose holder released them, unfinished), claims each like
+// any request, taking it over with the next fencing token, and runs its
+// phases from the recovery point to the end, storing the response. A
+// client that comes back with the key gets that response; a client retry
+// and the completer never both run a phase, because each holds the key
+// through a fenced lease.
+//
+// On a store that implements [Leader] (idempg), each pass holds the
+// database-wide lock [CompleterLockName]: with several instances, at most
+// one runs a pass at a time, and the others skip theirs.
+type Completer struct {
+	store  RecoveryStore
+	cfg    *CompleterConfig
+	replay []string
+}
+
+// NewCompleter returns a completer for store, which must be the
+// middleware's.
+func NewCompleter(store RecoveryStore, cfg *CompleterConfig) (*Completer, error) {
+	if store == nil {
+		return nil, errors.New("idem: a RecoveryStore is required")
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	replay := []string{"Content-Type", "Content-Language", "Location"}
+	for _, h := range c.ReplayHeaders {
+		if h = http.CanonicalHeaderKey(h); !slices.Contains(replay, h) {
+			replay = append(replay, h)
+		}
+	}
+	return &Completer{store: store, cfg: c, replay: replay}, nil
+}
+
+func (c *CompleterConfig) withDefaults() *CompleterConfig {
+	out := CompleterConfig{}
+	if c != nil {
+		out = *c
+	}
+	if out.Interval == 0 {
+		out.Interval = CompleterIntervalDefault
+	}
+	if out.BatchSize == 0 {
+		out.BatchSize = CompleterBatchSizeDefault
+	}
+	if out.LockTimeout == 0 {
+		out.LockTimeout = LockTimeoutDefault
+	}
+	if out.Retention == 0 {
+		out.Retention = RetentionDefault
+	}
+	if out.Outcome == nil {
+		out.Outcome = DefaultOutcomePolicy
+	}
+	if out.StoreTimeout == 0 {
+		out.StoreTimeout = StoreTimeoutDefault
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return &out
+}
+
+func (c *CompleterConfig) validate() error {
+	if len(c.Operations) == 0 {
+		return errors.New("idem: CompleterConfig.Operations is required")
+	}
+	if c.Interval < 0 || c.BatchSize < 0 || c.LockTimeout < 0 || c.Retention < 0 || c.StoreTimeout < 0 {
+		return errors.New("idem: durations and sizes in CompleterConfig must not be negative")
+	}
+	for _, h := range c.ReplayHeaders {
+		if slices.Contains(forbiddenReplayHeaders, http.CanonicalHeaderKey(h)) {
+			return fmt.Errorf("idem: CompleterConfig.ReplayHeaders must not contain %q", h)
+		}
+	}
+	return nil
+}
+
+// Run runs a pass at once and then every Interval until ctx is done, and
+// returns nil then. A pass that fails is logged, and the next one tries
+// again.
+func (c *Completer) Run(ctx context.Context) error {
+	tick := time.NewTicker(c.cfg.Interval)
+	defer tick.Stop()
+	for {
+		if _, err := c.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			c.cfg.Logger.ErrorContext(ctx, "idem: completer pass failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// RunOnce runs one pass: it lists up to BatchSize unfinished keys, oldest
+// first, and drives each to its end. A key that fails is counted, not
+// returned: the error is the listing's or the lock's.
+func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
+	var res CompleterResult
+	if leader, ok := c.store.(Leader); ok {
+		unlock, held, err := leader.TryLead(ctx, CompleterLockName)
+		if err != nil {
+			return res, fmt.Errorf("idem: completer: take the lock: %w", err)
+		}
+		if !held {
+			return res, nil
+		}
+		defer unlock()
+	}
+	res.Led = true
+	now := c.cfg.Now()
+	lctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	keys, err := c.store.Unfinished(lctx, UnfinishedParams{
+		Now: now, LockTimeout: c.cfg.LockTimeout, Retention: c.cfg.Retention, Limit: c.cfg.BatchSize,
+	})
+	cancel()
+	if err != nil {
+		return res, fmt.Errorf("idem: completer: list unfinished keys: %w", err)
+	}
+	for _, rec := range keys {
+		if ctx.Err() != nil {
+			break
+		}
+		switch c.complete(ctx, rec, now) {
+		case keyCompleted:
+			res.Completed++
+			continue
+		case keyFailed:
+			res.Failed++
+		case keySkipped:
+			res.Skipped++
+		}
+		res.Oldest = max(res.Oldest, now.Sub(rec.CreatedAt))
+	}
+	if c.cfg.Metrics != nil {
+		c.cfg.Metrics.CompleterPass(ctx, res)
+	}
+	if res.Completed > 0 || res.Failed > 0 {
+		c.cfg.Logger.InfoContext(ctx, "idem: completer pass", "completed", res.Completed, "failed", res.Failed,
+			"skipped", res.Skipped, "oldest_unfinished", res.Oldest)
+	}
+	return res, nil
+}
+
+// keyResult is how the completer's work on one key ended.
+type keyResult int
+
+const (
+	keyCompleted keyResult = iota
+	keyFailed
+	keySkipped
+)
+
+// complete claims one unfinished key and runs its operation from its
+// recovery point.
+func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) keyResult {
+	ops := c.cfg.Operations[rec.Method+" "+rec.Path]
+	if ops == nil {
+		return keySkipped
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	defer cancel()
+	log := c.cfg.Logger.With("client_id", rec.Scope.ClientID, "key_digest", keyDigest(rec.Scope.Key))
+	claimed, err := c.store.Claim(ctx, ClaimParams{
+		Scope: rec.Scope, Method: rec.Method, Path: rec.Path,
+		RequestHash: rec.RequestHash, RequestFields: rec.RequestFields,
+		Mode: ModeTwoPhase, Now: now, LockTimeout: c.cfg.LockTimeout, Retention: c.cfg.Retention,
+	})
+	switch {
+	case err != nil:
+		log.WarnContext(ctx, "idem: completer: claim failed", "err", err)
+		return keyFailed
+	case claimed.Lease == nil:
+		return keySkipped // a client retry holds it, or it finished
+	}
+	lease := claimed.Lease
+	finish := context.WithoutCancel(ctx)
+	host := &phaseHost{lease: lease, base: ProblemTypeBaseDefault}
+	kctx := contextWithPhaseHost(ContextWithScope(lease.Context(ctx), rec.Scope), host)
+	if rl, ok := lease.(RecoveryLease); ok {
+		// The key may have gone between the listing and the claim, and the
+		// claim made a new one: nothing to resume.
+		if at, err := rl.Recovery(kctx); err == nil && at.Point == RecoveryStarted {
+			c.release(finish, log, lease)
+			return keySkipped
+		}
+	}
+	out := &recorder{header: make(http.Header)}
+	if err := ops.Run(kctx, out); err != nil {
+		log.WarnContext(ctx, "idem: completer: the operation is still unfinished", "err", err)
+		c.release(finish, log, lease)
+		return keyFailed
+	}
+	if c.cfg.Outcome(out.statusCode()) == OutcomeRelease {
+		log.WarnContext(ctx, "idem: completer: the final response is not to be stored; the key stays unfinished", "status", out.statusCode())
+		c.release(finish, log, lease)
+		return keyFailed
+	}
+	if err := lease.Complete(finish, c.responseOf(out)); err != nil {
+		log.WarnContext(ctx, "idem: completer: storing the response failed", "err", err)
+		if !errors.Is(err, ErrLeaseLost) {
+			c.release(finish, log, lease)
+		}
+		return keyFailed
+	}
+	log.InfoContext(ctx, "idem: completer finished a key", "token", lease.Info().Token, "status", out.statusCode())
+	return keyCompleted
+}
+
+// release frees the key, which keeps its recovery point.
+func (c *Completer) release(ctx context.Context, log *slog.Logger, lease Lease) {
+	if err := lease.Release(ctx); err != nil {
+		log.WarnContext(ctx, "idem: completer: release failed; the key is free when its lease expires", "err", err)
+	}
+}
+
+// responseOf is what the store keeps of a final response.
+func (c *Completer) responseOf(out *recorder) *Response {
+	resp := &Response{StatusCode: out.statusCode(), Header: make(http.Header), Body: out.body.Bytes()}
+	for _, name := range c.replay {
+		if v := out.header.Values(name); len(v) > 0 {
+			resp.Header[name] = slices.Clone(v)
+		}
+	}
+	return resp
+}

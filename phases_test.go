@@ -1,0 +1,412 @@
+package idem_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+)
+
+// errLost stands for an answer from another system that never came.
+var errLost = errors.New("the processor's answer was lost")
+
+// phased is a three-phase operation over the memory store, which counts
+// how often each phase ran and can be told to fail a phase.
+type phased struct {
+	mu   sync.Mutex
+	runs map[string]int
+	fail map[string]int // phase -> how many more runs fail
+	// crash, when set, panics in the phase after its run, as a process
+	// that dies there would stop.
+	crash string
+}
+
+func newPhased() *phased {
+	return &phased{runs: map[string]int{}, fail: map[string]int{}}
+}
+
+func (o *phased) ran(point string) (fail, crash bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.runs[point]++
+	if o.fail[point] > 0 {
+		o.fail[point]--
+		return true, false
+	}
+	return false, o.crash == point
+}
+
+func (o *phased) count(point string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.runs[point]
+}
+
+// resume returns the phases after RecoveryStarted, as a completer runs them.
+func (o *phased) resume() idem.Phases {
+	return idem.Phases{
+		"created": func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+			if fail, crash := o.ran("created"); fail {
+				return "", errLost
+			} else if crash {
+				panic("crash after created")
+			}
+			st["charge_id"] = "ch_" + st["payment_id"]
+			return "charged", nil
+		},
+		"charged": func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+			if fail, _ := o.ran("charged"); fail {
+				return "", errLost
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			json.NewEncoder(w).Encode(map[string]string{"id": st["payment_id"], "charge": st["charge_id"]})
+			return idem.RecoveryFinished, nil
+		},
+	}
+}
+
+// all returns every phase, the first from the request.
+func (o *phased) all(id string) idem.Phases {
+	ph := o.resume()
+	ph[idem.RecoveryStarted] = func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+		if fail, _ := o.ran(idem.RecoveryStarted); fail {
+			return "", errLost
+		}
+		st["payment_id"] = id
+		return "created", nil
+	}
+	return ph
+}
+
+type phasedEnv struct {
+	store *idemtest.MemoryStore
+	op    *phased
+	clock *fakeClock
+	h     http.Handler
+	cfg   idem.Config
+}
+
+func setupPhased(t *testing.T, policy idem.OutcomePolicy) *phasedEnv {
+	t.Helper()
+	e := &phasedEnv{store: idemtest.NewMemoryStore(), op: newPhased(), clock: &fakeClock{now: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}}
+	e.cfg = idem.Config{
+		ClientID: func(*http.Request) (string, bool) { return "alice", true },
+		Mode:     idem.ModeTwoPhase, Outcome: policy, Logger: quiet, Now: e.clock.Now,
+	}
+	mw, err := idem.New(e.store, &e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.h = mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := e.op.all("pay_1").Run(r.Context(), w); err != nil {
+			return // Run answered 503
+		}
+	}))
+	return e
+}
+
+func (e *phasedEnv) post(t *testing.T, key string) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{"amount":100}`))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set(idem.HeaderKey, key)
+	w := httptest.NewRecorder()
+	func() {
+		defer func() { recover() }() // a crash in a phase ends the request
+		e.h.ServeHTTP(w, r)
+	}()
+	return w
+}
+
+func (e *phasedEnv) point(t *testing.T, key string) (idem.Record, bool) {
+	t.Helper()
+	return e.store.Get(idem.Scope{ClientID: "alice", Key: key})
+}
+
+func TestPhasesRunEachPhaseOnce(t *testing.T) {
+	t.Parallel()
+	e := setupPhased(t, nil)
+	w := e.post(t, "k1")
+	if w.Code != http.StatusCreated || !strings.Contains(w.Body.String(), `"charge":"ch_pay_1"`) {
+		t.Fatalf("first answer = %d %s; want 201 with the charge saved by an earlier phase", w.Code, w.Body)
+	}
+	replay := e.post(t, "k1")
+	if replay.Code != http.StatusCreated || replay.Body.String() != w.Body.String() || replay.Header().Get(idem.HeaderReplayed) != "true" {
+		t.Errorf("retry = %d %q; want the replay of %q", replay.Code, replay.Body, w.Body)
+	}
+	for _, p := range []string{idem.RecoveryStarted, "created", "charged"} {
+		if n := e.op.count(p); n != 1 {
+			t.Errorf("phase %q ran %d times; want 1", p, n)
+		}
+	}
+}
+
+func TestUnfinishedPhaseAnswers503AndTheRetryResumes(t *testing.T) {
+	t.Parallel()
+	for name, policy := range map[string]idem.OutcomePolicy{
+		"DefaultPolicy":        idem.DefaultOutcomePolicy,
+		"StoreServerErrorsToo": idem.StoreServerErrorsPolicy,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := setupPhased(t, policy)
+			e.op.fail["charged"] = 1
+			w := e.post(t, "k1")
+			var p idem.Problem
+			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusServiceUnavailable ||
+				p.Code != string(idem.ProblemOperationUnfinished) || w.Header().Get("Retry-After") == "" {
+				t.Fatalf("first answer = %d %s (Retry-After %q); want 503 operation-unfinished with Retry-After", w.Code, w.Body, w.Header().Get("Retry-After"))
+			}
+			if rec, ok := e.point(t, "k1"); !ok || rec.Status != idem.StatusInFlight {
+				t.Fatalf("key after the unfinished run: %+v, %v; want it kept, started", rec, ok)
+			}
+			// The retry comes at once: the key has no holder, so it need not
+			// wait for the lease to run out.
+			w = e.post(t, "k1")
+			if w.Code != http.StatusCreated {
+				t.Fatalf("retry = %d %s; want 201", w.Code, w.Body)
+			}
+			want := map[string]int{idem.RecoveryStarted: 1, "created": 1, "charged": 2}
+			for p, n := range want {
+				if got := e.op.count(p); got != n {
+					t.Errorf("phase %q ran %d times; want %d", p, got, n)
+				}
+			}
+		})
+	}
+}
+
+func TestUnfinishedFirstPhaseFreesTheKey(t *testing.T) {
+	t.Parallel()
+	e := setupPhased(t, nil)
+	e.op.fail[idem.RecoveryStarted] = 1
+	if w := e.post(t, "k1"); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("answer = %d; want 503", w.Code)
+	}
+	if _, ok := e.point(t, "k1"); ok {
+		t.Errorf("a key that passed no recovery point is kept; want it freed as before")
+	}
+}
+
+// plainStore hides the memory store's recovery points, as a third-party
+// store without them would.
+type plainStore struct{ inner *idemtest.MemoryStore }
+
+func (s plainStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	res, err := s.inner.Claim(ctx, p)
+	if res.Lease != nil {
+		res.Lease = struct{ idem.Lease }{res.Lease}
+	}
+	return res, err
+}
+
+func TestPhasesNeedARecoveryLease(t *testing.T) {
+	t.Parallel()
+	var runErr error
+	mw, err := idem.New(plainStore{idemtest.NewMemoryStore()}, &idem.Config{
+		ClientID: func(*http.Request) (string, bool) { return "alice", true }, Mode: idem.ModeTwoPhase, Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runErr = newPhased().all("pay_1").Run(r.Context(), w)
+	}))
+	r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{}`))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set(idem.HeaderKey, "k")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if !errors.Is(runErr, idem.ErrNoRecovery) || w.Code != http.StatusServiceUnavailable {
+		t.Errorf("Run = %v, answer %d; want ErrNoRecovery and 503", runErr, w.Code)
+	}
+	if err := newPhased().all("x").Run(context.Background(), httptest.NewRecorder()); !errors.Is(err, idem.ErrNoRecovery) {
+		t.Errorf("Run outside the middleware = %v; want ErrNoRecovery", err)
+	}
+}
+
+func TestPhaseThatGoesNowhereIsAnError(t *testing.T) {
+	t.Parallel()
+	e := setupPhased(t, nil)
+	var runErr error
+	mw, _ := idem.New(e.store, &e.cfg)
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runErr = idem.Phases{
+			idem.RecoveryStarted: func(context.Context, http.ResponseWriter, idem.State) (string, error) { return "a", nil },
+			"a":                  func(context.Context, http.ResponseWriter, idem.State) (string, error) { return "a", nil },
+		}.Run(r.Context(), w)
+	}))
+	r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{}`))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set(idem.HeaderKey, "k")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	var pe *idem.PhaseError
+	if !errors.As(runErr, &pe) || pe.Point != "a" {
+		t.Errorf("Run = %v; want a PhaseError at \"a\"", runErr)
+	}
+}
+
+// passes collects what a completer reports.
+type passes struct {
+	mu  sync.Mutex
+	all []idem.CompleterResult
+}
+
+func (p *passes) CompleterPass(_ context.Context, r idem.CompleterResult) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.all = append(p.all, r)
+}
+
+func (e *phasedEnv) completer(t *testing.T, m idem.CompleterMetrics) *idem.Completer {
+	t.Helper()
+	c, err := idem.NewCompleter(e.store, &idem.CompleterConfig{
+		Operations: map[string]idem.Phases{"POST /v1/payments": e.op.resume()},
+		Logger:     quiet, Metrics: m, Now: e.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func runOnce(t *testing.T, c *idem.Completer) idem.CompleterResult {
+	t.Helper()
+	res, err := c.RunOnce(context.Background())
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	return res
+}
+
+func TestCompleterFinishesAbandonedKey(t *testing.T) {
+	t.Parallel()
+	e := setupPhased(t, nil)
+	// The handler panics in the middle of "created": the key stays at
+	// "created", and the client never retries.
+	e.op.crash = "created"
+	e.post(t, "k1")
+	e.op.crash = ""
+	// The middleware released the key on the panic, which keeps its
+	// recovery point and leaves it without a holder: the completer need
+	// not wait for the lease (TestCompleterWaitsForTheLease covers a
+	// process that dies holding it).
+	m := &passes{}
+	c := e.completer(t, m)
+	if res := runOnce(t, c); res.Completed != 1 {
+		t.Fatalf("pass = %+v; want the released key completed", res)
+	}
+	if rec, _ := e.point(t, "k1"); rec.Status != idem.StatusCompleted || rec.Response.StatusCode != http.StatusCreated {
+		t.Fatalf("key after the completer: %+v; want completed with 201", rec)
+	}
+	w := e.post(t, "k1")
+	if w.Code != http.StatusCreated || w.Header().Get(idem.HeaderReplayed) != "true" || !strings.Contains(w.Body.String(), "ch_pay_1") {
+		t.Errorf("client's return = %d %s; want the completer's 201, replayed", w.Code, w.Body)
+	}
+	if n := e.op.count(idem.RecoveryStarted); n != 1 {
+		t.Errorf("first phase ran %d times; want 1", n)
+	}
+	if res := runOnce(t, c); res.Completed+res.Failed+res.Skipped != 0 {
+		t.Errorf("second pass = %+v; want nothing left", res)
+	}
+	if len(m.all) != 2 || m.all[0].Completed != 1 {
+		t.Errorf("metrics got %+v; want two passes, the first completing one key", m.all)
+	}
+}
+
+func TestCompleterWaitsForTheLease(t *testing.T) {
+	t.Parallel()
+	e := setupPhased(t, nil)
+	ctx := context.Background()
+	p := idem.ClaimParams{
+		Scope: idem.Scope{ClientID: "alice", Key: "k1"}, Method: http.MethodPost, Path: "/v1/payments",
+		RequestHash: []byte("h"), Mode: idem.ModeTwoPhase, Now: e.clock.Now(),
+		LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
+	}
+	res, err := e.store.Claim(ctx, p)
+	if err != nil || res.Lease == nil {
+		t.Fatalf("Claim = %+v, %v", res, err)
+	}
+	// The holder passes "created", then dies holding its lease.
+	if err := res.Lease.(idem.RecoveryLease).Checkpoint(ctx, idem.Recovery{Point: "created", State: idem.State{"payment_id": "pay_9"}}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.completer(t, nil)
+	e.clock.Advance(idem.LockTimeoutDefault - time.Second)
+	if res := runOnce(t, c); res.Completed+res.Failed+res.Skipped != 0 {
+		t.Fatalf("pass while the lease lives = %+v; want the key left to its holder", res)
+	}
+	e.op.fail["charged"] = 1
+	e.clock.Advance(time.Second)
+	if res := runOnce(t, c); res.Failed != 1 || res.Oldest != idem.LockTimeoutDefault {
+		t.Fatalf("pass with the processor down = %+v; want one failed key, %s old", res, idem.LockTimeoutDefault)
+	}
+	if rec, _ := e.point(t, "k1"); rec.Status != idem.StatusInFlight {
+		t.Fatalf("key after a failed pass: %q; want it still started", rec.Status)
+	}
+	e.clock.Advance(idem.CompleterIntervalDefault)
+	if res := runOnce(t, c); res.Completed != 1 {
+		t.Fatalf("next pass = %+v; want the key completed", res)
+	}
+	if got := e.op.count("created"); got != 1 {
+		t.Errorf("phase \"created\" ran %d times; want 1 (the failed pass stopped after it)", got)
+	}
+	if got := e.op.count("charged"); got != 2 {
+		t.Errorf("phase \"charged\" ran %d times; want 2", got)
+	}
+	// The dead holder wakes up: its lease is gone.
+	if err := res.Lease.Complete(ctx, &idem.Response{StatusCode: 201}); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("stale holder's Complete = %v; want ErrLeaseLost", err)
+	}
+}
+
+// followerStore is a memory store whose completer lock another instance
+// holds.
+type followerStore struct{ *idemtest.MemoryStore }
+
+func (followerStore) TryLead(context.Context, string) (func(), bool, error) { return nil, false, nil }
+
+func TestCompleterSkipsPassWithoutTheLock(t *testing.T) {
+	t.Parallel()
+	e := setupPhased(t, nil)
+	e.op.crash = "created"
+	e.post(t, "k1")
+	c, err := idem.NewCompleter(followerStore{e.store}, &idem.CompleterConfig{
+		Operations: map[string]idem.Phases{"POST /v1/payments": e.op.resume()}, Logger: quiet, Now: e.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := runOnce(t, c); res.Led || res.Completed != 0 {
+		t.Errorf("pass = %+v; want nothing done without the lock", res)
+	}
+	if rec, _ := e.point(t, "k1"); rec.Status != idem.StatusInFlight {
+		t.Errorf("key = %q; want it left started", rec.Status)
+	}
+}
+
+func TestCompleterConfig(t *testing.T) {
+	t.Parallel()
+	store := idemtest.NewMemoryStore()
+	for name, cfg := range map[string]*idem.CompleterConfig{
+		"NoOperations":    nil,
+		"NegativeBatch":   {Operations: map[string]idem.Phases{"POST /x": {}}, BatchSize: -1},
+		"ForbiddenHeader": {Operations: map[string]idem.Phases{"POST /x": {}}, ReplayHeaders: []string{"Set-Cookie"}},
+	} {
+		if _, err := idem.NewCompleter(store, cfg); err == nil {
+			t.Errorf("%s: NewCompleter accepted the config", name)
+		}
+	}
+	if _, err := idem.NewCompleter(nil, nil); err == nil {
+		t.Error("NewCompleter accepted a nil store")
+	}
+}

@@ -1,0 +1,102 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"time"
+)
+
+// The recovery points every phased operation has. The others are the
+// application's own names, such as "payment_created".
+const (
+	// RecoveryStarted is the recovery point of a key that no phase has
+	// passed yet: nothing of the operation has committed.
+	RecoveryStarted = "started"
+	// RecoveryFinished is returned by the final phase: the operation has
+	// its answer, which is stored with the key's completion.
+	RecoveryFinished = "finished"
+)
+
+// State holds the small values, such as ids, that later phases of an
+// operation need: a phase sets them, and they are saved on the key row
+// with the recovery point that follows it, in the phase's transaction.
+// Keep it to ids and short strings; request bodies belong in business rows.
+type State map[string]string
+
+// Recovery is how far a phased operation under a key has come: its last
+// committed recovery point and the state saved with it.
+type Recovery struct {
+	Point string // RecoveryStarted for a key that no phase has passed
+	State State
+}
+
+// RecoveryLease is a two-phase lease whose store keeps recovery points on
+// the key row (idempg, idemsqlite and idemtest's memory store). [Phases]
+// needs it; [Lease] itself is unchanged, so stores without recovery points
+// keep working with everything else.
+type RecoveryLease interface {
+	Lease
+
+	// Recovery returns the key's last committed recovery point and state:
+	// RecoveryStarted and no state for a new key, where a previous holder
+	// stopped for a key this lease took over. It returns an error wrapping
+	// [ErrLeaseLost] when another request has taken the key over.
+	Recovery(ctx context.Context) (Recovery, error)
+
+	// Checkpoint commits the writes made so far in the lease's transaction
+	// (the one its Context carries) together with the key's new recovery
+	// point and state, in one transaction that commits only if the lease
+	// still holds the key; the lease then goes on with a new transaction.
+	// It returns an error wrapping [ErrLeaseLost] when another request took
+	// the key over, in which case the writes were rolled back, one wrapping
+	// [ErrOutcomeUnknown] when the commit's answer was lost, and one
+	// wrapping [ErrNoRecovery] for a lease that cannot keep a recovery point
+	// (an atomic one). The lease stays held after an error: the caller
+	// still calls Complete or Release.
+	Checkpoint(ctx context.Context, r Recovery) error
+}
+
+// RecoveryStore is a store that can list the keys that need a completer:
+// started keys that have passed a recovery point and whose holder is gone.
+type RecoveryStore interface {
+	Store
+	// Unfinished returns up to p.Limit such keys, oldest first.
+	Unfinished(ctx context.Context, p UnfinishedParams) ([]*Record, error)
+}
+
+// UnfinishedParams are the inputs of [RecoveryStore.Unfinished].
+type UnfinishedParams struct {
+	// Now is the time of the listing, on the middleware's clock.
+	Now time.Time
+	// LockTimeout is the lease length: a key locked at or before Now minus
+	// LockTimeout has no live holder. A key released by its holder, which
+	// keeps its recovery point, has none either.
+	LockTimeout time.Duration
+	// Retention is how long keys live: keys past it are left to the purge.
+	// 0 means keys never expire.
+	Retention time.Duration
+	// Limit is the most keys returned.
+	Limit int
+}
+
+// Lists reports whether a store's Unfinished lists rec at p.Now, given its
+// recovery point: the rule every store follows.
+func (p UnfinishedParams) Lists(rec *Record, point string) bool {
+	return rec.Status == StatusInFlight && point != RecoveryStarted && point != "" &&
+		(rec.LockedAt.IsZero() || LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout)) &&
+		!Expired(rec.CreatedAt, p.Now, p.Retention)
+}
+
+// ErrNoRecovery means that recovery points cannot be kept for the key: the
+// handler does not run behind the middleware, the store's leases do not
+// implement [RecoveryLease], or the mode is not [ModeTwoPhase].
+var ErrNoRecovery = errors.New("idem: recovery points need ModeTwoPhase and a store that keeps them")
+
+// Clone returns a copy of s, nil for an empty s.
+func (s State) Clone() State {
+	if len(s) == 0 {
+		return nil
+	}
+	return maps.Clone(s)
+}
