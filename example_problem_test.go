@@ -16,7 +16,7 @@ import (
 func ExampleProblemCode() {
 	advice := func(p idem.Problem) string {
 		switch idem.ProblemCode(p.Code) {
-		case idem.ProblemKeyInFlight, idem.ProblemUnavailable, idem.ProblemOutcomeUnknown:
+		case idem.ProblemKeyInFlight, idem.ProblemUnavailable, idem.ProblemOutcomeUnknown, idem.ProblemOperationUnfinished:
 			return "retry with the same key after Retry-After"
 		case idem.ProblemKeyReused:
 			return "a bug: a new operation needs a new key"
@@ -50,6 +50,7 @@ func ExampleProblemCode() {
 	// 503 outcome-unknown: retry with the same key after Retry-After
 	// 200 idempotency-response-not-retained: it was processed; fetch the result another way
 	// 404 idempotency-key-not-found: the key is not yours, or it expired
+	// 503 operation-unfinished: retry with the same key after Retry-After
 	// A request is outstanding for this Idempotency-Key
 }
 
