@@ -89,6 +89,9 @@ type lease struct {
 	// completeFailed is set when Complete failed other than by losing the
 	// lease; Release may then still free a two-phase claim.
 	completeFailed bool
+	// recovery is the key's recovery point, once read or saved (see
+	// recovery.go).
+	recovery *idem.Recovery
 }
 
 // newLease makes the lease for a claim of p that holds h.

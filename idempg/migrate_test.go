@@ -20,7 +20,7 @@ func tableExists(t testing.TB, store *idempg.Store) bool {
 }
 
 // newestVersion is the number of the newest embedded migration.
-const newestVersion = 2
+const newestVersion = 3
 
 func schemaVersion(t testing.TB, store *idempg.Store) int {
 	t.Helper()
@@ -51,7 +51,9 @@ func TestMigrateUpDownUp(t *testing.T) {
 		{"UpAgainIsNoOp", func() error { return store.Migrate(ctx) }, newestVersion, true},
 		{"DownToZero", func() error { return store.MigrateTo(ctx, 0) }, 0, false},
 		{"DownAgainIsNoOp", func() error { return store.MigrateTo(ctx, 0) }, 0, false},
-		{"UpAfterDown", func() error { return store.MigrateTo(ctx, 1) }, 1, true},
+		{"UpAfterDown", func() error { return store.MigrateTo(ctx, newestVersion) }, newestVersion, true},
+		{"DownToOne", func() error { return store.MigrateTo(ctx, 1) }, 1, true},
+		{"UpToNewest", func() error { return store.Migrate(ctx) }, newestVersion, true},
 	}
 	for _, step := range steps {
 		if err := step.migrate(); err != nil {

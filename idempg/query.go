@@ -175,9 +175,18 @@ SELECT idem_lease_held(count(*)) FROM done`
 	queryRollback = `ROLLBACK`
 
 	// queryReleaseKey frees a two-phase key, unless another request took it
-	// over.
-	queryReleaseKey = `DELETE FROM idempotency_keys
-WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3`
+	// over: it deletes a key that passed no recovery point, and leaves one
+	// that did at its recovery point, with no holder (locked_at NULL), for
+	// the next request or the completer to take over at once.
+	queryReleaseKey = `WITH kept AS (
+    UPDATE idempotency_keys SET locked_at = NULL
+    WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
+      AND recovery_point IS NOT NULL
+    RETURNING 1
+)
+DELETE FROM idempotency_keys
+WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
+  AND recovery_point IS NULL`
 
 	// queryPurgeBatch deletes up to $2 keys created before $1, oldest
 	// first, from $3 on: completed ones, and started ones whose lease was

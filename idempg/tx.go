@@ -98,6 +98,11 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 		view.tx = lt.tx
 		return pgconn.CommandTag{}, false, nil
 	}
+	if lt.conn == nil {
+		// A view taken before a checkpoint, used after it and before the
+		// next TxFromContext: its transaction has committed.
+		return pgconn.CommandTag{}, false, pgx.ErrTxClosed
+	}
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: lt.store.cfg.IsoLevel})
 	if sql != "" {

@@ -265,6 +265,9 @@ type lease struct {
 	// completeFailed is set when Complete failed other than by losing the
 	// lease; Release may then still free a two-phase claim.
 	completeFailed bool
+	// recovery is the key's recovery point, once read or saved (see
+	// recovery.go).
+	recovery *idem.Recovery
 }
 
 func (l *lease) Context(ctx context.Context) context.Context {
@@ -340,8 +343,12 @@ func (l *lease) Release(ctx context.Context) error {
 // deleteClaim deletes a two-phase claim's committed row, unless another
 // request took it over.
 func (l *lease) deleteClaim(ctx context.Context) error {
-	if _, err := l.store.write.ExecContext(ctx, queryDeleteLease, l.scope.ClientID, l.scope.Key, l.info.Token); err != nil {
-		return fmt.Errorf("idemsqlite: release key: %w", unavailable(err))
+	// A key that passed a recovery point keeps it, with no holder; one
+	// that did not is deleted.
+	for _, q := range []string{queryUnlockLease, queryDeleteLease} {
+		if _, err := l.store.write.ExecContext(ctx, q, l.scope.ClientID, l.scope.Key, l.info.Token); err != nil {
+			return fmt.Errorf("idemsqlite: release key: %w", unavailable(err))
+		}
 	}
 	return nil
 }

@@ -36,8 +36,17 @@ WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_tok
 SET status = 'completed', response_status = ?, response_headers = ?, response_body = ?, completed_at = ?
 WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
 
+	// queryUnlockLease and queryDeleteLease release a two-phase key: a key
+	// that passed a recovery point stays there with no holder (locked_at
+	// NULL), for the next request or the completer to take over at once;
+	// one that did not is deleted.
+	queryUnlockLease = `UPDATE idempotency_keys SET locked_at = NULL
+WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?
+  AND recovery_point IS NOT NULL`
+
 	queryDeleteLease = `DELETE FROM idempotency_keys
-WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
+WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?
+  AND recovery_point IS NULL`
 
 	// queryPurgeBatch deletes up to ?2 keys created before ?1: completed
 	// ones, and started ones whose lease was taken before ?1 too, so long

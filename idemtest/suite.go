@@ -94,6 +94,7 @@ func RunStoreTests(t *testing.T, h Harness) {
 			}
 		})
 	}
+	runRecoveryTests(t, h)
 	s := suite{h: h, mode: idem.ModeTwoPhase}
 	t.Run("Purge", func(t *testing.T) {
 		t.Run("DeletesKeysCreatedBefore", s.purgeDeletesOldKeys)

@@ -37,11 +37,11 @@ func TestMigrateUpDownUp(t *testing.T) {
 				args []string
 				want string
 			}{
-				{[]string{"migrate", "--db", db}, "schema version 0 -> 2"},
-				{[]string{"migrate", "--db", db}, "schema version 2 -> 2"},
-				{[]string{"migrate", "--db", db, "--to", "1"}, "schema version 2 -> 1"},
+				{[]string{"migrate", "--db", db}, "schema version 0 -> 3"},
+				{[]string{"migrate", "--db", db}, "schema version 3 -> 3"},
+				{[]string{"migrate", "--db", db, "--to", "1"}, "schema version 3 -> 1"},
 				{[]string{"migrate", "--db", db, "--to", "0"}, "schema version 1 -> 0"},
-				{[]string{"migrate", "--db", db}, "schema version 0 -> 2"},
+				{[]string{"migrate", "--db", db}, "schema version 0 -> 3"},
 			} {
 				code, out, errOut := runIdem(t, step.args...)
 				if code != exitOK || strings.TrimSpace(out) != step.want {

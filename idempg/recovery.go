@@ -1,0 +1,272 @@
+package idempg
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+)
+
+var (
+	_ idem.RecoveryLease = (*lease)(nil)
+	_ idem.RecoveryStore = (*Store)(nil)
+	_ idem.Leader        = (*Store)(nil)
+)
+
+// Statements of recovery points (migration 003).
+const (
+	// queryLoadRecovery reads the recovery point of a key that the lease
+	// ($3) holds; no row means the lease is lost.
+	queryLoadRecovery = `SELECT recovery_point, recovery_state FROM idempotency_keys
+WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3`
+
+	// queryCheckpoint is the fence of a phase: it saves the recovery point
+	// only if the lease's token still holds the started key, and
+	// idem_lease_held raises IDEM1 otherwise, which aborts the phase's
+	// transaction and its writes with it.
+	queryCheckpoint = `WITH saved AS (
+    UPDATE idempotency_keys SET recovery_point = $4, recovery_state = $5
+    WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
+    RETURNING 1
+)
+SELECT idem_lease_held(count(*)) FROM saved`
+
+	// queryUnfinished lists started keys that passed a recovery point and
+	// have no live holder (locked at or before $1, or released), not past
+	// retention (created after $2; NULL for never), oldest first.
+	queryUnfinished = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
+       lease_token, created_at, locked_at
+FROM idempotency_keys
+WHERE status = 'started' AND recovery_point IS NOT NULL
+  AND (locked_at IS NULL OR locked_at <= $1::timestamptz)
+  AND ($2::timestamptz IS NULL OR created_at > $2::timestamptz)
+ORDER BY created_at
+LIMIT $3`
+
+	queryTryLock = `SELECT pg_try_advisory_lock($1::bigint)`
+)
+
+// Recovery implements [idem.RecoveryLease]. A key that this lease claimed
+// new has no recovery point, and Recovery answers without a round trip; a
+// key it took over is read once.
+func (l *lease) Recovery(ctx context.Context) (idem.Recovery, error) {
+	if l.kind != byStartedRow {
+		return idem.Recovery{}, fmt.Errorf("idempg: read recovery point: %w", idem.ErrNoRecovery)
+	}
+	if l.tx.ended.Load() {
+		return idem.Recovery{}, fmt.Errorf("idempg: read recovery point: %w", ErrLeaseEnded)
+	}
+	if l.recovery == nil && !l.info.TakenOver {
+		l.recovery = &idem.Recovery{Point: idem.RecoveryStarted}
+	}
+	if l.recovery == nil {
+		r, err := l.loadRecovery(ctx)
+		if err != nil {
+			return idem.Recovery{}, err
+		}
+		l.recovery = &r
+	}
+	return idem.Recovery{Point: l.recovery.Point, State: l.recovery.State.Clone()}, nil
+}
+
+func (l *lease) loadRecovery(ctx context.Context) (idem.Recovery, error) {
+	conn, err := l.store.acquire(ctx, "read recovery point")
+	if err != nil {
+		return idem.Recovery{}, err
+	}
+	defer conn.Release()
+	var (
+		point *string
+		state []byte
+	)
+	err = conn.QueryRow(ctx, queryLoadRecovery, l.scope.ClientID, l.scope.Key, l.info.Token).Scan(&point, &state)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return idem.Recovery{}, fmt.Errorf("idempg: read recovery point (token %d): %w", l.info.Token, idem.ErrLeaseLost)
+	case err != nil:
+		return idem.Recovery{}, wrapErr(ctx, "read recovery point", err)
+	}
+	return decodeRecovery(point, state)
+}
+
+// decodeRecovery makes a Recovery of the columns.
+func decodeRecovery(point *string, state []byte) (idem.Recovery, error) {
+	if point == nil {
+		return idem.Recovery{Point: idem.RecoveryStarted}, nil
+	}
+	r := idem.Recovery{Point: *point}
+	if len(state) > 0 {
+		if err := json.Unmarshal(state, &r.State); err != nil {
+			return idem.Recovery{}, fmt.Errorf("idempg: decode recovery state: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// Checkpoint implements [idem.RecoveryLease]: in one round trip it sends
+// the fenced update of the recovery point and COMMIT in the lease's
+// transaction (begun in the same round trip if the phase wrote nothing),
+// and gives the connection back; the next TxFromContext begins a new
+// transaction. Only two-phase leases keep recovery points.
+func (l *lease) Checkpoint(ctx context.Context, r idem.Recovery) error {
+	if l.kind != byStartedRow {
+		return fmt.Errorf("idempg: checkpoint: %w", idem.ErrNoRecovery)
+	}
+	var state []byte
+	if len(r.State) > 0 {
+		var err error
+		if state, err = json.Marshal(r.State); err != nil {
+			return fmt.Errorf("idempg: checkpoint: encode state: %w", err)
+		}
+	}
+	conn, tx, ended := l.tx.detach()
+	if ended {
+		return fmt.Errorf("idempg: checkpoint: %w", ErrLeaseEnded)
+	}
+	if err := l.commitPhase(ctx, conn, tx, r.Point, state); err != nil {
+		return err
+	}
+	l.recovery = &idem.Recovery{Point: r.Point, State: r.State.Clone()}
+	return nil
+}
+
+// commitPhase commits the phase's transaction (tx on conn; nil when it
+// never began) with the fenced update of the recovery point.
+func (l *lease) commitPhase(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, point string, state []byte) (err error) {
+	b := &pgx.Batch{}
+	if tx == nil {
+		if conn == nil {
+			if conn, err = l.store.acquire(ctx, "checkpoint"); err != nil {
+				return err
+			}
+		}
+		b.BeginTx(pgx.TxOptions{IsoLevel: l.store.cfg.IsoLevel})
+	}
+	b.Queue(queryCheckpoint, l.scope.ClientID, l.scope.Key, l.info.Token, point, state)
+	b.Queue(queryCommit).Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			return errors.New("the transaction was rolled back instead of committed")
+		}
+		return nil
+	})
+	var br pgx.BatchResults
+	if tx == nil {
+		br = conn.SendBatch(ctx, b)
+		tx = br.Tx()
+	} else {
+		br = tx.SendBatch(ctx, b)
+	}
+	err = br.Close()
+	switch {
+	case err == nil:
+		conn.Release()
+		return nil
+	case commitOutcomeUnknown(err):
+		closeConn(conn)
+		return errOutcomeUnknown("checkpoint", err)
+	}
+	if isConflict(err) {
+		l.tx.conflicted.Store(true)
+	}
+	rollback(ctx, tx)
+	conn.Release()
+	if pgCode(err) == codeLeaseLost {
+		return fmt.Errorf("idempg: checkpoint %q (token %d): %w", point, l.info.Token, idem.ErrLeaseLost)
+	}
+	return wrapErr(ctx, "checkpoint", err)
+}
+
+// detach takes the transaction out and leaves the lease holding none, so
+// that the next use begins a new one.
+func (lt *leaseTx) detach() (conn *pgxpool.Conn, tx pgx.Tx, ended bool) {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	if lt.ended.Load() {
+		return nil, nil, true
+	}
+	conn, tx = lt.conn, lt.tx
+	lt.conn, lt.tx, lt.view = nil, nil, nil
+	return conn, tx, false
+}
+
+// Unfinished implements [idem.RecoveryStore], for the completer.
+func (s *Store) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*idem.Record, error) {
+	var cutoff *time.Time
+	if p.Retention > 0 {
+		c := p.Now.Add(-p.Retention)
+		cutoff = &c
+	}
+	conn, err := s.acquire(ctx, "list unfinished keys")
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	rows, err := conn.Query(ctx, queryUnfinished, p.Now.Add(-p.LockTimeout), cutoff, p.Limit)
+	if err != nil {
+		return nil, wrapErr(ctx, "list unfinished keys", err)
+	}
+	var out []*idem.Record
+	for rows.Next() {
+		rec := &idem.Record{Status: idem.StatusInFlight}
+		var lockedAt *time.Time
+		if err := rows.Scan(&rec.Scope.ClientID, &rec.Scope.Key, &rec.Method, &rec.Path, &rec.RequestHash,
+			&rec.RequestFields, &rec.Token, &rec.CreatedAt, &lockedAt); err != nil {
+			rows.Close()
+			return nil, wrapErr(ctx, "list unfinished keys", err)
+		}
+		rec.CreatedAt = rec.CreatedAt.UTC()
+		if lockedAt != nil {
+			rec.LockedAt = lockedAt.UTC()
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrapErr(ctx, "list unfinished keys", err)
+	}
+	return out, nil
+}
+
+// TryLead implements [idem.Leader] with a session-level advisory lock,
+// taken without waiting, on a connection that the lock keeps until unlock:
+// one holder in the database at a time, and a holder whose process dies
+// loses it with its session. The completer takes it for each pass.
+func (s *Store) TryLead(ctx context.Context, name string) (unlock func(), held bool, err error) {
+	conn, err := s.acquire(ctx, "take lock")
+	if err != nil {
+		return nil, false, err
+	}
+	key := leadKey(name)
+	if err := conn.QueryRow(ctx, queryTryLock, key).Scan(&held); err != nil {
+		closeConn(conn) // the lock may be held: only closing is sure to free it
+		return nil, false, wrapErr(ctx, "take lock", err)
+	}
+	if !held {
+		conn.Release()
+		return nil, false, nil
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		if _, err := conn.Exec(ctx, queryUnlock, key); err != nil {
+			closeConn(conn)
+			return
+		}
+		conn.Release()
+	}, true, nil
+}
+
+// leadKey is the advisory lock of a leader lock's name, in a space of its
+// own: no scope's lockKey begins with the same prefix.
+func leadKey(name string) int64 {
+	sum := sha256.Sum256([]byte("idem-lead-v1\x00" + name))
+	return int64(binary.BigEndian.Uint64(sum[:8]))
+}

@@ -1,0 +1,173 @@
+package idemsqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+var (
+	_ idem.RecoveryLease = (*lease)(nil)
+	_ idem.RecoveryStore = (*Store)(nil)
+)
+
+// Statements of recovery points (migration 003).
+const (
+	queryLoadRecovery = `SELECT recovery_point, recovery_state FROM idempotency_keys
+WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
+
+	// queryCheckpoint saves a recovery point only if the lease's token
+	// still holds the started key; the caller checks that it changed one
+	// row.
+	queryCheckpoint = `UPDATE idempotency_keys SET recovery_point = ?, recovery_state = ?
+WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
+
+	// queryUnfinished lists started keys that passed a recovery point and
+	// have no live holder (locked at or before the first parameter, or
+	// released), not past retention (created after the second; NULL for
+	// never), oldest first.
+	queryUnfinished = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
+       lease_token, created_at, locked_at
+FROM idempotency_keys
+WHERE status = 'started' AND recovery_point IS NOT NULL
+  AND (locked_at IS NULL OR locked_at <= ?1)
+  AND (?2 IS NULL OR created_at > ?2)
+ORDER BY created_at
+LIMIT ?3`
+)
+
+// Recovery implements [idem.RecoveryLease]. A key that this lease claimed
+// new has no recovery point; a key it took over is read once.
+func (l *lease) Recovery(ctx context.Context) (idem.Recovery, error) {
+	if l.mode != idem.ModeTwoPhase {
+		return idem.Recovery{}, fmt.Errorf("idemsqlite: read recovery point: %w", idem.ErrNoRecovery)
+	}
+	if l.tx.hasEnded() {
+		return idem.Recovery{}, fmt.Errorf("idemsqlite: read recovery point: %w", idem.ErrLeaseEnded)
+	}
+	if l.recovery == nil && !l.info.TakenOver {
+		l.recovery = &idem.Recovery{Point: idem.RecoveryStarted}
+	}
+	if l.recovery == nil {
+		var (
+			point sql.NullString
+			state []byte
+		)
+		err := l.store.read.QueryRowContext(ctx, queryLoadRecovery, l.scope.ClientID, l.scope.Key, l.info.Token).Scan(&point, &state)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return idem.Recovery{}, fmt.Errorf("idemsqlite: read recovery point (token %d): %w", l.info.Token, idem.ErrLeaseLost)
+		case err != nil:
+			return idem.Recovery{}, fmt.Errorf("idemsqlite: read recovery point: %w", unavailable(err))
+		}
+		r := idem.Recovery{Point: idem.RecoveryStarted}
+		if point.Valid {
+			r.Point = point.String
+			if len(state) > 0 {
+				if err := json.Unmarshal(state, &r.State); err != nil {
+					return idem.Recovery{}, fmt.Errorf("idemsqlite: decode recovery state: %w", err)
+				}
+			}
+		}
+		l.recovery = &r
+	}
+	return idem.Recovery{Point: l.recovery.Point, State: l.recovery.State.Clone()}, nil
+}
+
+// Checkpoint implements [idem.RecoveryLease]: it saves the recovery point
+// in the lease's transaction (begun now if the phase wrote nothing) and
+// commits; the next TxFromContext begins a new transaction. Only two-phase
+// leases keep recovery points.
+func (l *lease) Checkpoint(ctx context.Context, r idem.Recovery) error {
+	if l.mode != idem.ModeTwoPhase {
+		return fmt.Errorf("idemsqlite: checkpoint: %w", idem.ErrNoRecovery)
+	}
+	var state []byte
+	if len(r.State) > 0 {
+		var err error
+		if state, err = json.Marshal(r.State); err != nil {
+			return fmt.Errorf("idemsqlite: checkpoint: encode state: %w", err)
+		}
+	}
+	tx, ended := l.tx.detach()
+	if ended {
+		return fmt.Errorf("idemsqlite: checkpoint: %w", idem.ErrLeaseEnded)
+	}
+	if tx == nil {
+		var err error
+		if tx, err = l.store.begin(ctx); err != nil {
+			return err
+		}
+	}
+	res, err := tx.ExecContext(ctx, queryCheckpoint, r.Point, state, l.scope.ClientID, l.scope.Key, l.info.Token)
+	if err != nil {
+		tx.rollback()
+		return fmt.Errorf("idemsqlite: checkpoint: %w", unavailable(err))
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		tx.rollback()
+		return fmt.Errorf("idemsqlite: checkpoint %q (token %d): %w", r.Point, l.info.Token, idem.ErrLeaseLost)
+	}
+	if err := tx.commit(); err != nil {
+		return fmt.Errorf("idemsqlite: checkpoint: commit: %w", unavailable(err))
+	}
+	l.recovery = &idem.Recovery{Point: r.Point, State: r.State.Clone()}
+	return nil
+}
+
+// detach takes the transaction out and leaves the lease holding none, so
+// that the next use begins a new one.
+func (lt *leaseTx) detach() (tx *writeTx, ended bool) {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	if lt.ended {
+		return nil, true
+	}
+	tx, lt.tx = lt.tx, nil
+	return tx, false
+}
+
+func (lt *leaseTx) hasEnded() bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	return lt.ended
+}
+
+// Unfinished implements [idem.RecoveryStore], for the completer.
+func (s *Store) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*idem.Record, error) {
+	var cutoff any
+	if p.Retention > 0 {
+		cutoff = p.Now.Add(-p.Retention).UnixMicro()
+	}
+	rows, err := s.read.QueryContext(ctx, queryUnfinished, p.Now.Add(-p.LockTimeout).UnixMicro(), cutoff, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("idemsqlite: list unfinished keys: %w", unavailable(err))
+	}
+	defer rows.Close()
+	var out []*idem.Record
+	for rows.Next() {
+		rec := &idem.Record{Status: idem.StatusInFlight}
+		var (
+			createdAt int64
+			lockedAt  sql.NullInt64
+		)
+		if err := rows.Scan(&rec.Scope.ClientID, &rec.Scope.Key, &rec.Method, &rec.Path, &rec.RequestHash,
+			&rec.RequestFields, &rec.Token, &createdAt, &lockedAt); err != nil {
+			return nil, fmt.Errorf("idemsqlite: list unfinished keys: %w", unavailable(err))
+		}
+		rec.CreatedAt = time.UnixMicro(createdAt).UTC()
+		if lockedAt.Valid {
+			rec.LockedAt = time.UnixMicro(lockedAt.Int64).UTC()
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("idemsqlite: list unfinished keys: %w", unavailable(err))
+	}
+	return out, nil
+}
