@@ -213,6 +213,7 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
 			return res, fmt.Errorf("idem: completer: take the lock: %w", err)
 		}
 		if !held {
+			c.report(ctx, res)
 			return res, nil
 		}
 		defer unlock()
@@ -242,14 +243,19 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
 		}
 		res.Oldest = max(res.Oldest, now.Sub(rec.CreatedAt))
 	}
-	if c.cfg.Metrics != nil {
-		c.cfg.Metrics.CompleterPass(ctx, res)
-	}
+	c.report(ctx, res)
 	if res.Completed > 0 || res.Failed > 0 {
 		c.cfg.Logger.InfoContext(ctx, "idem: completer pass", "completed", res.Completed, "failed", res.Failed,
 			"skipped", res.Skipped, "oldest_unfinished", res.Oldest)
 	}
 	return res, nil
+}
+
+// report hands the result of a pass to the metrics.
+func (c *Completer) report(ctx context.Context, res CompleterResult) {
+	if c.cfg.Metrics != nil {
+		c.cfg.Metrics.CompleterPass(ctx, res)
+	}
 }
 
 // keyResult is how the completer's work on one key ended.
