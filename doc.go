@@ -60,6 +60,11 @@
 // stores implement [KeyAdmin] for the idem keys command and run
 // idemtest.RunAdminTests.
 //
+// Handlers that call other systems between database writes split the work
+// into [Phases] with recovery points, and a [Completer] finishes the ones
+// whose client went away; stores support them through [RecoveryLease] and
+// [RecoveryStore].
+//
 // Code that claims keys itself, outside the middleware (a queue consumer
 // calling idempg's Store.ClaimTx), builds the request hash with
 // [NewFingerprint].

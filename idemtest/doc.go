@@ -7,7 +7,10 @@
 // holders, tenant isolation, that a key in flight is reported without
 // waiting for its holder, that an ended lease answers [idem.ErrLeaseEnded]
 // and, for transactional stores, that business writes commit and roll back
-// with the key. Stores with a Purge method get the purge tests, and stores
+// with the key, and, for stores whose two-phase leases keep recovery points
+// ([idem.RecoveryLease]), that a retry or a takeover resumes at the last
+// committed recovery point and that a stale holder is fenced out of a
+// phase's commit. Stores with a Purge method get the purge tests, and stores
 // with a versioned schema (see [Harness].NewUnmigrated) the schema tests.
 // [RunAdminTests] checks a store's [idem.KeyAdmin]: listing, reading, the
 // fenced release of stuck keys and the deletion of completed ones.
