@@ -51,8 +51,10 @@ type Config struct {
 	// Idem configures the middleware; ClientID is set by the service.
 	// Defaults to idem's defaults.
 	Idem idem.Config
-	// Processor, when set, is charged before the payment is recorded.
-	// Defaults to none: payments succeed without a downstream call.
+	// Processor, when set, is charged before the payment is recorded. In
+	// idem.ModeTwoPhase the payment then runs by phases (see
+	// ResumePhases): a pending row, the charge, the outcome. Defaults to
+	// none: payments succeed without a downstream call.
 	Processor Processor
 	// Outbox, when set, receives a payment.succeeded or payment.declined
 	// event in each payment's transaction, and serves GET /v1/events.
@@ -211,6 +213,12 @@ func (s *Service) Create(w http.ResponseWriter, r *http.Request) {
 	params, err := ParseParams(r.Header.Get("Content-Type"), body)
 	if err != nil {
 		WriteParamProblem(w, err)
+		return
+	}
+	if s.phased() {
+		if err := s.createPhases(params).Run(r.Context(), w); err != nil {
+			s.cfg.Logger.WarnContext(r.Context(), "payments: the payment is unfinished; a retry or the completer resumes it", "err", err)
+		}
 		return
 	}
 	client, _ := ClientFromContext(r.Context())

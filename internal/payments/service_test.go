@@ -308,8 +308,9 @@ func TestLostProcessorAnswerChargesOnce(t *testing.T) {
 	f := setup(t, idem.ModeTwoPhase, proc)
 	body := `{"amount":4200,"currency":"usd","customer":"cus_123"}`
 	first := f.post(t, "sk_alice", "k-lossy", jsonType, body)
-	if first.status != http.StatusBadGateway {
-		t.Fatalf("first attempt: %d %s, want 502 (processor answer lost)", first.status, first.body)
+	if p := decode[idem.Problem](t, first.body); first.status != http.StatusServiceUnavailable ||
+		p.Code != string(idem.ProblemOperationUnfinished) || first.header.Get("Retry-After") == "" {
+		t.Fatalf("first attempt: %d %s, want 503 operation-unfinished with Retry-After (processor answer lost)", first.status, first.body)
 	}
 	retry := f.post(t, "sk_alice", "k-lossy", jsonType, body)
 	if retry.status != http.StatusCreated {

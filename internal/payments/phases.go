@@ -1,0 +1,196 @@
+package payments
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemsqlite"
+)
+
+// The recovery points of POST /v1/payments with a processor, in two-phase
+// mode: started -> payment_created (a pending payment row) ->
+// charge_created (the processor charged or declined, with the derived key)
+// -> finished (the payment succeeded or declined; the answer stored).
+const (
+	pointPaymentCreated = "payment_created"
+	pointChargeCreated  = "charge_created"
+)
+
+// Keys of the operation's state, saved with its recovery points.
+const (
+	statePayment = "payment_id"
+	stateCharge  = "charge_id"
+	stateOutcome = "outcome" // StatusSucceeded or StatusDeclined
+)
+
+// StatusPending is the status of a payment whose charge has not
+// finished: the phases' first recovery point.
+const StatusPending = "pending"
+
+// settler is a Repo that can settle a pending payment in the request's
+// transaction.
+type settler interface {
+	Settle(ctx context.Context, clientID, id, status string) error
+}
+
+// phased reports whether POST /v1/payments runs by phases: with a
+// processor, in two-phase mode.
+func (s *Service) phased() bool {
+	_, ok := s.cfg.Repo.(settler)
+	return s.cfg.Processor != nil && s.cfg.Idem.Mode == idem.ModeTwoPhase && ok
+}
+
+// createPhases are the phases of POST /v1/payments for params.
+func (s *Service) createPhases(params Params) idem.Phases {
+	ph := s.ResumePhases()
+	ph[idem.RecoveryStarted] = func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+		scope, _ := idem.ScopeFromContext(ctx)
+		p := &Payment{
+			ID: NewID(), Object: "payment", Amount: params.Amount, Currency: params.Currency,
+			Customer: params.Customer, Description: params.Description, Status: StatusPending,
+			Created: s.cfg.Now().Unix(), ClientID: scope.ClientID, IdempotencyKey: scope.Key,
+		}
+		if err := s.cfg.Repo.Insert(ctx, p); err != nil {
+			return "", err
+		}
+		st[statePayment] = p.ID
+		return pointPaymentCreated, nil
+	}
+	return ph
+}
+
+// ResumePhases are the phases of POST /v1/payments after its first, which
+// need no request: a completer runs them for payments whose client went
+// away.
+func (s *Service) ResumePhases() idem.Phases {
+	return idem.Phases{
+		pointPaymentCreated: s.charge,
+		pointChargeCreated:  s.settle,
+	}
+}
+
+// charge charges the payment at the processor with the derived key. A
+// decline is an outcome; any other error leaves the payment pending.
+func (s *Service) charge(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+	scope, _ := idem.ScopeFromContext(ctx)
+	p, err := s.cfg.Repo.Get(ctx, scope.ClientID, st[statePayment])
+	if err != nil {
+		return "", err
+	}
+	params := Params{Amount: p.Amount, Currency: p.Currency, Customer: p.Customer, Description: p.Description}
+	id, err := s.cfg.Processor.Charge(ctx, idem.DeriveKey(ctx, "charge"), params)
+	switch {
+	case errors.Is(err, ErrDeclined):
+		st[stateOutcome] = StatusDeclined
+	case err != nil:
+		s.cfg.Logger.WarnContext(ctx, "payments: the processor did not confirm the charge; the payment stays pending", "client_id", scope.ClientID, "err", err)
+		return "", err
+	default:
+		st[stateOutcome], st[stateCharge] = StatusSucceeded, id
+	}
+	return pointChargeCreated, nil
+}
+
+// settle records the outcome on the payment, with its event, and answers
+// it.
+func (s *Service) settle(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+	scope, _ := idem.ScopeFromContext(ctx)
+	if err := s.cfg.Repo.(settler).Settle(ctx, scope.ClientID, st[statePayment], st[stateOutcome]); err != nil {
+		return "", err
+	}
+	p, err := s.cfg.Repo.Get(ctx, scope.ClientID, st[statePayment])
+	if err != nil {
+		return "", err
+	}
+	p.Status = st[stateOutcome]
+	if err := s.enqueuePaymentEvent(ctx, p); err != nil {
+		return "", err
+	}
+	w.Header().Set("Location", "/v1/payments/"+p.ID)
+	if p.Status == StatusDeclined {
+		problem(w, ProblemDeclined, "The card processor declined the charge; payment "+p.ID+" was recorded as declined.")
+		return idem.RecoveryFinished, nil
+	}
+	writeJSON(w, http.StatusCreated, p)
+	return idem.RecoveryFinished, nil
+}
+
+// Settle sets the status of a pending payment in the request's
+// transaction.
+func (r *SQLiteRepo) Settle(ctx context.Context, clientID, id, status string) error {
+	tx, err := idemsqlite.TxFromContext(ctx)
+	if err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE payments SET status = ? WHERE client_id = ? AND id = ? AND status = 'pending'`, status, clientID, id)
+	if err != nil {
+		return fmt.Errorf("payments: settle: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fmt.Errorf("payments: settle %s: no pending payment", id)
+	}
+	return nil
+}
+
+// Settle sets the status of a pending payment in the request's
+// transaction.
+func (r *PostgresRepo) Settle(ctx context.Context, clientID, id, status string) error {
+	tx, err := idempg.TxFromContext(ctx)
+	if err != nil {
+		return err
+	}
+	tag, err := tx.Exec(ctx, `UPDATE payments SET status = $1 WHERE client_id = $2 AND id = $3 AND status = 'pending'`, status, clientID, id)
+	if err != nil {
+		return fmt.Errorf("payments: settle: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("payments: settle %s: no pending payment", id)
+	}
+	return nil
+}
+
+// SimulatedProcessor is an in-process card processor, for running the
+// service with nothing else: it charges once per idempotency key, and
+// declines amounts whose last two digits are 02, as processord does.
+type SimulatedProcessor struct {
+	mu      sync.Mutex
+	charges map[string]string // key -> charge id
+}
+
+var _ Processor = (*SimulatedProcessor)(nil)
+
+// NewSimulatedProcessor returns a processor with no charges.
+func NewSimulatedProcessor() *SimulatedProcessor {
+	return &SimulatedProcessor{charges: map[string]string{}}
+}
+
+// Charge implements Processor.
+func (p *SimulatedProcessor) Charge(ctx context.Context, key string, params Params) (string, error) {
+	if key == "" {
+		return "", errors.New("payments: simulated processor: a charge needs an idempotency key")
+	}
+	if params.Amount%100 == 2 {
+		return "", fmt.Errorf("payments: simulated processor: amount %d: %w", params.Amount, ErrDeclined)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	id, ok := p.charges[key]
+	if !ok {
+		id = "ch_" + rand.Text()
+		p.charges[key] = id
+	}
+	return id, nil
+}
+
+// Charges returns the number of distinct charges made.
+func (p *SimulatedProcessor) Charges() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.charges)
+}

@@ -1,0 +1,147 @@
+package payments_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/bearer"
+	"github.com/idemkit/idem/internal/database"
+	"github.com/idemkit/idem/internal/payments"
+	"github.com/idemkit/idem/internal/pgtest"
+)
+
+// flakyProcessor is the simulated processor, whose answers can be lost
+// after it charged.
+type flakyProcessor struct {
+	*payments.SimulatedProcessor
+	mu    sync.Mutex
+	lose  int
+	calls int
+}
+
+func (p *flakyProcessor) Charge(ctx context.Context, key string, params payments.Params) (string, error) {
+	id, err := p.SimulatedProcessor.Charge(ctx, key, params)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls++
+	if err == nil && p.lose > 0 {
+		p.lose--
+		return "", errors.New("connection lost after the charge was sent")
+	}
+	return id, err
+}
+
+type phasedFixture struct {
+	*fixture
+	svc  *payments.Service
+	db   *database.DB
+	proc *flakyProcessor
+}
+
+func setupPhased(t *testing.T, kind string) *phasedFixture {
+	t.Helper()
+	ctx := context.Background()
+	url := "sqlite:" + filepath.Join(t.TempDir(), "payments.db")
+	if kind == "postgres" {
+		url = pgtest.NewDatabase(t)
+	}
+	db, err := database.Open(ctx, url, &database.Config{Migrate: true, Logger: quiet})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(db.Close)
+	repo, err := payments.NewRepo(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc := &flakyProcessor{SimulatedProcessor: payments.NewSimulatedProcessor()}
+	svc, err := payments.NewService(payments.Config{
+		Repo: repo, Store: db.Store(), Logger: quiet, Processor: proc,
+		Tokens: must(bearer.Parse("sk_alice=alice")),
+		Idem:   idem.Config{Mode: idem.ModeTwoPhase},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(svc.Handler())
+	t.Cleanup(srv.Close)
+	return &phasedFixture{fixture: &fixture{url: srv.URL, repo: repo}, svc: svc, db: db, proc: proc}
+}
+
+func TestPaymentsByPhases(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			f := setupPhased(t, kind)
+			body := `{"amount":4200,"currency":"usd","customer":"cus_1"}`
+
+			f.proc.lose = 1
+			first := f.post(t, "sk_alice", "k-lost", jsonType, body)
+			if first.status != http.StatusServiceUnavailable || first.header.Get("Retry-After") == "" {
+				t.Fatalf("lost answer: %d %s; want 503 with Retry-After", first.status, first.body)
+			}
+			retry := f.post(t, "sk_alice", "k-lost", jsonType, body)
+			p := decode[payments.Payment](t, retry.body)
+			if retry.status != http.StatusCreated || p.Status != payments.StatusSucceeded {
+				t.Fatalf("retry: %d %s; want 201 succeeded", retry.status, retry.body)
+			}
+			if n, _ := f.repo.Count(context.Background(), "alice", "k-lost"); n != 1 || f.proc.Charges() != 1 {
+				t.Errorf("%d payments and %d charges; want 1 and 1", n, f.proc.Charges())
+			}
+			got, err := f.repo.Get(context.Background(), "alice", p.ID)
+			if err != nil || got.Status != payments.StatusSucceeded {
+				t.Errorf("stored payment = %+v, %v; want succeeded", got, err)
+			}
+
+			declined := `{"amount":4202,"currency":"usd","customer":"cus_1"}`
+			d := f.post(t, "sk_alice", "k-declined", jsonType, declined)
+			if pr := decode[idem.Problem](t, d.body); d.status != http.StatusPaymentRequired || pr.Code != "card-declined" {
+				t.Fatalf("declined card: %d %s; want 402 card-declined", d.status, d.body)
+			}
+			again := f.post(t, "sk_alice", "k-declined", jsonType, declined)
+			if again.status != http.StatusPaymentRequired || again.header.Get(idem.HeaderReplayed) != "true" || string(again.body) != string(d.body) {
+				t.Errorf("retry of the decline: %d %s; want the 402 replayed", again.status, again.body)
+			}
+			if n, _ := f.repo.Count(context.Background(), "alice", "k-declined"); n != 1 {
+				t.Errorf("%d payments for the declined key; want 1, declined", n)
+			}
+		})
+	}
+}
+
+func TestCompleterFinishesAbandonedPayment(t *testing.T) {
+	t.Parallel()
+	f := setupPhased(t, "sqlite")
+	body := `{"amount":4200,"currency":"usd","customer":"cus_1"}`
+	f.proc.lose = 1
+	if r := f.post(t, "sk_alice", "k-gone", jsonType, body); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("first attempt: %d; want 503", r.status)
+	}
+	// The client gives up; the completer finishes the payment.
+	store := f.db.Store().(idem.RecoveryStore)
+	c, err := idem.NewCompleter(store, &idem.CompleterConfig{
+		Operations: map[string]idem.Phases{"POST /v1/payments": f.svc.ResumePhases()},
+		Logger:     quiet, Now: func() time.Time { return time.Now() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.RunOnce(context.Background()); err != nil || res.Completed != 1 {
+		t.Fatalf("RunOnce = %+v, %v; want the payment completed", res, err)
+	}
+	back := f.post(t, "sk_alice", "k-gone", jsonType, body)
+	if p := decode[payments.Payment](t, back.body); back.status != http.StatusCreated || back.header.Get(idem.HeaderReplayed) != "true" || p.Status != payments.StatusSucceeded {
+		t.Errorf("client's return: %d %s; want the completer's 201, replayed", back.status, back.body)
+	}
+	if f.proc.Charges() != 1 || f.proc.calls != 2 {
+		t.Errorf("%d charges in %d calls; want 1 in 2", f.proc.Charges(), f.proc.calls)
+	}
+}
