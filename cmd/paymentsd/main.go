@@ -75,6 +75,7 @@ type options struct {
 	shutdown           time.Duration
 	processor          string
 	processorToken     string
+	completerInterval  time.Duration
 
 	// Operations.
 	logFormat string
@@ -102,7 +103,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.retention, "retention", env.Duration("PAYMENTSD_RETENTION", idem.RetentionDefault), "how long keys are kept (env PAYMENTSD_RETENTION)")
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", env.Duration("PAYMENTSD_LOCK_TIMEOUT", idem.LockTimeoutDefault), "two-phase lease length before takeover (env PAYMENTSD_LOCK_TIMEOUT)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", env.Duration("PAYMENTSD_SHUTDOWN_TIMEOUT", 30*time.Second), "how long in-flight requests may finish on SIGINT/SIGTERM (env PAYMENTSD_SHUTDOWN_TIMEOUT)")
-	fs.StringVar(&o.processor, "processor", env.String("PAYMENTSD_PROCESSOR", ""), "base URL of a card processor (processord) to charge; empty charges nothing (env PAYMENTSD_PROCESSOR)")
+	fs.StringVar(&o.processor, "processor", env.String("PAYMENTSD_PROCESSOR", ""), "base URL of a card processor (processord) to charge; empty charges nothing in atomic mode, and an in-process simulated processor in two-phase mode (env PAYMENTSD_PROCESSOR)")
+	fs.DurationVar(&o.completerInterval, "completer-interval", env.Duration("PAYMENTSD_COMPLETER_INTERVAL", idem.CompleterIntervalDefault), "two-phase mode: how often the completer finishes payments whose client went away; 0 disables (env PAYMENTSD_COMPLETER_INTERVAL)")
 	fs.StringVar(&o.processorToken, "processor-token", "", "bearer token sent to the card processor (env PAYMENTSD_PROCESSOR_TOKEN; default: processord's development token, with a warning)")
 	// Operations.
 	fs.StringVar(&o.logFormat, "log-format", env.String("PAYMENTSD_LOG_FORMAT", "text"), "log format: text or json; every request is logged in one line with its request id (env PAYMENTSD_LOG_FORMAT)")
@@ -202,6 +204,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if proc, err = payments.NewProcessorClient(o.processor, o.processorToken, nil); err != nil {
 			return err
 		}
+	} else if mode == idem.ModeTwoPhase {
+		logger.Info("paymentsd: no -processor; charging an in-process simulated processor")
+		proc = payments.NewSimulatedProcessor()
 	}
 	metrics := idemprom.New(nil)
 	outboxMetrics := idemprom.NewOutbox(nil)
@@ -266,6 +271,28 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// by the next instance (at least once). Run waits for it before the
 	// database closes.
 	defer func() { stopRelay(); <-relayDone; stopPurge() }()
+	if rs, ok := db.Store().(idem.RecoveryStore); ok && mode == idem.ModeTwoPhase && o.completerInterval > 0 {
+		cm := idemprom.NewCompleterMetrics(nil)
+		registry.MustRegister(cm)
+		completer, err := idem.NewCompleter(rs, &idem.CompleterConfig{
+			Operations: map[string]idem.Phases{"POST /v1/payments": svc.ResumePhases()},
+			Interval:   o.completerInterval, LockTimeout: o.lockTimeout, Retention: o.retention,
+			Logger: logger, Metrics: cm,
+		})
+		if err != nil {
+			return err
+		}
+		completerCtx, stopCompleter := context.WithCancel(ctx)
+		completerDone := make(chan struct{})
+		go func() {
+			defer close(completerDone)
+			completer.Run(completerCtx)
+		}()
+		defer func() {
+			stopCompleter()
+			<-completerDone // a key under way is released; before the database closes
+		}()
+	}
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
