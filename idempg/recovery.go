@@ -52,7 +52,8 @@ WHERE status = 'started' AND recovery_point IS NOT NULL
 ORDER BY created_at
 LIMIT $3`
 
-	queryTryLock = `SELECT pg_try_advisory_lock($1::bigint)`
+	queryTryLock     = `SELECT pg_try_advisory_lock($1::bigint)`
+	queryTryXactLock = `SELECT pg_try_advisory_xact_lock($1::bigint)`
 )
 
 // Recovery implements [idem.RecoveryLease]. A key that this lease claimed
@@ -238,8 +239,13 @@ func (s *Store) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*ide
 // TryLead implements [idem.Leader] with a session-level advisory lock,
 // taken without waiting, on a connection that the lock keeps until unlock:
 // one holder in the database at a time, and a holder whose process dies
-// loses it with its session. The completer takes it for each pass.
+// loses it with its session. With Config.TransactionPooling the lock is
+// transaction-scoped instead, in a transaction held open until unlock. The
+// completer takes it for each pass.
 func (s *Store) TryLead(ctx context.Context, name string) (unlock func(), held bool, err error) {
+	if s.cfg.TransactionPooling {
+		return s.tryLeadInTx(ctx, name)
+	}
 	conn, err := s.acquire(ctx, "take lock")
 	if err != nil {
 		return nil, false, err
@@ -260,6 +266,33 @@ func (s *Store) TryLead(ctx context.Context, name string) (unlock func(), held b
 			closeConn(conn)
 			return
 		}
+		conn.Release()
+	}, true, nil
+}
+
+// tryLeadInTx is TryLead behind a pooler in transaction mode, where a
+// session-level lock would stay on whichever server connection took it: a
+// transaction-scoped lock in a transaction that stays open, pinning its
+// server connection, until unlock rolls it back.
+func (s *Store) tryLeadInTx(ctx context.Context, name string) (unlock func(), held bool, err error) {
+	conn, err := s.acquire(ctx, "take lock")
+	if err != nil {
+		return nil, false, err
+	}
+	tx, err := conn.Begin(ctx)
+	if err == nil {
+		err = tx.QueryRow(ctx, queryTryXactLock, leadKey(name)).Scan(&held)
+	}
+	if err != nil || !held {
+		rollback(ctx, tx)
+		conn.Release()
+		if err != nil {
+			return nil, false, wrapErr(ctx, "take lock", err)
+		}
+		return nil, false, nil
+	}
+	return func() {
+		rollback(context.Background(), tx)
 		conn.Release()
 	}, true, nil
 }

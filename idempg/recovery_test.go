@@ -246,9 +246,18 @@ func TestCompleterOnTwoInstances(t *testing.T) {
 
 func TestTryLeadHasOneHolder(t *testing.T) {
 	t.Parallel()
+	for name, pooling := range map[string]bool{"SessionLock": false, "TransactionPooling": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testTryLead(t, pooling)
+		})
+	}
+}
+
+func testTryLead(t *testing.T, pooling bool) {
 	connString := pgtest.NewDatabase(t)
-	a := setupOn(t, newPool(t, connString, 2), nil)
-	b, err := idempg.New(newPool(t, connString, 2), &idempg.Config{Logger: quiet})
+	a := setupOn(t, newPool(t, connString, 2), &idempg.Config{TransactionPooling: pooling})
+	b, err := idempg.New(newPool(t, connString, 2), &idempg.Config{Logger: quiet, TransactionPooling: pooling})
 	if err != nil {
 		t.Fatal(err)
 	}
