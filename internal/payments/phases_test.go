@@ -103,8 +103,8 @@ func TestPaymentsByPhases(t *testing.T) {
 
 			declined := `{"amount":4202,"currency":"usd","customer":"cus_1"}`
 			d := f.post(t, "sk_alice", "k-declined", jsonType, declined)
-			if pr := decode[idem.Problem](t, d.body); d.status != http.StatusPaymentRequired || pr.Code != "card-declined" {
-				t.Fatalf("declined card: %d %s; want 402 card-declined", d.status, d.body)
+			if pr := decode[idem.Problem](t, d.body); d.status != http.StatusPaymentRequired || pr.Code != string(payments.ProblemDeclined.Code) {
+				t.Fatalf("declined card: %d %s; want 402 payment-declined", d.status, d.body)
 			}
 			again := f.post(t, "sk_alice", "k-declined", jsonType, declined)
 			if again.status != http.StatusPaymentRequired || again.header.Get(idem.HeaderReplayed) != "true" || string(again.body) != string(d.body) {
@@ -143,5 +143,30 @@ func TestCompleterFinishesAbandonedPayment(t *testing.T) {
 	}
 	if f.proc.Charges() != 1 || f.proc.calls != 2 {
 		t.Errorf("%d charges in %d calls; want 1 in 2", f.proc.Charges(), f.proc.calls)
+	}
+}
+
+// TestProcessordDeclineIsStored: processord declines amounts ending in 02
+// with a 402; the phased payment records it as declined and answers 402
+// card-declined, replayed on retry.
+func TestProcessordDeclineIsStored(t *testing.T) {
+	t.Parallel()
+	psrv := startProcessor(t)
+	proc, err := payments.NewProcessorClient(psrv.URL, "sk_pay", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := setup(t, idem.ModeTwoPhase, proc)
+	body := `{"amount":4202,"currency":"usd","customer":"cus_1"}`
+	first := f.post(t, "sk_alice", "k-decl", jsonType, body)
+	if p := decode[idem.Problem](t, first.body); first.status != http.StatusPaymentRequired || p.Code != string(payments.ProblemDeclined.Code) {
+		t.Fatalf("declined card: %d %s; want 402 payment-declined", first.status, first.body)
+	}
+	again := f.post(t, "sk_alice", "k-decl", jsonType, body)
+	if again.status != http.StatusPaymentRequired || again.header.Get(idem.HeaderReplayed) != "true" {
+		t.Errorf("retry: %d %s; want the 402 replayed", again.status, again.body)
+	}
+	if n, _ := f.repo.Count(context.Background(), "alice", "k-decl"); n != 1 {
+		t.Errorf("%d payments; want 1 (declined)", n)
 	}
 }
