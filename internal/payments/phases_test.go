@@ -170,3 +170,43 @@ func TestProcessordDeclineIsStored(t *testing.T) {
 		t.Errorf("%d payments; want 1 (declined)", n)
 	}
 }
+
+// failSettleOnce fails the first Settle, as a process that dies after the
+// charge_created checkpoint and before the final phase commits.
+type failSettleOnce struct {
+	payments.Repo
+	once sync.Once
+}
+
+func (r *failSettleOnce) Settle(ctx context.Context, clientID, id, status string) error {
+	var err error
+	r.once.Do(func() { err = errors.New("the final phase failed") })
+	if err != nil {
+		return err
+	}
+	return r.Repo.(interface {
+		Settle(context.Context, string, string, string) error
+	}).Settle(ctx, clientID, id, status)
+}
+
+// TestFinishedPhaseIsNotRepeated: a failure after charge_created resumes
+// there: the retry settles the payment without calling the processor again.
+func TestFinishedPhaseIsNotRepeated(t *testing.T) {
+	t.Parallel()
+	proc := &flakyProcessor{SimulatedProcessor: payments.NewSimulatedProcessor()}
+	f := setupWith(t, "sqlite", idem.ModeTwoPhase, proc, func(r payments.Repo) payments.Repo { return &failSettleOnce{Repo: r} })
+	body := `{"amount":4200,"currency":"usd","customer":"cus_1"}`
+	if r := f.post(t, "sk_alice", "k-settle", jsonType, body); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("first attempt: %d %s; want 503", r.status, r.body)
+	}
+	retry := f.post(t, "sk_alice", "k-settle", jsonType, body)
+	if p := decode[payments.Payment](t, retry.body); retry.status != http.StatusCreated || p.Status != payments.StatusSucceeded {
+		t.Fatalf("retry: %d %s; want 201 succeeded", retry.status, retry.body)
+	}
+	if proc.calls != 1 || proc.Charges() != 1 {
+		t.Errorf("processor called %d times for %d charges; want once: the charge phase had finished", proc.calls, proc.Charges())
+	}
+	if n, _ := f.repo.Count(context.Background(), "alice", "k-settle"); n != 1 {
+		t.Errorf("%d payments; want 1", n)
+	}
+}
