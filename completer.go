@@ -302,7 +302,7 @@ func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) ke
 		}
 	}
 	out := &recorder{header: make(http.Header)}
-	if err := ops.Run(kctx, out); err != nil {
+	if err := runPhases(kctx, ops, out); err != nil {
 		log.WarnContext(ctx, "idem: completer: the operation is still unfinished", "err", err)
 		c.release(finish, log, lease)
 		return keyFailed
@@ -321,6 +321,17 @@ func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) ke
 	}
 	log.InfoContext(ctx, "idem: completer finished a key", "token", lease.Info().Token, "status", out.statusCode())
 	return keyCompleted
+}
+
+// runPhases runs ops, and turns a panic in a phase into an error: the
+// completer runs in the background, where a panic would end the process.
+func runPhases(ctx context.Context, ops Phases, w http.ResponseWriter) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("idem: completer: a phase panicked: %v", v)
+		}
+	}()
+	return ops.Run(ctx, w)
 }
 
 // release frees the key, which keeps its recovery point.

@@ -410,3 +410,57 @@ func TestCompleterConfig(t *testing.T) {
 		t.Error("NewCompleter accepted a nil store")
 	}
 }
+
+// passSignal sends every pass's result on a channel.
+type passSignal chan idem.CompleterResult
+
+func (p passSignal) CompleterPass(_ context.Context, r idem.CompleterResult) { p <- r }
+
+func TestCompleterRunPassesUntilCancelled(t *testing.T) {
+	t.Parallel()
+	e := setupPhased(t, nil)
+	e.op.crash = "created"
+	e.post(t, "k1")
+	e.op.crash = ""
+	passes := make(passSignal)
+	c, err := idem.NewCompleter(e.store, &idem.CompleterConfig{
+		Operations: map[string]idem.Phases{"POST /v1/payments": e.op.resume()},
+		Interval:   time.Hour, Logger: quiet, Metrics: passes, Now: e.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	select {
+	case res := <-passes: // Run passes at once, before the first interval
+		if res.Completed != 1 {
+			t.Errorf("first pass = %+v; want the key completed", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no pass within 10 s of Run")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v after cancel; want nil", err)
+	}
+}
+
+func TestCompleterSurvivesAPanickingPhase(t *testing.T) {
+	t.Parallel()
+	e := setupPhased(t, nil)
+	e.op.crash = "created"
+	e.post(t, "k1")
+	c := e.completer(t, nil)
+	if res := runOnce(t, c); res.Failed != 1 {
+		t.Fatalf("pass with a panicking phase = %+v; want one failed key", res)
+	}
+	if rec, _ := e.point(t, "k1"); rec.Status != idem.StatusInFlight {
+		t.Fatalf("key = %q; want it still started", rec.Status)
+	}
+	e.op.crash = ""
+	if res := runOnce(t, c); res.Completed != 1 {
+		t.Errorf("next pass = %+v; want the key completed", res)
+	}
+}
