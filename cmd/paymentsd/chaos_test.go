@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/internal/processor"
+)
+
+// TestLossyProcessorChargesEveryKeyOnce runs 200 payments from 8
+// concurrent clients (idemclient, retrying with one key per payment)
+// through paymentsd in two-phase mode against a processord that loses 30%
+// of its answers after charging and answers 10% only after the caller gave
+// up: every payment ends succeeded, each key charged exactly once at the
+// processor (GET /v1/charges?idempotency_key=), no charge without a payment.
+func TestLossyProcessorChargesEveryKeyOnce(t *testing.T) {
+	t.Parallel()
+	paymentsd, processord := binaries(t)
+	dir := t.TempDir()
+	procDB := filepath.Join(dir, "proc.db")
+	proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", procDB, "-lose-rate", "0.3", "-timeout-rate", "0.1", "-seed", "7")
+	payDB := filepath.Join(dir, "pay.db")
+	svc := start(t, paymentsd, "-addr", "127.0.0.1:0", "-db", "sqlite:"+payDB, "-mode", "two-phase",
+		"-processor", proc.base, "-lock-timeout", "15s", "-completer-interval", "1s")
+
+	// Count the faults that processord logs, so that the test cannot pass
+	// without them.
+	var lost, held int
+	stopCounting := make(chan struct{})
+	counted := make(chan struct{})
+	go func() {
+		defer close(counted)
+		for {
+			select {
+			case line := <-proc.stderr.lines:
+				switch {
+				case strings.Contains(line, "closing the connection without an answer"):
+					lost++
+				case strings.Contains(line, "holding the answer"):
+					held++
+				}
+			case <-stopCounting:
+				return
+			}
+		}
+	}()
+	client, err := idemclient.New(&idemclient.Config{MaxAttempts: 100, MaxElapsed: 5 * time.Minute, AttemptTimeout: 30 * time.Second, MaxDelay: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const payments, clients = 200, 8
+	keys := make(chan int)
+	go func() {
+		for i := range payments {
+			keys <- i
+		}
+		close(keys)
+	}()
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for i := range keys {
+				key := fmt.Sprintf("chaos-%03d", i)
+				body := fmt.Sprintf(`{"amount":%d,"currency":"usd","customer":"cus_%d"}`, 1000+100*i, i)
+				ctx := idemclient.WithKey(context.Background(), key)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, svc.base+"/v1/payments", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer sk_a")
+				res, err := client.Do(req)
+				if err != nil {
+					t.Errorf("%s: %v", key, err)
+					continue
+				}
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != http.StatusCreated {
+					t.Errorf("%s: final answer %d; want 201", key, res.StatusCode)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stopCounting)
+	<-counted
+	if lost == 0 || held == 0 {
+		t.Errorf("processord lost %d answers and held %d; want some of each", lost, held)
+	}
+	t.Logf("processord lost %d answers and held %d past the caller's deadline", lost, held)
+
+	for i := range payments {
+		key := fmt.Sprintf("chaos-%03d", i)
+		derived := idem.DeriveKey(idem.ContextWithScope(context.Background(), idem.Scope{ClientID: "alice", Key: key}), "charge")
+		if n := chargesOf(t, proc.base, derived); n != 1 {
+			t.Errorf("%s: %d charges at the processor; want 1", key, n)
+		}
+	}
+	svc.kill()
+	proc.kill()
+	if n := countRows(t, payDB, `SELECT count(*) FROM payments WHERE status = 'succeeded'`); n != payments {
+		t.Errorf("%d succeeded payments; want %d", n, payments)
+	}
+	if n := countRows(t, payDB, `SELECT count(*) FROM payments`); n != payments {
+		t.Errorf("%d payment rows; want %d, one per key", n, payments)
+	}
+	if n := countRows(t, procDB, `SELECT count(*) FROM charges`); n != payments {
+		t.Errorf("%d charges at the processor; want %d, none without a payment", n, payments)
+	}
+}
+
+// chargesOf lists the charges of a derived key at the processor.
+func chargesOf(t *testing.T, base, key string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/v1/charges?idempotency_key="+url.QueryEscape(key), nil)
+	req.Header.Set("Authorization", "Bearer "+processor.DevToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET /v1/charges: %v", err)
+	}
+	defer res.Body.Close()
+	var list struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/charges: %d", res.StatusCode)
+	}
+	if err := json.NewDecoder(res.Body).Decode(&list); err != nil {
+		t.Fatalf("GET /v1/charges: %v", err)
+	}
+	return len(list.Data)
+}
