@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/internal/pgtest"
+)
+
+// TestKilledAtEachRecoveryPoint SIGKILLs paymentsd (two-phase, PostgreSQL)
+// at each point of a payment in turn, restarts it, and retries like a
+// client: for every key, exactly one charge at processord, exactly one
+// payment row, succeeded, and the client's final answer names it.
+//
+// The kill points are made without hooks in paymentsd: the test holds a
+// row lock that the next commit needs, waits until paymentsd waits on it,
+// and kills it there.
+func TestKilledAtEachRecoveryPoint(t *testing.T) {
+	t.Parallel()
+	paymentsd, processord := binaries(t)
+	for _, point := range []string{"payment_created", "charged", "charge_created"} {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", filepath.Join(dir, "proc.db"), "-delay", "1s")
+			dbURL := pgtest.NewDatabase(t)
+			args := []string{"-addr", "127.0.0.1:0", "-db", dbURL, "-mode", "two-phase",
+				"-processor", proc.base, "-lock-timeout", "2s"}
+			svc := start(t, paymentsd, args...)
+			ctx := context.Background()
+			pool, err := pgxpool.New(ctx, dbURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+
+			key := "crash-" + point
+			body := `{"amount":4200,"currency":"usd","customer":"cus_123"}`
+			inflight := make(chan answer, 1)
+			go func() { inflight <- post(t, svc.base, "sk_a", key, body) }()
+			waitFor(t, "the pending payment", func() bool { return recoveryPoint(ctx, pool, key) == "payment_created" })
+
+			var lock pgx.Tx
+			switch point {
+			case "payment_created": // inside the processor's call
+				proc.waitLog(t, "processord: charging")
+			case "charged": // the processor answered; the charge_created checkpoint waits
+				lock = lockRow(t, pool, `SELECT 1 FROM idempotency_keys WHERE idempotency_key = $1 FOR UPDATE`, key)
+				waitForLockWait(t, pool)
+			case "charge_created": // the final phase waits to settle the payment
+				lock = lockRow(t, pool, `SELECT 1 FROM payments WHERE idempotency_key = $1 FOR UPDATE`, key)
+				waitForLockWait(t, pool)
+				if got := recoveryPoint(ctx, pool, key); got != "charge_created" {
+					t.Fatalf("recovery point %q when the final phase waits; want charge_created", got)
+				}
+			}
+			svc.kill()
+			if lock != nil {
+				lock.Rollback(ctx)
+			}
+			if a := <-inflight; a.status != 0 {
+				t.Fatalf("the killed request got an answer: %d %s", a.status, a.body)
+			}
+
+			svc = start(t, paymentsd, args...)
+			final := retryWithIdemclient(t, svc.base, key, body)
+			var p struct{ ID, Status string }
+			if err := json.Unmarshal(final.body, &p); err != nil || final.status != http.StatusCreated || p.Status != "succeeded" {
+				t.Fatalf("final answer: %d %s; want 201 succeeded", final.status, final.body)
+			}
+			var rows int
+			var id, status string
+			if err := pool.QueryRow(ctx, `SELECT count(*), min(id), min(status) FROM payments WHERE idempotency_key = $1`, key).Scan(&rows, &id, &status); err != nil {
+				t.Fatal(err)
+			}
+			if rows != 1 || id != p.ID || status != "succeeded" {
+				t.Errorf("%d payment rows (%s %s); want one, %s succeeded, as the answer says", rows, id, status, p.ID)
+			}
+			derived := idem.DeriveKey(idem.ContextWithScope(ctx, idem.Scope{ClientID: "alice", Key: key}), "charge")
+			if n := chargesOf(t, proc.base, derived); n != 1 {
+				t.Errorf("%d charges at the processor for the key; want 1", n)
+			}
+		})
+	}
+}
+
+func recoveryPoint(ctx context.Context, pool *pgxpool.Pool, key string) string {
+	var point *string
+	if err := pool.QueryRow(ctx, `SELECT recovery_point FROM idempotency_keys WHERE idempotency_key = $1`, key).Scan(&point); err != nil || point == nil {
+		return ""
+	}
+	return *point
+}
+
+// lockRow begins a transaction that locks the row query selects.
+func lockRow(t *testing.T, pool *pgxpool.Pool, query, key string) pgx.Tx {
+	t.Helper()
+	tx, err := pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var one int
+	if err := tx.QueryRow(context.Background(), query, key).Scan(&one); err != nil {
+		tx.Rollback(context.Background())
+		t.Fatalf("lock the row: %v", err)
+	}
+	return tx
+}
+
+// waitForLockWait waits until a session of the database waits on a lock.
+func waitForLockWait(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	waitFor(t, "a session waiting on the row lock", func() bool {
+		var n int
+		pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return n > 0
+	})
+}
+
+// waitFor polls cond, for at most 60 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 60 s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // a poll under a generous deadline
+	}
+}
+
+// retryWithIdemclient sends the payment as a client does: idemclient, one
+// key, retries on 409 after Retry-After and on 5xx.
+func retryWithIdemclient(t *testing.T, base, key, body string) answer {
+	t.Helper()
+	client, err := idemclient.New(&idemclient.Config{MaxAttempts: 50, MaxElapsed: 2 * time.Minute, AttemptTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(idemclient.WithKey(context.Background(), key), http.MethodPost, base+"/v1/payments", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk_a")
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return answer{status: res.StatusCode, header: res.Header, body: b}
+}
+
