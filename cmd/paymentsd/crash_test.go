@@ -160,4 +160,3 @@ func retryWithIdemclient(t *testing.T, base, key, body string) answer {
 	b, _ := io.ReadAll(res.Body)
 	return answer{status: res.StatusCode, header: res.Header, body: b}
 }
-
