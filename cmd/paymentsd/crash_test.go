@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
@@ -159,4 +162,85 @@ func retryWithIdemclient(t *testing.T, base, key, body string) answer {
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
 	return answer{status: res.StatusCode, header: res.Header, body: b}
+}
+
+// TestKilledAtRecoveryPointsOnSQLite is TestKilledAtEachRecoveryPoint on
+// SQLite for the points a test can hold without hooks: inside the charge,
+// and after processord recorded the charge with the charge_created
+// checkpoint kept from committing by the test's write lock. (The moment
+// after charge_created has no lock to hold on SQLite; PostgreSQL's test
+// covers it.)
+func TestKilledAtRecoveryPointsOnSQLite(t *testing.T) {
+	t.Parallel()
+	paymentsd, processord := binaries(t)
+	for _, point := range []string{"payment_created", "charged"} {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			procDB := filepath.Join(dir, "proc.db")
+			proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", procDB, "-delay", "1s")
+			payDB := filepath.Join(dir, "pay.db")
+			args := []string{"-addr", "127.0.0.1:0", "-db", "sqlite:" + payDB, "-mode", "two-phase",
+				"-processor", proc.base, "-lock-timeout", "2s"}
+			svc := start(t, paymentsd, args...)
+			db, err := idemsqlite.Open(payDB, &idemsqlite.Config{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			ctx := context.Background()
+
+			key := "crash-" + point
+			body := `{"amount":4200,"currency":"usd","customer":"cus_123"}`
+			inflight := make(chan answer, 1)
+			go func() { inflight <- post(t, svc.base, "sk_a", key, body) }()
+			waitFor(t, "the pending payment", func() bool {
+				var p sql.NullString
+				db.ReadDB().QueryRow(`SELECT recovery_point FROM idempotency_keys WHERE idempotency_key = ?`, key).Scan(&p)
+				return p.String == "payment_created"
+			})
+			var lock *sql.Tx
+			if point == "charged" {
+				// The write lock keeps charge_created from committing; the
+				// charge is made once processord has recorded it.
+				if lock, err = db.DB().BeginTx(ctx, nil); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, "the charge at processord", func() bool {
+					return countRows(t, procDB, `SELECT count(*) FROM charges`) == 1
+				})
+			} else {
+				proc.waitLog(t, "processord: charging")
+			}
+			svc.kill()
+			if lock != nil {
+				lock.Rollback()
+			}
+			if a := <-inflight; a.status != 0 {
+				t.Fatalf("the killed request got an answer: %d %s", a.status, a.body)
+			}
+			var p sql.NullString
+			db.ReadDB().QueryRow(`SELECT recovery_point FROM idempotency_keys WHERE idempotency_key = ?`, key).Scan(&p)
+			if p.String != "payment_created" {
+				t.Fatalf("recovery point after the kill: %q; want payment_created", p.String)
+			}
+
+			svc = start(t, paymentsd, args...)
+			final := retryWithIdemclient(t, svc.base, key, body)
+			var pay struct{ ID, Status string }
+			if err := json.Unmarshal(final.body, &pay); err != nil || final.status != http.StatusCreated || pay.Status != "succeeded" {
+				t.Fatalf("final answer: %d %s; want 201 succeeded", final.status, final.body)
+			}
+			if n := countRows(t, payDB, `SELECT count(*) FROM payments WHERE idempotency_key = ? AND id = ? AND status = 'succeeded'`, key, pay.ID); n != 1 {
+				t.Errorf("%d succeeded payment rows named by the answer; want 1", n)
+			}
+			if n := countRows(t, payDB, `SELECT count(*) FROM payments`); n != 1 {
+				t.Errorf("%d payment rows; want 1", n)
+			}
+			derived := idem.DeriveKey(idem.ContextWithScope(ctx, idem.Scope{ClientID: "alice", Key: key}), "charge")
+			if n := chargesOf(t, proc.base, derived); n != 1 {
+				t.Errorf("%d charges at the processor for the key; want 1", n)
+			}
+		})
+	}
 }
