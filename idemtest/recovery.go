@@ -12,7 +12,10 @@ import (
 
 // runRecoveryTests runs the cases of recovery points ([idem.RecoveryLease])
 // and of the completer's listing ([idem.RecoveryStore]). A store whose
-// two-phase leases keep no recovery points skips them.
+// two-phase leases keep no recovery points skips them. The cases run one
+// after the other: each store is a database of its own on some harnesses,
+// and the suite's parallel cases already press the server's connection
+// limit.
 func runRecoveryTests(t *testing.T, h Harness) {
 	t.Helper()
 	s := suite{h: h, mode: idem.ModeTwoPhase}
@@ -84,7 +87,6 @@ func (s suite) wantRows(t *testing.T, store idem.Store, value string, want int) 
 }
 
 func (s suite) newKeyIsAtStarted(t *testing.T) {
-	t.Parallel()
 	store := s.h.NewStore(t)
 	l := s.recoveryLease(t, store, s.params(newScope("alice"), "a", epoch))
 	wantRecovery(t, l, idem.RecoveryStarted, nil)
@@ -92,7 +94,6 @@ func (s suite) newKeyIsAtStarted(t *testing.T) {
 }
 
 func (s suite) retryResumesAfterRelease(t *testing.T) {
-	t.Parallel()
 	store := s.h.NewStore(t)
 	scope := newScope("alice")
 	p := s.params(scope, "a", epoch)
@@ -119,7 +120,6 @@ func (s suite) retryResumesAfterRelease(t *testing.T) {
 }
 
 func (s suite) takeoverResumes(t *testing.T) {
-	t.Parallel()
 	store := s.h.NewStore(t)
 	scope := newScope("alice")
 	l := s.recoveryLease(t, store, s.params(scope, "a", epoch))
@@ -139,7 +139,6 @@ func (s suite) takeoverResumes(t *testing.T) {
 }
 
 func (s suite) staleHolderFencedOutOfCheckpoint(t *testing.T) {
-	t.Parallel()
 	store := s.h.NewStore(t)
 	scope := newScope("alice")
 	old := s.recoveryLease(t, store, s.params(scope, "a", epoch))
@@ -167,7 +166,6 @@ func (s suite) staleHolderFencedOutOfCheckpoint(t *testing.T) {
 
 func (s suite) eachPhaseCommitsItsWrites(t *testing.T) {
 	s.needTx(t)
-	t.Parallel()
 	store := s.h.NewStore(t)
 	scope := newScope("alice")
 	l := s.recoveryLease(t, store, s.params(scope, "a", epoch))
@@ -183,7 +181,6 @@ func (s suite) eachPhaseCommitsItsWrites(t *testing.T) {
 }
 
 func (s suite) replacedKeyStartsOver(t *testing.T) {
-	t.Parallel()
 	store := s.h.NewStore(t)
 	scope := newScope("alice")
 	l := s.recoveryLease(t, store, s.params(scope, "a", epoch))
@@ -198,7 +195,6 @@ func (s suite) replacedKeyStartsOver(t *testing.T) {
 }
 
 func (s suite) releaseWithoutPointFreesKey(t *testing.T) {
-	t.Parallel()
 	store := s.h.NewStore(t)
 	scope := newScope("alice")
 	l := s.recoveryLease(t, store, s.params(scope, "a", epoch))
@@ -212,7 +208,6 @@ func (s suite) releaseWithoutPointFreesKey(t *testing.T) {
 }
 
 func (s suite) listsUnfinishedKeys(t *testing.T) {
-	t.Parallel()
 	store := s.h.NewStore(t)
 	rs, ok := store.(idem.RecoveryStore)
 	if !ok {
@@ -261,7 +256,6 @@ func (s suite) listsUnfinishedKeys(t *testing.T) {
 }
 
 func (s suite) atomicLeaseKeepsNoPoint(t *testing.T) {
-	t.Parallel()
 	store := s.h.NewStore(t)
 	atomic := suite{h: s.h, mode: idem.ModeAtomic}
 	l := atomic.mustLease(t, store, atomic.params(newScope("alice"), "a", epoch))
