@@ -52,7 +52,7 @@ func TestKilledAtEachRecoveryPoint(t *testing.T) {
 			body := `{"amount":4200,"currency":"usd","customer":"cus_123"}`
 			inflight := make(chan answer, 1)
 			go func() { inflight <- post(t, svc.base, "sk_a", key, body) }()
-			waitFor(t, "the pending payment", func() bool { return recoveryPoint(ctx, pool, key) == "payment_created" })
+			waitFor(t, 60*time.Second, "the pending payment", func() bool { return recoveryPoint(ctx, pool, key) == "payment_created" })
 
 			var lock pgx.Tx
 			switch point {
@@ -124,24 +124,12 @@ func lockRow(t *testing.T, pool *pgxpool.Pool, query, key string) pgx.Tx {
 // waitForLockWait waits until a session of the database waits on a lock.
 func waitForLockWait(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
-	waitFor(t, "a session waiting on the row lock", func() bool {
+	waitFor(t, 60*time.Second, "a session waiting on the row lock", func() bool {
 		var n int
 		pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
 		return n > 0
 	})
-}
-
-// waitFor polls cond, for at most 60 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 60 s", what)
-		}
-		time.Sleep(20 * time.Millisecond) // a poll under a generous deadline
-	}
 }
 
 // retryWithIdemclient sends the payment as a client does: idemclient, one
@@ -194,7 +182,7 @@ func TestKilledAtRecoveryPointsOnSQLite(t *testing.T) {
 			body := `{"amount":4200,"currency":"usd","customer":"cus_123"}`
 			inflight := make(chan answer, 1)
 			go func() { inflight <- post(t, svc.base, "sk_a", key, body) }()
-			waitFor(t, "the pending payment", func() bool {
+			waitFor(t, 60*time.Second, "the pending payment", func() bool {
 				var p sql.NullString
 				db.ReadDB().QueryRow(`SELECT recovery_point FROM idempotency_keys WHERE idempotency_key = ?`, key).Scan(&p)
 				return p.String == "payment_created"
@@ -206,7 +194,7 @@ func TestKilledAtRecoveryPointsOnSQLite(t *testing.T) {
 				if lock, err = db.DB().BeginTx(ctx, nil); err != nil {
 					t.Fatal(err)
 				}
-				waitFor(t, "the charge at processord", func() bool {
+				waitFor(t, 60*time.Second, "the charge at processord", func() bool {
 					return countRows(t, procDB, `SELECT count(*) FROM charges`) == 1
 				})
 			} else {

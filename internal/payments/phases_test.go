@@ -148,7 +148,7 @@ func TestCompleterFinishesAbandonedPayment(t *testing.T) {
 
 // TestProcessordDeclineIsStored: processord declines amounts ending in 02
 // with a 402; the phased payment records it as declined and answers 402
-// card-declined, replayed on retry.
+// payment-declined, replayed on retry.
 func TestProcessordDeclineIsStored(t *testing.T) {
 	t.Parallel()
 	psrv := startProcessor(t)
