@@ -85,7 +85,7 @@ func TestCompleterOnTwoPostgresInstances(t *testing.T) {
 	procDB := filepath.Join(dir, "proc.db")
 	proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", procDB, "-delay", "500ms")
 	dbURL := pgtest.NewDatabase(t)
-	args := []string{"-addr", "127.0.0.1:0", "-db", dbURL, "-mode", "two-phase",
+	args := []string{"-addr", "127.0.0.1:0", "-db", withPoolSize(dbURL, 4), "-mode", "two-phase",
 		"-processor", proc.base, "-lock-timeout", "2s", "-completer-interval", "1s"}
 	body := `{"amount":4200,"currency":"usd","customer":"cus_123"}`
 	b := start(t, paymentsd, args...)
@@ -93,7 +93,7 @@ func TestCompleterOnTwoPostgresInstances(t *testing.T) {
 	a := start(t, paymentsd, args...)
 
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dbURL)
+	pool, err := pgxpool.New(ctx, withPoolSize(dbURL, 2))
 	if err != nil {
 		t.Fatal(err)
 	}

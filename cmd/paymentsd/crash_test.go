@@ -38,11 +38,11 @@ func TestKilledAtEachRecoveryPoint(t *testing.T) {
 			dir := t.TempDir()
 			proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", filepath.Join(dir, "proc.db"), "-delay", "1s")
 			dbURL := pgtest.NewDatabase(t)
-			args := []string{"-addr", "127.0.0.1:0", "-db", dbURL, "-mode", "two-phase",
+			args := []string{"-addr", "127.0.0.1:0", "-db", withPoolSize(dbURL, 4), "-mode", "two-phase",
 				"-processor", proc.base, "-lock-timeout", "2s"}
 			svc := start(t, paymentsd, args...)
 			ctx := context.Background()
-			pool, err := pgxpool.New(ctx, dbURL)
+			pool, err := pgxpool.New(ctx, withPoolSize(dbURL, 2))
 			if err != nil {
 				t.Fatal(err)
 			}
