@@ -267,7 +267,10 @@ func (h *harness) liveViolation(op *Op, a *Attempt) string {
 // paymentsd's 502 for a processor that did not answer.
 func (h *harness) documented5xx(code string) bool {
 	switch code {
-	case string(idem.ProblemUnavailable), string(idem.ProblemOutcomeUnknown):
+	case string(idem.ProblemUnavailable), string(idem.ProblemOutcomeUnknown), string(idem.ProblemOperationUnfinished):
+		// operation-unfinished: a two-phase payment stopped at a recovery
+		// point (the processor's answer was lost, or a commit failed); the
+		// retry resumes it.
 		return true
 	case problemProcessorUnavailable:
 		pf := h.cfg.ProcessorFaults
