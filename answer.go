@@ -1,0 +1,144 @@
+package idem
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// unavailableRetryAfter is the Retry-After of 503 answers, in seconds.
+const unavailableRetryAfter = 1
+
+// problem answers with a problem of one of idem's kinds and counts its
+// result.
+func (m *Middleware) problem(w http.ResponseWriter, r *http.Request, code ProblemCode, detail string, retryAfter int) {
+	m.cfg.Metrics.Request(r.Context(), resultOf(code))
+	WriteProblem(w, code.Kind().New(m.cfg.ProblemTypeBase, detail), retryAfter)
+}
+
+// resultOf is the Result counted for a problem the middleware answers.
+func resultOf(code ProblemCode) Result {
+	switch code {
+	case ProblemKeyInFlight:
+		return ResultInFlight
+	case ProblemKeyReused:
+		return ResultMismatch
+	case ProblemUnavailable:
+		return ResultUnavailable
+	case ProblemOutcomeUnknown:
+		return ResultOutcomeUnknown
+	}
+	return ResultRejected
+}
+
+// unavailable answers 503: the store failed. detail says what became of
+// the request.
+func (m *Middleware) unavailable(c *call, detail string) {
+	m.problem(c.w, c.r, ProblemUnavailable, detail, unavailableRetryAfter)
+}
+
+// answerExisting answers a request whose key is already held or completed.
+func (m *Middleware) answerExisting(c *call, rec *Record) {
+	r := c.r
+	if len(rec.RequestHash) > 0 && !bytes.Equal(rec.RequestHash, c.fp.sum[:]) {
+		p := ProblemKeyReused.Kind().New(m.cfg.ProblemTypeBase, "")
+		if rec.Method != r.Method || rec.Path != r.URL.EscapedPath() {
+			p.OriginalRequest = rec.Method + " " + rec.Path
+			p.Detail = fmt.Sprintf("This key was first used for %s %s.", rec.Method, rec.Path)
+		} else if first := kindChange(rec.RequestFields, c.fp); first != "" {
+			// Fields of another media type compare as all different; name
+			// the media type instead.
+			p.Detail = fmt.Sprintf("This key was first used with %s, and this request has %s: the media type differs. A retry must send the first request's media type and body.", describeKind(first), describeKind(c.fp.kind))
+		} else if p.Fields = diffFields(rec.RequestFields, c.fp); len(p.Fields) > 0 {
+			p.Detail = fmt.Sprintf("This key was first used with a different request: %s %s.", strings.Join(p.Fields, ", "), plural(len(p.Fields), "differs", "differ"))
+		} else {
+			p.Detail = "This key was first used with a different request: the query string or body differs."
+		}
+		m.cfg.Metrics.Request(r.Context(), ResultMismatch)
+		WriteProblem(c.w, p, 0)
+		return
+	}
+	if rec.Status == StatusCompleted && rec.Response != nil {
+		m.cfg.Metrics.Request(r.Context(), ResultReplayed)
+		m.replay(c.w, rec.Response)
+		return
+	}
+	m.problem(c.w, r, ProblemKeyInFlight, "The first request with this key is still being processed; retry with the same key after Retry-After.", m.inFlightRetryAfter(rec))
+}
+
+// inFlightRetryAfter is the Retry-After, in seconds, of the 409 for a key
+// in flight: in two-phase mode what is left of the holder's lease, rounded
+// up, at least 1 and at most the lock timeout; 1 in atomic mode, where the
+// holder's transaction decides and there is no lease to wait for.
+//
+// The clock is read again after the claim: the holder may have claimed the
+// key while this request's claim waited, after this request's first
+// reading. What is left of a lease is never more than the lock timeout,
+// even when the holder's clock is ahead of this one.
+func (m *Middleware) inFlightRetryAfter(rec *Record) int {
+	if m.cfg.Mode != ModeTwoPhase || rec.LockedAt.IsZero() {
+		return 1
+	}
+	left := min(rec.LockedAt.Add(m.cfg.LockTimeout).Sub(m.cfg.Now()), m.cfg.LockTimeout)
+	return max(1, int((left+time.Second-1)/time.Second))
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func (m *Middleware) replay(w http.ResponseWriter, resp *Response) {
+	h := w.Header()
+	values := copyFields(h, resp.Header, nil, 1)
+	h[HeaderReplayed] = append(values, "true")
+	writeBody(w, resp.StatusCode, resp.Body)
+}
+
+// copyFields copies the fields of src to dst, all of them or those named,
+// with their values in one new slice, and returns the rest of that slice:
+// room for extra more values. Each field's values are capped, so that
+// appending to one never writes into another's.
+func copyFields(dst, src http.Header, names []string, extra int) []string {
+	n := extra
+	for name, v := range src {
+		if names == nil || slices.Contains(names, name) {
+			n += len(v)
+		}
+	}
+	values := make([]string, 0, n)
+	for name, v := range src {
+		switch {
+		case names != nil && !slices.Contains(names, name):
+		case len(v) == 0:
+			if names == nil {
+				dst[name] = slices.Clone(v) // as it was: nil or empty
+			}
+		default:
+			start := len(values)
+			values = append(values, v...)
+			dst[name] = values[start:len(values):len(values)]
+		}
+	}
+	return values[len(values):]
+}
+
+func writeBody(w http.ResponseWriter, status int, body []byte) {
+	if bodyAllowed(status) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	}
+	w.WriteHeader(status)
+	if bodyAllowed(status) {
+		w.Write(body)
+	}
+}
+
+func bodyAllowed(status int) bool {
+	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
+}

@@ -1,0 +1,152 @@
+package idem
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+)
+
+// rejection is a 4xx answer found while parsing, before any store work.
+type rejection struct {
+	code   ProblemCode
+	detail string
+}
+
+// parse reads the key, the client, the body and the fingerprint of a
+// request that needs a key or carries one.
+func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool) (*call, *rejection) {
+	key, present, err := keyFromHeader(r.Header)
+	if err != nil {
+		return nil, &rejection{ProblemKeyMalformed, reasonOf(err, "The Idempotency-Key field is malformed") + "."}
+	}
+	if !present {
+		return nil, &rejection{ProblemKeyMissing, fmt.Sprintf("%s %s requires an Idempotency-Key header.", r.Method, r.URL.Path)}
+	}
+	clientID, ok := m.cfg.ClientID(r)
+	if !ok || clientID == "" {
+		return nil, &rejection{ProblemUnauthenticated, "The request carries no client identity."}
+	}
+	noteScope(r.Context(), Scope{ClientID: clientID, Key: key})
+	contentType := r.Header.Values("Content-Type")
+	if len(contentType) > 1 {
+		// A singleton field (RFC 9110): which one describes the body is
+		// anyone's guess, and a proxy may have picked the other.
+		return nil, &rejection{ProblemBodyMalformed, fmt.Sprintf("The request has %d Content-Type header fields; send exactly one.", len(contentType))}
+	}
+	body, rej := m.readBody(w, r)
+	if rej != nil {
+		return nil, rej
+	}
+	fp, err := fingerprintOf(FingerprintParams{
+		Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
+		ContentType: r.Header.Get("Content-Type"), Body: body,
+		Exclude: m.cfg.ExcludeFields, Raw: !required,
+	})
+	switch {
+	case errors.Is(err, errUnsupportedMediaType):
+		return nil, &rejection{ProblemMediaType, reasonOf(err, "The media type is not supported") + "."}
+	case err != nil:
+		return nil, &rejection{ProblemBodyMalformed, reasonOf(err, "The request body is malformed") + "."}
+	}
+	return &call{
+		w: w, r: r,
+		scope: Scope{ClientID: clientID, Key: key},
+		body:  body, fp: fp,
+		base: m.cfg.Logger,
+	}, nil
+}
+
+// reasonOf returns the reason, safe to show to the client, that a key or
+// body error carries, or fallback for an error that carries none.
+func reasonOf(err error, fallback string) string {
+	var ke *invalidKeyError
+	if errors.As(err, &ke) && ke.Reason != "" {
+		return ke.Reason
+	}
+	var be *bodyError
+	if errors.As(err, &be) && be.reason != "" {
+		return be.reason
+	}
+	return fallback
+}
+
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *rejection) {
+	max := m.cfg.MaxBodyBytes
+	tooLarge := func() *rejection {
+		return &rejection{ProblemBodyTooLarge, fmt.Sprintf("The body is larger than the limit of %d bytes.", max)}
+	}
+	if r.ContentLength > max {
+		return nil, tooLarge()
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	body, err := readAll(http.MaxBytesReader(w, r.Body, max), r.ContentLength)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge()
+		}
+		if detail, ok := timeoutDetail(r, err); ok {
+			return nil, &rejection{ProblemBodyTimeout, detail}
+		}
+		return nil, &rejection{ProblemBodyMalformed, "The request body could not be read."}
+	}
+	return body, nil
+}
+
+// readAll reads rd to its end, as io.ReadAll does, into a buffer sized for
+// a body of the given length when it is known (not negative), so that a
+// body of the length it declares is read in one allocation.
+func readAll(rd io.Reader, length int64) ([]byte, error) {
+	if length < 0 {
+		return io.ReadAll(rd)
+	}
+	// One byte more than the body, so that reading its end needs no room;
+	// a body larger than a mebibyte grows as it arrives, as a client may
+	// declare a length it never sends.
+	b := make([]byte, 0, min(length, 1<<20)+1)
+	for {
+		n, err := rd.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // the body is longer than it said; let append grow it
+		}
+	}
+}
+
+// timeoutDetail reports whether reading the body failed because a read
+// deadline or timeout passed, and says which, for the client. The
+// connection's read deadline, which net/http sets from Server.ReadTimeout,
+// fails reads with an error wrapping os.ErrDeadlineExceeded; a body read
+// under a context's deadline fails with context.DeadlineExceeded.
+func timeoutDetail(r *http.Request, err error) (string, bool) {
+	const retry = " The request was not processed; send the whole body promptly and retry with the same key."
+	var timeout interface{ Timeout() bool }
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "The request body did not arrive before the request's deadline." + retry, true
+	case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &timeout) && timeout.Timeout():
+		if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok && srv.ReadTimeout > 0 {
+			return fmt.Sprintf("The request body did not arrive within the server's read timeout of %s, which counts from the start of the request.", srv.ReadTimeout) + retry, true
+		}
+		return "The request body did not arrive before the server's read deadline." + retry, true
+	}
+	return "", false
+}
+
+// bodyReader is the body a handler reads: the buffered request body.
+type bodyReader struct{ bytes.Reader }
+
+// Close does nothing: the body is in memory.
+func (*bodyReader) Close() error { return nil }
