@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/internal/pgcluster"
 	"github.com/idemkit/idem/internal/pgproxy"
 )
@@ -94,6 +95,16 @@ const (
 	settleAttempts = 120
 	// verifyAttempts bounds the attempts of one verification replay.
 	verifyAttempts = 10
+	// eventsTimeout bounds the wait, after the replays, for the event of
+	// every acknowledged payment to reach the receiver. An event is due at
+	// its commit; a relay polls every relayPoll, a batch held by a killed
+	// instance is due again when its connection's transaction ends, and an
+	// event the receiver refused is retried after webhookRetry, then twice
+	// that. A few seconds suffice; the bound is generous for a loaded
+	// machine. An event still missing then is a violation.
+	eventsTimeout = 30*time.Second + 4*relayPoll + 3*(1<<receiverMaxFailures)*webhookRetry
+	// eventsPoll is how often the wait looks at the receiver.
+	eventsPoll = 200 * time.Millisecond
 )
 
 func (c Config) withDefaults() Config {
@@ -196,6 +207,7 @@ type harness struct {
 	proxy     *pgproxy.Proxy
 	processor *process
 	instances []*process
+	receiver  *receiver
 	client    *http.Client
 	history   *History
 	faults    faultCounts
@@ -289,6 +301,10 @@ func (h *harness) deploy(ctx context.Context) error {
 		logPath: filepath.Join(h.dir, "processord.log"),
 	}
 	h.processor.supervise()
+	secret := idemoutbox.NewSecret()
+	if h.receiver, err = startReceiver(secret, h.cfg.Seed); err != nil {
+		return err
+	}
 	for i := range h.cfg.Instances {
 		db := h.dbURL
 		if i == 0 {
@@ -296,7 +312,7 @@ func (h *harness) deploy(ctx context.Context) error {
 		}
 		p := &process{
 			name: fmt.Sprintf("paymentsd-%d", i), path: paymentsd, addr: addrs[i+1],
-			args:    paymentsdArgs(addrs[i+1], db, "http://"+addrs[0], h.cfg.LockTimeout),
+			args:    paymentsdArgs(addrs[i+1], db, "http://"+addrs[0], h.cfg.LockTimeout, h.receiver.url, secret),
 			env:     h.cfg.Env,
 			logPath: filepath.Join(h.dir, fmt.Sprintf("paymentsd-%d.log", i)),
 		}
@@ -328,6 +344,9 @@ func (h *harness) close() {
 	wg.Wait()
 	if h.processor != nil {
 		h.processor.stop()
+	}
+	if h.receiver != nil {
+		h.receiver.close()
 	}
 	if h.proxy != nil {
 		h.proxy.Close()
@@ -398,6 +417,11 @@ func (h *harness) run(ctx context.Context) (*Summary, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
+	fmt.Fprintf(cfg.Progress, "chaos: %s: waiting for the events of the acknowledged payments\n", since(start))
+	h.waitEvents(ctx)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
 	fmt.Fprintf(cfg.Progress, "chaos: %s: checking the history against the database\n", since(start))
 	report, err := h.check(ctx)
 	if err != nil {
@@ -458,6 +482,26 @@ func (h *harness) verify(ctx context.Context) {
 	wg.Wait()
 }
 
+// waitEvents waits, at most eventsTimeout, until the receiver has accepted
+// an event for every acknowledged payment.
+func (h *harness) waitEvents(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, eventsTimeout)
+	defer cancel()
+	for ctx.Err() == nil {
+		got := h.receiver.stats().ByPayment
+		missing := 0
+		for id := range h.history.ackedPayments() {
+			if len(got[id]) == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return
+		}
+		sleepCtx(ctx, eventsPoll)
+	}
+}
+
 // progress writes a line every ProgressEvery until stop is closed.
 func (h *harness) progress(start time.Time, stop <-chan struct{}) {
 	t := time.NewTicker(h.cfg.ProgressEvery)
@@ -475,8 +519,8 @@ func (h *harness) progress(start time.Time, stop <-chan struct{}) {
 				acked++
 			}
 		}
-		fmt.Fprintf(h.cfg.Progress, "chaos: %s ops=%d attempts=%d acked=%d kills=%d pauses=%d db_restarts=%d commit_cuts=%d violations=%d\n",
-			since(start), len(ops), h.history.attempts.Load(), acked,
+		fmt.Fprintf(h.cfg.Progress, "chaos: %s ops=%d attempts=%d acked=%d events=%d kills=%d pauses=%d db_restarts=%d commit_cuts=%d violations=%d\n",
+			since(start), len(ops), h.history.attempts.Load(), acked, h.receiver.stats().Delivered,
 			h.faults.kills.Load(), h.faults.pauses.Load(), h.faults.dbRestarts.Load(), h.proxy.Cuts(), h.history.suspect.Load())
 	}
 }

@@ -87,7 +87,8 @@ func TestSummaryJSONNamesEveryField(t *testing.T) {
 	}
 	for _, f := range []string{"seed", "operations", "attempts", "acknowledged", "lost", "duplicated",
 		"mismatched_replays", "cross_tenant", "stuck_keys", "kills", "pauses", "db_restarts",
-		"commit_cuts", "bank_total_ok", "unexpected_5xx"} {
+		"commit_cuts", "bank_total_ok", "unexpected_5xx", "events_delivered", "events_missing",
+		"events_unknown", "events_invalid_signature", "events_duplicate_ids"} {
 		if _, ok := m[f]; !ok {
 			t.Errorf("the JSON summary has no %q", f)
 		}
@@ -115,7 +116,7 @@ func setupRun(t *testing.T) string {
 }
 
 // TestRun is the run CI makes: a fixed seed, every kind of fault, and not
-// one violation.
+// one violation, the outbox's events included.
 func TestRun(t *testing.T) {
 	t.Parallel()
 	src := setupRun(t)
@@ -138,6 +139,14 @@ func TestRun(t *testing.T) {
 	if sum.Acknowledged == 0 || sum.Kills == 0 || sum.Pauses == 0 || sum.DBRestarts == 0 || sum.CommitCuts == 0 {
 		t.Errorf("a run that proves nothing: %d acknowledged, %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts",
 			sum.Acknowledged, sum.Kills, sum.Pauses, sum.DBRestarts, sum.CommitCuts)
+	}
+	// Violations above counts these too; they are asserted by name so that
+	// a checker that stops counting them fails here.
+	if sum.EventsMissing != 0 || sum.EventsUnknown != 0 || sum.EventsInvalidSignature != 0 {
+		t.Errorf("events: %d missing, %d unknown, %d invalid signatures", sum.EventsMissing, sum.EventsUnknown, sum.EventsInvalidSignature)
+	}
+	if sum.EventsDelivered == 0 || sum.EventsRefused == 0 {
+		t.Errorf("events that prove nothing: %d delivered, %d deliveries refused and retried", sum.EventsDelivered, sum.EventsRefused)
 	}
 }
 

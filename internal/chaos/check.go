@@ -26,6 +26,10 @@ const (
 	vUnanswered = "unanswered"
 	vReuse      = "reuse_accepted"
 	vUnknown    = "unknown_payments"
+
+	vEventMissing = "events_missing"
+	vEventUnknown = "events_unknown"
+	vEventInvalid = "events_invalid_signature"
 )
 
 // Report is what the checker found: for each violation kind, how many
@@ -35,8 +39,11 @@ type Report struct {
 	reasons map[*Op][]string
 	rows    map[*Op]*dbState
 	// strays are payments and started keys that no operation of the
-	// history explains.
+	// history explains, events for payments that do not exist, and
+	// deliveries the receiver rejected.
 	strays []string
+	// events is what the webhook receiver saw.
+	events receiverStats
 }
 
 // dbState is what the database holds for one (client, key).
@@ -75,7 +82,9 @@ type scopeKey struct{ client, key string }
 // stored with the acknowledged body, every 2xx of an operation
 // byte-identical, no answer with another request's payment, no key left
 // started, no 5xx but the documented 503s, every operation answered, and
-// every reuse with a changed body refused.
+// every reuse with a changed body refused; and, from the webhook receiver,
+// an event delivered for every acknowledged payment, none for a payment
+// that does not exist, and no delivery with an invalid signature.
 func (h *harness) check(ctx context.Context) (*Report, error) {
 	pool, err := h.openDB(ctx)
 	if err != nil {
@@ -124,7 +133,7 @@ func (h *harness) check(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 
-	r := &Report{counts: map[string]int{}, reasons: map[*Op][]string{}, rows: map[*Op]*dbState{}}
+	r := &Report{counts: map[string]int{}, reasons: map[*Op][]string{}, rows: map[*Op]*dbState{}, events: h.receiver.stats()}
 	seen := map[scopeKey]bool{}
 	for _, op := range h.history.Ops() {
 		k := scopeKey{op.Client, op.Key}
@@ -202,7 +211,39 @@ func (h *harness) check(ctx context.Context) (*Report, error) {
 			r.strays = append(r.strays, fmt.Sprintf("payment of %s/%s that no operation sent", k.client, k.key))
 		}
 	}
+	r.checkEvents(h.history.ackedPayments(), state)
 	return r, nil
+}
+
+// checkEvents audits the receiver: every acknowledged payment's event
+// delivered, every delivered event about a payment in the database, every
+// delivery signed. An event delivered more than once is at-least-once
+// delivery, not a violation; the summary counts them.
+func (r *Report) checkEvents(acked map[string]*Op, state map[scopeKey]*dbState) {
+	for id, op := range acked {
+		if len(r.events.ByPayment[id]) == 0 {
+			r.add(vEventMissing, op, "no event of the acknowledged payment "+id+" was delivered")
+		}
+	}
+	stored := map[string]bool{}
+	for _, s := range state {
+		for _, p := range s.Payments {
+			stored[p.ID] = true
+		}
+	}
+	for id, events := range r.events.ByPayment {
+		if stored[id] {
+			continue
+		}
+		for _, e := range events {
+			r.add(vEventUnknown, nil, "")
+			r.strays = append(r.strays, fmt.Sprintf("event %s (%s) delivered for payment %s, which does not exist", e.ID, e.Type, id))
+		}
+	}
+	for _, why := range r.events.Invalid {
+		r.add(vEventInvalid, nil, "")
+		r.strays = append(r.strays, "rejected webhook "+why)
+	}
 }
 
 // opFor returns the first payment operation of k, or nil.

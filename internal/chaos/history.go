@@ -142,3 +142,25 @@ func digest(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
+
+// ackedPayments returns the acknowledged payments by id: for each payment
+// operation with a 2xx, the payment of its first 2xx.
+func (h *History) ackedPayments() map[string]*Op {
+	m := map[string]*Op{}
+	for _, op := range h.Ops() {
+		if op.ReuseOf != 0 {
+			continue
+		}
+		attempts, _ := op.snapshot()
+		for _, a := range attempts {
+			if !a.ok() {
+				continue
+			}
+			if p, err := parsePayment([]byte(a.Answer)); err == nil {
+				m[p.ID] = op
+			}
+			break
+		}
+	}
+	return m
+}

@@ -29,12 +29,21 @@ const (
 
 	// processorToken is how paymentsd authenticates to processord.
 	processorToken = "sk_chaos_processor"
+
+	// webhookRetry is the relay's wait before its first retry of a failed
+	// delivery, doubling per attempt: short, so that the receiver's
+	// scheduled 500s are retried within the run's settling.
+	webhookRetry = 250 * time.Millisecond
+	// relayPoll is paymentsd's relay poll interval when no event is due
+	// (idemoutbox.PollIntervalDefault); paymentsd has no flag for it.
+	relayPoll = time.Second
 )
 
 // paymentsdArgs returns the command line of one paymentsd instance: two
-// phases, so that a paused holder's lease expires and is taken over, and
-// charges through processord with derived keys.
-func paymentsdArgs(addr, databaseURL, processorURL string, lockTimeout time.Duration) []string {
+// phases, so that a paused holder's lease expires and is taken over,
+// charges through processord with derived keys, and delivers its outbox's
+// events to the run's webhook receiver, retrying soon after a failure.
+func paymentsdArgs(addr, databaseURL, processorURL string, lockTimeout time.Duration, webhookURL, webhookSecret string) []string {
 	tokens := ""
 	for i, t := range tenants {
 		if i > 0 {
@@ -53,6 +62,9 @@ func paymentsdArgs(addr, databaseURL, processorURL string, lockTimeout time.Dura
 		"-processor", processorURL,
 		"-processor-token", processorToken,
 		"-admin-addr", "off", // instances share a machine; /metrics is not needed
+		"-webhook-url", webhookURL,
+		"-webhook-secret", webhookSecret,
+		"-webhook-retry", webhookRetry.String(),
 	}
 }
 

@@ -30,6 +30,21 @@ type Summary struct {
 	Unanswered        int `json:"unanswered"`
 	ReuseAccepted     int `json:"reuse_accepted"`
 	UnknownPayments   int `json:"unknown_payments"`
+	// Events are what the webhook receiver saw of the outbox:
+	// EventsDelivered distinct event ids accepted; EventsMissing
+	// acknowledged payments without one, EventsUnknown accepted events
+	// about a payment the database does not hold, and
+	// EventsInvalidSignature deliveries rejected (a signature that does
+	// not verify, or a signed body that is not a payment event): each a
+	// violation. EventsDuplicateIDs counts ids accepted more than once,
+	// which at-least-once delivery allows, and EventsRefused the
+	// deliveries the receiver answered 500 on its schedule.
+	EventsDelivered        int `json:"events_delivered"`
+	EventsMissing          int `json:"events_missing"`
+	EventsUnknown          int `json:"events_unknown"`
+	EventsInvalidSignature int `json:"events_invalid_signature"`
+	EventsDuplicateIDs     int `json:"events_duplicate_ids"`
+	EventsRefused          int `json:"events_refused"`
 	// BankTotalOK is null: no ledger workload exists yet to check.
 	BankTotalOK *bool `json:"bank_total_ok"`
 
@@ -62,6 +77,8 @@ func (h *harness) summary(r *Report, took time.Duration) *Summary {
 		Lost: r.counts[vLost], Duplicated: r.counts[vDuplicated], MismatchedReplays: r.counts[vMismatch],
 		CrossTenant: r.counts[vCross], StuckKeys: r.counts[vStuck], Unexpected5xx: r.counts[v5xx],
 		Unanswered: r.counts[vUnanswered], ReuseAccepted: r.counts[vReuse], UnknownPayments: r.counts[vUnknown],
+		EventsDelivered: r.events.Delivered, EventsMissing: r.counts[vEventMissing], EventsUnknown: r.counts[vEventUnknown],
+		EventsInvalidSignature: r.counts[vEventInvalid], EventsDuplicateIDs: r.events.Duplicate, EventsRefused: r.events.Refused,
 		Kills: int(h.faults.kills.Load()), Pauses: int(h.faults.pauses.Load()),
 		DBRestarts: int(h.faults.dbRestarts.Load()), CommitCuts: h.proxy.Cuts(), ProcessorFaults: h.cfg.ProcessorFaults,
 		Workloads: map[string]int{}, Answers: map[string]int{},
@@ -116,6 +133,8 @@ func (s *Summary) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "  answers:    %s\n", counts(s.Answers))
 	fmt.Fprintf(w, "  violations: %d lost, %d duplicated, %d mismatched replays, %d cross-tenant, %d stuck keys, %d unexpected 5xx, %d unanswered, %d reuse accepted, %d unknown payments\n",
 		s.Lost, s.Duplicated, s.MismatchedReplays, s.CrossTenant, s.StuckKeys, s.Unexpected5xx, s.Unanswered, s.ReuseAccepted, s.UnknownPayments)
+	fmt.Fprintf(w, "  events:     %d delivered (%d ids more than once, %d deliveries refused with 500 and retried); %d missing, %d unknown, %d invalid signatures\n",
+		s.EventsDelivered, s.EventsDuplicateIDs, s.EventsRefused, s.EventsMissing, s.EventsUnknown, s.EventsInvalidSignature)
 	fmt.Fprintln(w, "  bank total: not checked (no ledger workload yet)")
 	if len(s.OffendingKeys) > 0 {
 		fmt.Fprintf(w, "  offending keys: %s\n", strings.Join(s.OffendingKeys, " "))
