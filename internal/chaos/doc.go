@@ -9,7 +9,9 @@
 // (internal/pgproxy) that can cut its connection around a COMMIT. The
 // instances run in two-phase mode with a short lease, so that a paused
 // holder's key is taken over while it sleeps, and charge through processord
-// with derived keys.
+// with derived keys, and deliver their outbox's events to a webhook
+// receiver in the harness, which verifies every signature and
+// answers some deliveries 500 on a schedule drawn from the seed.
 //
 // Faults fall on a schedule drawn from the seed ([Schedule]): SIGKILL of
 // an instance, which its supervisor restarts; SIGSTOP for longer than the
@@ -22,8 +24,9 @@
 // idemclient's backoff until a final answer, and reuse of a remembered key
 // with a changed body. Every attempt is recorded ([Attempt]). When the
 // faults stop, every operation without a final answer is retried until it
-// has one, every acknowledged payment is sent again to each instance, and
-// the checker compares the history with PostgreSQL and processord's
-// charges. The [Summary] counts each kind of violation; the history of the
+// has one, every acknowledged payment is sent again to each instance, the
+// harness waits for the event of every acknowledged payment, and the
+// checker compares the history with PostgreSQL, processord's charges and
+// the events received. The [Summary] counts each kind of violation; the history of the
 // offending operations goes to a file.
 package chaos
