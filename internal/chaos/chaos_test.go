@@ -153,7 +153,9 @@ func TestRun(t *testing.T) {
 // TestCheckerCatchesBrokenBuilds runs paymentsd built with the chaosbroken
 // tag, broken three ways, and wants each break reported with the keys it
 // hurt. Duplicate storms and frequent pauses make a lease lost to a
-// takeover near certain within the run.
+// takeover near certain within the run. skip-fencing inserts the stale
+// holder's payment again outside its transaction, without its event: when
+// that payment is the acknowledged one, its event is missing.
 func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 	t.Parallel()
 	src := setupRun(t)
@@ -161,7 +163,7 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 		brk  string
 		want func(*Summary) int
 	}{
-		{"skip-fencing", func(s *Summary) int { return s.Duplicated }},
+		{"skip-fencing", func(s *Summary) int { return min(s.Duplicated, s.EventsMissing) }},
 		{"release-after-commit", func(s *Summary) int { return s.Duplicated + s.Lost }},
 		{"stale-replay", func(s *Summary) int { return s.MismatchedReplays }},
 	} {
