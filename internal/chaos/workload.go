@@ -56,9 +56,10 @@ type Worker struct {
 func (w *Worker) newPayment(workload string, t tenant, key string) *Op {
 	amount := 100 + w.Rand.Int64N(100_000)
 	if amount%100 == 2 {
-		// processord declines amounts ending in 02 with a 402, and
-		// paymentsd does not map declines yet: it answers 502 to every
-		// retry. A decline workload comes with that mapping.
+		// processord declines amounts ending in 02. paymentsd stores a
+		// decline as a 402 payment-declined answer, which this checker does
+		// not yet count as an acknowledged outcome; a decline workload
+		// comes with that.
 		amount++
 	}
 	return w.h.history.newOp(workload, t, key, amount, "cus_"+t.name+"_"+key)
