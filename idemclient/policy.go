@@ -21,10 +21,11 @@ type RetryPolicy func(resp *http.Response, err error) bool
 
 // DefaultRetryPolicy retries every transport error (connection refused or
 // reset, a connection dropped before the answer, a per-attempt timeout)
-// except TLS certificate errors, and the responses 409 Conflict (the first
-// attempt is still running), 429 Too Many Requests and every 5xx except
-// 501 Not Implemented. It never retries 422 or any other 4xx status: those
-// answers are the same on every attempt.
+// except TLS certificate errors, and the responses 408 Request Timeout (the
+// server gave up reading the request, so it was not processed), 409
+// Conflict (the first attempt is still running), 429 Too Many Requests and
+// every 5xx except 501 Not Implemented. It never retries 422 or any other
+// 4xx status: those answers are the same on every attempt.
 func DefaultRetryPolicy(resp *http.Response, err error) bool {
 	if err != nil {
 		var unknownAuthority x509.UnknownAuthorityError
@@ -35,7 +36,7 @@ func DefaultRetryPolicy(resp *http.Response, err error) bool {
 		return true
 	}
 	switch code := resp.StatusCode; {
-	case code == http.StatusConflict, code == http.StatusTooManyRequests:
+	case code == http.StatusRequestTimeout, code == http.StatusConflict, code == http.StatusTooManyRequests:
 		return true
 	case code == http.StatusNotImplemented:
 		return false

@@ -254,6 +254,7 @@ func TestDefaultRetryPolicy(t *testing.T) {
 		{"BadRequest", http.StatusBadRequest, nil, false},
 		{"Unauthorized", http.StatusUnauthorized, nil, false},
 		{"NotFound", http.StatusNotFound, nil, false},
+		{"RequestTimeout", http.StatusRequestTimeout, nil, true},
 		{"Conflict", http.StatusConflict, nil, true},
 		{"Unprocessable", http.StatusUnprocessableEntity, nil, false},
 		{"TooManyRequests", http.StatusTooManyRequests, nil, true},
