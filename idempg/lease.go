@@ -167,35 +167,14 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 // transaction never began (tx is nil) gets one here, begun in the same
 // round trip, on the connection it took if any.
 func (l *lease) commit(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, query string, args []any) (err error) {
-	b := &pgx.Batch{}
-	if tx == nil {
-		if conn == nil {
-			if conn, err = l.store.acquire(ctx, "complete key"); err != nil {
-				return err
-			}
-		}
-		b.BeginTx(pgx.TxOptions{IsoLevel: l.store.cfg.IsoLevel})
-	}
-	b.Queue(query, args...)
-	committed := false
-	b.Queue(queryCommit).Exec(func(tag pgconn.CommandTag) error {
-		if tag.String() != "COMMIT" {
-			return errors.New("the transaction was rolled back instead of committed")
-		}
-		committed = true
-		return nil
-	})
+	var after func(*pgx.Batch)
 	if l.kind == bySessionLock {
-		b.Queue(queryUnlock, lockKey(l.scope))
+		after = func(b *pgx.Batch) { b.Queue(queryUnlock, lockKey(l.scope)) }
 	}
-	var br pgx.BatchResults
-	if tx == nil {
-		br = conn.SendBatch(ctx, b)
-		tx = br.Tx()
-	} else {
-		br = tx.SendBatch(ctx, b)
+	conn, tx, committed, err := l.commitRound(ctx, conn, tx, "complete key", query, args, after)
+	if conn == nil {
+		return err // no connection could be had; nothing was sent
 	}
-	err = br.Close()
 	switch {
 	case err == nil:
 		conn.Release()
@@ -222,6 +201,44 @@ func (l *lease) commit(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, query
 		conn.Release()
 	}
 	return l.completeError(ctx, err)
+}
+
+// commitRound sends, in one round trip, the fenced statement (query,
+// args), COMMIT, then what after queues. The statements run on tx, or, when
+// the handler's transaction never began (tx is nil), in one begun in the
+// same round trip on conn, which is acquired for op when nil. It returns
+// the connection and transaction it used and whether the COMMIT succeeded;
+// conn is nil only when none could be acquired.
+func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, op, query string, args []any, after func(*pgx.Batch)) (_ *pgxpool.Conn, _ pgx.Tx, committed bool, err error) {
+	b := &pgx.Batch{}
+	if tx == nil {
+		if conn == nil {
+			if conn, err = l.store.acquire(ctx, op); err != nil {
+				return nil, nil, false, err
+			}
+		}
+		b.BeginTx(pgx.TxOptions{IsoLevel: l.store.cfg.IsoLevel})
+	}
+	b.Queue(query, args...)
+	b.Queue(queryCommit).Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			return errors.New("the transaction was rolled back instead of committed")
+		}
+		committed = true
+		return nil
+	})
+	if after != nil {
+		after(b)
+	}
+	var br pgx.BatchResults
+	if tx == nil {
+		br = conn.SendBatch(ctx, b)
+		tx = br.Tx()
+	} else {
+		br = tx.SendBatch(ctx, b)
+	}
+	err = br.Close() // runs the COMMIT's callback, which sets committed
+	return conn, tx, committed, err
 }
 
 // completeError translates the error of a Complete whose transaction

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
@@ -142,31 +141,12 @@ func (l *lease) Checkpoint(ctx context.Context, r idem.Recovery) error {
 
 // commitPhase commits the phase's transaction (tx on conn; nil when it
 // never began) with the fenced update of the recovery point.
-func (l *lease) commitPhase(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, point string, state []byte) (err error) {
-	b := &pgx.Batch{}
-	if tx == nil {
-		if conn == nil {
-			if conn, err = l.store.acquire(ctx, "checkpoint"); err != nil {
-				return err
-			}
-		}
-		b.BeginTx(pgx.TxOptions{IsoLevel: l.store.cfg.IsoLevel})
+func (l *lease) commitPhase(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, point string, state []byte) error {
+	conn, tx, _, err := l.commitRound(ctx, conn, tx, "checkpoint", queryCheckpoint,
+		[]any{l.scope.ClientID, l.scope.Key, l.info.Token, point, state}, nil)
+	if conn == nil {
+		return err // no connection could be had; nothing was sent
 	}
-	b.Queue(queryCheckpoint, l.scope.ClientID, l.scope.Key, l.info.Token, point, state)
-	b.Queue(queryCommit).Exec(func(tag pgconn.CommandTag) error {
-		if tag.String() != "COMMIT" {
-			return errors.New("the transaction was rolled back instead of committed")
-		}
-		return nil
-	})
-	var br pgx.BatchResults
-	if tx == nil {
-		br = conn.SendBatch(ctx, b)
-		tx = br.Tx()
-	} else {
-		br = tx.SendBatch(ctx, b)
-	}
-	err = br.Close()
 	switch {
 	case err == nil:
 		conn.Release()
