@@ -2,81 +2,17 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/internal/pgcluster"
 	"github.com/idemkit/idem/internal/pgproxy"
 )
-
-// Config configures a run. The zero value is a valid configuration.
-type Config struct {
-	// Duration is how long traffic and faults last; settling and checking
-	// come after. Defaults to DurationDefault.
-	Duration time.Duration
-	// Instances is the number of paymentsd processes. Defaults to
-	// InstancesDefault.
-	Instances int
-	// Clients is the number of concurrent clients. Defaults to
-	// ClientsDefault.
-	Clients int
-	// Seed draws the fault schedule and the traffic. 0 is a seed like any
-	// other.
-	Seed uint64
-	// Faults sets how often each fault falls. Defaults to the Xxx
-	// defaults of Faults.
-	Faults Faults
-	// ProcessorFaults sets how often processord fails, loses answers and
-	// answers late. Defaults to the ProcessorXxxDefault rates.
-	ProcessorFaults ProcessorFaults
-	// NoFaults turns every fault off, for a baseline. Defaults to false.
-	NoFaults bool
-	// LockTimeout is paymentsd's lease; pauses last longer. Defaults to
-	// LockTimeoutDefault.
-	LockTimeout time.Duration
-	// ProcessorDelay is processord's latency per charge: it keeps requests
-	// in flight between claim and commit, where kills and pauses catch
-	// them. processord charges one at a time, so a long delay overloads it
-	// and paymentsd answers 502. Defaults to ProcessorDelayDefault.
-	ProcessorDelay time.Duration
-	// Workloads is the traffic mix. Defaults to DefaultWorkloads().
-	Workloads []Weighted
-	// SourceDir is the module whose cmd/paymentsd and cmd/processord are
-	// built. Defaults to the module of the working directory.
-	SourceDir string
-	// BuildTags are passed to go build -tags for paymentsd. Defaults to
-	// none.
-	BuildTags string
-	// Env is added to paymentsd's environment. Defaults to none.
-	Env []string
-	// ViolationsFile receives the history of every offending operation,
-	// one JSON object a line, when the checker finds a violation. Defaults
-	// to chaos-violations-SEED.jsonl in the working directory.
-	ViolationsFile string
-	// LogDir, when set, receives the processes' logs and is kept.
-	// Defaults to a temporary directory, removed after a run without
-	// violations.
-	LogDir string
-	// Progress receives a line every ProgressEvery. Defaults to
-	// io.Discard.
-	Progress io.Writer
-	// ProgressEvery defaults to ProgressEveryDefault.
-	ProgressEvery time.Duration
-}
 
 // Config defaults.
 const (
@@ -106,96 +42,6 @@ const (
 	// eventsPoll is how often the wait looks at the receiver.
 	eventsPoll = 200 * time.Millisecond
 )
-
-func (c Config) withDefaults() Config {
-	if c.Duration == 0 {
-		c.Duration = DurationDefault
-	}
-	if c.Instances == 0 {
-		c.Instances = InstancesDefault
-	}
-	if c.Clients == 0 {
-		c.Clients = ClientsDefault
-	}
-	if c.LockTimeout == 0 {
-		c.LockTimeout = LockTimeoutDefault
-	}
-	if c.ProcessorDelay == 0 {
-		c.ProcessorDelay = ProcessorDelayDefault
-	}
-	if c.Workloads == nil {
-		c.Workloads = DefaultWorkloads()
-	}
-	if c.Progress == nil {
-		c.Progress = io.Discard
-	}
-	if c.ProgressEvery == 0 {
-		c.ProgressEvery = ProgressEveryDefault
-	}
-	f := &c.Faults
-	if c.NoFaults {
-		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1}
-	} else {
-		if f.KillEvery == 0 {
-			f.KillEvery = KillEveryDefault
-		}
-		if f.PauseEvery == 0 {
-			f.PauseEvery = PauseEveryDefault
-		}
-		if f.DBRestartEvery == 0 {
-			f.DBRestartEvery = DBRestartEveryDefault
-		}
-		if f.CutEvery == 0 {
-			f.CutEvery = CutEveryDefault
-		}
-	}
-	pf := &c.ProcessorFaults
-	for _, r := range []struct {
-		rate *float64
-		def  float64
-	}{{&pf.FailRate, ProcessorFailRateDefault}, {&pf.LoseRate, ProcessorLoseRateDefault}, {&pf.TimeoutRate, ProcessorTimeoutRateDefault}} {
-		switch {
-		case c.NoFaults || *r.rate < 0:
-			*r.rate = 0
-		case *r.rate == 0:
-			*r.rate = r.def
-		}
-	}
-	if f.DBDown == 0 {
-		f.DBDown = DBDownDefault
-	}
-	if c.ViolationsFile == "" {
-		c.ViolationsFile = fmt.Sprintf("chaos-violations-%d.jsonl", c.Seed)
-	}
-	return c
-}
-
-func (c Config) validate() error {
-	switch {
-	case c.Duration < 0:
-		return errors.New("chaos: Duration must not be negative")
-	case c.Instances < 1 || c.Instances > 32:
-		return errors.New("chaos: Instances must be 1 to 32")
-	case c.Clients < 1 || c.Clients > 256:
-		return errors.New("chaos: Clients must be 1 to 256")
-	case c.LockTimeout < 100*time.Millisecond || c.LockTimeout > attemptTimeout/3:
-		return fmt.Errorf("chaos: LockTimeout must be 100ms to %s, a third of a client's attempt timeout", attemptTimeout/3)
-	}
-	if pf := c.ProcessorFaults; pf.FailRate > 1 || pf.LoseRate > 1 || pf.TimeoutRate > 1 || pf.FailRate+pf.LoseRate+pf.TimeoutRate > 1 {
-		return errors.New("chaos: the processor fault rates must add up to at most 1")
-	}
-	total := 0
-	for _, w := range c.Workloads {
-		if w.Weight < 0 {
-			return errors.New("chaos: a workload weight is negative")
-		}
-		total += w.Weight
-	}
-	if total == 0 {
-		return errors.New("chaos: no workload has a positive weight")
-	}
-	return nil
-}
 
 // harness is a running deployment: PostgreSQL, the proxy, processord and
 // the paymentsd instances, with the history of the traffic.
@@ -260,103 +106,6 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		sum.LogDir = dir
 	}
 	return sum, nil
-}
-
-// deploy builds the binaries and starts every process.
-func (h *harness) deploy(ctx context.Context) error {
-	fmt.Fprintf(h.cfg.Progress, "chaos: seed %d: building paymentsd and processord\n", h.cfg.Seed)
-	bin := filepath.Join(h.dir, "bin")
-	paymentsd, err := build(ctx, h.cfg.SourceDir, bin, "paymentsd", h.cfg.BuildTags)
-	if err != nil {
-		return err
-	}
-	processord, err := build(ctx, h.cfg.SourceDir, bin, "processord", "")
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(h.cfg.Progress, "chaos: starting PostgreSQL, processord and %d paymentsd instances\n", h.cfg.Instances)
-	if h.cluster, err = pgcluster.New(ctx); err != nil {
-		return fmt.Errorf("chaos: %w", err)
-	}
-	if h.dbURL, err = h.cluster.CreateDatabase(ctx, "chaos"); err != nil {
-		return fmt.Errorf("chaos: %w", err)
-	}
-	proxy, proxiedURL, err := pgproxy.StartFor(h.dbURL)
-	if err != nil {
-		return fmt.Errorf("chaos: %w", err)
-	}
-	h.proxy = proxy
-	h.client = &http.Client{Transport: &http.Transport{
-		MaxIdleConnsPerHost: h.cfg.Clients * 4,
-		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
-	}}
-
-	addrs, err := freeAddrs(h.cfg.Instances + 1)
-	if err != nil {
-		return err
-	}
-	h.processor = &process{
-		name: "processord", path: processord, addr: addrs[0],
-		args:    processordArgs(addrs[0], filepath.Join(h.dir, "processord.db"), h.cfg.ProcessorDelay, h.cfg.ProcessorFaults, h.cfg.Seed),
-		logPath: filepath.Join(h.dir, "processord.log"),
-	}
-	h.processor.supervise()
-	secret := idemoutbox.NewSecret()
-	if h.receiver, err = startReceiver(secret, h.cfg.Seed); err != nil {
-		return err
-	}
-	for i := range h.cfg.Instances {
-		db := h.dbURL
-		if i == 0 {
-			db = proxiedURL // commit cuts fall between instance 0 and PostgreSQL
-		}
-		p := &process{
-			name: fmt.Sprintf("paymentsd-%d", i), path: paymentsd, addr: addrs[i+1],
-			args:    paymentsdArgs(addrs[i+1], db, "http://"+addrs[0], h.cfg.LockTimeout, h.receiver.url, secret),
-			env:     h.cfg.Env,
-			logPath: filepath.Join(h.dir, fmt.Sprintf("paymentsd-%d.log", i)),
-		}
-		h.instances = append(h.instances, p)
-		p.supervise()
-	}
-	return h.waitReady(ctx)
-}
-
-// waitReady waits until processord and every instance answer /healthz.
-func (h *harness) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	for _, p := range append([]*process{h.processor}, h.instances...) {
-		if err := p.waitReady(ctx, h.client); err != nil {
-			return fmt.Errorf("chaos: %w", err)
-		}
-	}
-	return nil
-}
-
-// close stops every process the harness started and removes the cluster.
-func (h *harness) close() {
-	var wg sync.WaitGroup
-	for _, p := range h.instances {
-		wg.Add(1)
-		go func() { defer wg.Done(); p.stop() }()
-	}
-	wg.Wait()
-	if h.processor != nil {
-		h.processor.stop()
-	}
-	if h.receiver != nil {
-		h.receiver.close()
-	}
-	if h.proxy != nil {
-		h.proxy.Close()
-	}
-	if h.cluster != nil {
-		h.cluster.Close()
-	}
-	if h.client != nil {
-		h.client.CloseIdleConnections()
-	}
 }
 
 // run drives traffic and faults for the configured duration, settles,
@@ -541,54 +290,6 @@ func pick(ws []Weighted, rnd *rand.Rand) Workload {
 	panic("unreachable")
 }
 
-// build compiles ./cmd/name of the module at src into dir.
-func build(ctx context.Context, src, dir, name, tags string) (string, error) {
-	out := filepath.Join(dir, name)
-	args := []string{"build", "-o", out}
-	if tags != "" {
-		args = append(args, "-tags", tags)
-	}
-	args = append(args, "./cmd/"+name)
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = src
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("chaos: go build ./cmd/%s: %v\n%s", name, err, b)
-	}
-	return out, nil
-}
-
-// ModuleDir returns the root of the module that holds dir: where
-// cmd/paymentsd is built from.
-func ModuleDir(dir string) (string, error) {
-	cmd := exec.Command("go", "env", "GOMOD")
-	cmd.Dir = dir
-	b, err := cmd.Output()
-	mod := strings.TrimSpace(string(b))
-	if err != nil || mod == "" || mod == os.DevNull {
-		return "", fmt.Errorf("chaos: %s is not inside a Go module; run from a checkout of idem", dir)
-	}
-	root := filepath.Dir(mod)
-	if _, err := os.Stat(filepath.Join(root, "cmd", "paymentsd")); err != nil {
-		return "", fmt.Errorf("chaos: %s has no cmd/paymentsd; run from a checkout of idem", root)
-	}
-	return root, nil
-}
-
-// freeAddrs returns n loopback addresses whose ports were free a moment
-// ago. The listeners are all open at once, so the ports differ.
-func freeAddrs(n int) ([]string, error) {
-	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("chaos: pick a free port: %w", err)
-		}
-		defer l.Close()
-		addrs = append(addrs, l.Addr().String())
-	}
-	return addrs, nil
-}
-
 func sleepCtx(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -599,12 +300,3 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 }
 
 func since(start time.Time) string { return time.Since(start).Round(time.Second).String() }
-
-// openDB opens a small pool on the run's database, bypassing the proxy.
-func (h *harness) openDB(ctx context.Context) (*pgxpool.Pool, error) {
-	pool, err := pgxpool.New(ctx, h.dbURL)
-	if err != nil {
-		return nil, fmt.Errorf("chaos: open the database: %w", err)
-	}
-	return pool, nil
-}

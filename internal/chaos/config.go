@@ -1,0 +1,153 @@
+package chaos
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Config configures a run. The zero value is a valid configuration.
+type Config struct {
+	// Duration is how long traffic and faults last; settling and checking
+	// come after. Defaults to DurationDefault.
+	Duration time.Duration
+	// Instances is the number of paymentsd processes. Defaults to
+	// InstancesDefault.
+	Instances int
+	// Clients is the number of concurrent clients. Defaults to
+	// ClientsDefault.
+	Clients int
+	// Seed draws the fault schedule and the traffic. 0 is a seed like any
+	// other.
+	Seed uint64
+	// Faults sets how often each fault falls. Defaults to the Xxx
+	// defaults of Faults.
+	Faults Faults
+	// ProcessorFaults sets how often processord fails, loses answers and
+	// answers late. Defaults to the ProcessorXxxDefault rates.
+	ProcessorFaults ProcessorFaults
+	// NoFaults turns every fault off, for a baseline. Defaults to false.
+	NoFaults bool
+	// LockTimeout is paymentsd's lease; pauses last longer. Defaults to
+	// LockTimeoutDefault.
+	LockTimeout time.Duration
+	// ProcessorDelay is processord's latency per charge: it keeps requests
+	// in flight between claim and commit, where kills and pauses catch
+	// them. processord charges one at a time, so a long delay overloads it
+	// and paymentsd answers 502. Defaults to ProcessorDelayDefault.
+	ProcessorDelay time.Duration
+	// Workloads is the traffic mix. Defaults to DefaultWorkloads().
+	Workloads []Weighted
+	// SourceDir is the module whose cmd/paymentsd and cmd/processord are
+	// built. Defaults to the module of the working directory.
+	SourceDir string
+	// BuildTags are passed to go build -tags for paymentsd. Defaults to
+	// none.
+	BuildTags string
+	// Env is added to paymentsd's environment. Defaults to none.
+	Env []string
+	// ViolationsFile receives the history of every offending operation,
+	// one JSON object a line, when the checker finds a violation. Defaults
+	// to chaos-violations-SEED.jsonl in the working directory.
+	ViolationsFile string
+	// LogDir, when set, receives the processes' logs and is kept.
+	// Defaults to a temporary directory, removed after a run without
+	// violations.
+	LogDir string
+	// Progress receives a line every ProgressEvery. Defaults to
+	// io.Discard.
+	Progress io.Writer
+	// ProgressEvery defaults to ProgressEveryDefault.
+	ProgressEvery time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Duration == 0 {
+		c.Duration = DurationDefault
+	}
+	if c.Instances == 0 {
+		c.Instances = InstancesDefault
+	}
+	if c.Clients == 0 {
+		c.Clients = ClientsDefault
+	}
+	if c.LockTimeout == 0 {
+		c.LockTimeout = LockTimeoutDefault
+	}
+	if c.ProcessorDelay == 0 {
+		c.ProcessorDelay = ProcessorDelayDefault
+	}
+	if c.Workloads == nil {
+		c.Workloads = DefaultWorkloads()
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	if c.ProgressEvery == 0 {
+		c.ProgressEvery = ProgressEveryDefault
+	}
+	f := &c.Faults
+	if c.NoFaults {
+		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1}
+	} else {
+		if f.KillEvery == 0 {
+			f.KillEvery = KillEveryDefault
+		}
+		if f.PauseEvery == 0 {
+			f.PauseEvery = PauseEveryDefault
+		}
+		if f.DBRestartEvery == 0 {
+			f.DBRestartEvery = DBRestartEveryDefault
+		}
+		if f.CutEvery == 0 {
+			f.CutEvery = CutEveryDefault
+		}
+	}
+	pf := &c.ProcessorFaults
+	for _, r := range []struct {
+		rate *float64
+		def  float64
+	}{{&pf.FailRate, ProcessorFailRateDefault}, {&pf.LoseRate, ProcessorLoseRateDefault}, {&pf.TimeoutRate, ProcessorTimeoutRateDefault}} {
+		switch {
+		case c.NoFaults || *r.rate < 0:
+			*r.rate = 0
+		case *r.rate == 0:
+			*r.rate = r.def
+		}
+	}
+	if f.DBDown == 0 {
+		f.DBDown = DBDownDefault
+	}
+	if c.ViolationsFile == "" {
+		c.ViolationsFile = fmt.Sprintf("chaos-violations-%d.jsonl", c.Seed)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Duration < 0:
+		return errors.New("chaos: Duration must not be negative")
+	case c.Instances < 1 || c.Instances > 32:
+		return errors.New("chaos: Instances must be 1 to 32")
+	case c.Clients < 1 || c.Clients > 256:
+		return errors.New("chaos: Clients must be 1 to 256")
+	case c.LockTimeout < 100*time.Millisecond || c.LockTimeout > attemptTimeout/3:
+		return fmt.Errorf("chaos: LockTimeout must be 100ms to %s, a third of a client's attempt timeout", attemptTimeout/3)
+	}
+	if pf := c.ProcessorFaults; pf.FailRate > 1 || pf.LoseRate > 1 || pf.TimeoutRate > 1 || pf.FailRate+pf.LoseRate+pf.TimeoutRate > 1 {
+		return errors.New("chaos: the processor fault rates must add up to at most 1")
+	}
+	total := 0
+	for _, w := range c.Workloads {
+		if w.Weight < 0 {
+			return errors.New("chaos: a workload weight is negative")
+		}
+		total += w.Weight
+	}
+	if total == 0 {
+		return errors.New("chaos: no workload has a positive weight")
+	}
+	return nil
+}
