@@ -20,21 +20,22 @@ type OutcomePolicy func(status int) Outcome
 
 // notProcessed holds the statuses by which a handler says it did not
 // process the request: validation (400, 413, 415), authentication and
-// authorisation (401, 403), a missing resource (404) and rate limiting
-// (429). Both built-in policies release the key on them, so a corrected
+// authorisation (401, 403), a missing resource (404), a request that
+// timed out before it was read whole (408) and rate limiting (429). Both built-in policies release the key on them, so a corrected
 // retry with the same key runs the handler.
 var notProcessed = map[int]bool{
 	http.StatusBadRequest:            true,
 	http.StatusUnauthorized:          true,
 	http.StatusForbidden:             true,
 	http.StatusNotFound:              true,
+	http.StatusRequestTimeout:        true,
 	http.StatusRequestEntityTooLarge: true,
 	http.StatusUnsupportedMediaType:  true,
 	http.StatusTooManyRequests:       true,
 }
 
 // NotProcessed reports whether status is one by which a handler says it did
-// not process the request (400, 401, 403, 404, 413, 415 and 429), for
+// not process the request (400, 401, 403, 404, 408, 413, 415 and 429), for
 // policies of one's own.
 func NotProcessed(status int) bool { return notProcessed[status] }
 
