@@ -188,6 +188,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	ledger, err := payments.NewLedgerRepo(ctx, db)
+	if err != nil {
+		return err
+	}
 	store := db.Store()
 	if breakStore != nil {
 		if store, repo, err = breakStore(db, store, repo); err != nil {
@@ -217,7 +221,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	svc, err := payments.NewService(payments.Config{
-		Repo: repo, Store: store, Tokens: tokens, Processor: proc, Logger: logger, Outbox: db.Outbox(),
+		Repo: repo, Store: store, Tokens: tokens, Processor: proc, Logger: logger, Outbox: db.Outbox(), Ledger: ledger,
 		Idem: idem.Config{Mode: mode, Retention: o.retention, LockTimeout: o.lockTimeout, Logger: logger, Metrics: metrics},
 	})
 	if err != nil {

@@ -70,47 +70,57 @@ const (
 // may hold tabs and line breaks) and within their length limit, and the
 // amount an integer from 1 to MaxAmount, read exactly.
 func ParseParams(contentType string, body []byte) (Params, error) {
+	src, err := readBody(contentType, body, known)
+	if err != nil {
+		return Params{}, err
+	}
+	return validate(src)
+}
+
+// readBody reads the parameters of a JSON or form-encoded body, refusing
+// any parameter whose name is not one of names.
+func readBody(contentType string, body []byte, names map[string]bool) (source, error) {
 	media, _, _ := mime.ParseMediaType(contentType)
 	switch {
 	case media == "application/x-www-form-urlencoded":
 		values, err := url.ParseQuery(string(body))
 		if err != nil {
-			return Params{}, &ParamError{Param: "body", Reason: "is not a valid form body"}
+			return nil, &ParamError{Param: "body", Reason: "is not a valid form body"}
 		}
 		fields := map[string]string{}
 		for name, vs := range values {
-			if err := checkName(name); err != nil {
-				return Params{}, err
+			if err := checkName(names, name); err != nil {
+				return nil, err
 			}
 			if len(vs) != 1 {
-				return Params{}, &ParamError{Param: name, Reason: "must be given once"}
+				return nil, &ParamError{Param: name, Reason: "must be given once"}
 			}
 			fields[name] = vs[0]
 		}
-		return validate(formSource(fields))
+		return formSource(fields), nil
 	case media == "application/json" || strings.HasSuffix(media, "+json"):
 		var raw map[string]json.RawMessage
 		if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
-			return Params{}, &ParamError{Param: "body", Reason: "must be a JSON object"}
+			return nil, &ParamError{Param: "body", Reason: "must be a JSON object"}
 		}
 		for name := range raw {
-			if err := checkName(name); err != nil {
-				return Params{}, err
+			if err := checkName(names, name); err != nil {
+				return nil, err
 			}
 		}
-		return validate(jsonSource(raw))
+		return jsonSource(raw), nil
 	default:
-		return Params{}, &ParamError{Param: "body", Reason: "must be application/json or application/x-www-form-urlencoded"}
+		return nil, &ParamError{Param: "body", Reason: "must be application/json or application/x-www-form-urlencoded"}
 	}
 }
 
 var known = map[string]bool{"amount": true, "currency": true, "customer": true, "description": true}
 
-// checkName rejects a parameter that is not one of known. A name that is
+// checkName rejects a parameter that is not one of names. A name that is
 // empty, long or not printable is not repeated: the problem names the body.
-func checkName(name string) error {
+func checkName(names map[string]bool, name string) error {
 	switch {
-	case known[name]:
+	case names[name]:
 		return nil
 	case name == "":
 		return &ParamError{Param: "body", Reason: "has a parameter with an empty name"}

@@ -60,6 +60,12 @@ type Config struct {
 	// event in each payment's transaction, and serves GET /v1/events.
 	// Defaults to none: no events, and GET /v1/events answers 404.
 	Outbox idemoutbox.Store
+	// Ledger, when set, serves accounts and transfers (POST /v1/accounts,
+	// POST /v1/transfers and their GETs) behind an idem middleware in
+	// idem.ModeAtomic, whatever Idem.Mode says; with Outbox set, each
+	// transfer enqueues a transfer.created event. Defaults to none: the
+	// routes answer 404.
+	Ledger LedgerRepo
 	// Keys answers GET /v1/idempotency-keys/{key}. Defaults to Store, when
 	// it implements idem.KeyReader; otherwise the route is not served.
 	Keys idem.KeyReader
@@ -74,10 +80,11 @@ type Config struct {
 
 // Service is the payments HTTP API.
 type Service struct {
-	cfg    Config
-	mw     *idem.Middleware
-	status http.Handler // nil without Config.Keys
-	ready  http.Handler // nil without Config.Ready
+	cfg      Config
+	mw       *idem.Middleware
+	ledgerMW *idem.Middleware // nil without Config.Ledger
+	status   http.Handler     // nil without Config.Keys
+	ready    http.Handler     // nil without Config.Ready
 }
 
 // NewService checks cfg and builds the service.
@@ -105,6 +112,11 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	cfg.Idem = ic
 	svc := &Service{cfg: cfg, mw: mw}
+	if cfg.Ledger != nil {
+		if svc.ledgerMW, err = newLedgerMiddleware(cfg.Store, ic); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Keys == nil {
 		cfg.Keys, _ = cfg.Store.(idem.KeyReader)
 	}
@@ -133,6 +145,9 @@ func (s *Service) Handler() http.Handler {
 	auth := Authenticator{Tokens: s.cfg.Tokens}
 	mux.Handle("POST /v1/payments", auth.Wrap(routePath(s.mw.Wrap(http.HandlerFunc(s.Create)))))
 	mux.Handle("GET /v1/payments/{id}", auth.Wrap(http.HandlerFunc(s.get)))
+	if s.cfg.Ledger != nil {
+		s.ledgerRoutes(mux, auth)
+	}
 	if s.cfg.Outbox != nil {
 		mux.Handle("GET /v1/events", auth.Wrap(http.HandlerFunc(s.listEvents)))
 	}
@@ -151,7 +166,7 @@ func (s *Service) Handler() http.Handler {
 	} else {
 		mux.Handle("GET /readyz", healthz)
 	}
-	mux.Handle("GET /problems/", idem.ProblemsHandler(ProblemInvalidCredentials, ProblemInvalidParameter, ProblemNotFound, ProblemInternal, ProblemProcessor, ProblemDeclined))
+	mux.Handle("GET /problems/", idem.ProblemsHandler(ProblemInvalidCredentials, ProblemInvalidParameter, ProblemNotFound, ProblemInternal, ProblemProcessor, ProblemDeclined, ProblemInsufficientFunds))
 	mux.HandleFunc("GET /openapi.json", s.openAPI)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem(w, ProblemNotFound, fmt.Sprintf("There is no %s %s.", r.Method, r.URL.Path))
@@ -372,7 +387,7 @@ func (s *Service) openAPI(w http.ResponseWriter, r *http.Request) {
 				},
 			}},
 			"/v1/events": map[string]any{"get": map[string]any{
-				"summary": "List your events, newest first (payment.succeeded, payment.declined); served when the service keeps events",
+				"summary": "List your events, newest first (payment.succeeded, payment.declined, transfer.created); served when the service keeps events",
 				"parameters": []any{
 					map[string]any{"name": "limit", "in": "query", "schema": map[string]any{"type": "integer", "minimum": 1, "maximum": EventsLimitMax, "default": EventsLimitDefault}},
 					map[string]any{"name": "cursor", "in": "query", "description": "next_cursor of the previous page", "schema": map[string]any{"type": "string"}},
@@ -383,6 +398,9 @@ func (s *Service) openAPI(w http.ResponseWriter, r *http.Request) {
 				},
 			}},
 		},
+	}
+	if s.cfg.Ledger != nil {
+		addLedgerPaths(doc["paths"].(map[string]any), policy)
 	}
 	writeJSON(w, http.StatusOK, doc)
 }
