@@ -457,7 +457,9 @@ func TestTransferCreatedEvent(t *testing.T) {
 // Each transfer locks the lower account id first, so they queue instead of
 // deadlocking. On PostgreSQL at serializable isolation they also conflict,
 // and the middleware runs the conflicting requests again: no answer is a
-// 5xx either way.
+// 5xx either way. The service runs in two-phase mode, where conflicts are
+// not rerun: the serializable case also shows that the ledger's routes run
+// in atomic mode regardless.
 func TestOppositeTransfersDoNotDeadlock(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
