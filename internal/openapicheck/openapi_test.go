@@ -3,6 +3,7 @@ package openapicheck
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -36,12 +37,16 @@ func service(t *testing.T) (string, *database.DB) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ledger, err := payments.NewLedgerRepo(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tokens, err := bearer.Parse("sk_a=alice,sk_b=bob")
 	if err != nil {
 		t.Fatal(err)
 	}
 	svc, err := payments.NewService(payments.Config{
-		Repo: repo, Store: db.Store(), Tokens: tokens, Logger: quiet, Idem: idem.Config{Logger: quiet},
+		Repo: repo, Store: db.Store(), Ledger: ledger, Tokens: tokens, Logger: quiet, Idem: idem.Config{Logger: quiet},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +132,26 @@ func TestTourMatchesOpenAPIDocument(t *testing.T) {
 	check(t, v, base, exchange{"KeyStatus", "GET", "/v1/idempotency-keys/tour-1", map[string]string{"Authorization": "Bearer sk_a"}, "", 200})
 	check(t, v, base, exchange{"OtherClientsKeyStatus", "GET", "/v1/idempotency-keys/tour-1", map[string]string{"Authorization": "Bearer sk_b"}, "", 404})
 	check(t, v, base, exchange{"Ready", "GET", "/readyz", nil, "", 200})
+
+	// The ledger: two accounts, a transfer, its replay, an overdraft and
+	// refused parameters.
+	accountIDs := make([]string, 2)
+	for i := range accountIDs {
+		res := check(t, v, base, exchange{"OpenAccount", "POST", "/v1/accounts", with(json, "Idempotency-Key", fmt.Sprintf(`"acct-%d"`, i)), `{"currency":"usd","balance":1000}`, 201})
+		accountIDs[i] = strings.TrimPrefix(res.Header.Get("Location"), "/v1/accounts/")
+	}
+	transfer := fmt.Sprintf(`{"from":%q,"to":%q,"amount":300}`, accountIDs[0], accountIDs[1])
+	tr := check(t, v, base, exchange{"Transfer", "POST", "/v1/transfers", with(json, "Idempotency-Key", `"tr-1"`), transfer, 201})
+	check(t, v, base, exchange{"TransferReplay", "POST", "/v1/transfers", with(json, "Idempotency-Key", `"tr-1"`), transfer, 201})
+	check(t, v, base, exchange{"GetTransfer", "GET", tr.Header.Get("Location"), map[string]string{"Authorization": "Bearer sk_a"}, "", 200})
+	check(t, v, base, exchange{"GetAccount", "GET", "/v1/accounts/" + accountIDs[0], map[string]string{"Authorization": "Bearer sk_a"}, "", 200})
+	check(t, v, base, exchange{"OtherClientsAccount", "GET", "/v1/accounts/" + accountIDs[0], map[string]string{"Authorization": "Bearer sk_b"}, "", 404})
+	check(t, v, base, exchange{"InsufficientFunds", "POST", "/v1/transfers", with(json, "Idempotency-Key", `"tr-2"`),
+		fmt.Sprintf(`{"from":%q,"to":%q,"amount":5000}`, accountIDs[0], accountIDs[1]), 402})
+	check(t, v, base, exchange{"TransferToItself", "POST", "/v1/transfers", with(json, "Idempotency-Key", `"tr-3"`),
+		fmt.Sprintf(`{"from":%q,"to":%q,"amount":1}`, accountIDs[0], accountIDs[0]), 400})
+	check(t, v, base, exchange{"TransferKeyReused", "POST", "/v1/transfers", with(json, "Idempotency-Key", `"tr-1"`),
+		fmt.Sprintf(`{"from":%q,"to":%q,"amount":301}`, accountIDs[0], accountIDs[1]), 422})
 
 	// The store fails: 503 with a problem document.
 	db.Close()
