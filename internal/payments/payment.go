@@ -1,5 +1,6 @@
 // Package payments is the domain of the reference payments service: payment
-// validation, the HTTP API, and the payment tables in SQLite and PostgreSQL.
+// validation, the HTTP API, the payment tables in SQLite and PostgreSQL, and
+// a ledger of accounts and transfers (ledger.go) served in atomic mode.
 package payments
 
 import (
