@@ -80,11 +80,12 @@ type Config struct {
 
 // Service is the payments HTTP API.
 type Service struct {
-	cfg      Config
-	mw       *idem.Middleware
-	ledgerMW *idem.Middleware // nil without Config.Ledger
-	status   http.Handler     // nil without Config.Keys
-	ready    http.Handler     // nil without Config.Ready
+	cfg    Config
+	mw     *idem.Middleware
+	status http.Handler // nil without Config.Keys
+	ready  http.Handler // nil without Config.Ready
+
+	ledgerMW *idem.Middleware // in idem.ModeAtomic; nil without Config.Ledger
 }
 
 // NewService checks cfg and builds the service.
