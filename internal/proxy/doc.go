@@ -10,7 +10,9 @@
 //
 // A forward that fails after the request was sent has an unknown outcome:
 // the client gets [ProblemOutcomeUnknown], and the route's [Policy] decides
-// whether the key is released ([PolicyRetry]) or held ([PolicyHold]). A
+// whether the key is released ([PolicyRetry]), held ([PolicyHold]), or kept
+// unknown until a retry asks the upstream's status URL ([PolicyProbe]: the
+// probe contract is [ProbeStatusHeader]'s). A
 // forward that failed before anything was sent releases the key
 // ([ProblemUpstreamUnavailable]). The forwarder never lets net/http re-send
 // a request on its own. Responses stream to the client and are stored up to

@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -33,7 +34,7 @@ const (
 // problemKinds are the proxy's problems, served with idem's at the type base.
 var problemKinds = []idem.ProblemKind{
 	{Code: ProblemOutcomeUnknown, Status: http.StatusBadGateway, Title: "Outcome unknown",
-		About: "The request was sent to the upstream service and no usable answer came back (a timeout, a reset connection, or a 502, 503 or 504 from a gateway in between), so whether it took effect is unknown. Never retry with a new key. Depending on the route's policy, a retry with the same key is forwarded again with the same Idempotency-Key (retry), or gets this same answer until an operator resolves the key (hold)."},
+		About: "The request was sent to the upstream service and no usable answer came back (a timeout, a reset connection, or a 502, 503 or 504 from a gateway in between), so whether it took effect is unknown. Never retry with a new key. Depending on the route's policy, a retry with the same key is forwarded again with the same Idempotency-Key (retry), gets this same answer until an operator resolves the key (hold), or asks the upstream service what became of the request and gets its response, is forwarded if the upstream never received it, or gets this answer again while that is unknown (probe)."},
 	{Code: ProblemUpstreamUnavailable, Status: http.StatusServiceUnavailable, Title: "Upstream unavailable",
 		About: "The upstream service could not be reached, and the request was not sent to it. The key is free: retry with the same key."},
 	{Code: ProblemUpstreamFailed, Status: http.StatusBadGateway, Title: "Upstream failed",
@@ -54,6 +55,7 @@ func kindOf(code idem.ProblemCode) idem.ProblemKind {
 // whether anything was written to the upstream.
 type attempt struct {
 	route string
+	probe probeURL // the status URL of a probe route
 	sent  atomic.Bool
 }
 
@@ -106,14 +108,13 @@ func (p *Proxy) forwarder(policy Policy) http.Handler {
 		ErrorLog: slog.NewLogLogger(p.cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.UpstreamTimeout)
-		defer cancel()
 		idem.StreamResponse(w, p.cfg.MaxStoredBytes)
 		defer func() {
-			// httputil.ReverseProxy panics with http.ErrAbortHandler when
-			// the body breaks off after the status was sent: the upstream
-			// answered, so the key is completed as not retained, and idem
-			// then aborts the client's connection.
+			// httputil.ReverseProxy (and replayProbe) panics with
+			// http.ErrAbortHandler when the body breaks off after the
+			// status was sent: the upstream answered, so the key is
+			// completed as not retained, and idem then aborts the client's
+			// connection.
 			if v := recover(); v != nil {
 				if v != http.ErrAbortHandler || !idem.BreakResponse(w) {
 					panic(v)
@@ -122,6 +123,11 @@ func (p *Proxy) forwarder(policy Policy) http.Handler {
 					"method", r.Method, "path", r.URL.Path)
 			}
 		}()
+		if policy == PolicyProbe && p.probeFirst(w, r) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.UpstreamTimeout)
+		defer cancel()
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
@@ -168,6 +174,13 @@ func (p *Proxy) outcomeUnknown(w http.ResponseWriter, r *http.Request, policy Po
 	prob.Status = status
 	retryAfter := 0
 	switch policy {
+	case PolicyProbe:
+		prob.Detail = what + ", so whether it took effect is unknown. Retry with the same Idempotency-Key after Retry-After, never a new one: the retry asks the upstream service what became of the request, and gets its response if it took effect, or is sent upstream again if the upstream never received it."
+		retryAfter = 1
+		if _, keep := p.markUnknown(r.Context(), status); keep {
+			prob.Detail = what + ", so whether it took effect is unknown. Retry with the same Idempotency-Key after Retry-After, never a new one: the retry asks the upstream service what became of the request before anything is sent again."
+			retryAfter = int(p.cfg.LockTimeout.Round(time.Second) / time.Second)
+		}
 	case PolicyHold:
 		prob.Detail = what + ", so whether it took effect is unknown. The key is held: every retry with it gets this answer, and nothing is sent upstream, until an operator resolves the key. Never retry with a new key unless you know that the operation did not happen."
 	default:

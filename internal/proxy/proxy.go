@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,10 +52,32 @@ type Config struct {
 	// deduplicates too.
 	DropKey bool
 
-	// DefaultPolicy applies to routes without a policy of their own.
+	// DefaultPolicy applies to routes without a policy of their own:
+	// PolicyRetry or PolicyHold (PolicyProbe is only ever a route's own).
 	// Defaults to PolicyRetry when the key is forwarded and PolicyHold when
 	// DropKey is set.
 	DefaultPolicy Policy
+
+	// ProbeURL is the status URL template of PolicyProbe routes that have
+	// none of their own: an absolute http or https URL, or a path under
+	// Upstream, with "{key}" in its path or query, such as
+	// "/v1/requests/{key}". "{key}" becomes the Idempotency-Key field value
+	// as the client sent it and the upstream received it (a quoted
+	// structured-field string keeps its quotes), escaped for where it
+	// stands. The upstream must keep the
+	// probe contract (ProbeStatusHeader, docs/proxy.md). Defaults to none.
+	ProbeURL string
+
+	// ProbeTimeout bounds a probe, to the end of the status URL's answer.
+	// LockTimeout must be longer than UpstreamTimeout and ProbeTimeout
+	// together when a route probes. Defaults to ProbeTimeoutDefault (5 s).
+	ProbeTimeout time.Duration
+
+	// ProbeHeaders are the request headers copied from the client's retry
+	// onto its probe, so that the upstream answers for the client whose key
+	// it is, as it would for the request itself. Defaults to
+	// Authorization.
+	ProbeHeaders []string
 
 	// StoreServerErrors stores the upstream's own 5xx answers (500, 501,
 	// 505 and up) and replays them, as Stripe does, instead of releasing the
@@ -122,6 +145,9 @@ type Config struct {
 	// Forwards receives the result of every forward of a key route.
 	// Defaults to none.
 	Forwards ForwardMetrics
+
+	// Probes receives the result of every probe. Defaults to none.
+	Probes ProbeMetrics
 }
 
 // ForwardResult is how a forward of a key route ended.
@@ -190,6 +216,15 @@ func (c *Config) withDefaults() *Config {
 	if out.Forwards == nil {
 		out.Forwards = noForwardMetrics{}
 	}
+	if out.ProbeTimeout == 0 {
+		out.ProbeTimeout = ProbeTimeoutDefault
+	}
+	if out.ProbeHeaders == nil {
+		out.ProbeHeaders = []string{"Authorization"}
+	}
+	if out.Probes == nil {
+		out.Probes = noProbeMetrics{}
+	}
 	return &out
 }
 
@@ -201,17 +236,37 @@ func (c *Config) validate() error {
 		return errors.New("proxy: Config.Store is required")
 	case c.Identity == nil:
 		return errors.New("proxy: Config.Identity is required")
-	case c.UpstreamTimeout < 0 || c.MaxStoredBytes < 0:
-		return errors.New("proxy: Config.UpstreamTimeout and MaxStoredBytes must not be negative")
+	case c.UpstreamTimeout < 0 || c.MaxStoredBytes < 0 || c.ProbeTimeout < 0:
+		return errors.New("proxy: Config.UpstreamTimeout, ProbeTimeout and MaxStoredBytes must not be negative")
 	case c.LockTimeout <= c.UpstreamTimeout:
 		return fmt.Errorf("proxy: the lock timeout (%s) must be longer than the upstream timeout (%s), or a forward in progress could be taken over and sent twice", c.LockTimeout, c.UpstreamTimeout)
 	}
-	if c.DefaultPolicy != PolicyRetry && c.DefaultPolicy != PolicyHold {
+	switch c.DefaultPolicy {
+	case PolicyRetry, PolicyHold:
+	case PolicyProbe:
+		return errors.New("proxy: probe is no default policy: it is sound only for routes whose upstream keeps the probe contract; name it on those routes")
+	default:
 		return fmt.Errorf("proxy: unknown default policy %q: want retry or hold", c.DefaultPolicy)
+	}
+	if c.ProbeURL != "" {
+		if _, err := parseProbeURL(c.ProbeURL); err != nil {
+			return fmt.Errorf("proxy: %w", err)
+		}
 	}
 	for _, rt := range c.Routes {
 		if err := rt.validate(); err != nil {
 			return fmt.Errorf("proxy: %w", err)
+		}
+		if rt.Policy != PolicyProbe {
+			continue
+		}
+		switch {
+		case rt.ProbeURL == "" && c.ProbeURL == "":
+			return fmt.Errorf("proxy: route %s: %w", rt, errNoProbeURL)
+		case c.DropKey:
+			return fmt.Errorf("proxy: route %s: probe needs the key forwarded, so that the upstream can answer for it; it does not work with DropKey", rt)
+		case c.LockTimeout <= c.UpstreamTimeout+c.ProbeTimeout:
+			return fmt.Errorf("proxy: the lock timeout (%s) must be longer than the upstream timeout (%s) and the probe timeout (%s) together, or a retry that probes and forwards could be taken over", c.LockTimeout, c.UpstreamTimeout, c.ProbeTimeout)
 		}
 	}
 	return nil
@@ -223,6 +278,7 @@ func (c *Config) validate() error {
 type Proxy struct {
 	cfg      *Config
 	routes   []Route
+	probes   []probeURL // per route, for probe routes
 	guarded  map[Policy]http.Handler
 	pass     *httputil.ReverseProxy
 	problems http.Handler
@@ -235,10 +291,15 @@ func New(cfg *Config) (*Proxy, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: c, routes: slices.Clone(c.Routes), guarded: map[Policy]http.Handler{}}
-	for i := range p.routes {
-		if p.routes[i].Policy == "" {
+	p := &Proxy{cfg: c, routes: slices.Clone(c.Routes), probes: make([]probeURL, len(c.Routes)), guarded: map[Policy]http.Handler{}}
+	for i, rt := range p.routes {
+		if rt.Policy == "" {
 			p.routes[i].Policy = c.DefaultPolicy
+		}
+		if rt.Policy == PolicyProbe {
+			tmpl := cmp.Or(rt.ProbeURL, c.ProbeURL)
+			t, _ := parseProbeURL(tmpl) // validated
+			p.probes[i] = t.resolve(c.Upstream)
 		}
 	}
 	p.pass = &httputil.ReverseProxy{
@@ -252,8 +313,12 @@ func New(cfg *Config) (*Proxy, error) {
 				"The upstream service could not be reached, or failed before it answered."), 0)
 		},
 	}
-	for _, policy := range []Policy{PolicyRetry, PolicyHold} {
-		mw, err := idem.New(c.Store, &idem.Config{
+	for _, policy := range []Policy{PolicyRetry, PolicyHold, PolicyProbe} {
+		store := c.Store
+		if policy == PolicyProbe {
+			store = probeStore{c.Store}
+		}
+		mw, err := idem.New(store, &idem.Config{
 			ClientID:        c.Identity,
 			Require:         func(*http.Request) bool { return true }, // only key routes reach it
 			Mode:            idem.ModeTwoPhase,
@@ -281,7 +346,7 @@ func New(cfg *Config) (*Proxy, error) {
 // outcomePolicy is idem's outcome policy for a route's policy. The
 // proxy's own answers: 503 (never sent) releases the key; 502 and 504 (an
 // unknown outcome) are stored under PolicyHold and released under
-// PolicyRetry. A 409 is released: an upstream that honours keys has the
+// PolicyRetry and PolicyProbe (whose keys keep their recovery point). A 409 is released: an upstream that honours keys has the
 // same key in flight. The upstream's other answers follow idem's
 // DefaultOutcomePolicy, or StoreServerErrorsPolicy when storeServerErrors
 // is set: the statuses by which it says it did not process the request are
@@ -312,9 +377,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.problems.ServeHTTP(w, r)
 		return
 	}
-	for _, rt := range p.routes {
+	for i, rt := range p.routes {
 		if rt.matches(r) {
-			a := &attempt{route: rt.String()}
+			a := &attempt{route: rt.label(), probe: p.probes[i]}
 			p.guarded[rt.Policy].ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), attemptKey{}, a)))
 			return
 		}

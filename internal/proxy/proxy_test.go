@@ -267,16 +267,22 @@ func TestRoutes(t *testing.T) {
 func TestParseRoute(t *testing.T) {
 	t.Parallel()
 	good := map[string]Route{
-		"POST /v1/*":            {Method: "POST", Path: "/v1/*"},
-		"PATCH /v1/x hold":      {Method: "PATCH", Path: "/v1/x", Policy: PolicyHold},
-		"  POST   /a   retry  ": {Method: "POST", Path: "/a", Policy: PolicyRetry},
+		"POST /v1/*":                                          {Method: "POST", Path: "/v1/*"},
+		"PATCH /v1/x hold":                                    {Method: "PATCH", Path: "/v1/x", Policy: PolicyHold},
+		"  POST   /a   retry  ":                               {Method: "POST", Path: "/a", Policy: PolicyRetry},
+		"POST /v1/refunds probe":                              {Method: "POST", Path: "/v1/refunds", Policy: PolicyProbe},
+		"POST /v1/refunds probe /v1/requests/{key}":           {Method: "POST", Path: "/v1/refunds", Policy: PolicyProbe, ProbeURL: "/v1/requests/{key}"},
+		"POST /r probe https://up.example/status?k={key}&v=1": {Method: "POST", Path: "/r", Policy: PolicyProbe, ProbeURL: "https://up.example/status?k={key}&v=1"},
 	}
 	for in, want := range good {
 		if got, err := ParseRoute(in); err != nil || got != want {
 			t.Errorf("ParseRoute(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "POST", "GET /x", "PUT /x", "DELETE /x", "post /x", "POST x", "POST /a*b", "POST /x probe", "POST /x hold extra"} {
+	for _, in := range []string{"", "POST", "GET /x", "PUT /x", "DELETE /x", "post /x", "POST x", "POST /a*b", "POST /x hold extra",
+		"POST /x probe /no-key", "POST /x probe /{key}/{key}", "POST /x probe https://{key}.example/", "POST /x probe ftp://h/{key}",
+		"POST /x probe relative/{key}", "POST /x probe //host/{key}", "POST /x probe /a#{key}", "POST /x hold /v1/requests/{key}",
+		"POST /x probe /v1/{key} extra"} {
 		if _, err := ParseRoute(in); err == nil {
 			t.Errorf("ParseRoute(%q): no error", in)
 		}
@@ -335,6 +341,7 @@ func TestConfigValidation(t *testing.T) {
 	id, _ := CredentialIdentity([]byte(testSecret))
 	target, _ := url.Parse("http://127.0.0.1:1")
 	store := newStore(t, "sqlite")
+	probe := Route{Method: "POST", Path: "/v1/refunds", Policy: PolicyProbe}
 	bad := map[string]Config{
 		"NoUpstream":              {Store: store, Identity: id},
 		"RelativeUpstream":        {Upstream: &url.URL{Path: "/x"}, Store: store, Identity: id},
@@ -343,10 +350,38 @@ func TestConfigValidation(t *testing.T) {
 		"LeaseShorterThanForward": {Upstream: target, Store: store, Identity: id, UpstreamTimeout: 60 * time.Second, LockTimeout: 30 * time.Second},
 		"BadPolicy":               {Upstream: target, Store: store, Identity: id, DefaultPolicy: "probe"},
 		"BadRoute":                {Upstream: target, Store: store, Identity: id, Routes: []Route{{Method: "GET", Path: "/"}}},
+		"ProbeWithoutURL":         {Upstream: target, Store: store, Identity: id, Routes: []Route{probe}},
+		"ProbeWithBadURL":         {Upstream: target, Store: store, Identity: id, Routes: []Route{probe}, ProbeURL: "/v1/requests"},
+		"ProbeWithDropKey":        {Upstream: target, Store: store, Identity: id, Routes: []Route{probe}, ProbeURL: "/s/{key}", DropKey: true},
+		"ProbeLeaseTooShort": {Upstream: target, Store: store, Identity: id, Routes: []Route{probe}, ProbeURL: "/s/{key}",
+			UpstreamTimeout: 30 * time.Second, ProbeTimeout: 30 * time.Second, LockTimeout: 59 * time.Second},
 	}
 	for name, cfg := range bad {
 		if _, err := New(&cfg); err == nil {
 			t.Errorf("%s: no error", name)
+		}
+	}
+	good := Config{Upstream: target, Store: store, Identity: id, Routes: []Route{probe}, ProbeURL: "/s/{key}",
+		UpstreamTimeout: 30 * time.Second, ProbeTimeout: 29 * time.Second, LockTimeout: 60 * time.Second}
+	if _, err := New(&good); err != nil {
+		t.Errorf("probe route with a global status URL: %v", err)
+	}
+}
+
+func TestProbeURL(t *testing.T) {
+	t.Parallel()
+	up, _ := url.Parse("http://up.example:9000/api/?x=1")
+	for _, c := range []struct{ tmpl, key, want string }{
+		{"/v1/requests/{key}", `"a/b c"`, "http://up.example:9000/api/v1/requests/%22a%2Fb%20c%22"},
+		{"/status?key={key}&v=2", "a&b=c d", "http://up.example:9000/api/status?key=a%26b%3Dc+d&v=2"},
+		{"https://other.example/k/{key}.json", "k-1", "https://other.example/k/k-1.json"},
+	} {
+		tmpl, err := parseProbeURL(c.tmpl)
+		if err != nil {
+			t.Fatalf("%s: %v", c.tmpl, err)
+		}
+		if got := tmpl.resolve(up).url(c.key); got != c.want {
+			t.Errorf("%s with %q: %s, want %s", c.tmpl, c.key, got, c.want)
 		}
 	}
 }

@@ -22,6 +22,14 @@ const (
 	// operator deletes the key or it expires. Right for upstreams that do
 	// not honour keys, where a second forward could repeat the operation.
 	PolicyHold Policy = "hold"
+	// PolicyProbe keeps the key unknown and lets the client's retry ask the
+	// upstream's status URL what became of the key (see probe.go and
+	// docs/proxy.md for the contract): the retry gets the operation's
+	// response if the upstream has one, is forwarded if the upstream never
+	// received the key, and gets the outcome-unknown problem again
+	// otherwise. Only for routes whose upstream keeps its own table of keys
+	// and promises that contract; never a default.
+	PolicyProbe Policy = "probe"
 )
 
 // Route is a set of requests that must carry an Idempotency-Key.
@@ -34,22 +42,29 @@ type Route struct {
 	// Policy is applied when the outcome of a forward is unknown. Empty
 	// means the proxy's default (see Config.DefaultPolicy).
 	Policy Policy
+	// ProbeURL is the status URL template of a PolicyProbe route (see
+	// Config.ProbeURL). Empty means Config.ProbeURL.
+	ProbeURL string
 }
 
 // DefaultRoutes are the routes used when none are configured: every POST and
 // every PATCH.
 var defaultRoutes = []Route{{Method: http.MethodPost, Path: "/*"}, {Method: http.MethodPatch, Path: "/*"}}
 
-// ParseRoute parses "METHOD PATH [POLICY]", such as "POST /v1/*" or
-// "POST /v1/refunds hold".
+// ParseRoute parses "METHOD PATH [POLICY [PROBE-URL]]", such as
+// "POST /v1/*", "POST /v1/refunds hold" or
+// "POST /v1/refunds probe /v1/requests/{key}".
 func ParseRoute(s string) (Route, error) {
 	f := strings.Fields(s)
-	if len(f) < 2 || len(f) > 3 {
-		return Route{}, fmt.Errorf("route %q: want \"METHOD /path [retry|hold]\", such as \"POST /v1/*\"", s)
+	if len(f) < 2 || len(f) > 4 || (len(f) == 4 && f[2] != string(PolicyProbe)) {
+		return Route{}, fmt.Errorf("route %q: want \"METHOD /path [retry|hold|probe [URL]]\", such as \"POST /v1/*\"", s)
 	}
 	rt := Route{Method: f[0], Path: f[1]}
-	if len(f) == 3 {
+	if len(f) >= 3 {
 		rt.Policy = Policy(f[2])
+	}
+	if len(f) == 4 {
+		rt.ProbeURL = f[3]
 	}
 	return rt, rt.validate()
 }
@@ -71,9 +86,17 @@ func (rt Route) validate() error {
 		return fmt.Errorf("route %s %s: \"*\" may only end the path", rt.Method, rt.Path)
 	}
 	switch rt.Policy {
-	case "", PolicyRetry, PolicyHold:
+	case "", PolicyRetry, PolicyHold, PolicyProbe:
 	default:
-		return fmt.Errorf("route %s %s: unknown outcome-unknown policy %q: want retry or hold", rt.Method, rt.Path, rt.Policy)
+		return fmt.Errorf("route %s %s: unknown outcome-unknown policy %q: want retry, hold or probe", rt.Method, rt.Path, rt.Policy)
+	}
+	if rt.ProbeURL != "" {
+		if rt.Policy != PolicyProbe {
+			return fmt.Errorf("route %s %s: a probe URL needs the probe policy", rt.Method, rt.Path)
+		}
+		if _, err := parseProbeURL(rt.ProbeURL); err != nil {
+			return fmt.Errorf("route %s %s: %w", rt.Method, rt.Path, err)
+		}
 	}
 	return nil
 }
@@ -91,6 +114,14 @@ func (rt Route) matches(r *http.Request) bool {
 
 // String returns the route as ParseRoute reads it.
 func (rt Route) String() string {
+	if rt.ProbeURL != "" {
+		return rt.label() + " " + rt.ProbeURL
+	}
+	return rt.label()
+}
+
+// label names the route in metrics and logs: its method, path and policy.
+func (rt Route) label() string {
 	if rt.Policy == "" {
 		return rt.Method + " " + rt.Path
 	}

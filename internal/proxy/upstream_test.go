@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -24,6 +25,11 @@ import (
 //	                          closed
 //	POST /v1/bad-gateway      charges, then answers 502, like a gateway
 //	                          whose upstream died
+//	POST /v1/drop             resets the connection the first time it sees
+//	                          a key, before it records or charges anything;
+//	                          later it answers like /v1/charges
+//	GET  /v1/requests/{key}   the status URL of the probe contract, when
+//	                          honour is set (see status)
 //	GET  /v1/ping             answers 200
 type upstream struct {
 	*httptest.Server
@@ -40,6 +46,16 @@ type upstream struct {
 	headers  map[string]http.Header
 	// perClientKey counts charges per Authorization and forwarded key.
 	perClientKey map[string]int
+	// owner is the Authorization of each forwarded key's first request;
+	// the status URL answers only for it.
+	owner map[string]string
+	// probes counts the status URL's requests per key.
+	probes map[string]int
+	// probeStarted, when set, receives each key the status URL is asked
+	// about, and probeGate, when set, holds the status URL's answer until
+	// it is closed.
+	probeStarted chan string
+	probeGate    chan struct{}
 }
 
 func newUpstream(t *testing.T, honour bool) *upstream {
@@ -49,6 +65,7 @@ func newUpstream(t *testing.T, honour bool) *upstream {
 		requests: map[string]int{}, charges: map[string]int{}, answers: map[string][]byte{},
 		inFlight: map[string]bool{}, conns: map[string]int{}, reused: map[string]bool{},
 		headers: map[string]http.Header{}, perClientKey: map[string]int{},
+		owner: map[string]string{}, probes: map[string]int{},
 	}
 	u.Server = httptest.NewServer(http.HandlerFunc(u.serve))
 	t.Cleanup(func() {
@@ -75,6 +92,10 @@ func (u *upstream) count(key string) (requests, charges int) {
 }
 
 func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
+	if key, ok := strings.CutPrefix(r.URL.Path, "/v1/requests/"); ok && r.Method == http.MethodGet {
+		u.status(w, r, key)
+		return
+	}
 	io.Copy(io.Discard, r.Body)
 	key := r.Header.Get("X-Test-Key") // counts, whether the key is forwarded or not
 	ikey := r.Header.Get("Idempotency-Key")
@@ -89,6 +110,14 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		u.mu.Unlock()
 		fmt.Fprintln(w, "pong")
 		return
+	}
+	if r.URL.Path == "/v1/drop" && u.requests[key] == 1 {
+		u.mu.Unlock()
+		resetConnection(w)
+		return
+	}
+	if _, ok := u.owner[ikey]; !ok && ikey != "" {
+		u.owner[ikey] = r.Header.Get("Authorization")
 	}
 	if u.honour && ikey != "" {
 		if body, ok := u.answers[ikey]; ok {
@@ -144,6 +173,49 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Hop", "dropped by the proxy")
 	w.WriteHeader(http.StatusCreated)
 	w.Write(body)
+}
+
+// status is the status URL of an honouring upstream, by the probe
+// contract: for the key's own client, 200 with the stored answer when there
+// is one, 202 while the key is in flight, and 404 "not-received" when the
+// key was never recorded (or belongs to another client, for whom it was
+// never received).
+func (u *upstream) status(w http.ResponseWriter, r *http.Request, key string) {
+	u.mu.Lock()
+	u.probes[key]++
+	started, gate := u.probeStarted, u.probeGate
+	u.mu.Unlock()
+	if started != nil {
+		started <- key
+	}
+	if gate != nil {
+		<-gate
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	mine := u.owner[key] == r.Header.Get("Authorization")
+	switch {
+	case !u.honour:
+		http.Error(w, "no such endpoint", http.StatusNotFound)
+	case mine && u.answers[key] != nil:
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set(ProbeStatusHeader, ProbeStatusCompleted)
+		w.Write(u.answers[key])
+	case mine && u.inFlight[key]:
+		w.Header().Set(ProbeStatusHeader, "in-progress")
+		w.Header().Set("Retry-After", "3")
+		w.WriteHeader(http.StatusAccepted)
+	default:
+		w.Header().Set(ProbeStatusHeader, ProbeStatusNotReceived)
+		http.Error(w, "never received", http.StatusNotFound)
+	}
+}
+
+// probeCount is how often the status URL was asked about a key.
+func (u *upstream) probeCount(key string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.probes[key]
 }
 
 // forget stores, for an honouring upstream, that a key's effect happened

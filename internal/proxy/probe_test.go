@@ -1,0 +1,288 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// resultCounts counts forwards and probes by result.
+type resultCounts struct {
+	mu       sync.Mutex
+	forwards map[ForwardResult]int
+	probes   map[ProbeResult]int
+}
+
+func newResultCounts() *resultCounts {
+	return &resultCounts{forwards: map[ForwardResult]int{}, probes: map[ProbeResult]int{}}
+}
+
+func (c *resultCounts) Forward(_ context.Context, _ string, r ForwardResult) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.forwards[r]++
+}
+
+func (c *resultCounts) Probe(_ context.Context, _ string, r ProbeResult) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.probes[r]++
+}
+
+func (c *resultCounts) probe(r ProbeResult) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.probes[r]
+}
+
+func (c *resultCounts) forward(r ForwardResult) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.forwards[r]
+}
+
+// probing makes every POST under /v1/ a probe route with the status URL
+// tmpl, and counts into counts.
+func probing(tmpl string, counts *resultCounts) func(*Config) {
+	return func(c *Config) {
+		c.Routes = []Route{{Method: "POST", Path: "/v1/*", Policy: PolicyProbe, ProbeURL: tmpl}}
+		c.Forwards, c.Probes = counts, counts
+	}
+}
+
+// unknownFirst sends the first request of key to path, whose outcome must
+// be unknown (502), and returns the answer.
+func unknownFirst(t *testing.T, base, path, key string) exchange {
+	t.Helper()
+	resp := send(t, "POST", base+path, key, `{"amount":100}`)
+	if resp.status != http.StatusBadGateway || resp.problemCode(t) != string(ProblemOutcomeUnknown) || resp.header.Get("Retry-After") != "1" {
+		t.Fatalf("first request: %d %v %q, want 502 %s with Retry-After: 1", resp.status, resp.header, resp.body, ProblemOutcomeUnknown)
+	}
+	if !strings.Contains(resp.body, "asks the upstream") {
+		t.Fatalf("first request: %q does not say that the retry probes", resp.body)
+	}
+	return resp
+}
+
+func TestProbe(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		// The upstream charged, recorded the key, then reset the
+		// connection: the probe finds the answer, which the retry gets as
+		// a replay, and the key keeps it.
+		t.Run(kind+"/ChargedThenResetIsReplayed", func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, true)
+			counts := newResultCounts()
+			base := setup(t, kind, up, probing("/v1/requests/{key}", counts))
+			key := `"probe-charged"` // a quoted key: the status URL gets it escaped, quotes and all
+			unknownFirst(t, base, "/v1/reset", key)
+			for i := range 3 {
+				retry := send(t, "POST", base+"/v1/reset", key, `{"amount":100}`)
+				if retry.status != http.StatusOK || retry.header.Get("Idempotent-Replayed") != "true" || !strings.Contains(retry.body, `"ch_lost_\"probe-charged\""`) {
+					t.Fatalf("retry %d: %d %v %q, want the upstream's recorded answer, replayed", i, retry.status, retry.header, retry.body)
+				}
+				if retry.header.Get("Content-Type") != "application/json" || retry.header.Get(ProbeStatusHeader) != "" {
+					t.Fatalf("retry %d: headers %v, want the replay's, not the status URL's", i, retry.header)
+				}
+			}
+			if req, ch := up.count(key); req != 1 || ch != 1 {
+				t.Fatalf("upstream saw %d requests and %d charges, want 1 and 1", req, ch)
+			}
+			if n := up.probeCount(key); n != 1 {
+				t.Fatalf("status URL asked %d times, want once: the probe's answer is stored", n)
+			}
+			if counts.probe(ProbeCompleted) != 1 || counts.forward(ForwardOutcomeUnknown) != 1 || counts.forward(ForwardAnswered) != 0 {
+				t.Fatalf("counted forwards %v, probes %v", counts.forwards, counts.probes)
+			}
+		})
+		// The upstream failed the first request before it recorded
+		// anything: the probe says never received, and the retry is
+		// forwarded, once.
+		t.Run(kind+"/NeverReceivedIsForwarded", func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, true)
+			counts := newResultCounts()
+			base := setup(t, kind, up, probing("/v1/requests/{key}", counts))
+			unknownFirst(t, base, "/v1/drop", "probe-dropped")
+			retry := send(t, "POST", base+"/v1/drop", "probe-dropped", `{"amount":100}`)
+			if retry.status != http.StatusCreated || retry.header.Get("Idempotent-Replayed") != "" {
+				t.Fatalf("retry: %d %v %q, want the upstream's own 201, forwarded", retry.status, retry.header, retry.body)
+			}
+			again := send(t, "POST", base+"/v1/drop", "probe-dropped", `{"amount":100}`)
+			if again.body != retry.body || again.header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("then: %d %q, want the replay of %q", again.status, again.body, retry.body)
+			}
+			if req, ch := up.count("probe-dropped"); req != 2 || ch != 1 {
+				t.Fatalf("upstream saw %d requests and %d charges, want 2 and exactly 1", req, ch)
+			}
+			if n := up.probeCount("probe-dropped"); n != 1 {
+				t.Fatalf("status URL asked %d times, want 1", n)
+			}
+			if counts.probe(ProbeNotReceived) != 1 || counts.forward(ForwardAnswered) != 1 {
+				t.Fatalf("counted forwards %v, probes %v", counts.forwards, counts.probes)
+			}
+		})
+		// The upstream is still working on the key when the proxy gives
+		// up: the probe answers 202, so the retry gets the problem again
+		// and nothing is forwarded; once the upstream is done, the next
+		// retry's probe finds the answer.
+		t.Run(kind+"/StillRunningIsNotForwarded", func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, true)
+			counts := newResultCounts()
+			base := setup(t, kind, up, func(c *Config) {
+				probing("/v1/requests/{key}", counts)(c)
+				c.UpstreamTimeout, c.LockTimeout = 50*time.Millisecond, 20*time.Second
+			})
+			first := send(t, "POST", base+"/v1/slow", "probe-slow", `{"amount":1}`)
+			if first.status != http.StatusGatewayTimeout || first.problemCode(t) != string(ProblemOutcomeUnknown) {
+				t.Fatalf("first: %d %q, want 504 %s", first.status, first.body, ProblemOutcomeUnknown)
+			}
+			for i := range 2 {
+				retry := send(t, "POST", base+"/v1/slow", "probe-slow", `{"amount":1}`)
+				if retry.status != http.StatusGatewayTimeout || retry.problemCode(t) != string(ProblemOutcomeUnknown) ||
+					retry.header.Get("Retry-After") != "3" || retry.header.Get("Idempotent-Replayed") != "" || !strings.Contains(retry.body, "answered 202") {
+					t.Fatalf("retry %d while the upstream works: %d %v %q, want the 504 problem again with the status URL's Retry-After", i, retry.status, retry.header, retry.body)
+				}
+			}
+			if req, _ := up.count("probe-slow"); req != 1 {
+				t.Fatalf("upstream saw %d requests, want 1: nothing forwarded while it works", req)
+			}
+			up.releaseSlow()
+			waitFor(t, func() bool {
+				up.mu.Lock()
+				defer up.mu.Unlock()
+				return up.answers["probe-slow"] != nil
+			})
+			done := send(t, "POST", base+"/v1/slow", "probe-slow", `{"amount":1}`)
+			if done.status != http.StatusOK || done.header.Get("Idempotent-Replayed") != "true" || !strings.Contains(done.body, `"ch_1"`) {
+				t.Fatalf("retry after the upstream finished: %d %q, want its answer, replayed", done.status, done.body)
+			}
+			if req, ch := up.count("probe-slow"); req != 1 || ch != 1 {
+				t.Fatalf("upstream saw %d requests and %d charges, want 1 and 1", req, ch)
+			}
+			if counts.probe(ProbeUnknown) != 2 || counts.probe(ProbeCompleted) != 1 {
+				t.Fatalf("counted probes %v, want 2 unknown and 1 completed", counts.probes)
+			}
+		})
+		// The status URL does not answer: the key stays unknown and nothing
+		// is forwarded, however often the client retries.
+		t.Run(kind+"/StatusURLDownIsNotForwarded", func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, true)
+			counts := newResultCounts()
+			base := setup(t, kind, up, func(c *Config) {
+				probing("", counts)(c)
+				c.ProbeURL = "http://" + deadAddr(t) + "/v1/requests/{key}"
+			})
+			unknownFirst(t, base, "/v1/reset", "probe-down")
+			for i := range 3 {
+				retry := send(t, "POST", base+"/v1/reset", "probe-down", `{"amount":100}`)
+				if retry.status != http.StatusBadGateway || retry.problemCode(t) != string(ProblemOutcomeUnknown) || retry.header.Get("Retry-After") != "1" ||
+					!strings.Contains(retry.body, "did not answer") {
+					t.Fatalf("retry %d: %d %v %q, want the 502 problem again", i, retry.status, retry.header, retry.body)
+				}
+			}
+			if req, ch := up.count("probe-down"); req != 1 || ch != 1 {
+				t.Fatalf("upstream saw %d requests and %d charges, want 1 and 1", req, ch)
+			}
+			if counts.probe(ProbeFailed) != 3 {
+				t.Fatalf("counted probes %v, want 3 failed", counts.probes)
+			}
+		})
+		// A status URL that does not keep the contract (a catch-all 200, a
+		// router's 404) settles nothing: the upstream never promised.
+		t.Run(kind+"/AnswerWithoutPromiseIsNotForwarded", func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, false) // its status URL is a plain 404
+			counts := newResultCounts()
+			base := setup(t, kind, up, probing("/v1/requests/{key}", counts))
+			unknownFirst(t, base, "/v1/drop", "probe-router-404")
+			catchAll := setup(t, kind, up, probing("/v1/ping?key={key}", counts))
+			unknownFirst(t, catchAll, "/v1/drop", "probe-catch-all")
+			for _, c := range []struct{ base, key, says string }{
+				{base, "probe-router-404", "answered 404 without Idempotency-Key-Status"},
+				{catchAll, "probe-catch-all", "answered 200 without Idempotency-Key-Status"},
+			} {
+				retry := send(t, "POST", c.base+"/v1/drop", c.key, `{"amount":100}`)
+				if retry.status != http.StatusBadGateway || retry.problemCode(t) != string(ProblemOutcomeUnknown) || !strings.Contains(retry.body, c.says) {
+					t.Fatalf("%s: retry: %d %q, want the 502 problem again, saying %q", c.key, retry.status, retry.body, c.says)
+				}
+				if req, _ := up.count(c.key); req != 1 {
+					t.Fatalf("%s: upstream saw %d requests, want 1", c.key, req)
+				}
+			}
+			if counts.probe(ProbeUnknown) != 2 {
+				t.Fatalf("counted probes %v, want 2 unknown", counts.probes)
+			}
+		})
+	}
+}
+
+// TestProbeSerializesRetries sends retries of an unknown key while the
+// first retry's probe is held open: the lease makes the others wait (409),
+// so there is one probe and one forward.
+func TestProbeSerializesRetries(t *testing.T) {
+	t.Parallel()
+	const others = 8
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, true)
+			started, gate := make(chan string, others+1), make(chan struct{})
+			up.mu.Lock()
+			up.probeStarted, up.probeGate = started, gate
+			up.mu.Unlock()
+			counts := newResultCounts()
+			base := setup(t, kind, up, probing("/v1/requests/{key}", counts))
+			unknownFirst(t, base, "/v1/drop", "probe-many")
+
+			first := make(chan exchange, 1)
+			go func() { first <- send(t, "POST", base+"/v1/drop", "probe-many", `{"amount":100}`) }()
+			select {
+			case <-started:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the first retry did not probe in 30 s")
+			}
+			var wg sync.WaitGroup
+			answers := make(chan exchange, others)
+			for range others {
+				wg.Go(func() { answers <- send(t, "POST", base+"/v1/drop", "probe-many", `{"amount":100}`) })
+			}
+			wg.Wait()
+			close(answers)
+			for a := range answers {
+				if a.status != http.StatusConflict {
+					t.Errorf("retry during the probe: %d %q, want 409", a.status, a.body)
+				}
+			}
+			close(gate)
+			if got := <-first; got.status != http.StatusCreated {
+				t.Fatalf("the probing retry: %d %q, want the forwarded 201", got.status, got.body)
+			}
+			if req, ch := up.count("probe-many"); req != 2 || ch != 1 {
+				t.Fatalf("upstream saw %d requests and %d charges, want 2 and 1", req, ch)
+			}
+			if n := up.probeCount("probe-many"); n != 1 {
+				t.Fatalf("status URL asked %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// deadAddr is an address where nothing listens.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
