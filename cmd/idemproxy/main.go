@@ -52,9 +52,14 @@ the value of -client-header set by a trusted gateway.
 When a forward fails after the request was sent (a timeout, a reset, or a
 502/503/504 from a gateway in between), the client gets a 502 or 504 problem
 idempotency-outcome-unknown, and the route's policy decides what a retry
-with that key gets: retry (forwarded again, with the same key) or hold (the
+with that key gets: retry (forwarded again, with the same key), hold (the
 same problem, until an operator releases the key with "idemproxy release";
-"idemproxy held" lists such keys, "idemproxy held -h" says more).
+"idemproxy held" lists such keys, "idemproxy held -h" says more), or probe
+(named on a route only: the retry first asks the upstream's status URL,
+-probe-url, and gets the operation's response if the upstream has it, is
+forwarded if the upstream answers 404 with "Idempotency-Key-Status:
+not-received", and gets the same problem otherwise; docs/proxy.md has the
+status URL's contract).
 
 Flags:
 `
@@ -66,6 +71,8 @@ type options struct {
 	clientHeader, secret            string
 	dropKey, storeServerErrors      bool
 	policy                          string
+	probeURL                        string
+	probeTimeout                    time.Duration
 	upstreamTimeout, lockTimeout    time.Duration
 	maxPreferWait                   time.Duration
 	retention                       time.Duration
@@ -123,12 +130,14 @@ func parseFlags(args []string, stderr io.Writer, lookup func(string) (string, bo
 	fs.StringVar(&o.db, "db", "sqlite:idemproxy.db", "key store: sqlite:PATH or postgres://... (env IDEMPROXY_DB)")
 	fs.BoolVar(&o.migrate, "migrate", env.Bool("IDEMPROXY_MIGRATE", true), "apply the key store's migrations at start; safe with several instances (env IDEMPROXY_MIGRATE)")
 	o.routes = splitEnv(env, "IDEMPROXY_ROUTES", "\n")
-	fs.Var(listFlag{&o.routes}, "route", "key `route` 'METHOD /path [retry|hold]', a trailing * matching any rest of the path, repeatable (env IDEMPROXY_ROUTES, one per line; default: 'POST /*' and 'PATCH /*')")
+	fs.Var(listFlag{&o.routes}, "route", "key `route` 'METHOD /path [retry|hold|probe [PROBE-URL]]', a trailing * matching any rest of the path, repeatable (env IDEMPROXY_ROUTES, one per line; default: 'POST /*' and 'PATCH /*')")
 	fs.StringVar(&o.clientHeader, "client-header", env.String("IDEMPROXY_CLIENT_HEADER", ""), "identify clients by this request `header`, set by a trusted gateway in front that removes it from incoming requests; default: by credentials (env IDEMPROXY_CLIENT_HEADER)")
 	fs.StringVar(&o.secret, "secret", "", "`secret` of at least 16 bytes under which credentials are HMACed into client ids; prefer the environment variable, and give every instance the same one (env IDEMPROXY_SECRET)")
 	fs.BoolVar(&o.dropKey, "drop-key", env.Bool("IDEMPROXY_DROP_KEY", false), "do not forward the Idempotency-Key header upstream (env IDEMPROXY_DROP_KEY)")
 	fs.BoolVar(&o.storeServerErrors, "store-server-errors", env.Bool("IDEMPROXY_STORE_SERVER_ERRORS", false), "store and replay the upstream's own 5xx answers, as Stripe does, instead of forwarding a retry again (env IDEMPROXY_STORE_SERVER_ERRORS)")
-	fs.StringVar(&o.policy, "outcome-unknown", env.String("IDEMPROXY_OUTCOME_UNKNOWN", ""), "`policy` of routes without one when a forward's outcome is unknown: retry or hold (env IDEMPROXY_OUTCOME_UNKNOWN; default retry, or hold with -drop-key)")
+	fs.StringVar(&o.policy, "outcome-unknown", env.String("IDEMPROXY_OUTCOME_UNKNOWN", ""), "`policy` of routes without one when a forward's outcome is unknown: retry or hold; probe is only ever named on a route (env IDEMPROXY_OUTCOME_UNKNOWN; default retry, or hold with -drop-key)")
+	fs.StringVar(&o.probeURL, "probe-url", env.String("IDEMPROXY_PROBE_URL", ""), "status `URL` template of probe routes that name none: absolute, or a path under -upstream, with {key} where the key goes, such as /v1/requests/{key}; the upstream must keep the contract of docs/proxy.md (env IDEMPROXY_PROBE_URL)")
+	fs.DurationVar(&o.probeTimeout, "probe-timeout", env.Duration("IDEMPROXY_PROBE_TIMEOUT", proxy.ProbeTimeoutDefault), "`timeout` of a probe of the status URL; -lock-timeout must exceed it plus -upstream-timeout when a route probes (env IDEMPROXY_PROBE_TIMEOUT)")
 	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", env.Duration("IDEMPROXY_UPSTREAM_TIMEOUT", proxy.UpstreamTimeoutDefault), "`timeout` of a forward on a key route, to the end of the response (env IDEMPROXY_UPSTREAM_TIMEOUT)")
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", env.Duration("IDEMPROXY_LOCK_TIMEOUT", proxy.LockTimeoutDefault), "`duration` of a key's lease before another request may take it over; longer than -upstream-timeout (env IDEMPROXY_LOCK_TIMEOUT)")
 	fs.DurationVar(&o.maxPreferWait, "max-prefer-wait", env.Duration("IDEMPROXY_MAX_PREFER_WAIT", proxy.MaxPreferWaitDefault), "longest `duration` a duplicate sent with Prefer: wait=N waits for its key's first request instead of getting 409; 0 ignores Prefer: wait (env IDEMPROXY_MAX_PREFER_WAIT)")
@@ -176,8 +185,8 @@ func (o *options) config() (proxy.Config, error) {
 	cfg := proxy.Config{
 		Upstream: u, DropKey: o.dropKey, DefaultPolicy: proxy.Policy(o.policy), StoreServerErrors: o.storeServerErrors,
 		UpstreamTimeout: o.upstreamTimeout, LockTimeout: o.lockTimeout, Retention: o.retention,
-		MaxPreferWait: o.maxPreferWait,
-		MaxBodyBytes:  o.maxBodyBytes, MaxStoredBytes: o.maxStoredBytes, ReplayHeaders: o.replayHeaders,
+		MaxPreferWait: o.maxPreferWait, ProbeURL: o.probeURL, ProbeTimeout: o.probeTimeout,
+		MaxBodyBytes: o.maxBodyBytes, MaxStoredBytes: o.maxStoredBytes, ReplayHeaders: o.replayHeaders,
 		TrustForwarded: o.trustForwarded, ProblemTypeBase: o.problemBase,
 	}
 	if o.maxPreferWait == 0 {
@@ -193,6 +202,8 @@ func (o *options) config() (proxy.Config, error) {
 	switch {
 	case o.clientHeader != "":
 		cfg.Identity = proxy.HeaderIdentity(o.clientHeader)
+		// A probe carries the identity as the request would.
+		cfg.ProbeHeaders = []string{"Authorization", o.clientHeader}
 	case o.secret == "":
 		return proxy.Config{}, errors.New("-secret (or IDEMPROXY_SECRET) is required to identify clients by their credentials; or set -client-header")
 	default:
@@ -233,10 +244,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup fu
 		Name: "idemproxy_forwards_total",
 		Help: "Forwards of requests on key routes, by route and result: answered, not_sent (the key was released) or outcome_unknown.",
 	}, []string{"route", "result"})
+	probes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idemproxy_probes_total",
+		Help: "Probes of the upstream's status URL by retries of keys whose outcome is unknown, by route and result: completed (replayed), not_received (forwarded), unknown (the key stays unknown) or failed (no answer in time).",
+	}, []string{"route", "result"})
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(metrics, forwards, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry.MustRegister(metrics, forwards, probes, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Store, cfg.Logger, cfg.Metrics = db.Store(), logger, metrics
 	cfg.Forwards = forwardCounter{forwards}
+	cfg.Probes = probeCounter{probes}
 	px, err := proxy.New(&cfg)
 	if err != nil {
 		return err
@@ -301,6 +317,13 @@ type forwardCounter struct{ c *prometheus.CounterVec }
 
 func (f forwardCounter) Forward(_ context.Context, route string, result proxy.ForwardResult) {
 	f.c.WithLabelValues(route, string(result)).Inc()
+}
+
+// probeCounter counts probes in a Prometheus counter.
+type probeCounter struct{ c *prometheus.CounterVec }
+
+func (p probeCounter) Probe(_ context.Context, route string, result proxy.ProbeResult) {
+	p.c.WithLabelValues(route, string(result)).Inc()
 }
 
 // purgeLoop deletes keys older than the retention period.

@@ -39,7 +39,8 @@ func TestFlags(t *testing.T) {
 		if strings.Contains(stderr.String(), "s3cret") || strings.Contains(stderr.String(), "pa55word") {
 			t.Errorf("-h printed a secret from the environment:\n%s", stderr.String())
 		}
-		for _, want := range []string{"Usage: idemproxy", "-route", "IDEMPROXY_ROUTES", "IDEMPROXY_SECRET", "-client-header", "-outcome-unknown", "-admin-addr", "-db"} {
+		for _, want := range []string{"Usage: idemproxy", "-route", "IDEMPROXY_ROUTES", "IDEMPROXY_SECRET", "-client-header", "-outcome-unknown", "-admin-addr", "-db",
+			"-probe-url", "IDEMPROXY_PROBE_URL", "-probe-timeout", "IDEMPROXY_PROBE_TIMEOUT", "probe [PROBE-URL]"} {
 			if !strings.Contains(stderr.String(), want) {
 				t.Errorf("-h does not mention %s", want)
 			}
@@ -57,6 +58,10 @@ func TestFlags(t *testing.T) {
 		{"ShortSecret", []string{"-upstream", "http://127.0.0.1:1"}, map[string]string{"IDEMPROXY_SECRET": "short"}, "at least 16 bytes"},
 		{"BadRoute", []string{"-upstream", "http://127.0.0.1:1", "-client-header", "X-Client"}, map[string]string{"IDEMPROXY_ROUTES": "GET /v1/*"}, "idempotent by definition"},
 		{"BadEnvDuration", []string{"-upstream", "http://127.0.0.1:1"}, map[string]string{"IDEMPROXY_UPSTREAM_TIMEOUT": "soon"}, "IDEMPROXY_UPSTREAM_TIMEOUT"},
+		{"ProbeByDefault", []string{"-upstream", "http://127.0.0.1:1", "-client-header", "X-Client", "-db", "sqlite:" + filepath.Join(t.TempDir(), "k.db"), "-outcome-unknown", "probe"}, nil, "no default policy"},
+		{"ProbeWithoutURL", []string{"-upstream", "http://127.0.0.1:1", "-client-header", "X-Client", "-db", "sqlite:" + filepath.Join(t.TempDir(), "k.db"), "-route", "POST /v1/refunds probe"}, nil, "status URL"},
+		{"BadProbeURL", []string{"-upstream", "http://127.0.0.1:1", "-client-header", "X-Client", "-db", "sqlite:" + filepath.Join(t.TempDir(), "k.db")}, map[string]string{"IDEMPROXY_PROBE_URL": "/v1/requests"}, "{key}"},
+		{"ProbeLeaseTooShort", []string{"-upstream", "http://127.0.0.1:1", "-client-header", "X-Client", "-db", "sqlite:" + filepath.Join(t.TempDir(), "k.db"), "-route", "POST /v1/refunds probe /s/{key}", "-probe-timeout", "40s"}, nil, "probe timeout"},
 		{"LeaseShorterThanForward", []string{"-upstream", "http://127.0.0.1:1", "-client-header", "X-Client", "-db", "sqlite:" + filepath.Join(t.TempDir(), "k.db"), "-upstream-timeout", "1m", "-lock-timeout", "30s"}, nil, "lock timeout"},
 	}
 	for _, c := range bad {
@@ -257,5 +262,69 @@ func TestHoldAndRelease(t *testing.T) {
 				t.Fatal("release freed a key that holds a real response")
 			}
 		})
+	}
+}
+
+// TestProbeFromFlags: on a probe route, a forward whose outcome is unknown
+// (the upstream's gateway answers 502 after the upstream recorded the
+// refund) leaves the key unknown; the retry asks the status URL from
+// IDEMPROXY_PROBE_URL with the client's identity header, and replays what
+// it answers. /metrics counts the probe.
+func TestProbeFromFlags(t *testing.T) {
+	t.Parallel()
+	var calls, probes atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			probes.Add(1)
+			if r.URL.Path != "/v1/requests/refund-1" || r.Header.Get("X-Client-Id") != "acme" || calls.Load() == 0 {
+				w.Header().Set("Idempotency-Key-Status", "not-received")
+				http.NotFound(w, r)
+				return
+			}
+			w.Header().Set("Idempotency-Key-Status", "completed")
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"id":"refund_1"}`)
+			return
+		}
+		calls.Add(1)
+		http.Error(w, "upstream connect error", http.StatusBadGateway)
+	}))
+	t.Cleanup(up.Close)
+	addr, admin := started(t,
+		[]string{"-listen", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-upstream", up.URL, "-db", "sqlite:" + filepath.Join(t.TempDir(), "keys.db"),
+			"-client-header", "X-Client-Id", "-route", "POST /v1/refunds probe"},
+		map[string]string{"IDEMPROXY_PROBE_URL": "/v1/requests/{key}"})
+	post := func() (int, http.Header, string) {
+		req, _ := http.NewRequest("POST", addr+"/v1/refunds", strings.NewReader(`{"charge":"ch_1"}`))
+		req.Header.Set("X-Client-Id", "acme")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "refund-1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	if status, _, body := post(); status != http.StatusBadGateway || !strings.Contains(body, "idempotency-outcome-unknown") {
+		t.Fatalf("first: %d %q, want the 502 problem", status, body)
+	}
+	for i := range 2 {
+		if status, h, body := post(); status != http.StatusCreated || h.Get("Idempotent-Replayed") != "true" || body != `{"id":"refund_1"}` {
+			t.Fatalf("retry %d: %d %v %q, want the status URL's answer, replayed", i, status, h, body)
+		}
+	}
+	if c, p := calls.Load(), probes.Load(); c != 1 || p != 1 {
+		t.Fatalf("upstream saw %d forwards and %d probes, want 1 and 1", c, p)
+	}
+	_, metrics := get(t, admin+"/metrics")
+	for _, want := range []string{
+		`idemproxy_probes_total{result="completed",route="POST /v1/refunds probe"} 1`,
+		`idemproxy_forwards_total{result="outcome_unknown",route="POST /v1/refunds probe"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, grepLines(metrics, "idemproxy"))
+		}
 	}
 }
