@@ -286,3 +286,64 @@ func deadAddr(t *testing.T) string {
 	ln.Close()
 	return addr
 }
+
+// TestProbeAfterTakeover: a proxy whose forward vanished (here: one still
+// waiting for an upstream that recorded the charge, with a lease longer than
+// the other proxy's) leaves its key to be taken over; the proxy that takes
+// it over cannot know whether the forward reached the upstream, so it
+// probes first, and replays the recorded answer instead of charging again.
+func TestProbeAfterTakeover(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, true)
+			store := newStore(t, kind)
+			counts := newResultCounts()
+			slow := setupOn(t, store, up, func(c *Config) {
+				probing("/v1/requests/{key}", newResultCounts())(c)
+				c.UpstreamTimeout, c.LockTimeout = time.Hour, 2*time.Hour
+			})
+			quick := setupOn(t, store, up, func(c *Config) {
+				probing("/v1/requests/{key}", counts)(c)
+				c.UpstreamTimeout, c.ProbeTimeout, c.LockTimeout = 50*time.Millisecond, 100*time.Millisecond, 200*time.Millisecond
+			})
+			t.Cleanup(up.releaseSlow) // before the proxies close, which waits for their requests
+			first := make(chan exchange, 1)
+			go func() { first <- send(t, "POST", slow+"/v1/hang", "probe-vanished", `{"amount":7}`) }()
+			deadline := time.Now().Add(30 * time.Second)
+			for req, _ := up.count("probe-vanished"); req == 0; req, _ = up.count("probe-vanished") {
+				if time.Now().After(deadline) {
+					t.Fatal("the first request did not reach the upstream in 30 s")
+				}
+				time.Sleep(5 * time.Millisecond) // a poll's pause
+			}
+			var retry exchange
+			for {
+				retry = send(t, "POST", quick+"/v1/hang", "probe-vanished", `{"amount":7}`)
+				if retry.status != http.StatusConflict {
+					break // the first request's lease ran out, by the quick proxy's lock timeout
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the key was still in flight after 30 s")
+				}
+				time.Sleep(5 * time.Millisecond) // a poll's pause
+			}
+			if retry.status != http.StatusOK || retry.header.Get("Idempotent-Replayed") != "true" || !strings.Contains(retry.body, `"ch_1"`) {
+				t.Fatalf("retry after the takeover: %d %q, want the recorded answer, replayed", retry.status, retry.body)
+			}
+			up.releaseSlow()
+			// The first request's response streams to its client before its
+			// key is completed; that fails, as the key is taken over.
+			if got := <-first; got.status != http.StatusCreated || !strings.Contains(got.body, `"ch_1"`) {
+				t.Fatalf("the first request: %d %q, want the upstream's answer to it", got.status, got.body)
+			}
+			if req, ch := up.count("probe-vanished"); req != 1 || ch != 1 {
+				t.Fatalf("upstream saw %d requests and %d charges, want 1 and 1", req, ch)
+			}
+			if counts.probe(ProbeCompleted) != 1 {
+				t.Fatalf("counted probes %v, want 1 completed", counts.probes)
+			}
+		})
+	}
+}

@@ -64,13 +64,19 @@ func (f *forwardCounts) Forward(_ context.Context, _ string, r ForwardResult) { 
 // configuration. It returns the proxy's URL.
 func setup(t *testing.T, kind string, up *upstream, edit func(*Config)) string {
 	t.Helper()
+	return setupOn(t, newStore(t, kind), up, edit)
+}
+
+// setupOn starts a proxy in front of up on store, as setup does.
+func setupOn(t *testing.T, store idem.Store, up *upstream, edit func(*Config)) string {
+	t.Helper()
 	id, err := CredentialIdentity([]byte(testSecret))
 	if err != nil {
 		t.Fatal(err)
 	}
 	target, _ := url.Parse(up.URL)
 	cfg := Config{
-		Upstream: target, Store: newStore(t, kind), Identity: id,
+		Upstream: target, Store: store, Identity: id,
 		Logger: slog.New(slog.DiscardHandler),
 	}
 	if edit != nil {

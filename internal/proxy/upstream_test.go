@@ -25,6 +25,9 @@ import (
 //	                          closed
 //	POST /v1/bad-gateway      charges, then answers 502, like a gateway
 //	                          whose upstream died
+//	POST /v1/hang             charges and records its answer (when honour
+//	                          is set), then answers only once release is
+//	                          closed
 //	POST /v1/drop             resets the connection the first time it sees
 //	                          a key, before it records or charges anything;
 //	                          later it answers like /v1/charges
@@ -155,6 +158,14 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	case "/v1/slow":
+		<-u.release
+	case "/v1/hang":
+		u.mu.Lock()
+		if u.honour && ikey != "" {
+			u.answers[ikey] = body
+			delete(u.inFlight, ikey)
+		}
+		u.mu.Unlock()
 		<-u.release
 	case "/v1/bad-gateway":
 		u.forget(ikey)
