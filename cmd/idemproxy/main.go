@@ -148,7 +148,7 @@ func parseFlags(args []string, stderr io.Writer, lookup func(string) (string, bo
 	fs.Var(listFlag{&o.replayHeaders}, "replay-header", "upstream response `header` stored and replayed besides Content-Type, Content-Language and Location, repeatable (env IDEMPROXY_REPLAY_HEADERS, comma-separated)")
 	fs.BoolVar(&o.trustForwarded, "trust-forwarded", env.Bool("IDEMPROXY_TRUST_FORWARDED", false), "keep and append to incoming X-Forwarded-For and Forwarded headers; only behind a load balancer that sets them (env IDEMPROXY_TRUST_FORWARDED)")
 	fs.StringVar(&o.problemBase, "problem-base", env.String("IDEMPROXY_PROBLEM_BASE", proxy.ProblemTypeBaseDefault), "prefix of problem type URIs; a path is served by the proxy (env IDEMPROXY_PROBLEM_BASE)")
-	fs.DurationVar(&o.purgeInterval, "purge-interval", env.Duration("IDEMPROXY_PURGE_INTERVAL", 10*time.Minute), "how often expired keys are purged; 0 disables (env IDEMPROXY_PURGE_INTERVAL)")
+	fs.DurationVar(&o.purgeInterval, "purge-interval", env.Duration("IDEMPROXY_PURGE_INTERVAL", 10*time.Minute), "time between runs of the purge, which deletes keys past -retention, and between an instance's tries to take the purge over: with several instances on one PostgreSQL database one at a time purges; 0 disables (env IDEMPROXY_PURGE_INTERVAL)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", env.Duration("IDEMPROXY_SHUTDOWN_TIMEOUT", 30*time.Second), "how long requests in flight may finish on SIGINT/SIGTERM (env IDEMPROXY_SHUTDOWN_TIMEOUT)")
 	if err := env.Err(); err != nil {
 		return nil, err
@@ -257,6 +257,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup fu
 	if err != nil {
 		return err
 	}
+	var purger *idem.Purger
+	if o.purgeInterval > 0 {
+		purger, err = idem.NewPurger(db.PurgeStore(), &idem.PurgerConfig{
+			Retention: o.retention, LockTimeout: o.lockTimeout, Interval: o.purgeInterval,
+			Logger: logger, Metrics: metrics,
+		})
+		if err != nil {
+			return err
+		}
+	}
 
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
@@ -297,11 +307,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup fu
 	} else {
 		adminDone <- nil
 	}
-	if o.purgeInterval > 0 {
-		go purgeLoop(serveCtx, db, o.purgeInterval, o.retention, logger)
-	}
+	purgeDone := make(chan struct{})
+	go func() {
+		defer close(purgeDone)
+		if purger != nil {
+			purger.Run(serveCtx) // gives the purge lock up when serveCtx ends
+		}
+	}()
 	err = cmdrun.Serve(serveCtx, srv, ln, o.shutdown)
 	stop()
+	<-purgeDone
 	if aerr := <-adminDone; err == nil {
 		err = aerr
 	}
@@ -324,24 +339,4 @@ type probeCounter struct{ c *prometheus.CounterVec }
 
 func (p probeCounter) Probe(_ context.Context, route string, result proxy.ProbeResult) {
 	p.c.WithLabelValues(route, string(result)).Inc()
-}
-
-// purgeLoop deletes keys older than the retention period.
-func purgeLoop(ctx context.Context, db *database.DB, every, retention time.Duration, logger *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		n, err := db.Purge(ctx, database.PurgeParams{Before: time.Now().Add(-retention)})
-		switch {
-		case err != nil && ctx.Err() == nil:
-			logger.Error("idemproxy: purge failed", "err", err)
-		case n > 0:
-			logger.Info("idemproxy: purged expired keys", "deleted", n)
-		}
-	}
 }

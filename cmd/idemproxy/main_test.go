@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/internal/pgtest"
 )
@@ -171,8 +172,18 @@ func TestRun(t *testing.T) {
 			if status, body := get(t, admin+"/readyz"); status != http.StatusOK {
 				t.Fatalf("readyz: %d %q", status, body)
 			}
+			// The purge (idem.Purger) runs at once, takes the purge lock and
+			// reports to the same metrics.
+			deadline := time.Now().Add(30 * time.Second)
+			for _, metrics := get(t, admin+"/metrics"); !strings.Contains(metrics, `idem_purge_runs_total{outcome="ok"} 1`); _, metrics = get(t, admin+"/metrics") {
+				if time.Now().After(deadline) {
+					t.Fatalf("no purge run in 30 s:\n%s", grepLines(metrics, "purge"))
+				}
+				time.Sleep(10 * time.Millisecond) // a poll's pause
+			}
 			_, metrics := get(t, admin+"/metrics")
 			for _, want := range []string{
+				"idem_purge_leader 1",
 				`idemproxy_forwards_total{result="answered",route="POST /v1/* retry"} 1`,
 				`idem_requests_total{result="replayed"} 1`,
 				`idem_requests_total{result="executed"} 1`,
