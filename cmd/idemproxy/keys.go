@@ -26,22 +26,40 @@ did not, release the key: the client's next retry with it is forwarded. If it
 did, leave the key held (it expires with the retention period) and tell the
 client. release frees only held keys, never a stored response.
 
+Under the probe policy such a key is held the same way until a retry's probe
+of the upstream's status URL settles it; held lists these too (POLICY probe,
+those no retry is probing now), and release frees one for an upstream whose
+status URL cannot answer for it: its next retry is forwarded, unprobed.
+
 Flags:
 `
 
-// held rows select keys completed with the proxy's outcome-unknown problem.
+// held rows select keys completed with the proxy's outcome-unknown problem
+// (hold routes) and keys left unknown on probe routes: started, at the
+// recovery point proxy.RecoveryOutcomeUnknown, with no holder (locked_at
+// NULL). A retry that claims such a key sets locked_at, so release never
+// deletes a key that a retry is probing or forwarding.
 const (
 	heldMarker      = `"code":"` + string(proxy.ProblemOutcomeUnknown) + `"`
-	sqliteHeld      = `SELECT client_id, idempotency_key, request_method, request_path, created_at FROM idempotency_keys WHERE status = 'completed' AND response_status IN (502, 504) AND instr(response_body, CAST(? AS BLOB)) > 0 ORDER BY created_at`
-	sqliteRelease   = `DELETE FROM idempotency_keys WHERE client_id = ? AND idempotency_key = ? AND status = 'completed' AND response_status IN (502, 504) AND instr(response_body, CAST(? AS BLOB)) > 0`
-	postgresHeld    = `SELECT client_id, idempotency_key, request_method, request_path, created_at FROM idempotency_keys WHERE status = 'completed' AND response_status IN (502, 504) AND position(convert_to($1, 'UTF8') in response_body) > 0 ORDER BY created_at`
-	postgresRelease = `DELETE FROM idempotency_keys WHERE client_id = $1 AND idempotency_key = $2 AND status = 'completed' AND response_status IN (502, 504) AND position(convert_to($3, 'UTF8') in response_body) > 0`
+	sqliteHeld      = `SELECT client_id, idempotency_key, request_method, request_path, created_at, status FROM idempotency_keys WHERE (status = 'completed' AND response_status IN (502, 504) AND instr(response_body, CAST(?1 AS BLOB)) > 0) OR (status = 'started' AND recovery_point = ?2 AND locked_at IS NULL) ORDER BY created_at`
+	sqliteRelease   = `DELETE FROM idempotency_keys WHERE client_id = ?1 AND idempotency_key = ?2 AND ((status = 'completed' AND response_status IN (502, 504) AND instr(response_body, CAST(?3 AS BLOB)) > 0) OR (status = 'started' AND recovery_point = ?4 AND locked_at IS NULL))`
+	postgresHeld    = `SELECT client_id, idempotency_key, request_method, request_path, created_at, status FROM idempotency_keys WHERE (status = 'completed' AND response_status IN (502, 504) AND position(convert_to($1, 'UTF8') in response_body) > 0) OR (status = 'started' AND recovery_point = $2 AND locked_at IS NULL) ORDER BY created_at`
+	postgresRelease = `DELETE FROM idempotency_keys WHERE client_id = $1 AND idempotency_key = $2 AND ((status = 'completed' AND response_status IN (502, 504) AND position(convert_to($3, 'UTF8') in response_body) > 0) OR (status = 'started' AND recovery_point = $4 AND locked_at IS NULL))`
 )
 
 // heldKey is a key held after an unknown outcome.
 type heldKey struct {
 	clientID, key, method, path string
 	created                     time.Time
+	status                      string // completed (hold) or started (probe)
+}
+
+// policy names the policy that holds the key.
+func (k heldKey) policy() string {
+	if k.status == "started" {
+		return string(proxy.PolicyProbe)
+	}
+	return string(proxy.PolicyHold)
 }
 
 // runKeys runs "idemproxy held" and "idemproxy release".
@@ -80,9 +98,9 @@ func runKeys(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 			return err
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "CLIENT ID\tKEY\tREQUEST\tCREATED")
+		fmt.Fprintln(tw, "CLIENT ID\tKEY\tREQUEST\tPOLICY\tCREATED")
 		for _, k := range keys {
-			fmt.Fprintf(tw, "%s\t%s\t%s %s\t%s\n", k.clientID, k.key, k.method, k.path, k.created.UTC().Format(time.RFC3339))
+			fmt.Fprintf(tw, "%s\t%s\t%s %s\t%s\t%s\n", k.clientID, k.key, k.method, k.path, k.policy(), k.created.UTC().Format(time.RFC3339))
 		}
 		tw.Flush()
 		fmt.Fprintf(stdout, "%d held %s\n", len(keys), plural(len(keys), "key", "keys"))
@@ -122,14 +140,14 @@ func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
 		db := d.SQLite.DB()
 		return &keySQL{
 			held: func(ctx context.Context) ([]heldKey, error) {
-				rows, err := db.QueryContext(ctx, sqliteHeld, heldMarker)
+				rows, err := db.QueryContext(ctx, sqliteHeld, heldMarker, proxy.RecoveryOutcomeUnknown)
 				if err != nil {
 					return nil, fmt.Errorf("list held keys: %w", err)
 				}
 				return scanHeld(rows, func(micros int64) time.Time { return time.UnixMicro(micros) })
 			},
 			release: func(ctx context.Context, clientID, key string) (int64, error) {
-				res, err := db.ExecContext(ctx, sqliteRelease, clientID, key, heldMarker)
+				res, err := db.ExecContext(ctx, sqliteRelease, clientID, key, heldMarker, proxy.RecoveryOutcomeUnknown)
 				if err != nil {
 					return 0, fmt.Errorf("release: %w", err)
 				}
@@ -141,7 +159,7 @@ func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
 	pool := d.Pool
 	return &keySQL{
 		held: func(ctx context.Context) ([]heldKey, error) {
-			rows, err := pool.Query(ctx, postgresHeld, heldMarker)
+			rows, err := pool.Query(ctx, postgresHeld, heldMarker, proxy.RecoveryOutcomeUnknown)
 			if err != nil {
 				return nil, fmt.Errorf("list held keys: %w", err)
 			}
@@ -149,7 +167,7 @@ func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
 			var out []heldKey
 			for rows.Next() {
 				var k heldKey
-				if err := rows.Scan(&k.clientID, &k.key, &k.method, &k.path, &k.created); err != nil {
+				if err := rows.Scan(&k.clientID, &k.key, &k.method, &k.path, &k.created, &k.status); err != nil {
 					return nil, fmt.Errorf("list held keys: %w", err)
 				}
 				out = append(out, k)
@@ -157,7 +175,7 @@ func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
 			return out, rows.Err()
 		},
 		release: func(ctx context.Context, clientID, key string) (int64, error) {
-			tag, err := pool.Exec(ctx, postgresRelease, clientID, key, heldMarker)
+			tag, err := pool.Exec(ctx, postgresRelease, clientID, key, heldMarker, proxy.RecoveryOutcomeUnknown)
 			if err != nil {
 				return 0, fmt.Errorf("release: %w", err)
 			}
@@ -173,7 +191,7 @@ func scanHeld(rows *sql.Rows, toTime func(int64) time.Time) ([]heldKey, error) {
 	for rows.Next() {
 		var k heldKey
 		var created int64
-		if err := rows.Scan(&k.clientID, &k.key, &k.method, &k.path, &created); err != nil {
+		if err := rows.Scan(&k.clientID, &k.key, &k.method, &k.path, &created, &k.status); err != nil {
 			return nil, fmt.Errorf("list held keys: %w", err)
 		}
 		k.created = toTime(created)

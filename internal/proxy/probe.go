@@ -37,12 +37,12 @@ const (
 // ProbeTimeoutDefault is the default of Config.ProbeTimeout.
 const ProbeTimeoutDefault = 5 * time.Second
 
-// pointOutcomeUnknown is the recovery point at which a probe route's key
-// waits after a forward whose outcome is unknown: the store keeps it, with
-// no holder, when the key is released, and the retry that claims the key
-// next finds it and probes. The state's "status" is the problem's status,
-// 502 or 504.
-const pointOutcomeUnknown = "outcome_unknown"
+// RecoveryOutcomeUnknown is the recovery point at which a probe route's key
+// waits after a forward whose outcome is unknown: the store keeps the key
+// there, started and with no holder, when it is released, and the retry
+// that claims the key next probes. The state's "status" is the problem's
+// status, 502 or 504.
+const RecoveryOutcomeUnknown = "outcome_unknown"
 
 // ProbeResult is what a probe learned.
 type ProbeResult string
@@ -166,7 +166,7 @@ func probeLeaseOf(ctx context.Context) *probeLease {
 	return l
 }
 
-// markUnknown saves the key's recovery point pointOutcomeUnknown, so that
+// markUnknown saves the key's recovery point RecoveryOutcomeUnknown, so that
 // the key keeps it when it is released, unless it is there already. It
 // reports the problem's status saved earlier, or status. When the point
 // cannot be saved, the lease keeps the key (see probeLease.keep) and keep
@@ -183,14 +183,14 @@ func (p *Proxy) markUnknown(ctx context.Context, status int) (_ int, keep bool) 
 	defer cancel()
 	if l.Info().TakenOver {
 		at, err := rl.Recovery(ctx)
-		if err == nil && at.Point == pointOutcomeUnknown {
+		if err == nil && at.Point == RecoveryOutcomeUnknown {
 			if s, err := strconv.Atoi(at.State["status"]); err == nil && (s == http.StatusBadGateway || s == http.StatusGatewayTimeout) {
 				return s, false
 			}
 			return status, false
 		}
 	}
-	if err := rl.Checkpoint(ctx, idem.Recovery{Point: pointOutcomeUnknown, State: idem.State{"status": strconv.Itoa(status)}}); err != nil {
+	if err := rl.Checkpoint(ctx, idem.Recovery{Point: RecoveryOutcomeUnknown, State: idem.State{"status": strconv.Itoa(status)}}); err != nil {
 		p.cfg.Logger.ErrorContext(ctx, "idemproxy: could not mark the key unknown; it stays held until its lease expires, and the retry that takes it over probes", "err", err)
 		l.keep.Store(true)
 		return status, true
@@ -200,7 +200,7 @@ func (p *Proxy) markUnknown(ctx context.Context, status int) (_ int, keep bool) 
 
 // probeFirst probes before a forward on a probe route, when the key's last
 // forward may have reached the upstream: the claim took the key over, from
-// the recovery point pointOutcomeUnknown or from a holder whose lease
+// the recovery point RecoveryOutcomeUnknown or from a holder whose lease
 // expired. It reports whether it answered w; if not, the request is to be
 // forwarded.
 func (p *Proxy) probeFirst(w http.ResponseWriter, r *http.Request) bool {
@@ -291,7 +291,7 @@ func (p *Proxy) replayProbe(w http.ResponseWriter, resp *http.Response) {
 
 // stillUnknown answers a retry whose probe did not settle the outcome: the
 // same outcome-unknown problem, nothing forwarded, and the key released at
-// its recovery point pointOutcomeUnknown for the next retry to probe.
+// its recovery point RecoveryOutcomeUnknown for the next retry to probe.
 func (p *Proxy) stillUnknown(w http.ResponseWriter, r *http.Request, retryAfter int, why string) {
 	status, keep := p.markUnknown(r.Context(), http.StatusBadGateway)
 	prob := kindOf(ProblemOutcomeUnknown).New(p.cfg.ProblemTypeBase, "")
