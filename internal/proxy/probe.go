@@ -229,12 +229,16 @@ func (p *Proxy) probeFirst(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	case ProbeFailed:
 		log.WarnContext(ctx, "idemproxy: probe failed; the key stays unknown", "err", err)
-		p.stillUnknown(w, r, 0, "the upstream's status URL did not answer")
+		p.stillUnknown(w, r, 0, "the upstream service did not answer the question in time")
 	default:
 		resp.Body.Close()
 		log.WarnContext(ctx, "idemproxy: probe: the upstream does not say that the operation completed or never arrived; the key stays unknown",
 			"probe_status", resp.StatusCode, "key_status", resp.Header.Get(ProbeStatusHeader))
-		p.stillUnknown(w, r, retryAfterOf(resp), fmt.Sprintf("the upstream's status URL answered %d %s", resp.StatusCode, statusWord(resp)))
+		why := "the upstream service did not say whether it received it"
+		if resp.StatusCode == http.StatusAccepted {
+			why = "the upstream service is still working on it"
+		}
+		p.stillUnknown(w, r, retryAfterOf(resp), why)
 	}
 	return true
 }
@@ -315,21 +319,6 @@ func retryAfterOf(resp *http.Response) int {
 		return 0
 	}
 	return n
-}
-
-func statusWord(resp *http.Response) string {
-	if v := resp.Header.Get(ProbeStatusHeader); v != "" {
-		return "with " + ProbeStatusHeader + " " + quoteShort(v)
-	}
-	return "without " + ProbeStatusHeader
-}
-
-// quoteShort quotes a header value for a problem detail, cut short.
-func quoteShort(s string) string {
-	if len(s) > 40 {
-		s = s[:40]
-	}
-	return strconv.Quote(s)
 }
 
 var errNoProbeURL = errors.New("a probe route needs a status URL: its own or Config.ProbeURL")
