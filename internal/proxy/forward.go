@@ -51,6 +51,29 @@ func kindOf(code idem.ProblemCode) idem.ProblemKind {
 	return code.Kind()
 }
 
+// ForwardResult is how a forward of a key route ended.
+type ForwardResult string
+
+const (
+	// ForwardAnswered: the upstream answered.
+	ForwardAnswered ForwardResult = "answered"
+	// ForwardNotSent: the request never reached the upstream; the key was
+	// released.
+	ForwardNotSent ForwardResult = "not_sent"
+	// ForwardOutcomeUnknown: the request was sent and no usable answer came
+	// back.
+	ForwardOutcomeUnknown ForwardResult = "outcome_unknown"
+)
+
+// ForwardMetrics counts forwards.
+type ForwardMetrics interface {
+	Forward(ctx context.Context, route string, result ForwardResult)
+}
+
+type noForwardMetrics struct{}
+
+func (noForwardMetrics) Forward(context.Context, string, ForwardResult) {}
+
 // attempt is one forward of a key route: its route, for metrics, and
 // whether anything was written to the upstream.
 type attempt struct {

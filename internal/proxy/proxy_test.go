@@ -374,24 +374,6 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
-func TestProbeURL(t *testing.T) {
-	t.Parallel()
-	up, _ := url.Parse("http://up.example:9000/api/?x=1")
-	for _, c := range []struct{ tmpl, key, want string }{
-		{"/v1/requests/{key}", `"a/b c"`, "http://up.example:9000/api/v1/requests/%22a%2Fb%20c%22"},
-		{"/status?key={key}&v=2", "a&b=c d", "http://up.example:9000/api/status?key=a%26b%3Dc+d&v=2"},
-		{"https://other.example/k/{key}.json", "k-1", "https://other.example/k/k-1.json"},
-	} {
-		tmpl, err := parseProbeURL(c.tmpl)
-		if err != nil {
-			t.Fatalf("%s: %v", c.tmpl, err)
-		}
-		if got := tmpl.resolve(up).url(c.key); got != c.want {
-			t.Errorf("%s with %q: %s, want %s", c.tmpl, c.key, got, c.want)
-		}
-	}
-}
-
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func TestUpstreamServerErrors(t *testing.T) {
