@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -190,16 +192,16 @@ func TestGatewayErrorIsOutcomeUnknown(t *testing.T) {
 
 func TestNotSentReleasesKey(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := "http://" + ln.Addr().String()
-	ln.Close() // nothing listens there now
+	// Every connection to the upstream is refused. (A port that was
+	// listened on and closed is no dead address: the proxy's own test server
+	// may get it next, and the proxy then forwards to itself.)
+	refused := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+	}}
 	id, _ := CredentialIdentity([]byte(testSecret))
-	target, _ := url.Parse(dead)
+	target, _ := url.Parse("http://upstream.invalid")
 	counts := &forwardCounts{ch: make(chan ForwardResult, 10)}
-	p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, Forwards: counts, Logger: slog.New(slog.DiscardHandler)})
+	p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, Forwards: counts, Transport: refused, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

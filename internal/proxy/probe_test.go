@@ -179,7 +179,7 @@ func TestProbe(t *testing.T) {
 			counts := newResultCounts()
 			base := setup(t, kind, up, func(c *Config) {
 				probing("", counts)(c)
-				c.ProbeURL = "http://" + deadAddr(t) + "/v1/requests/{key}"
+				c.ProbeURL = "http://" + resetAddr(t) + "/v1/requests/{key}"
 			})
 			unknownFirst(t, base, "/v1/reset", "probe-down")
 			for i := range 3 {
@@ -276,16 +276,26 @@ func TestProbeSerializesRetries(t *testing.T) {
 	}
 }
 
-// deadAddr is an address where nothing listens.
-func deadAddr(t *testing.T) string {
+// resetAddr is an address where every connection is reset as soon as it
+// is accepted: a status URL that never answers.
+func resetAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conn.(*net.TCPConn).SetLinger(0)
+			conn.Close()
+		}
+	}()
+	return ln.Addr().String()
 }
 
 // TestProbeAfterTakeover: a proxy whose forward vanished (here: one still
