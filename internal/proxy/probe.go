@@ -218,6 +218,7 @@ func (p *Proxy) probeFirst(w http.ResponseWriter, r *http.Request) bool {
 	resp, err := p.ask(pctx, r, a.probe.url(strings.TrimSpace(r.Header.Get(idem.HeaderKey))))
 	result := classify(resp, err)
 	p.cfg.Probes.Probe(ctx, a.route, result)
+	log = log.With("route", a.route, "probe_result", string(result))
 	switch result {
 	case ProbeCompleted:
 		log.InfoContext(ctx, "idemproxy: probe: the upstream has the operation's response; it is stored under the key and replayed", "probe_status", resp.StatusCode)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -79,7 +80,11 @@ func TestProbe(t *testing.T) {
 			t.Parallel()
 			up := newUpstream(t, true)
 			counts := newResultCounts()
-			base := setup(t, kind, up, probing("/v1/requests/{key}", counts))
+			logs := &syncBuffer{}
+			base := setup(t, kind, up, func(c *Config) {
+				probing("/v1/requests/{key}", counts)(c)
+				c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+			})
 			key := `"probe-charged"` // a quoted key: the status URL gets it escaped, quotes and all
 			unknownFirst(t, base, "/v1/reset", key)
 			for i := range 3 {
@@ -99,6 +104,9 @@ func TestProbe(t *testing.T) {
 			}
 			if counts.probe(ProbeCompleted) != 1 || counts.forward(ForwardOutcomeUnknown) != 1 || counts.forward(ForwardAnswered) != 0 {
 				t.Fatalf("counted forwards %v, probes %v", counts.forwards, counts.probes)
+			}
+			if got := logs.String(); strings.Count(got, "probe_result=completed") != 1 || strings.Contains(got, "probe-charged") {
+				t.Fatalf("logs: want one line with probe_result=completed, and no key:\n%s", got)
 			}
 		})
 		// The upstream failed the first request before it recorded
@@ -274,6 +282,24 @@ func TestProbeSerializesRetries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// syncBuffer is a log destination that handlers write to concurrently.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // resetAddr is an address where every connection is reset as soon as it
