@@ -218,13 +218,13 @@ func TestNotSentReleasesKey(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds, for at most 10 s.
+// waitFor polls cond until it holds, for at most 30 s.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10 s")
+			t.Fatal("condition not met in 30 s")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
