@@ -380,14 +380,16 @@ func (noPurgeMetrics) PurgeBatch(context.Context, int64, time.Duration, error) {
 func (noPurgeMetrics) PurgeRun(context.Context, int64, time.Duration, error)   {}
 func (noPurgeMetrics) PurgeLeader(context.Context, bool)                       {}
 
-// Purges reports whether a purge with p deletes rec: a key created before
-// p.Before that is completed, or started with a lease taken before
-// p.Before (and so expired, since retention is longer than the lease). A
-// started key whose lease time the store cannot see is kept. Stores use it
-// for the rule of [PurgeLock.PurgeBatch].
+// Purges reports whether a purge with p deletes rec, a key as its store
+// keeps it: a key created before p.Before that is completed, started with
+// a lease taken before p.Before (and so expired, since retention is longer
+// than the lease), or started with no holder at all (LockedAt zero: it was
+// released at a recovery point and its client never came back). Claims
+// already treat such a key as absent. Stores use it for the rule of
+// [PurgeLock.PurgeBatch].
 func (p PurgeParams) Purges(rec *Record) bool {
 	if !rec.CreatedAt.Before(p.Before) {
 		return false
 	}
-	return rec.Status == StatusCompleted || (!rec.LockedAt.IsZero() && rec.LockedAt.Before(p.Before))
+	return rec.Status == StatusCompleted || rec.LockedAt.IsZero() || rec.LockedAt.Before(p.Before)
 }

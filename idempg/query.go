@@ -200,7 +200,7 @@ WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_t
 	// move before the statement ends.
 	queryPurgeBatch = `WITH batch AS (
     SELECT ctid FROM idempotency_keys
-    WHERE created_at >= $3 AND created_at < $1 AND (status = 'completed' OR locked_at < $1)
+    WHERE created_at >= $3 AND created_at < $1 AND (status = 'completed' OR locked_at IS NULL OR locked_at < $1)
     ORDER BY created_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -218,7 +218,7 @@ SELECT count(*), coalesce(max(created_at), $3) FROM gone`
 	queryPurgeBatchWaiting = `WITH gone AS (
     DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY(
         SELECT ctid FROM idempotency_keys
-        WHERE created_at >= $3 AND created_at < $1 AND (status = 'completed' OR locked_at < $1)
+        WHERE created_at >= $3 AND created_at < $1 AND (status = 'completed' OR locked_at IS NULL OR locked_at < $1)
         ORDER BY created_at
         LIMIT $2
     ))
@@ -233,7 +233,7 @@ FROM idempotency_keys WHERE status = 'started'`
 
 	// queryPurgeCount counts the keys that queryPurgeBatch would delete.
 	queryPurgeCount = `SELECT count(*) FROM idempotency_keys
-WHERE created_at < $1 AND (status = 'completed' OR locked_at < $1)`
+WHERE created_at < $1 AND (status = 'completed' OR locked_at IS NULL OR locked_at < $1)`
 
 	// queryTryPurgeLock takes the purge lock of the key table, a
 	// session-level advisory lock, without waiting. Its key is in the

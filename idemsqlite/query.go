@@ -54,7 +54,7 @@ WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_tok
 	queryPurgeBatch = `DELETE FROM idempotency_keys
 WHERE (client_id, idempotency_key) IN (
     SELECT client_id, idempotency_key FROM idempotency_keys
-    WHERE created_at < ?1 AND (status = 'completed' OR locked_at < ?1) LIMIT ?2)`
+    WHERE created_at < ?1 AND (status = 'completed' OR locked_at IS NULL OR locked_at < ?1) LIMIT ?2)`
 
 	// queryKeyStats counts the started keys, those whose lease was taken
 	// at or before ?1 (expired), and the oldest lease time.
@@ -63,5 +63,5 @@ FROM idempotency_keys WHERE status = 'started'`
 
 	// queryPurgeCount counts the keys that queryPurgeBatch would delete.
 	queryPurgeCount = `SELECT count(*) FROM idempotency_keys
-WHERE created_at < ?1 AND (status = 'completed' OR locked_at < ?1)`
+WHERE created_at < ?1 AND (status = 'completed' OR locked_at IS NULL OR locked_at < ?1)`
 )

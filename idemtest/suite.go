@@ -102,6 +102,7 @@ func RunStoreTests(t *testing.T, h Harness) {
 		t.Run("RejectsNegativeBatchSize", s.purgeRejectsNegativeBatchSize)
 		t.Run("RequiresBefore", s.purgeRequiresBefore)
 		t.Run("KeepsKeysInFlight", s.purgeKeepsKeysInFlight)
+		t.Run("DeletesKeysReleasedAtARecoveryPoint", s.purgeDeletesReleasedAtPoint)
 		t.Run("LockIsExclusive", s.purgeLockIsExclusive)
 		t.Run("BatchIsBoundedAndKeepsKeysInFlight", s.purgeBatchIsBounded)
 		t.Run("KeyStatsCountStartedKeys", s.keyStats)

@@ -156,3 +156,32 @@ func (s suite) keyStats(t *testing.T) {
 		t.Errorf("KeyStats = %+v; want 2 started, 1 stuck, the oldest claimed at %s", st, epoch)
 	}
 }
+
+// purgeDeletesReleasedAtPoint: a key released at a recovery point has no
+// holder (its lease time is cleared); created before the cutoff, it goes
+// like any other key past retention, which claims already treat as
+// absent. A key released at a point after the cutoff stays.
+func (s suite) purgeDeletesReleasedAtPoint(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	pg := purgerOf(t, store)
+	old, recent := newScope("alice"), newScope("alice")
+	for _, k := range []struct {
+		scope   idem.Scope
+		created time.Time
+	}{{old, epoch}, {recent, epoch.Add(2 * time.Hour)}} {
+		l := s.recoveryLease(t, store, s.params(k.scope, "a", k.created))
+		checkpoint(t, l, "created", idem.State{"payment_id": "pay_1"})
+		release(t, l)
+	}
+
+	n, err := pg.Purge(context.Background(), idem.PurgeParams{Before: epoch.Add(time.Hour)})
+	if err != nil || n != 1 {
+		t.Fatalf("Purge = %d, %v; want 1 (the key released at a point before the cutoff), nil", n, err)
+	}
+	// The key released after the cutoff is still there: its retry resumes
+	// at its point.
+	l := s.recoveryLease(t, store, s.params(recent, "a", epoch.Add(2*time.Hour+time.Second)))
+	wantRecovery(t, l, "created", idem.State{"payment_id": "pay_1"})
+	release(t, l)
+}
