@@ -191,7 +191,7 @@ func TestStuckKeyAfterSIGKILL(t *testing.T) {
 			dir := t.TempDir()
 			procDB := filepath.Join(dir, "proc.db")
 			proc := startService(t, processord, "-addr", "127.0.0.1:0", "-db", procDB, "-delay", "500ms")
-			args := []string{"-addr", "127.0.0.1:0", "-db", db, "-mode", "two-phase", "-lock-timeout", "90s",
+			args := []string{"-addr", "127.0.0.1:0", "-db", db, "-lock-timeout", "90s",
 				"-processor", proc.base, "-log-format", "json"}
 			svc := startService(t, paymentsd, args...)
 

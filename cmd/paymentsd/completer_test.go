@@ -50,7 +50,7 @@ func TestCompleterFinishesAbandonedPaymentOnSQLite(t *testing.T) {
 	procDB := filepath.Join(dir, "proc.db")
 	proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", procDB, "-delay", "500ms")
 	payDB := filepath.Join(dir, "pay.db")
-	args := []string{"-addr", "127.0.0.1:0", "-db", "sqlite:" + payDB, "-mode", "two-phase",
+	args := []string{"-addr", "127.0.0.1:0", "-db", "sqlite:" + payDB,
 		"-processor", proc.base, "-lock-timeout", "2s", "-completer-interval", "1s"}
 	body := `{"amount":4200,"currency":"usd","customer":"cus_123"}`
 	abandon(t, start(t, paymentsd, args...), proc, "gone-key", body)
@@ -85,7 +85,7 @@ func TestCompleterOnTwoPostgresInstances(t *testing.T) {
 	procDB := filepath.Join(dir, "proc.db")
 	proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", procDB, "-delay", "500ms")
 	dbURL := pgtest.NewDatabase(t)
-	args := []string{"-addr", "127.0.0.1:0", "-db", withPoolSize(dbURL, 4), "-mode", "two-phase",
+	args := []string{"-addr", "127.0.0.1:0", "-db", withPoolSize(dbURL, 4),
 		"-processor", proc.base, "-lock-timeout", "2s", "-completer-interval", "1s"}
 	body := `{"amount":4200,"currency":"usd","customer":"cus_123"}`
 	b := start(t, paymentsd, args...)

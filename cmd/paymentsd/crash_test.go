@@ -38,7 +38,7 @@ func TestKilledAtEachRecoveryPoint(t *testing.T) {
 			dir := t.TempDir()
 			proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", filepath.Join(dir, "proc.db"), "-delay", "1s")
 			dbURL := pgtest.NewDatabase(t)
-			args := []string{"-addr", "127.0.0.1:0", "-db", withPoolSize(dbURL, 4), "-mode", "two-phase",
+			args := []string{"-addr", "127.0.0.1:0", "-db", withPoolSize(dbURL, 4),
 				"-processor", proc.base, "-lock-timeout", "2s"}
 			svc := start(t, paymentsd, args...)
 			ctx := context.Background()
@@ -168,7 +168,7 @@ func TestKilledAtRecoveryPointsOnSQLite(t *testing.T) {
 			procDB := filepath.Join(dir, "proc.db")
 			proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", procDB, "-delay", "1s")
 			payDB := filepath.Join(dir, "pay.db")
-			args := []string{"-addr", "127.0.0.1:0", "-db", "sqlite:" + payDB, "-mode", "two-phase",
+			args := []string{"-addr", "127.0.0.1:0", "-db", "sqlite:" + payDB,
 				"-processor", proc.base, "-lock-timeout", "2s"}
 			svc := start(t, paymentsd, args...)
 			db, err := idemsqlite.Open(payDB, &idemsqlite.Config{Logger: slog.New(slog.DiscardHandler)})

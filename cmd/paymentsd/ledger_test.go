@@ -12,8 +12,9 @@ import (
 	"time"
 )
 
-// TestRunServesTheLedger: paymentsd in two-phase mode serves accounts and
-// transfers, atomically, with a stored 402 for insufficient funds.
+// TestRunServesTheLedger: paymentsd, whose payments run in two-phase mode,
+// serves accounts and transfers atomically, with a stored 402 for
+// insufficient funds.
 func TestRunServesTheLedger(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -22,7 +23,7 @@ func TestRunServesTheLedger(t *testing.T) {
 	db := "sqlite:" + filepath.Join(t.TempDir(), "p.db")
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, []string{"-addr", "127.0.0.1:0", "-admin-addr", "off", "-db", db, "-tokens", "sk_a=alice", "-mode", "two-phase"}, stdout, stderr)
+		done <- Run(ctx, []string{"-addr", "127.0.0.1:0", "-admin-addr", "off", "-db", db, "-tokens", "sk_a=alice"}, stdout, stderr)
 	}()
 	base := waitListening(t, stdout.lines, "paymentsd")
 	client := &http.Client{Timeout: 20 * time.Second}

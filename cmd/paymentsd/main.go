@@ -4,6 +4,13 @@
 //
 //	go run ./cmd/paymentsd                 # 127.0.0.1:8080, sqlite:paymentsd.db
 //	go run ./cmd/paymentsd -db postgres://postgres@127.0.0.1:5432/test
+//	go run ./cmd/paymentsd -processor http://127.0.0.1:8081
+//
+// Every payment runs by phases (two-phase mode): a pending payment, the
+// charge at the card processor with a key derived from the client's, the
+// outcome. The processor is processord at -processor, or, without it, an
+// in-process simulated one that declines amounts ending in 02. A
+// completer finishes payments whose client went away.
 //
 // GET /healthz is liveness, GET /readyz readiness (the key store answers
 // and its schema is current), and GET /v1/idempotency-keys/{key} tells a
@@ -64,7 +71,6 @@ type options struct {
 	admin   string
 	db      string
 	tokens  string
-	mode    string
 	migrate bool
 	// transactionPooling: PostgreSQL is reached through a pooler in
 	// transaction mode.
@@ -97,14 +103,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o.db = env.String("DATABASE_URL", "sqlite:paymentsd.db")
 	fs.Var((*cmdrun.Redacted)(&o.db), "db", "database `URL`: sqlite:PATH or postgres://... (env DATABASE_URL)")
 	fs.StringVar(&o.tokens, "tokens", "", "bearer tokens as token=client,token=client (env PAYMENTSD_TOKENS; default: the development tokens of clients alice and bob, with a warning)")
-	fs.StringVar(&o.mode, "mode", env.String("PAYMENTSD_MODE", "atomic"), "idempotency mode: atomic or two-phase (env PAYMENTSD_MODE)")
 	fs.BoolVar(&o.migrate, "migrate", env.Bool("PAYMENTSD_MIGRATE", true), "apply database migrations at start; safe with several instances (env PAYMENTSD_MIGRATE)")
 	fs.BoolVar(&o.transactionPooling, "transaction-pooling", env.Bool("PAYMENTSD_TRANSACTION_POOLING", false), "PostgreSQL is reached through a pooler in transaction mode, such as PgBouncer's pool_mode=transaction (env PAYMENTSD_TRANSACTION_POOLING)")
 	fs.DurationVar(&o.retention, "retention", env.Duration("PAYMENTSD_RETENTION", idem.RetentionDefault), "how long keys are kept (env PAYMENTSD_RETENTION)")
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", env.Duration("PAYMENTSD_LOCK_TIMEOUT", idem.LockTimeoutDefault), "two-phase lease length before takeover (env PAYMENTSD_LOCK_TIMEOUT)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", env.Duration("PAYMENTSD_SHUTDOWN_TIMEOUT", 30*time.Second), "how long in-flight requests may finish on SIGINT/SIGTERM (env PAYMENTSD_SHUTDOWN_TIMEOUT)")
-	fs.StringVar(&o.processor, "processor", env.String("PAYMENTSD_PROCESSOR", ""), "base URL of a card processor (processord) to charge; empty charges nothing in atomic mode, and an in-process simulated processor in two-phase mode (env PAYMENTSD_PROCESSOR)")
-	fs.DurationVar(&o.completerInterval, "completer-interval", env.Duration("PAYMENTSD_COMPLETER_INTERVAL", idem.CompleterIntervalDefault), "two-phase mode: how often the completer finishes payments whose client went away; 0 disables (env PAYMENTSD_COMPLETER_INTERVAL)")
+	fs.StringVar(&o.processor, "processor", env.String("PAYMENTSD_PROCESSOR", ""), "base URL of the card processor (processord) that payments charge; empty charges an in-process simulated processor, which declines amounts ending in 02 (env PAYMENTSD_PROCESSOR)")
+	fs.DurationVar(&o.completerInterval, "completer-interval", env.Duration("PAYMENTSD_COMPLETER_INTERVAL", idem.CompleterIntervalDefault), "how often the completer finishes payments whose client went away; 0 disables (env PAYMENTSD_COMPLETER_INTERVAL)")
 	fs.StringVar(&o.processorToken, "processor-token", "", "bearer token sent to the card processor (env PAYMENTSD_PROCESSOR_TOKEN; default: processord's development token, with a warning)")
 	// Operations.
 	fs.StringVar(&o.logFormat, "log-format", env.String("PAYMENTSD_LOG_FORMAT", "text"), "log format: text or json; every request is logged in one line with its request id (env PAYMENTSD_LOG_FORMAT)")
@@ -140,16 +145,6 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	return o, nil
 }
 
-func parseMode(s string) (idem.Mode, error) {
-	switch s {
-	case "atomic":
-		return idem.ModeAtomic, nil
-	case "two-phase":
-		return idem.ModeTwoPhase, nil
-	}
-	return 0, fmt.Errorf("unknown mode %q: want atomic or two-phase", s)
-}
-
 // Run runs the service until ctx is done, then shuts down gracefully: the
 // listener closes, in-flight requests finish (their transactions commit or
 // roll back whole), and the database closes.
@@ -172,9 +167,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.tokens == devTokens {
 		logger.Warn("paymentsd: no tokens configured; accepting the development tokens (see README), never do this in production", "clients", strings.Join(tokens.Clients(), ","))
 	}
-	mode, err := parseMode(o.mode)
-	if err != nil {
-		return err
+	if _, set := os.LookupEnv("PAYMENTSD_MODE"); set {
+		logger.Warn("paymentsd: PAYMENTSD_MODE is no longer read; payments always run by phases in two-phase mode")
 	}
 
 	db, err := database.Open(ctx, o.db, &database.Config{
@@ -208,7 +202,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if proc, err = payments.NewProcessorClient(o.processor, o.processorToken, nil); err != nil {
 			return err
 		}
-	} else if mode == idem.ModeTwoPhase {
+	} else {
 		logger.Info("paymentsd: no -processor; charging an in-process simulated processor")
 		proc = payments.NewSimulatedProcessor()
 	}
@@ -222,7 +216,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	svc, err := payments.NewService(payments.Config{
 		Repo: repo, Store: store, Tokens: tokens, Processor: proc, Logger: logger, Outbox: db.Outbox(), Ledger: ledger,
-		Idem: idem.Config{Mode: mode, Retention: o.retention, LockTimeout: o.lockTimeout, Logger: logger, Metrics: metrics},
+		Idem: idem.Config{Retention: o.retention, LockTimeout: o.lockTimeout, Logger: logger, Metrics: metrics},
 	})
 	if err != nil {
 		return err
@@ -245,7 +239,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("admin listener: %w", err)
 		}
 	}
-	fmt.Fprintf(stdout, "paymentsd: listening on http://%s (database %s, mode %s)\n", ln.Addr(), db.Name, mode)
+	fmt.Fprintf(stdout, "paymentsd: listening on http://%s (database %s, processor %s)\n", ln.Addr(), db.Name, processorName(o.processor))
 	if adminLn != nil {
 		fmt.Fprintf(stdout, "paymentsd: admin endpoint (GET /metrics) at http://%s\n", adminLn.Addr())
 	}
@@ -275,7 +269,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// by the next instance (at least once). Run waits for it before the
 	// database closes.
 	defer func() { stopRelay(); <-relayDone; stopPurge() }()
-	if rs, ok := db.Store().(idem.RecoveryStore); ok && mode == idem.ModeTwoPhase && o.completerInterval > 0 {
+	if rs, ok := db.Store().(idem.RecoveryStore); ok && o.completerInterval > 0 {
 		cm := idemprom.NewCompleterMetrics(nil)
 		registry.MustRegister(cm)
 		completer, err := idem.NewCompleter(rs, &idem.CompleterConfig{
@@ -327,6 +321,18 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, "paymentsd: stopped")
 	return nil
+}
+
+// processorName names the card processor in the start line: its URL's
+// host (the path or query may carry a credential), or "simulated".
+func processorName(base string) string {
+	if base == "" {
+		return "simulated"
+	}
+	if u, err := url.Parse(base); err == nil && u.Host != "" {
+		return u.Scheme + "://" + u.Host
+	}
+	return "at -processor"
 }
 
 // newLogger returns the service's logger in the -log-format format.

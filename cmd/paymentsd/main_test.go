@@ -162,6 +162,13 @@ func TestRunServesTheTourAndStopsGracefully(t *testing.T) {
 	replay := post(t, base, "sk_a", `"tour-1"`, body)
 	reused := post(t, base, "sk_a", `"tour-1"`, `{"amount":4300,"currency":"usd","customer":"cus_123"}`)
 	missing := post(t, base, "sk_a", "", body)
+	// No -processor: the simulated processor charges, and declines amounts
+	// ending in 02.
+	declined := post(t, base, "sk_a", "tour-2", `{"amount":4202,"currency":"usd","customer":"cus_123"}`)
+	if !bytes.Contains(first.body, []byte(`"status":"succeeded"`)) || declined.status != http.StatusPaymentRequired ||
+		!bytes.Contains(declined.body, []byte("payment-declined")) {
+		t.Fatalf("charge %s, decline %d %s; want a succeeded payment and a 402 payment-declined", first.body, declined.status, declined.body)
+	}
 	if first.status != 201 || replay.status != 201 || !bytes.Equal(first.body, replay.body) || replay.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("create %d then replay %d (replayed=%q)", first.status, replay.status, replay.header.Get("Idempotent-Replayed"))
 	}
@@ -183,9 +190,9 @@ func TestRunServesTheTourAndStopsGracefully(t *testing.T) {
 	metrics, _ := io.ReadAll(res.Body)
 	res.Body.Close()
 	for _, want := range []string{
-		`idem_requests_total{result="executed"} 1`, `idem_requests_total{result="replayed"} 1`,
+		`idem_requests_total{result="executed"} 2`, `idem_requests_total{result="replayed"} 1`,
 		`idem_requests_total{result="mismatch"} 1`, `idem_requests_total{result="rejected"} 1`,
-		`idem_claim_duration_seconds_count{outcome="ok"} 3`,
+		`idem_claim_duration_seconds_count{outcome="ok"} 4`,
 	} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)
@@ -205,7 +212,6 @@ func TestRunServesTheTourAndStopsGracefully(t *testing.T) {
 func TestRunRejectsBadFlags(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
-		{"-mode", "eventually"},
 		{"-tokens", "no-equals-sign"},
 		{"-db", "mysql://x"},
 		{"stray"},
@@ -309,43 +315,38 @@ func countRows(t *testing.T, path, query string, args ...any) int {
 func TestKilledMidRequestChargesOnce(t *testing.T) {
 	t.Parallel()
 	paymentsd, processord := binaries(t)
-	for _, mode := range []string{"atomic", "two-phase"} {
-		t.Run(mode, func(t *testing.T) {
-			t.Parallel()
-			dir := t.TempDir()
-			proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", filepath.Join(dir, "proc.db"), "-delay", "500ms")
-			payDB := filepath.Join(dir, "pay.db")
-			args := []string{"-addr", "127.0.0.1:0", "-db", "sqlite:" + payDB, "-mode", mode,
-				"-processor", proc.base, "-lock-timeout", "2s"}
-			svc := start(t, paymentsd, args...)
+	dir := t.TempDir()
+	proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", filepath.Join(dir, "proc.db"), "-delay", "500ms")
+	payDB := filepath.Join(dir, "pay.db")
+	args := []string{"-addr", "127.0.0.1:0", "-db", "sqlite:" + payDB,
+		"-processor", proc.base, "-lock-timeout", "2s", "-completer-interval", "0"}
+	svc := start(t, paymentsd, args...)
 
-			body := `{"amount":4200,"currency":"usd","customer":"cus_123"}`
-			inflight := make(chan answer, 1)
-			go func() { inflight <- post(t, svc.base, "sk_a", "crash-key", body) }()
-			proc.waitLog(t, "processord: charging") // paymentsd is inside the processor call
-			svc.kill()
-			if a := <-inflight; a.status != 0 {
-				t.Fatalf("the killed request got an answer: %d %s", a.status, a.body)
-			}
+	body := `{"amount":4200,"currency":"usd","customer":"cus_123"}`
+	inflight := make(chan answer, 1)
+	go func() { inflight <- post(t, svc.base, "sk_a", "crash-key", body) }()
+	proc.waitLog(t, "processord: charging") // paymentsd is inside the processor call
+	svc.kill()
+	if a := <-inflight; a.status != 0 {
+		t.Fatalf("the killed request got an answer: %d %s", a.status, a.body)
+	}
 
-			svc = start(t, paymentsd, args...)
-			final := retryLikeAClient(t, svc.base, "crash-key", body)
-			if final.status != http.StatusCreated {
-				t.Fatalf("retry after restart: %d %s", final.status, final.body)
-			}
-			again := post(t, svc.base, "sk_a", "crash-key", body)
-			if again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.body, final.body) {
-				t.Fatalf("second retry: %d replayed=%q", again.status, again.header.Get("Idempotent-Replayed"))
-			}
-			svc.kill()
-			proc.kill()
-			if n := countRows(t, payDB, `SELECT count(*) FROM payments WHERE idempotency_key = ?`, "crash-key"); n != 1 {
-				t.Errorf("%d payment rows, want 1", n)
-			}
-			if n := countRows(t, filepath.Join(dir, "proc.db"), `SELECT count(*) FROM charges`); n != 1 {
-				t.Errorf("%d charges at the processor, want 1", n)
-			}
-		})
+	svc = start(t, paymentsd, args...)
+	final := retryLikeAClient(t, svc.base, "crash-key", body)
+	if final.status != http.StatusCreated {
+		t.Fatalf("retry after restart: %d %s", final.status, final.body)
+	}
+	again := post(t, svc.base, "sk_a", "crash-key", body)
+	if again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.body, final.body) {
+		t.Fatalf("second retry: %d replayed=%q", again.status, again.header.Get("Idempotent-Replayed"))
+	}
+	svc.kill()
+	proc.kill()
+	if n := countRows(t, payDB, `SELECT count(*) FROM payments WHERE idempotency_key = ?`, "crash-key"); n != 1 {
+		t.Errorf("%d payment rows, want 1", n)
+	}
+	if n := countRows(t, filepath.Join(dir, "proc.db"), `SELECT count(*) FROM charges`); n != 1 {
+		t.Errorf("%d charges at the processor, want 1", n)
 	}
 }
 

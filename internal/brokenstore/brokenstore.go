@@ -5,8 +5,9 @@
 // turns a break on:
 //
 //   - skip-fencing: a holder whose lease was taken over commits its
-//     payment anyway and answers 201, as a store without a fencing check
-//     would: the key gets two payments.
+//     payment anyway, at the phase's checkpoint and at the completion, and
+//     answers 201, as a store without a fencing check would: the key gets
+//     two payments, and the stale holder's has no event.
 //   - release-after-commit: the key is deleted right after its response
 //     commits, as if it had been released: the next retry runs the payment
 //     again.
@@ -55,7 +56,7 @@ func Wrap(st idem.Store, repo payments.Repo, pool *pgxpool.Pool, getenv func(str
 	default:
 		return nil, nil, fmt.Errorf("brokenstore: unknown %s %q", EnvBreak, mode)
 	}
-	s := &store{inner: st, mode: mode, pool: pool, repo: repo, cache: map[idem.Scope]*idem.Response{}}
+	s := &store{inner: st, mode: mode, pool: pool, cache: map[idem.Scope]*idem.Response{}}
 	return s, &brokenRepo{inner: repo}, nil
 }
 
@@ -63,7 +64,6 @@ type store struct {
 	inner idem.Store
 	mode  string
 	pool  *pgxpool.Pool
-	repo  payments.Repo
 
 	mu    sync.Mutex
 	cache map[idem.Scope]*idem.Response // stale-replay: responses this process tried to store
@@ -91,7 +91,13 @@ func (s *store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 	return res, nil
 }
 
-type paymentBox struct{ p *payments.Payment }
+// paymentBox is what a lease's phases wrote to the payments table, for
+// skip-fencing to commit anyway.
+type paymentBox struct {
+	p      *payments.Payment // inserted by this lease's request
+	status string            // set by Settle
+	saved  bool              // p is committed
+}
 
 type boxKey struct{}
 
@@ -100,6 +106,60 @@ type lease struct {
 	s     *store
 	scope idem.Scope
 	box   paymentBox
+}
+
+var _ idem.RecoveryLease = (*lease)(nil)
+
+// Recovery passes through: payments run by phases, which need it.
+func (l *lease) Recovery(ctx context.Context) (idem.Recovery, error) {
+	rl, ok := l.Lease.(idem.RecoveryLease)
+	if !ok {
+		return idem.Recovery{}, fmt.Errorf("brokenstore: recovery: %w", idem.ErrNoRecovery)
+	}
+	return rl.Recovery(ctx)
+}
+
+// Checkpoint is a phase's fence. skip-fencing ignores it: a phase whose
+// checkpoint lost the lease commits its payment anyway, and the holder
+// goes on as if it still held the key.
+func (l *lease) Checkpoint(ctx context.Context, r idem.Recovery) error {
+	rl, ok := l.Lease.(idem.RecoveryLease)
+	if !ok {
+		return fmt.Errorf("brokenstore: checkpoint: %w", idem.ErrNoRecovery)
+	}
+	err := rl.Checkpoint(ctx, r)
+	switch {
+	case err == nil:
+		l.box.saved = l.box.p != nil
+	case l.s.mode == SkipFencing && errors.Is(err, idem.ErrLeaseLost) && l.commitAnyway(ctx) == nil:
+		return nil
+	}
+	return err
+}
+
+// commitAnyway writes the payment of the lease's request outside its
+// rolled-back transaction: inserted if no checkpoint committed it, with
+// the status Settle gave it.
+func (l *lease) commitAnyway(ctx context.Context) error {
+	b := &l.box
+	if b.p == nil {
+		return errors.New("brokenstore: no payment to commit")
+	}
+	ctx = context.WithoutCancel(ctx)
+	p := *b.p
+	if b.status != "" {
+		p.Status = b.status
+	}
+	if !b.saved {
+		if _, err := l.s.pool.Exec(ctx, payments.PostgresInsert,
+			p.ID, p.ClientID, p.Amount, p.Currency, p.Customer, p.Description, p.Status, p.Created, p.IdempotencyKey); err != nil {
+			return err
+		}
+		b.saved = true
+		return nil
+	}
+	_, err := l.s.pool.Exec(ctx, `UPDATE payments SET status = $1 WHERE client_id = $2 AND id = $3`, p.Status, p.ClientID, p.ID)
+	return err
 }
 
 func (l *lease) Context(ctx context.Context) context.Context {
@@ -117,7 +177,7 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) error {
 	switch {
 	case s.mode == SkipFencing && errors.Is(err, idem.ErrLeaseLost) && l.box.p != nil:
 		// The fence said no; commit the payment as if it had said yes.
-		if ierr := s.repo.Insert(context.WithoutCancel(ctx), l.box.p); ierr != nil {
+		if cerr := l.commitAnyway(ctx); cerr != nil {
 			return err
 		}
 		return nil
@@ -128,14 +188,34 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) error {
 	return err
 }
 
-// repo remembers the payment a request inserts, for skip-fencing.
+// repo remembers the payment a request inserts and settles, for
+// skip-fencing.
 type brokenRepo struct{ inner payments.Repo }
+
+// settler is the part of payments' repositories that phases need.
+type settler interface {
+	Settle(ctx context.Context, clientID, id, status string) error
+}
 
 func (r *brokenRepo) Insert(ctx context.Context, p *payments.Payment) error {
 	if box, ok := ctx.Value(boxKey{}).(*paymentBox); ok {
 		box.p = p
 	}
 	return r.inner.Insert(ctx, p)
+}
+
+func (r *brokenRepo) Settle(ctx context.Context, clientID, id, status string) error {
+	s, ok := r.inner.(settler)
+	if !ok {
+		return fmt.Errorf("brokenstore: %T cannot settle a payment", r.inner)
+	}
+	if err := s.Settle(ctx, clientID, id, status); err != nil {
+		return err
+	}
+	if box, ok := ctx.Value(boxKey{}).(*paymentBox); ok && box.p != nil && box.p.ID == id {
+		box.status = status
+	}
+	return nil
 }
 
 func (r *brokenRepo) Get(ctx context.Context, clientID, id string) (*payments.Payment, error) {

@@ -35,7 +35,8 @@ type Config struct {
 	// ProcessorDelay is processord's latency per charge: it keeps requests
 	// in flight between claim and commit, where kills and pauses catch
 	// them. processord charges one at a time, so a long delay overloads it
-	// and paymentsd answers 502. Defaults to ProcessorDelayDefault.
+	// and paymentsd answers 503 operation-unfinished. Defaults to
+	// ProcessorDelayDefault.
 	ProcessorDelay time.Duration
 	// Workloads is the traffic mix. Defaults to DefaultWorkloads().
 	Workloads []Weighted

@@ -7,7 +7,7 @@
 // processord, and N paymentsd processes built from the checkout, all on
 // 127.0.0.1. Instance 0 reaches PostgreSQL through a loopback proxy
 // (internal/pgproxy) that can cut its connection around a COMMIT. The
-// instances run in two-phase mode with a short lease, so that a paused
+// instances run their payments by phases with a short lease, so that a paused
 // holder's key is taken over while it sleeps, and charge through processord
 // with derived keys, and deliver their outbox's events to a webhook
 // receiver in the harness, which verifies every signature and

@@ -23,10 +23,6 @@ const (
 	healthPath   = "/healthz"
 	paymentsPath = "/v1/payments"
 
-	// problemProcessorUnavailable is paymentsd's 502 when the processor
-	// did not answer.
-	problemProcessorUnavailable = "processor-unavailable"
-
 	// processorToken is how paymentsd authenticates to processord.
 	processorToken = "sk_chaos_processor"
 
@@ -39,9 +35,9 @@ const (
 	relayPoll = time.Second
 )
 
-// paymentsdArgs returns the command line of one paymentsd instance: two
-// phases, so that a paused holder's lease expires and is taken over,
-// charges through processord with derived keys, and delivers its outbox's
+// paymentsdArgs returns the command line of one paymentsd instance: its
+// payments run by phases, each under a short lease that a paused holder
+// loses to a takeover, and charge processord with derived keys; it and delivers its outbox's
 // events to the run's webhook receiver, retrying soon after a failure.
 func paymentsdArgs(addr, databaseURL, processorURL string, lockTimeout time.Duration, webhookURL, webhookSecret string) []string {
 	tokens := ""
@@ -55,7 +51,6 @@ func paymentsdArgs(addr, databaseURL, processorURL string, lockTimeout time.Dura
 		"-addr", addr,
 		"-db", databaseURL,
 		"-tokens", tokens,
-		"-mode", "two-phase",
 		"-lock-timeout", lockTimeout.String(),
 		"-purge-interval", "0",
 		"-shutdown-timeout", "1s",

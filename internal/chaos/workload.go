@@ -263,9 +263,8 @@ func (h *harness) liveViolation(op *Op, a *Attempt) string {
 }
 
 // documented5xx reports whether a 5xx problem code is a documented answer
-// to a fault of the run: idem's 503s while the store is down or when a
-// commit's answer was lost, and, when processord is made to fail,
-// paymentsd's 502 for a processor that did not answer.
+// to a fault of the run: idem's 503s while the store is down, when a
+// commit's answer was lost, or when a payment stopped at a recovery point.
 func (h *harness) documented5xx(code string) bool {
 	switch code {
 	case string(idem.ProblemUnavailable), string(idem.ProblemOutcomeUnknown), string(idem.ProblemOperationUnfinished):
@@ -273,9 +272,6 @@ func (h *harness) documented5xx(code string) bool {
 		// point (the processor's answer was lost, or a commit failed); the
 		// retry resumes it.
 		return true
-	case problemProcessorUnavailable:
-		pf := h.cfg.ProcessorFaults
-		return pf.FailRate > 0 || pf.LoseRate > 0 || pf.TimeoutRate > 0
 	}
 	return false
 }

@@ -294,10 +294,16 @@ func (r *failOnce) Insert(ctx context.Context, p *payments.Payment) error {
 	return r.Repo.Insert(ctx, p)
 }
 
-// TestMessagesSayWhatIsKnown: when the payment cannot be recorded after the
-// processor charged, the 500 says the card was charged (never "nothing was
-// charged"), and the retry it asks for records the payment without a second
-// charge.
+func (r *failOnce) Settle(ctx context.Context, clientID, id, status string) error {
+	return r.Repo.(interface {
+		Settle(context.Context, string, string, string) error
+	}).Settle(ctx, clientID, id, status)
+}
+
+// TestMessagesSayWhatIsKnown: when the pending payment cannot be recorded,
+// before any charge, the answer is a 503 that asks for a retry with the
+// same key and claims nothing it does not know; the retry charges once and
+// records one payment.
 func TestMessagesSayWhatIsKnown(t *testing.T) {
 	t.Parallel()
 	psrv := startProcessor(t)
@@ -309,9 +315,12 @@ func TestMessagesSayWhatIsKnown(t *testing.T) {
 	body := `{"amount":4321,"currency":"usd","customer":"c"}`
 	first := f.post(t, "sk_alice", "k-known", jsonType, body)
 	p := decode[idem.Problem](t, first.body)
-	if first.status != http.StatusInternalServerError || strings.Contains(strings.ToLower(p.Detail), "nothing was charged") ||
-		!strings.Contains(p.Detail, "card was charged") || !strings.Contains(p.Detail, "same Idempotency-Key") {
-		t.Fatalf("insert failure after a charge: %d %q", first.status, p.Detail)
+	if first.status != http.StatusServiceUnavailable || p.Code != string(idem.ProblemOperationUnfinished) ||
+		first.header.Get("Retry-After") == "" || !strings.Contains(p.Detail, "same Idempotency-Key") {
+		t.Fatalf("insert failure before the charge: %d %s", first.status, first.body)
+	}
+	if n := countCharges(t, psrv.URL, "sk_pay", ""); n != 0 {
+		t.Fatalf("%d charges after the failed first phase, want 0", n)
 	}
 	retry := f.post(t, "sk_alice", "k-known", jsonType, body)
 	if retry.status != http.StatusCreated {

@@ -13,8 +13,8 @@ import (
 	"github.com/idemkit/idem/idemsqlite"
 )
 
-// The recovery points of POST /v1/payments with a processor, in two-phase
-// mode: started -> payment_created (a pending payment row) ->
+// The recovery points of POST /v1/payments with a processor, which always
+// runs by phases in two-phase mode: started -> payment_created (a pending payment row) ->
 // charge_created (the processor charged or declined, with the derived key)
 // -> finished (the payment succeeded or declined; the answer stored).
 const (
@@ -37,13 +37,6 @@ const StatusPending = "pending"
 // transaction.
 type settler interface {
 	Settle(ctx context.Context, clientID, id, status string) error
-}
-
-// phased reports whether POST /v1/payments runs by phases: with a
-// processor, in two-phase mode.
-func (s *Service) phased() bool {
-	_, ok := s.cfg.Repo.(settler)
-	return s.cfg.Processor != nil && s.cfg.Idem.Mode == idem.ModeTwoPhase && ok
 }
 
 // createPhases are the phases of POST /v1/payments for params.

@@ -3,6 +3,7 @@ package payments_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/bearer"
 	"github.com/idemkit/idem/internal/database"
 	"github.com/idemkit/idem/internal/payments"
@@ -208,5 +210,55 @@ func TestFinishedPhaseIsNotRepeated(t *testing.T) {
 	}
 	if n, _ := f.repo.Count(context.Background(), "alice", "k-settle"); n != 1 {
 		t.Errorf("%d payments; want 1", n)
+	}
+}
+
+// TestProcessorAlwaysRunsByPhases: a service with a processor runs its
+// payments by phases even when its middleware is configured atomic (a lost
+// processor answer is a 503 that the retry resumes, charging once), and
+// refuses a repository that cannot settle a pending payment.
+func TestProcessorAlwaysRunsByPhases(t *testing.T) {
+	t.Parallel()
+	proc := &flakyProcessor{SimulatedProcessor: payments.NewSimulatedProcessor(), lose: 1}
+	f := setup(t, idem.ModeAtomic, proc)
+	body := `{"amount":4200,"currency":"usd","customer":"cus_1"}`
+	first := f.post(t, "sk_alice", "k-atomic", jsonType, body)
+	if p := decode[idem.Problem](t, first.body); first.status != http.StatusServiceUnavailable || p.Code != string(idem.ProblemOperationUnfinished) {
+		t.Fatalf("lost processor answer: %d %s; want 503 operation-unfinished", first.status, first.body)
+	}
+	if n, _ := f.repo.Count(context.Background(), "alice", "k-atomic"); n != 1 {
+		t.Fatalf("%d payments after the lost answer; want the pending one", n)
+	}
+	retry := f.post(t, "sk_alice", "k-atomic", jsonType, body)
+	if p := decode[payments.Payment](t, retry.body); retry.status != http.StatusCreated || p.Status != payments.StatusSucceeded {
+		t.Fatalf("retry: %d %s; want 201 succeeded", retry.status, retry.body)
+	}
+	if proc.Charges() != 1 {
+		t.Errorf("%d charges; want 1", proc.Charges())
+	}
+
+	_, err := payments.NewService(payments.Config{
+		Repo: struct{ payments.Repo }{f.repo}, Store: idemtest.NewMemoryStore(), Processor: proc,
+		Tokens: must(bearer.Parse("sk_alice=alice")),
+	})
+	if err == nil {
+		t.Error("NewService with a processor and a repository that cannot settle = nil error; want one")
+	}
+}
+
+// TestSimulatedProcessorDeclines: with no processord, the in-process
+// processor declines amounts ending in 02, as processord does, so the 402
+// of a payment whose card is declined is reachable without it.
+func TestSimulatedProcessorDeclines(t *testing.T) {
+	t.Parallel()
+	f := setup(t, idem.ModeTwoPhase, payments.NewSimulatedProcessor())
+	for _, tt := range []struct {
+		amount int
+		want   int
+	}{{1002, http.StatusPaymentRequired}, {4202, http.StatusPaymentRequired}, {4200, http.StatusCreated}, {4203, http.StatusCreated}, {2, http.StatusPaymentRequired}} {
+		r := f.post(t, "sk_alice", fmt.Sprintf("k-%d", tt.amount), jsonType, fmt.Sprintf(`{"amount":%d,"currency":"usd","customer":"cus_1"}`, tt.amount))
+		if r.status != tt.want {
+			t.Errorf("amount %d: %d %s; want %d", tt.amount, r.status, r.body, tt.want)
+		}
 	}
 }
