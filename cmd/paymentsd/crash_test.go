@@ -153,15 +153,15 @@ func retryWithIdemclient(t *testing.T, base, key, body string) answer {
 }
 
 // TestKilledAtRecoveryPointsOnSQLite is TestKilledAtEachRecoveryPoint on
-// SQLite for the points a test can hold without hooks: inside the charge,
-// and after processord recorded the charge with the charge_created
-// checkpoint kept from committing by the test's write lock. (The moment
-// after charge_created has no lock to hold on SQLite; PostgreSQL's test
-// covers it.)
+// SQLite: inside the charge; after processord recorded the charge, with
+// the charge_created checkpoint kept from committing by the test's write
+// lock; and after charge_created committed, before the final phase, where
+// SQLite has no lock to hold: there paymentsd is built with the crashpoint
+// tag and PAYMENTSD_CRASH_POINT, and holds the request for the kill.
 func TestKilledAtRecoveryPointsOnSQLite(t *testing.T) {
 	t.Parallel()
 	paymentsd, processord := binaries(t)
-	for _, point := range []string{"payment_created", "charged"} {
+	for _, point := range []string{"payment_created", "charged", "charge_created"} {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
@@ -169,26 +169,34 @@ func TestKilledAtRecoveryPointsOnSQLite(t *testing.T) {
 			proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", procDB, "-delay", "1s")
 			payDB := filepath.Join(dir, "pay.db")
 			args := []string{"-addr", "127.0.0.1:0", "-db", "sqlite:" + payDB,
-				"-processor", proc.base, "-lock-timeout", "2s"}
-			svc := start(t, paymentsd, args...)
+				"-processor", proc.base, "-lock-timeout", "2s", "-completer-interval", "0"}
+			var svc *process
+			if point == "charge_created" {
+				svc = startWithEnv(t, crashBinary(t), []string{"PAYMENTSD_CRASH_POINT=charge_created"}, args...)
+			} else {
+				svc = start(t, paymentsd, args...)
+			}
 			db, err := idemsqlite.Open(payDB, &idemsqlite.Config{Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer db.Close()
 			ctx := context.Background()
+			recoveryPoint := func() string {
+				var p sql.NullString
+				db.ReadDB().QueryRow(`SELECT recovery_point FROM idempotency_keys WHERE idempotency_key = ?`, key(point)).Scan(&p)
+				return p.String
+			}
 
-			key := "crash-" + point
 			body := `{"amount":4200,"currency":"usd","customer":"cus_123"}`
 			inflight := make(chan answer, 1)
-			go func() { inflight <- post(t, svc.base, "sk_a", key, body) }()
-			waitFor(t, 60*time.Second, "the pending payment", func() bool {
-				var p sql.NullString
-				db.ReadDB().QueryRow(`SELECT recovery_point FROM idempotency_keys WHERE idempotency_key = ?`, key).Scan(&p)
-				return p.String == "payment_created"
-			})
+			go func() { inflight <- post(t, svc.base, "sk_a", key(point), body) }()
+			waitFor(t, 60*time.Second, "the pending payment", func() bool { return recoveryPoint() != "" })
 			var lock *sql.Tx
-			if point == "charged" {
+			switch point {
+			case "payment_created": // inside the processor's call
+				proc.waitLog(t, "processord: charging")
+			case "charged":
 				// The write lock keeps charge_created from committing; the
 				// charge is made once processord has recorded it.
 				if lock, err = db.DB().BeginTx(ctx, nil); err != nil {
@@ -197,8 +205,8 @@ func TestKilledAtRecoveryPointsOnSQLite(t *testing.T) {
 				waitFor(t, 60*time.Second, "the charge at processord", func() bool {
 					return countRows(t, procDB, `SELECT count(*) FROM charges`) == 1
 				})
-			} else {
-				proc.waitLog(t, "processord: charging")
+			case "charge_created": // committed; the final phase has not begun
+				svc.waitLog(t, "crash point charge_created reached")
 			}
 			svc.kill()
 			if lock != nil {
@@ -207,28 +215,36 @@ func TestKilledAtRecoveryPointsOnSQLite(t *testing.T) {
 			if a := <-inflight; a.status != 0 {
 				t.Fatalf("the killed request got an answer: %d %s", a.status, a.body)
 			}
-			var p sql.NullString
-			db.ReadDB().QueryRow(`SELECT recovery_point FROM idempotency_keys WHERE idempotency_key = ?`, key).Scan(&p)
-			if p.String != "payment_created" {
-				t.Fatalf("recovery point after the kill: %q; want payment_created", p.String)
+			want := "payment_created"
+			if point == "charge_created" {
+				want = "charge_created"
+			}
+			if got := recoveryPoint(); got != want {
+				t.Fatalf("recovery point after the kill: %q; want %s", got, want)
+			}
+			if n := countRows(t, payDB, `SELECT count(*) FROM payments WHERE status = 'pending'`); n != 1 {
+				t.Fatalf("%d pending payments after the kill; want 1", n)
 			}
 
 			svc = start(t, paymentsd, args...)
-			final := retryWithIdemclient(t, svc.base, key, body)
+			final := retryWithIdemclient(t, svc.base, key(point), body)
 			var pay struct{ ID, Status string }
 			if err := json.Unmarshal(final.body, &pay); err != nil || final.status != http.StatusCreated || pay.Status != "succeeded" {
 				t.Fatalf("final answer: %d %s; want 201 succeeded", final.status, final.body)
 			}
-			if n := countRows(t, payDB, `SELECT count(*) FROM payments WHERE idempotency_key = ? AND id = ? AND status = 'succeeded'`, key, pay.ID); n != 1 {
+			if n := countRows(t, payDB, `SELECT count(*) FROM payments WHERE idempotency_key = ? AND id = ? AND status = 'succeeded'`, key(point), pay.ID); n != 1 {
 				t.Errorf("%d succeeded payment rows named by the answer; want 1", n)
 			}
 			if n := countRows(t, payDB, `SELECT count(*) FROM payments`); n != 1 {
 				t.Errorf("%d payment rows; want 1", n)
 			}
-			derived := idem.DeriveKey(idem.ContextWithScope(ctx, idem.Scope{ClientID: "alice", Key: key}), "charge")
+			derived := idem.DeriveKey(idem.ContextWithScope(ctx, idem.Scope{ClientID: "alice", Key: key(point)}), "charge")
 			if n := chargesOf(t, proc.base, derived); n != 1 {
 				t.Errorf("%d charges at the processor for the key; want 1", n)
 			}
 		})
 	}
 }
+
+// key is the idempotency key of the crash test at point.
+func key(point string) string { return "crash-" + point }

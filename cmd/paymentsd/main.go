@@ -57,6 +57,11 @@ func main() { cmdrun.Main("paymentsd", Run) }
 // tests (see internal/brokenstore).
 var breakStore func(*database.DB, idem.Store, payments.Repo) (idem.Store, payments.Repo, error)
 
+// beforePhase, set only in builds with the crashpoint tag, runs as each
+// phase of a payment starts, so that the crash tests can kill paymentsd
+// between two phases (see crashpoint.go).
+var beforePhase func(ctx context.Context, point string)
+
 // devTokens are used when no tokens are configured, with a warning that
 // names the clients, never the tokens (README lists them).
 const devTokens = "sk_test_alice=alice,sk_test_bob=bob"
@@ -215,7 +220,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	svc, err := payments.NewService(payments.Config{
-		Repo: repo, Store: store, Tokens: tokens, Processor: proc, Logger: logger, Outbox: db.Outbox(), Ledger: ledger,
+		Repo: repo, Store: store, Tokens: tokens, Processor: proc, Logger: logger, Outbox: db.Outbox(), Ledger: ledger, BeforePhase: beforePhase,
 		Idem: idem.Config{Retention: o.retention, LockTimeout: o.lockTimeout, Logger: logger, Metrics: metrics},
 	})
 	if err != nil {

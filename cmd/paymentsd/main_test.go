@@ -58,6 +58,29 @@ func binaries(t *testing.T) (paymentsd, processord string) {
 	return filepath.Join(binDir, "paymentsd"), filepath.Join(binDir, "processord")
 }
 
+var crashBuild struct {
+	sync.Once
+	err error
+}
+
+// crashBinary builds paymentsd with the crashpoint tag (crashpoint.go)
+// once per test binary, beside the others.
+func crashBinary(t *testing.T) string {
+	t.Helper()
+	binaries(t)
+	dir := filepath.Join(binDir, "crashpoint")
+	crashBuild.Do(func() {
+		out, err := exec.Command("go", "build", "-tags", "crashpoint", "-o", dir+"/", "github.com/idemkit/idem/cmd/paymentsd").CombinedOutput()
+		if err != nil {
+			crashBuild.err = fmt.Errorf("go build -tags crashpoint: %v\n%s", err, out)
+		}
+	})
+	if crashBuild.err != nil {
+		t.Fatalf("build paymentsd with the crashpoint tag: %v", crashBuild.err)
+	}
+	return filepath.Join(dir, "paymentsd")
+}
+
 // lineWriter hands each written line to a channel, so a test can wait for
 // "listening on" without sleeping.
 type lineWriter struct {
@@ -232,10 +255,17 @@ type process struct {
 
 func start(t *testing.T, bin string, args ...string) *process {
 	t.Helper()
+	return startWithEnv(t, bin, nil, args...)
+}
+
+// startWithEnv is start with env added to the process's environment.
+func startWithEnv(t *testing.T, bin string, env []string, args ...string) *process {
+	t.Helper()
 	stdout, stderr := newLineWriter(), newLineWriter()
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Env = append(os.Environ(), "PAYMENTSD_TOKENS=sk_a=alice", "PAYMENTSD_ADMIN_ADDR=127.0.0.1:0")
+	cmd.Env = append(cmd.Env, env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}

@@ -42,7 +42,7 @@ type settler interface {
 // createPhases are the phases of POST /v1/payments for params.
 func (s *Service) createPhases(params Params) idem.Phases {
 	ph := s.ResumePhases()
-	ph[idem.RecoveryStarted] = func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+	ph[idem.RecoveryStarted] = s.hooked(idem.RecoveryStarted, func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
 		scope, _ := idem.ScopeFromContext(ctx)
 		p := &Payment{
 			ID: NewID(), Object: "payment", Amount: params.Amount, Currency: params.Currency,
@@ -54,7 +54,7 @@ func (s *Service) createPhases(params Params) idem.Phases {
 		}
 		st[statePayment] = p.ID
 		return pointPaymentCreated, nil
-	}
+	})
 	return ph
 }
 
@@ -63,8 +63,19 @@ func (s *Service) createPhases(params Params) idem.Phases {
 // away.
 func (s *Service) ResumePhases() idem.Phases {
 	return idem.Phases{
-		pointPaymentCreated: s.charge,
-		pointChargeCreated:  s.settle,
+		pointPaymentCreated: s.hooked(pointPaymentCreated, s.charge),
+		pointChargeCreated:  s.hooked(pointChargeCreated, s.settle),
+	}
+}
+
+// hooked is phase, after Config.BeforePhase when there is one.
+func (s *Service) hooked(point string, phase idem.Phase) idem.Phase {
+	if s.cfg.BeforePhase == nil {
+		return phase
+	}
+	return func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+		s.cfg.BeforePhase(ctx, point)
+		return phase(ctx, w, st)
 	}
 }
 

@@ -57,6 +57,11 @@ type Config struct {
 	// to none: each payment is recorded as succeeded in the middleware's
 	// Idem.Mode, a database insert with no downstream call.
 	Processor Processor
+	// BeforePhase, when set, is called as each phase of a payment starts,
+	// with the recovery point it runs from, which has committed: a hook
+	// for tests that stop the process between two phases. Defaults to
+	// none.
+	BeforePhase func(ctx context.Context, point string)
 	// Outbox, when set, receives a payment.succeeded or payment.declined
 	// event in each payment's transaction, and serves GET /v1/events.
 	// Defaults to none: no events, and GET /v1/events answers 404.
