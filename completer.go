@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"time"
@@ -26,8 +27,9 @@ type CompleterConfig struct {
 	// keyed by method and path as the middleware stores them, such as
 	// "POST /v1/payments". Each needs its phases after RecoveryStarted
 	// only: the completer never runs a key that no phase has passed, since
-	// it has no request to run it from. Keys of other operations are left
-	// alone. Required.
+	// it has no request to run it from; it releases such a key once its
+	// lease expired, so that the client's retry runs it fresh. Keys of
+	// other operations are left alone. Required.
 	Operations map[string]Phases
 
 	// Interval is the pause between passes of Run. Defaults to
@@ -91,10 +93,12 @@ type CompleterResult struct {
 	// pass did nothing.
 	Led bool
 	// Completed keys reached their final recovery point and stored their
-	// response; Failed keys stay at their recovery point for the next pass
-	// or their client; Skipped keys had a holder by the time they were
-	// claimed, or belong to no operation in CompleterConfig.Operations.
-	Completed, Failed, Skipped int
+	// response; Released keys had passed no recovery point and were freed,
+	// for the client's retry to run fresh; Failed keys stay at their
+	// recovery point for the next pass or their client; Skipped keys had a
+	// holder by the time they were claimed, or belong to no operation in
+	// CompleterConfig.Operations.
+	Completed, Released, Failed, Skipped int
 	// Oldest is the age, at the pass's Now, of the oldest unfinished key
 	// that the pass left unfinished; 0 for none.
 	Oldest time.Duration
@@ -109,13 +113,22 @@ type CompleterResult struct {
 // and the completer never both run a phase, because each holds the key
 // through a fenced lease.
 //
+// A key of one of its operations whose lease expired before any phase
+// committed holds no durable effect: each phase's writes commit with the
+// recovery point after it, and a call to another system carries a key
+// derived from the client's. The completer cannot run it (the request is
+// not stored), so it takes it over and releases it, which deletes it: the
+// client's retry runs the operation fresh, as a takeover would, and until
+// then the key reads as unknown instead of in progress forever.
+//
 // On a store that implements [Leader] (idempg), each pass holds the
 // database-wide lock [CompleterLockName]: with several instances, at most
 // one runs a pass at a time, and the others skip theirs.
 type Completer struct {
-	store  RecoveryStore
-	cfg    *CompleterConfig
-	replay []string
+	store   RecoveryStore
+	cfg     *CompleterConfig
+	replay  []string
+	started []string // the operations' names, for UnfinishedParams.Started
 }
 
 // NewCompleter returns a completer for store, which must be the
@@ -134,7 +147,8 @@ func NewCompleter(store RecoveryStore, cfg *CompleterConfig) (*Completer, error)
 			replay = append(replay, h)
 		}
 	}
-	return &Completer{store: store, cfg: c, replay: replay}, nil
+	started := slices.Sorted(maps.Keys(c.Operations))
+	return &Completer{store: store, cfg: c, replay: replay, started: started}, nil
 }
 
 func (c *CompleterConfig) withDefaults() *CompleterConfig {
@@ -223,6 +237,7 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
 	lctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
 	keys, err := c.store.Unfinished(lctx, UnfinishedParams{
 		Now: now, LockTimeout: c.cfg.LockTimeout, Retention: c.cfg.Retention, Limit: c.cfg.BatchSize,
+		Started: c.started,
 	})
 	cancel()
 	if err != nil {
@@ -236,6 +251,9 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
 		case keyCompleted:
 			res.Completed++
 			continue
+		case keyReleased:
+			res.Released++
+			continue
 		case keyFailed:
 			res.Failed++
 		case keySkipped:
@@ -244,9 +262,9 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
 		res.Oldest = max(res.Oldest, now.Sub(rec.CreatedAt))
 	}
 	c.report(ctx, res)
-	if res.Completed > 0 || res.Failed > 0 {
-		c.cfg.Logger.InfoContext(ctx, "idem: completer pass", "completed", res.Completed, "failed", res.Failed,
-			"skipped", res.Skipped, "oldest_unfinished", res.Oldest)
+	if res.Completed > 0 || res.Released > 0 || res.Failed > 0 {
+		c.cfg.Logger.InfoContext(ctx, "idem: completer pass", "completed", res.Completed, "released", res.Released,
+			"failed", res.Failed, "skipped", res.Skipped, "oldest_unfinished", res.Oldest)
 	}
 	return res, nil
 }
@@ -263,6 +281,7 @@ type keyResult int
 
 const (
 	keyCompleted keyResult = iota
+	keyReleased
 	keyFailed
 	keySkipped
 )
@@ -294,11 +313,19 @@ func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) ke
 	host := &phaseHost{lease: lease, base: ProblemTypeBaseDefault}
 	kctx := contextWithPhaseHost(ContextWithScope(lease.Context(ctx), rec.Scope), host)
 	if rl, ok := lease.(RecoveryLease); ok {
-		// The key may have gone between the listing and the claim, and the
-		// claim made a new one: nothing to resume.
 		if at, err := rl.Recovery(kctx); err == nil && at.Point == RecoveryStarted {
-			c.release(finish, log, lease)
-			return keySkipped
+			// Nothing committed: release the key, which deletes it. A key
+			// that went between the listing and the claim, for which the
+			// claim made a new one, is no takeover.
+			if err := lease.Release(finish); err != nil {
+				log.WarnContext(ctx, "idem: completer: release failed; the key is free when its lease expires", "err", err)
+				return keyFailed
+			}
+			if !lease.Info().TakenOver {
+				return keySkipped
+			}
+			log.InfoContext(ctx, "idem: completer released a key that passed no recovery point", "token", lease.Info().Token)
+			return keyReleased
 		}
 	}
 	out := &recorder{header: make(http.Header)}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"time"
 )
 
@@ -58,7 +59,9 @@ type RecoveryLease interface {
 }
 
 // RecoveryStore is a store that can list the keys that need a completer:
-// started keys that have passed a recovery point and whose holder is gone.
+// started keys that have passed a recovery point and whose holder is gone,
+// and, of the operations [UnfinishedParams.Started] names, those that
+// passed none.
 type RecoveryStore interface {
 	Store
 	// Unfinished returns up to p.Limit such keys, oldest first.
@@ -78,14 +81,25 @@ type UnfinishedParams struct {
 	Retention time.Duration
 	// Limit is the most keys returned.
 	Limit int
+	// Started names operations, "METHOD /path" as the middleware stores
+	// them, whose keys are listed even at RecoveryStarted (no phase has
+	// committed) once their lease expired: for an operation that runs by
+	// [Phases] such a key holds no durable effect, and its holder is gone.
+	// Defaults to none: only keys past a recovery point are listed.
+	Started []string
 }
 
 // Lists reports whether a store's Unfinished lists rec at p.Now, given its
-// recovery point: the rule every store follows.
+// recovery point ("" for none): the rule every store follows.
 func (p UnfinishedParams) Lists(rec *Record, point string) bool {
-	return rec.Status == StatusInFlight && point != RecoveryStarted && point != "" &&
-		(rec.LockedAt.IsZero() || LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout)) &&
-		!Expired(rec.CreatedAt, p.Now, p.Retention)
+	if rec.Status != StatusInFlight || Expired(rec.CreatedAt, p.Now, p.Retention) {
+		return false
+	}
+	if point == RecoveryStarted || point == "" {
+		return !rec.LockedAt.IsZero() && LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout) &&
+			slices.Contains(p.Started, rec.Method+" "+rec.Path)
+	}
+	return rec.LockedAt.IsZero() || LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout)
 }
 
 // ErrNoRecovery means that recovery points cannot be kept for the key: the

@@ -40,13 +40,17 @@ WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_t
 SELECT idem_lease_held(count(*)) FROM saved`
 
 	// queryUnfinished lists started keys that passed a recovery point and
-	// have no live holder (locked at or before $1, or released), not past
-	// retention (created after $2; NULL for never), oldest first.
+	// have no live holder (locked at or before $1, or released), and keys
+	// of the operations in $4 ("METHOD /path") that passed none and whose
+	// lease expired; not past retention (created after $2; NULL for
+	// never), oldest first.
 	queryUnfinished = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
        lease_token, created_at, locked_at
 FROM idempotency_keys
-WHERE status = 'started' AND recovery_point IS NOT NULL
-  AND (locked_at IS NULL OR locked_at <= $1::timestamptz)
+WHERE status = 'started'
+  AND ((recovery_point IS NOT NULL AND (locked_at IS NULL OR locked_at <= $1::timestamptz))
+    OR (recovery_point IS NULL AND locked_at <= $1::timestamptz
+        AND request_method || ' ' || request_path = ANY($4::text[])))
   AND ($2::timestamptz IS NULL OR created_at > $2::timestamptz)
 ORDER BY created_at
 LIMIT $3`
@@ -191,7 +195,7 @@ func (s *Store) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*ide
 		return nil, err
 	}
 	defer conn.Release()
-	rows, err := conn.Query(ctx, queryUnfinished, p.Now.Add(-p.LockTimeout), cutoff, p.Limit)
+	rows, err := conn.Query(ctx, queryUnfinished, p.Now.Add(-p.LockTimeout), cutoff, p.Limit, append([]string{}, p.Started...))
 	if err != nil {
 		return nil, wrapErr(ctx, "list unfinished keys", err)
 	}

@@ -17,7 +17,7 @@ var (
 // prometheus.Collector. Metrics (with the default namespace "idem"):
 //
 //	idem_completer_passes_total{led}            counter; led is false for a pass skipped because another instance held the lock
-//	idem_completer_keys_total{outcome}          counter; completed, failed or skipped
+//	idem_completer_keys_total{outcome}          counter; completed, released (passed no recovery point), failed or skipped
 //	idem_completer_oldest_unfinished_seconds    gauge; age of the oldest key the last led pass left unfinished, 0 for none
 type CompleterMetrics struct {
 	passes *prometheus.CounterVec
@@ -42,7 +42,7 @@ func NewCompleterMetrics(cfg *Config) *CompleterMetrics {
 		}, []string{"led"}),
 		keys: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: c.Namespace, Subsystem: "completer", Name: "keys_total", ConstLabels: c.ConstLabels,
-			Help: "Unfinished keys the idem completer worked on, by outcome (completed, failed, skipped).",
+			Help: "Unfinished keys the idem completer worked on, by outcome (completed, released, failed, skipped).",
 		}, []string{"outcome"}),
 		oldest: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: c.Namespace, Subsystem: "completer", Name: "oldest_unfinished_seconds", ConstLabels: c.ConstLabels,
@@ -52,7 +52,7 @@ func NewCompleterMetrics(cfg *Config) *CompleterMetrics {
 	for _, led := range []string{"true", "false"} {
 		m.passes.WithLabelValues(led)
 	}
-	for _, o := range []string{"completed", "failed", "skipped"} {
+	for _, o := range []string{"completed", "released", "failed", "skipped"} {
 		m.keys.WithLabelValues(o)
 	}
 	return m
@@ -66,6 +66,7 @@ func (m *CompleterMetrics) CompleterPass(_ context.Context, r idem.CompleterResu
 	}
 	m.passes.WithLabelValues("true").Inc()
 	m.keys.WithLabelValues("completed").Add(float64(r.Completed))
+	m.keys.WithLabelValues("released").Add(float64(r.Released))
 	m.keys.WithLabelValues("failed").Add(float64(r.Failed))
 	m.keys.WithLabelValues("skipped").Add(float64(r.Skipped))
 	m.oldest.Set(r.Oldest.Seconds())

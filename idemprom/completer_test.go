@@ -16,13 +16,14 @@ func TestCompleterMetrics(t *testing.T) {
 	t.Parallel()
 	m := idemprom.NewCompleterMetrics(nil)
 	ctx := context.Background()
-	m.CompleterPass(ctx, idem.CompleterResult{Led: true, Completed: 3, Failed: 1, Oldest: 90 * time.Second})
+	m.CompleterPass(ctx, idem.CompleterResult{Led: true, Completed: 3, Released: 2, Failed: 1, Oldest: 90 * time.Second})
 	m.CompleterPass(ctx, idem.CompleterResult{Led: false})
 	want := `
-# HELP idem_completer_keys_total Unfinished keys the idem completer worked on, by outcome (completed, failed, skipped).
+# HELP idem_completer_keys_total Unfinished keys the idem completer worked on, by outcome (completed, released, failed, skipped).
 # TYPE idem_completer_keys_total counter
 idem_completer_keys_total{outcome="completed"} 3
 idem_completer_keys_total{outcome="failed"} 1
+idem_completer_keys_total{outcome="released"} 2
 idem_completer_keys_total{outcome="skipped"} 0
 # HELP idem_completer_oldest_unfinished_seconds Age of the oldest unfinished key that the last pass of the idem completer left unfinished; 0 for none.
 # TYPE idem_completer_oldest_unfinished_seconds gauge

@@ -28,14 +28,17 @@ WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_tok
 WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
 
 	// queryUnfinished lists started keys that passed a recovery point and
-	// have no live holder (locked at or before the first parameter, or
-	// released), not past retention (created after the second; NULL for
-	// never), oldest first.
+	// have no live holder (locked at or before ?1, or released), and keys
+	// of the operations in the JSON array ?4 ("METHOD /path") that passed
+	// none and whose lease expired; not past retention (created after ?2;
+	// NULL for never), oldest first.
 	queryUnfinished = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
        lease_token, created_at, locked_at
 FROM idempotency_keys
-WHERE status = 'started' AND recovery_point IS NOT NULL
-  AND (locked_at IS NULL OR locked_at <= ?1)
+WHERE status = 'started'
+  AND ((recovery_point IS NOT NULL AND (locked_at IS NULL OR locked_at <= ?1))
+    OR (recovery_point IS NULL AND locked_at <= ?1
+        AND request_method || ' ' || request_path IN (SELECT value FROM json_each(?4))))
   AND (?2 IS NULL OR created_at > ?2)
 ORDER BY created_at
 LIMIT ?3`
@@ -144,7 +147,11 @@ func (s *Store) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*ide
 	if p.Retention > 0 {
 		cutoff = p.Now.Add(-p.Retention).UnixMicro()
 	}
-	rows, err := s.read.QueryContext(ctx, queryUnfinished, p.Now.Add(-p.LockTimeout).UnixMicro(), cutoff, p.Limit)
+	started, err := json.Marshal(append([]string{}, p.Started...))
+	if err != nil {
+		return nil, fmt.Errorf("idemsqlite: list unfinished keys: %w", err)
+	}
+	rows, err := s.read.QueryContext(ctx, queryUnfinished, p.Now.Add(-p.LockTimeout).UnixMicro(), cutoff, p.Limit, string(started))
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: list unfinished keys: %w", unavailable(err))
 	}

@@ -21,8 +21,8 @@ func (s *MemoryStore) Unfinished(ctx context.Context, p idem.UnfinishedParams) (
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*idem.Record
-	for scope, r := range s.recovery {
-		if rec := s.records[scope]; rec != nil && p.Lists(rec, r.Point) {
+	for scope, rec := range s.records {
+		if p.Lists(rec, s.recovery[scope].Point) {
 			out = append(out, cloneRecord(rec))
 		}
 	}

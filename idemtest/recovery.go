@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -226,7 +227,8 @@ func (s suite) listsUnfinishedKeys(t *testing.T) {
 	released, l := claim("released", now, "created")
 	release(t, l)
 	claim("alive", now.Add(-lockTimeout+time.Second), "created")
-	claim("nopoint", now.Add(-2*lockTimeout), "")
+	nopoint, _ := claim("nopoint", now.Add(-2*lockTimeout), "")
+	claim("nopoint-alive", now.Add(-lockTimeout+time.Second), "")
 	_, l = claim("completed", now.Add(-2*lockTimeout), "created")
 	complete(t, l, sampleResponse(`{}`))
 	claim("old", now.Add(-retention), "created")
@@ -252,6 +254,30 @@ func (s suite) listsUnfinishedKeys(t *testing.T) {
 	keys, err = rs.Unfinished(context.Background(), idem.UnfinishedParams{Now: now, LockTimeout: lockTimeout, Retention: retention, Limit: 1})
 	if err != nil || len(keys) != 1 || keys[0].Scope != abandoned {
 		t.Errorf("Unfinished with Limit 1 = %v, %v; want the oldest key only", keys, err)
+	}
+
+	// Started lists the expired keys of its operations that passed no
+	// recovery point too; other operations' stay unlisted.
+	for _, tt := range []struct {
+		started []string
+		want    []idem.Scope
+	}{
+		{[]string{"POST /v1/refunds", "POST /v1/payments"}, []idem.Scope{nopoint, abandoned, released}},
+		{[]string{"POST /v1/refunds", "GET /v1/payments"}, []idem.Scope{abandoned, released}},
+	} {
+		keys, err := rs.Unfinished(context.Background(), idem.UnfinishedParams{
+			Now: now, LockTimeout: lockTimeout, Retention: retention, Limit: 10, Started: tt.started,
+		})
+		if err != nil {
+			t.Fatalf("Unfinished with Started %q: %v", tt.started, err)
+		}
+		var got []idem.Scope
+		for _, k := range keys {
+			got = append(got, k.Scope)
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("Unfinished with Started %q = %v; want %v", tt.started, got, tt.want)
+		}
 	}
 }
 

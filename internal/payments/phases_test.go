@@ -262,3 +262,66 @@ func TestSimulatedProcessorDeclines(t *testing.T) {
 		}
 	}
 }
+
+// TestCompleterReleasesPaymentThatPassedNoPhase: a payment whose holder
+// died before the pending payment committed has left nothing but its
+// started key. The completer releases that key once its lease expired,
+// and leaves a live one to its holder; the dead holder is fenced out, and
+// the client's retry makes the payment once.
+func TestCompleterReleasesPaymentThatPassedNoPhase(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			f := setupPhased(t, kind)
+			ctx := context.Background()
+			store := f.db.Store().(idem.RecoveryStore)
+			claim := func(key string, at time.Time) idem.Lease {
+				t.Helper()
+				res, err := store.Claim(ctx, idem.ClaimParams{
+					Scope: idem.Scope{ClientID: "alice", Key: key}, Method: http.MethodPost, Path: "/v1/payments",
+					RequestHash: make([]byte, 32), Mode: idem.ModeTwoPhase, Now: at,
+					LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
+				})
+				if err != nil || res.Lease == nil {
+					t.Fatalf("Claim = %+v, %v", res, err)
+				}
+				return res.Lease
+			}
+			dead := claim("k-dead", time.Now().Add(-time.Hour))
+			live := claim("k-live", time.Now())
+			defer live.Release(ctx)
+
+			c, err := idem.NewCompleter(store, &idem.CompleterConfig{
+				Operations: map[string]idem.Phases{"POST /v1/payments": f.svc.ResumePhases()}, Logger: quiet,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res, err := c.RunOnce(ctx); err != nil || res.Released != 1 || res.Completed+res.Failed+res.Skipped != 0 {
+				t.Fatalf("RunOnce = %+v, %v; want the dead holder's key released, the live one not listed", res, err)
+			}
+			keys := f.db.Store().(idem.KeyReader)
+			if rec, err := keys.GetKey(ctx, idem.Scope{ClientID: "alice", Key: "k-dead"}); !errors.Is(err, idem.ErrKeyNotFound) {
+				t.Errorf("released key = %+v, %v; want ErrKeyNotFound", rec, err)
+			}
+			if rec, err := keys.GetKey(ctx, idem.Scope{ClientID: "alice", Key: "k-live"}); err != nil || rec.Status != idem.StatusInFlight {
+				t.Errorf("live holder's key = %+v, %v; want it still started", rec, err)
+			}
+			err = dead.(idem.RecoveryLease).Checkpoint(dead.Context(ctx), idem.Recovery{Point: "payment_created", State: idem.State{"payment_id": "pay_x"}})
+			if !errors.Is(err, idem.ErrLeaseLost) {
+				t.Errorf("dead holder's checkpoint = %v; want ErrLeaseLost", err)
+			}
+			dead.Release(ctx)
+
+			body := `{"amount":4200,"currency":"usd","customer":"cus_1"}`
+			retry := f.post(t, "sk_alice", "k-dead", jsonType, body)
+			if retry.status != http.StatusCreated || retry.header.Get(idem.HeaderReplayed) == "true" {
+				t.Fatalf("client's retry: %d %s; want a fresh 201", retry.status, retry.body)
+			}
+			if n, _ := f.repo.Count(ctx, "alice", "k-dead"); n != 1 || f.proc.Charges() != 1 {
+				t.Errorf("%d payments and %d charges; want 1 and 1", n, f.proc.Charges())
+			}
+		})
+	}
+}

@@ -1,0 +1,72 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// TestCompleterReleasesKeyThatPassedNoPoint: a holder that dies before its
+// first phase commits leaves a started key with no recovery point. Once
+// its lease expired, the completer releases it, which deletes it; the dead
+// holder's checkpoint is then fenced out, and the client's retry runs the
+// operation fresh. A live lease is waited for, and a key of an operation
+// that the completer does not drive is left alone.
+func TestCompleterReleasesKeyThatPassedNoPoint(t *testing.T) {
+	t.Parallel()
+	e := setupPhased(t, nil)
+	ctx := context.Background()
+	claim := func(key, path string) idem.Lease {
+		t.Helper()
+		res, err := e.store.Claim(ctx, idem.ClaimParams{
+			Scope: idem.Scope{ClientID: "alice", Key: key}, Method: http.MethodPost, Path: path,
+			RequestHash: []byte("h"), Mode: idem.ModeTwoPhase, Now: e.clock.Now(),
+			LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
+		})
+		if err != nil || res.Lease == nil {
+			t.Fatalf("Claim = %+v, %v", res, err)
+		}
+		return res.Lease
+	}
+	dead := claim("k1", "/v1/payments")
+	claim("k2", "/v1/refunds")
+	m := &passes{}
+	c := e.completer(t, m)
+
+	e.clock.Advance(idem.LockTimeoutDefault - time.Second)
+	if res := runOnce(t, c); res.Released+res.Completed+res.Failed+res.Skipped != 0 {
+		t.Fatalf("pass while the lease lives = %+v; want the key left to its holder", res)
+	}
+	e.clock.Advance(time.Second)
+	if res := runOnce(t, c); res.Released != 1 || res.Completed+res.Failed+res.Skipped != 0 || res.Oldest != 0 {
+		t.Fatalf("pass after the lease expired = %+v; want one key released, none left unfinished", res)
+	}
+	if rec, found := e.point(t, "k1"); found {
+		t.Fatalf("released key = %+v; want it gone", rec)
+	}
+	if rec, found := e.point(t, "k2"); !found || rec.Status != idem.StatusInFlight {
+		t.Errorf("other operation's key = %+v, %v; want it left started", rec, found)
+	}
+	err := dead.(idem.RecoveryLease).Checkpoint(ctx, idem.Recovery{Point: "created", State: idem.State{"payment_id": "pay_9"}})
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("dead holder's checkpoint = %v; want ErrLeaseLost", err)
+	}
+
+	w := e.post(t, "k1")
+	if w.Code != http.StatusCreated || w.Header().Get(idem.HeaderReplayed) == "true" {
+		t.Fatalf("client's retry = %d %s; want a fresh 201", w.Code, w.Body)
+	}
+	if n := e.op.count(idem.RecoveryStarted); n != 1 {
+		t.Errorf("first phase ran %d times; want 1, by the retry", n)
+	}
+	if res := runOnce(t, c); res.Released+res.Completed+res.Failed+res.Skipped != 0 {
+		t.Errorf("pass after the retry = %+v; want nothing to do", res)
+	}
+	if len(m.all) != 3 || m.all[1].Released != 1 {
+		t.Errorf("metrics got %+v; want three passes, the second releasing one key", m.all)
+	}
+}
