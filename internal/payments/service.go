@@ -344,7 +344,7 @@ func (s *Service) openAPI(w http.ResponseWriter, r *http.Request) {
 					"413": map[string]any{"description": "The body is larger than the limit (problem+json, payload-too-large)."},
 					"415": map[string]any{"description": "The body is not application/json (problem+json)."},
 					"422": map[string]any{"description": "The key was used with a different request; \"fields\" names what differs."},
-					"503": map[string]any{"description": "The idempotency store did not answer, or the outcome of the commit is unknown; retry with the same key after Retry-After (problem+json)."},
+					"503": map[string]any{"description": "The idempotency store did not answer, the outcome of the commit is unknown, or the payment stopped at a recovery point (operation-unfinished: what it completed is kept); retry with the same key after Retry-After (problem+json)."},
 				},
 			}},
 			"/v1/payments/{id}": map[string]any{"get": map[string]any{"summary": "Retrieve one of your payments"}},
