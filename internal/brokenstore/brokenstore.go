@@ -11,9 +11,12 @@
 //   - release-after-commit: the key is deleted right after its response
 //     commits, as if it had been released: the next retry runs the payment
 //     again.
-//   - stale-replay: each instance replays the response it last tried to
-//     store for a key from a local cache, read before its own commit lost
-//     to a takeover: a replay that differs from the acknowledged answer.
+//   - shared-cache: each instance keeps the responses it stored in a local
+//     cache keyed by the Idempotency-Key alone, without the client, and
+//     replays from it: a client whose key another client also used gets
+//     that client's payment. (A cache of what a stale holder tried to
+//     store no longer hurts: a payment's phases resume the same payment,
+//     so a stale holder's answer is the stored one.)
 //
 // Never build paymentsd with the tag for anything but the harness's tests.
 package brokenstore
@@ -37,7 +40,7 @@ const EnvBreak = "IDEM_CHAOS_BREAK"
 const (
 	SkipFencing        = "skip-fencing"
 	ReleaseAfterCommit = "release-after-commit"
-	StaleReplay        = "stale-replay"
+	SharedCache        = "shared-cache"
 )
 
 // Wrap returns store and repo broken as getenv(EnvBreak) says; with the
@@ -52,11 +55,11 @@ func Wrap(st idem.Store, repo payments.Repo, pool *pgxpool.Pool, getenv func(str
 		return nil, nil, errors.New("brokenstore: needs PostgreSQL")
 	}
 	switch mode {
-	case SkipFencing, ReleaseAfterCommit, StaleReplay:
+	case SkipFencing, ReleaseAfterCommit, SharedCache:
 	default:
 		return nil, nil, fmt.Errorf("brokenstore: unknown %s %q", EnvBreak, mode)
 	}
-	s := &store{inner: st, mode: mode, pool: pool, cache: map[idem.Scope]*idem.Response{}}
+	s := &store{inner: st, mode: mode, pool: pool, cache: map[string]*idem.Response{}}
 	return s, &brokenRepo{inner: repo}, nil
 }
 
@@ -66,7 +69,7 @@ type store struct {
 	pool  *pgxpool.Pool
 
 	mu    sync.Mutex
-	cache map[idem.Scope]*idem.Response // stale-replay: responses this process tried to store
+	cache map[string]*idem.Response // shared-cache: responses this process stored, by key alone
 }
 
 func (s *store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
@@ -78,9 +81,9 @@ func (s *store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 		res.Lease = &lease{Lease: res.Lease, s: s, scope: p.Scope}
 		return res, nil
 	}
-	if s.mode == StaleReplay && res.Record != nil {
+	if s.mode == SharedCache && res.Record != nil {
 		s.mu.Lock()
-		cached := s.cache[p.Scope]
+		cached := s.cache[p.Scope.Key]
 		s.mu.Unlock()
 		if cached != nil {
 			rec := *res.Record
@@ -168,13 +171,12 @@ func (l *lease) Context(ctx context.Context) context.Context {
 
 func (l *lease) Complete(ctx context.Context, resp *idem.Response) error {
 	s := l.s
-	if s.mode == StaleReplay {
-		s.mu.Lock()
-		s.cache[l.scope] = resp
-		s.mu.Unlock()
-	}
 	err := l.Lease.Complete(ctx, resp)
 	switch {
+	case s.mode == SharedCache && err == nil:
+		s.mu.Lock()
+		s.cache[l.scope.Key] = resp
+		s.mu.Unlock()
 	case s.mode == SkipFencing && errors.Is(err, idem.ErrLeaseLost) && l.box.p != nil:
 		// The fence said no; commit the payment as if it had said yes.
 		if cerr := l.commitAnyway(ctx); cerr != nil {

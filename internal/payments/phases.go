@@ -14,9 +14,10 @@ import (
 )
 
 // The recovery points of POST /v1/payments with a processor, which always
-// runs by phases in two-phase mode: started -> payment_created (a pending payment row) ->
-// charge_created (the processor charged or declined, with the derived key)
-// -> finished (the payment succeeded or declined; the answer stored).
+// runs by phases in two-phase mode: started -> payment_created (a pending
+// payment row) -> charge_created (the processor charged or declined, with
+// the derived key) -> finished (the payment succeeded or declined; the
+// answer stored).
 const (
 	pointPaymentCreated = "payment_created"
 	pointChargeCreated  = "charge_created"
