@@ -28,8 +28,10 @@ type CompleterConfig struct {
 	// "POST /v1/payments". Each needs its phases after RecoveryStarted
 	// only: the completer never runs a key that no phase has passed, since
 	// it has no request to run it from; it releases such a key once its
-	// lease expired, so that the client's retry runs it fresh. Keys of
-	// other operations are left alone. Required.
+	// lease expired, so that the client's retry runs it fresh (a key
+	// created more than three intervals, or a minute, before its lease
+	// expired is left to its client and the purge). Keys of other operations are left alone.
+	// Required.
 	Operations map[string]Phases
 
 	// Interval is the pause between passes of Run. Defaults to
@@ -237,7 +239,7 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
 	lctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
 	keys, err := c.store.Unfinished(lctx, UnfinishedParams{
 		Now: now, LockTimeout: c.cfg.LockTimeout, Retention: c.cfg.Retention, Limit: c.cfg.BatchSize,
-		Started: c.started,
+		Started: c.started, StartedAfter: now.Add(-c.cfg.LockTimeout - startedWindow(c.cfg.Interval)),
 	})
 	cancel()
 	if err != nil {
@@ -267,6 +269,14 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
 			"failed", res.Failed, "skipped", res.Skipped, "oldest_unfinished", res.Oldest)
 	}
 	return res, nil
+}
+
+// startedWindow is how far back before the lock timeout a pass looks for
+// keys that passed no recovery point: three intervals, a minute at least,
+// so that a pass that was skipped or failed does not lose them, while each
+// pass reads a bounded range of recent keys.
+func startedWindow(interval time.Duration) time.Duration {
+	return max(3*interval, time.Minute)
 }
 
 // report hands the result of a pass to the metrics.

@@ -70,3 +70,27 @@ func TestCompleterReleasesKeyThatPassedNoPoint(t *testing.T) {
 		t.Errorf("metrics got %+v; want three passes, the second releasing one key", m.all)
 	}
 }
+
+// TestCompleterLooksBackABoundedWindow: a pass lists keys that passed no
+// recovery point only if they were created within three intervals (a
+// minute at least) before the lock timeout, so that each pass reads a
+// bounded range of recent keys; an older one is left to its client.
+func TestCompleterLooksBackABoundedWindow(t *testing.T) {
+	t.Parallel()
+	e := setupPhased(t, nil)
+	res, err := e.store.Claim(context.Background(), idem.ClaimParams{
+		Scope: idem.Scope{ClientID: "alice", Key: "k-old"}, Method: http.MethodPost, Path: "/v1/payments",
+		RequestHash: []byte("h"), Mode: idem.ModeTwoPhase, Now: e.clock.Now(),
+		LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
+	})
+	if err != nil || res.Lease == nil {
+		t.Fatalf("Claim = %+v, %v", res, err)
+	}
+	e.clock.Advance(idem.LockTimeoutDefault + time.Minute + time.Second) // 3 intervals are 30 s: the minute bounds
+	if res := runOnce(t, e.completer(t, nil)); res.Released+res.Completed+res.Failed+res.Skipped != 0 {
+		t.Errorf("pass = %+v; want the key, older than the window, not listed", res)
+	}
+	if rec, found := e.point(t, "k-old"); !found || rec.Status != idem.StatusInFlight {
+		t.Errorf("key = %+v, %v; want it left started", rec, found)
+	}
+}

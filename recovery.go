@@ -87,6 +87,11 @@ type UnfinishedParams struct {
 	// [Phases] such a key holds no durable effect, and its holder is gone.
 	// Defaults to none: only keys past a recovery point are listed.
 	Started []string
+	// StartedAfter bounds that listing to keys created after it, so that
+	// it reads a range of recent keys rather than every key within
+	// retention (no index holds started keys alone). Defaults to zero: no
+	// bound but retention.
+	StartedAfter time.Time
 }
 
 // Lists reports whether a store's Unfinished lists rec at p.Now, given its
@@ -97,7 +102,7 @@ func (p UnfinishedParams) Lists(rec *Record, point string) bool {
 	}
 	if point == RecoveryStarted || point == "" {
 		return !rec.LockedAt.IsZero() && LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout) &&
-			slices.Contains(p.Started, rec.Method+" "+rec.Path)
+			rec.CreatedAt.After(p.StartedAfter) && slices.Contains(p.Started, rec.Method+" "+rec.Path)
 	}
 	return rec.LockedAt.IsZero() || LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout)
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,18 +41,27 @@ WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_t
 SELECT idem_lease_held(count(*)) FROM saved`
 
 	// queryUnfinished lists started keys that passed a recovery point and
-	// have no live holder (locked at or before $1, or released), and keys
-	// of the operations in $4 ("METHOD /path") that passed none and whose
-	// lease expired; not past retention (created after $2; NULL for
-	// never), oldest first.
+	// have no live holder (locked at or before $1, or released), not past
+	// retention (created after $2; NULL for never), oldest first.
 	queryUnfinished = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
        lease_token, created_at, locked_at
 FROM idempotency_keys
-WHERE status = 'started'
-  AND ((recovery_point IS NOT NULL AND (locked_at IS NULL OR locked_at <= $1::timestamptz))
-    OR (recovery_point IS NULL AND locked_at <= $1::timestamptz
-        AND request_method || ' ' || request_path = ANY($4::text[])))
+WHERE status = 'started' AND recovery_point IS NOT NULL
+  AND (locked_at IS NULL OR locked_at <= $1::timestamptz)
   AND ($2::timestamptz IS NULL OR created_at > $2::timestamptz)
+ORDER BY created_at
+LIMIT $3`
+
+	// queryUnfinishedStarted lists started keys of the operations in $4
+	// ("METHOD /path") that passed no recovery point, created after $1,
+	// whose lease expired (locked at or before $2), oldest first: a range
+	// scan of the created_at index over ($1, $2] only.
+	queryUnfinishedStarted = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
+       lease_token, created_at, locked_at
+FROM idempotency_keys
+WHERE created_at > $1::timestamptz AND created_at <= $2::timestamptz
+  AND status = 'started' AND recovery_point IS NULL AND locked_at <= $2::timestamptz
+  AND request_method || ' ' || request_path = ANY($4::text[])
 ORDER BY created_at
 LIMIT $3`
 
@@ -183,7 +193,10 @@ func (lt *leaseTx) detach() (conn *pgxpool.Conn, tx pgx.Tx, ended bool) {
 	return conn, tx, false
 }
 
-// Unfinished implements [idem.RecoveryStore], for the completer.
+// Unfinished implements [idem.RecoveryStore], for the completer: the keys
+// past a recovery point through the partial index of migration 003, and,
+// for p.Started, the keys that passed none within p's bounded range of
+// creation times.
 func (s *Store) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*idem.Record, error) {
 	var cutoff *time.Time
 	if p.Retention > 0 {
@@ -195,7 +208,27 @@ func (s *Store) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*ide
 		return nil, err
 	}
 	defer conn.Release()
-	rows, err := conn.Query(ctx, queryUnfinished, p.Now.Add(-p.LockTimeout), cutoff, p.Limit, append([]string{}, p.Started...))
+	expired := p.Now.Add(-p.LockTimeout)
+	out, err := listUnfinished(ctx, conn, queryUnfinished, expired, cutoff, p.Limit)
+	if err != nil || len(p.Started) == 0 {
+		return out, err
+	}
+	after := p.StartedAfter
+	if cutoff != nil && cutoff.After(after) {
+		after = *cutoff
+	}
+	started, err := listUnfinished(ctx, conn, queryUnfinishedStarted, after, expired, p.Limit, p.Started)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, started...)
+	slices.SortStableFunc(out, func(a, b *idem.Record) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out[:min(len(out), p.Limit)], nil
+}
+
+// listUnfinished runs one of the completer's listings.
+func listUnfinished(ctx context.Context, conn *pgxpool.Conn, query string, args ...any) ([]*idem.Record, error) {
+	rows, err := conn.Query(ctx, query, args...)
 	if err != nil {
 		return nil, wrapErr(ctx, "list unfinished keys", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -28,18 +29,29 @@ WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_tok
 WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
 
 	// queryUnfinished lists started keys that passed a recovery point and
-	// have no live holder (locked at or before ?1, or released), and keys
-	// of the operations in the JSON array ?4 ("METHOD /path") that passed
-	// none and whose lease expired; not past retention (created after ?2;
-	// NULL for never), oldest first.
+	// have no live holder (locked at or before the first parameter, or
+	// released), not past retention (created after the second; NULL for
+	// never), oldest first.
 	queryUnfinished = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
        lease_token, created_at, locked_at
 FROM idempotency_keys
-WHERE status = 'started'
-  AND ((recovery_point IS NOT NULL AND (locked_at IS NULL OR locked_at <= ?1))
-    OR (recovery_point IS NULL AND locked_at <= ?1
-        AND request_method || ' ' || request_path IN (SELECT value FROM json_each(?4))))
+WHERE status = 'started' AND recovery_point IS NOT NULL
+  AND (locked_at IS NULL OR locked_at <= ?1)
   AND (?2 IS NULL OR created_at > ?2)
+ORDER BY created_at
+LIMIT ?3`
+
+	// queryUnfinishedStarted lists started keys of the operations in the
+	// JSON array ?4 ("METHOD /path") that passed no recovery point,
+	// created after ?1, whose lease expired (locked at or before ?2),
+	// oldest first: a range scan of the created_at index over (?1, ?2]
+	// only.
+	queryUnfinishedStarted = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
+       lease_token, created_at, locked_at
+FROM idempotency_keys
+WHERE created_at > ?1 AND created_at <= ?2
+  AND status = 'started' AND recovery_point IS NULL AND locked_at <= ?2
+  AND request_method || ' ' || request_path IN (SELECT value FROM json_each(?4))
 ORDER BY created_at
 LIMIT ?3`
 )
@@ -141,17 +153,40 @@ func (lt *leaseTx) hasEnded() bool {
 	return lt.ended
 }
 
-// Unfinished implements [idem.RecoveryStore], for the completer.
+// Unfinished implements [idem.RecoveryStore], for the completer: the keys
+// past a recovery point through the partial index of migration 003, and,
+// for p.Started, the keys that passed none within p's bounded range of
+// creation times.
 func (s *Store) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*idem.Record, error) {
 	var cutoff any
 	if p.Retention > 0 {
 		cutoff = p.Now.Add(-p.Retention).UnixMicro()
 	}
-	started, err := json.Marshal(append([]string{}, p.Started...))
+	expired := p.Now.Add(-p.LockTimeout).UnixMicro()
+	out, err := s.listUnfinished(ctx, queryUnfinished, expired, cutoff, p.Limit)
+	if err != nil || len(p.Started) == 0 {
+		return out, err
+	}
+	after := p.StartedAfter
+	if p.Retention > 0 && p.Now.Add(-p.Retention).After(after) {
+		after = p.Now.Add(-p.Retention)
+	}
+	ops, err := json.Marshal(p.Started)
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: list unfinished keys: %w", err)
 	}
-	rows, err := s.read.QueryContext(ctx, queryUnfinished, p.Now.Add(-p.LockTimeout).UnixMicro(), cutoff, p.Limit, string(started))
+	started, err := s.listUnfinished(ctx, queryUnfinishedStarted, after.UnixMicro(), expired, p.Limit, string(ops))
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, started...)
+	slices.SortStableFunc(out, func(a, b *idem.Record) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out[:min(len(out), p.Limit)], nil
+}
+
+// listUnfinished runs one of the completer's listings.
+func (s *Store) listUnfinished(ctx context.Context, query string, args ...any) ([]*idem.Record, error) {
+	rows, err := s.read.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: list unfinished keys: %w", unavailable(err))
 	}

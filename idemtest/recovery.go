@@ -258,25 +258,31 @@ func (s suite) listsUnfinishedKeys(t *testing.T) {
 
 	// Started lists the expired keys of its operations that passed no
 	// recovery point too; other operations' stay unlisted.
+	// StartedAfter bounds them by creation time.
 	for _, tt := range []struct {
 		started []string
+		after   time.Time
+		limit   int
 		want    []idem.Scope
 	}{
-		{[]string{"POST /v1/refunds", "POST /v1/payments"}, []idem.Scope{nopoint, abandoned, released}},
-		{[]string{"POST /v1/refunds", "GET /v1/payments"}, []idem.Scope{abandoned, released}},
+		{[]string{"POST /v1/refunds", "POST /v1/payments"}, time.Time{}, 10, []idem.Scope{nopoint, abandoned, released}},
+		{[]string{"POST /v1/payments"}, time.Time{}, 2, []idem.Scope{nopoint, abandoned}},
+		{[]string{"POST /v1/payments"}, now.Add(-2*lockTimeout - time.Second), 10, []idem.Scope{nopoint, abandoned, released}},
+		{[]string{"POST /v1/payments"}, now.Add(-2 * lockTimeout), 10, []idem.Scope{abandoned, released}},
+		{[]string{"POST /v1/refunds", "GET /v1/payments"}, time.Time{}, 10, []idem.Scope{abandoned, released}},
 	} {
 		keys, err := rs.Unfinished(context.Background(), idem.UnfinishedParams{
-			Now: now, LockTimeout: lockTimeout, Retention: retention, Limit: 10, Started: tt.started,
+			Now: now, LockTimeout: lockTimeout, Retention: retention, Limit: tt.limit, Started: tt.started, StartedAfter: tt.after,
 		})
 		if err != nil {
-			t.Fatalf("Unfinished with Started %q: %v", tt.started, err)
+			t.Fatalf("Unfinished with Started %q after %v: %v", tt.started, tt.after, err)
 		}
 		var got []idem.Scope
 		for _, k := range keys {
 			got = append(got, k.Scope)
 		}
 		if !slices.Equal(got, tt.want) {
-			t.Errorf("Unfinished with Started %q = %v; want %v", tt.started, got, tt.want)
+			t.Errorf("Unfinished with Started %q after %v, limit %d = %v; want %v", tt.started, tt.after, tt.limit, got, tt.want)
 		}
 	}
 }

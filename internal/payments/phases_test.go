@@ -288,7 +288,7 @@ func TestCompleterReleasesPaymentThatPassedNoPhase(t *testing.T) {
 				}
 				return res.Lease
 			}
-			dead := claim("k-dead", time.Now().Add(-time.Hour))
+			dead := claim("k-dead", time.Now().Add(-idem.LockTimeoutDefault-time.Second))
 			live := claim("k-live", time.Now())
 			defer live.Release(ctx)
 
