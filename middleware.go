@@ -212,7 +212,15 @@ func reportsConflict(lease Lease) bool {
 // release frees the key of a response that is not to be stored, and
 // answers with that response.
 func (m *Middleware) release(ctx context.Context, c *call, lease Lease, rec *recorder) {
-	if err := lease.Release(ctx); err != nil {
+	err := lease.Release(ctx)
+	var exists *ExistsError
+	if errors.As(err, &exists) && exists.Record != nil {
+		// A speculative claim found the key: the handler's response is
+		// not this key's.
+		m.answerExisting(c, exists.Record)
+		return
+	}
+	if err != nil {
 		c.logger().ErrorContext(ctx, "idem: release failed", "err", err)
 		m.unavailable(c, "The result of this request was not recorded, and the idempotency store did not confirm that its key was freed; retry with the same key after Retry-After.")
 		return
@@ -224,11 +232,19 @@ func (m *Middleware) release(ctx context.Context, c *call, lease Lease, rec *rec
 // answerComplete answers after Complete returned err: with the handler's
 // response once it is stored, or with the problem that says why it is not.
 func (m *Middleware) answerComplete(ctx context.Context, c *call, lease Lease, rec *recorder, err error) {
-	var completed *CompletedError
+	var (
+		completed *CompletedError
+		exists    *ExistsError
+	)
 	switch {
 	case err == nil:
 		m.cfg.Metrics.Request(c.r.Context(), ResultExecuted)
 		rec.writeTo(c.w)
+	case errors.As(err, &exists) && exists.Record != nil:
+		// A speculative claim found the key held or completed: nothing of
+		// the handler's ran in the store, and its response is not this
+		// key's.
+		m.answerExisting(c, exists.Record)
 	case errors.As(err, &completed) && completed.Record != nil:
 		// Another request stored the key first: answer as a claim that had
 		// found its row would, with the replay or 422.
@@ -278,7 +294,8 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 		ctx, cancel := m.finishContext(c)
 		defer cancel()
 		m.cfg.Metrics.Request(ctx, ResultReleased)
-		if err := lease.Release(ctx); err != nil {
+		var exists *ExistsError
+		if err := lease.Release(ctx); err != nil && !errors.As(err, &exists) {
 			c.logger().ErrorContext(ctx, "idem: release after panic failed", "err", err)
 		}
 	}()

@@ -112,6 +112,17 @@ type ClaimParams struct {
 	// Retention is how long a key lives. A claim that finds a key older than
 	// this replaces it, as if the key had been purged.
 	Retention time.Duration
+
+	// Speculative lets the store return, in ModeAtomic, a lease that has
+	// not claimed the key yet, to claim it in the same round trip as the
+	// lease transaction's first statement. A store may ignore it and claim
+	// at once. When such a lease's claim finds the key held or completed,
+	// the statement fails without running, and the lease's Complete and
+	// Release return an error wrapping an [*ExistsError] that carries the
+	// key, to be answered as a claim that found it would be, never with
+	// the handler's response. The middleware sets it in ModeAtomic, unless
+	// the request prefers to wait for a key in flight.
+	Speculative bool
 }
 
 // CanTakeOver reports whether the claim p takes over rec, the key it found:
@@ -174,7 +185,9 @@ type Lease interface {
 	Complete(ctx context.Context, resp *Response) error
 
 	// Release rolls back the handler's writes and frees the key, so the
-	// client can retry with the same key.
+	// client can retry with the same key. A speculative lease (see
+	// [ClaimParams.Speculative]) whose claim found the key held or
+	// completed returns an error wrapping an [*ExistsError] instead.
 	Release(ctx context.Context) error
 
 	// Info describes the lease.

@@ -30,6 +30,9 @@ func (m *Middleware) claimOnce(c *call) (ClaimResult, error) {
 		Scope: c.scope, Method: c.r.Method, Path: c.r.URL.EscapedPath(),
 		RequestHash: c.fp.sum[:], RequestFields: c.fp.encodeFields(),
 		Mode: m.cfg.Mode, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
+		// A request that prefers to wait needs to know at once whether the
+		// key is in flight.
+		Speculative: m.cfg.Mode == ModeAtomic && preferredWait(c.r.Header, m.cfg.MaxPreferWait) <= 0,
 	})
 	cancel()
 	m.cfg.Metrics.Claim(ctx, time.Since(started), err)

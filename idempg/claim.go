@@ -59,6 +59,9 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 	if p.Mode != idem.ModeAtomic && p.Mode != idem.ModeTwoPhase {
 		return idem.ClaimResult{}, fmt.Errorf("idempg: claim: unknown mode %d", p.Mode)
 	}
+	if p.Speculative && p.Mode == idem.ModeAtomic && s.deferredClaims() {
+		return s.claimDeferred(ctx, p)
+	}
 	if p.Mode == idem.ModeTwoPhase {
 		// Most keys are new: try to insert first, and read the key only if
 		// that claimed nothing.

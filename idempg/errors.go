@@ -33,6 +33,16 @@ var (
 	//     returns nil, or the error of that delete.
 	ErrLeaseEnded = idem.ErrLeaseEnded
 
+	// ErrNotClaimed is returned, wrapped, by the first statement sent
+	// through the transaction of a speculative atomic lease (see
+	// idem.ClaimParams.Speculative), and by every later one, when the claim
+	// that went out with it found the key held by another request or
+	// completed: the statement did not run. The error also wraps an
+	// *idem.ExistsError with the key, which the lease's Complete and
+	// Release return as well; the middleware answers from it, never with
+	// the handler's response.
+	ErrNotClaimed = errors.New("idempg: the key is held or completed by another request; the statement did not run")
+
 	// ErrTxManaged is returned by Commit and Rollback of the transaction
 	// that [TxFromContext] returns: the lease commits it with the stored
 	// response, or rolls it back on release. Nested transactions (savepoints

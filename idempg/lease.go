@@ -40,6 +40,15 @@ const (
 	// back and deletes the row, unless another request took it over.
 	byStartedRow
 
+	// byDeferredClaim is a speculative atomic claim at READ COMMITTED
+	// (claimDeferred): the lease holds a connection and nothing else until
+	// its claim goes out with its transaction's first statement, or with
+	// Complete or Release (see deferredClaim). Once the claim passed, the
+	// transaction holds the key's transaction-scoped lock, and no row
+	// exists yet: Complete inserts the completed row (pending) and commits,
+	// which unlocks; Release rolls back.
+	byDeferredClaim
+
 	// byCallerTx is a claim of [Store.ClaimTx]: a started row, at ctid, in a
 	// savepoint of the caller's transaction. Complete updates the row and
 	// releases the savepoint, and the caller commits; Release rolls back to
@@ -60,8 +69,11 @@ type held struct {
 	// ctid is where the started row is, for byClaimTx and byCallerTx: only
 	// the lease's transaction can change it.
 	ctid pgtype.TID
-	// pending is the row that Complete inserts, for bySessionLock.
+	// pending is the row that Complete inserts, for bySessionLock and
+	// byDeferredClaim.
 	pending *pendingRow
+	// claim is the claim still to be sent, for byDeferredClaim.
+	claim *deferredClaim
 }
 
 // pendingRow is the key row that a session-locked lease inserts on
@@ -103,7 +115,7 @@ func (s *Store) newLease(p idem.ClaimParams, h held) *lease {
 		info:      h.info,
 		claimedAt: p.Now,
 		start:     time.Now(),
-		tx:        &leaseTx{store: s},
+		tx:        &leaseTx{store: s, claim: h.claim},
 		ctid:      h.ctid,
 		pending:   h.pending,
 	}
@@ -153,6 +165,10 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 		_ = l.end(context.WithoutCancel(ctx), conn, tx)
 		return fmt.Errorf("idempg: encode headers: %w", err)
 	}
+	if l.kind == byDeferredClaim && l.tx.claim.state == claimRefused {
+		conn.Release()
+		return l.tx.claim.refusal
+	}
 	query, args := l.completeQuery(resp, header)
 	if l.kind == byCallerTx {
 		return l.completeInCallerTx(ctx, tx, query, args)
@@ -171,9 +187,22 @@ func (l *lease) commit(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, query
 	if l.kind == bySessionLock {
 		after = func(b *pgx.Batch) { b.Queue(queryUnlock, lockKey(l.scope)) }
 	}
+	claiming := l.kind == byDeferredClaim && l.tx.claim.state == claimPending
+	if claiming && conn != nil && conn.Conn().IsClosed() {
+		// The connection died under the handler's first round trip:
+		// nothing is held on the server. commitRound takes another.
+		conn.Release()
+		conn, tx = nil, nil
+	}
 	conn, tx, committed, err := l.commitRound(ctx, conn, tx, "complete key", query, args, after)
 	if conn == nil {
 		return err // no connection could be had; nothing was sent
+	}
+	if claiming {
+		if refusal := l.tx.claim.settle(ctx, err, false); refusal != nil {
+			conn.Release() // the server rolled the round trip back
+			return refusal
+		}
 	}
 	switch {
 	case err == nil:
@@ -217,7 +246,11 @@ func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, 
 				return nil, nil, false, err
 			}
 		}
-		b.BeginTx(pgx.TxOptions{IsoLevel: l.store.cfg.IsoLevel})
+		if dc := l.tx.claim; dc != nil && dc.state == claimPending {
+			dc.queue(b, true) // the claim, then BEGIN
+		} else {
+			b.BeginTx(pgx.TxOptions{IsoLevel: l.store.cfg.IsoLevel})
+		}
 	}
 	b.Queue(query, args...)
 	b.Queue(queryCommit).Exec(func(tag pgconn.CommandTag) error {
@@ -245,7 +278,7 @@ func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, 
 // rolled back.
 func (l *lease) completeError(ctx context.Context, err error) error {
 	switch {
-	case l.kind == bySessionLock && (isKeyTaken(err) || pgCode(err) == codeLeaseLost):
+	case (l.kind == bySessionLock || l.kind == byDeferredClaim) && (isKeyTaken(err) || pgCode(err) == codeLeaseLost):
 		// The lock held the key, yet a row for it appeared: a request that
 		// did not take the lock completed it.
 		return l.completedByAnother(ctx)
@@ -288,6 +321,14 @@ func (l *lease) completeQuery(resp *idem.Response, header []byte) (string, []any
 			return queryInsertCompletedNew, args
 		}
 		return queryInsertCompleted, append(args, r.replaceToken, r.replaceCreated)
+	case byDeferredClaim:
+		r := l.pending
+		fields := r.fields
+		if len(fields) == 0 {
+			fields = nil
+		}
+		return queryInsertCompletedDeferred, []any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, fields,
+			resp.StatusCode, header, body, l.claimedAt, l.completedAt(), l.tx.claim.cutoff}
 	case byClaimTx, byCallerTx:
 		args := []any{l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body, l.completedAt(), l.ctid}
 		return queryCompleteOwnKey, args
@@ -342,6 +383,8 @@ func (l *lease) end(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx) error {
 	switch l.kind {
 	case bySessionLock:
 		return endSession(ctx, conn, lockKey(l.scope))
+	case byDeferredClaim:
+		return l.tx.claim.release(ctx, conn, tx)
 	case byCallerTx:
 		// Back to the savepoint: the claim and the handler's writes go.
 		if err := tx.Rollback(ctx); err != nil {

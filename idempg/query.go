@@ -41,6 +41,48 @@ LEFT JOIN idempotency_keys k ON k.client_id = $1 AND k.idempotency_key = $2`
     SELECT FROM idempotency_keys
     WHERE client_id = $1 AND idempotency_key = $2 AND ($3::timestamptz IS NULL OR created_at > $3::timestamptz))`
 
+	// queryDeferredRead is the first statement of a deferred atomic claim
+	// (deferred.go): it reads the key, for the replay or the 409, and takes
+	// no lock. It returns one row even when the key does not exist, shaped
+	// as querySessionClaim's.
+	queryDeferredRead = `SELECT true,
+       k.request_method, k.request_path, k.request_hash, k.request_fields, k.status, k.lease_token,
+       k.response_status, k.response_headers, k.response_body, k.created_at, k.locked_at
+FROM (VALUES (true)) AS one (row)
+LEFT JOIN idempotency_keys k ON k.client_id = $1 AND k.idempotency_key = $2`
+
+	// queryClaimGuard is the second: it takes the key's transaction-scoped
+	// lock and raises IDEM2 or IDEM3 unless the key is free (see migration
+	// 004). $4 is the retention cutoff, NULL for none.
+	queryClaimGuard = `SELECT idem_claim_guard($1::bigint, $2::text, $3::text, $4::timestamptz)`
+
+	// queryBegin follows them; see deferredClaim.queue.
+	queryBegin = `BEGIN`
+
+	// queryInsertCompletedDeferred stores the response of a deferred claim:
+	// it inserts the completed row (token 1), or replaces a row past
+	// retention (created at or before $12; NULL for none), whose token
+	// grows by one. Anything else, a row that appeared in between, stored
+	// by a request that did not take the lock, matches nothing, and
+	// idem_lease_held raises IDEM1: the unique key is the final fence.
+	queryInsertCompletedDeferred = `WITH done AS (
+    INSERT INTO idempotency_keys AS k
+        (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
+         status, lease_token, response_status, response_headers, response_body,
+         created_at, locked_at, completed_at)
+    VALUES ($1, $2, $3, $4, $5, $6, 'completed', 1, $7, $8, $9, $10, $10, $11)
+    ON CONFLICT (client_id, idempotency_key) DO UPDATE
+    SET request_method = EXCLUDED.request_method, request_path = EXCLUDED.request_path,
+        request_hash = EXCLUDED.request_hash, request_fields = EXCLUDED.request_fields,
+        status = 'completed', lease_token = k.lease_token + 1,
+        response_status = EXCLUDED.response_status, response_headers = EXCLUDED.response_headers,
+        response_body = EXCLUDED.response_body, created_at = EXCLUDED.created_at,
+        locked_at = EXCLUDED.locked_at, completed_at = EXCLUDED.completed_at
+    WHERE k.created_at <= $12::timestamptz
+    RETURNING 1
+)
+SELECT idem_lease_held(count(*)) FROM done`
+
 	// queryUnlock frees the lock that querySessionClaim took.
 	queryUnlock = `SELECT pg_advisory_unlock($1::bigint)`
 

@@ -58,6 +58,11 @@ type leaseTx struct {
 	// serve other requests, so they refuse to use it.
 	ended      atomic.Bool
 	conflicted atomic.Bool
+
+	// claim is the claim of a byDeferredClaim lease, which begin sends in
+	// front of BEGIN; nil for other leases. Guarded by mu until the lease
+	// ends.
+	claim *deferredClaim
 }
 
 // open installs tx, on conn, as the lease's transaction.
@@ -103,25 +108,39 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 		// next TxFromContext: its transaction has committed.
 		return pgconn.CommandTag{}, false, pgx.ErrTxClosed
 	}
+	dc := lt.claim
+	if dc != nil && dc.state == claimRefused {
+		// Nothing runs for a request whose claim was refused.
+		return pgconn.CommandTag{}, sql != "", dc.refusal
+	}
+	claiming := dc != nil && dc.state == claimPending
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{IsoLevel: lt.store.cfg.IsoLevel})
+	if claiming {
+		dc.queue(b, true) // the claim, then BEGIN: one round trip
+	} else {
+		b.BeginTx(pgx.TxOptions{IsoLevel: lt.store.cfg.IsoLevel})
+	}
 	if sql != "" {
-		b.Queue(sql, args...)
+		b.Queue(sql, args...).Exec(func(t pgconn.CommandTag) error {
+			tag = t
+			return nil
+		})
 	}
 	br := lt.conn.SendBatch(ctx, b)
 	tx := br.Tx()
-	_, err = br.Exec() // BEGIN
-	if err == nil && sql != "" {
-		tag, err = br.Exec()
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	err = br.Close() // the first error, if any, in the order sent
 	// The transaction exists once BEGIN ran, even if the statement after it
 	// failed and aborted it; Complete or Release ends it. If BEGIN did not
 	// run, the next use tries again.
-	if pg := lt.conn.Conn().PgConn(); !pg.IsClosed() && inTransaction(pg) {
+	pg := lt.conn.Conn().PgConn()
+	inTx := !pg.IsClosed() && inTransaction(pg)
+	if inTx {
 		lt.tx, view.tx = tx, tx
+	}
+	if claiming {
+		if refusal := dc.settle(ctx, err, inTx); refusal != nil {
+			return pgconn.CommandTag{}, sql != "", refusal
+		}
 	}
 	if sql == "" && err != nil {
 		err = wrapErr(ctx, "begin handler transaction", err)

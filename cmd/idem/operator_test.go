@@ -37,11 +37,11 @@ func TestMigrateUpDownUp(t *testing.T) {
 				args []string
 				want string
 			}{
-				{[]string{"migrate", "--db", db}, "schema version 0 -> 3"},
-				{[]string{"migrate", "--db", db}, "schema version 3 -> 3"},
-				{[]string{"migrate", "--db", db, "--to", "1"}, "schema version 3 -> 1"},
+				{[]string{"migrate", "--db", db}, "schema version 0 -> 4"},
+				{[]string{"migrate", "--db", db}, "schema version 4 -> 4"},
+				{[]string{"migrate", "--db", db, "--to", "1"}, "schema version 4 -> 1"},
 				{[]string{"migrate", "--db", db, "--to", "0"}, "schema version 1 -> 0"},
-				{[]string{"migrate", "--db", db}, "schema version 0 -> 3"},
+				{[]string{"migrate", "--db", db}, "schema version 0 -> 4"},
 			} {
 				code, out, errOut := runIdem(t, step.args...)
 				if code != exitOK || strings.TrimSpace(out) != step.want {

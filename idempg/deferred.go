@@ -1,0 +1,191 @@
+package idempg
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+)
+
+// SQLSTATE codes raised by idem_claim_guard (migration 004).
+const (
+	codeKeyInFlight = "IDEM2" // another transaction holds the key's lock
+	codeKeyExists   = "IDEM3" // the key exists and is not past retention
+)
+
+// deferredClaims reports whether a speculative atomic claim
+// (idem.ClaimParams.Speculative) is deferred to the lease's first round
+// trip: at READ COMMITTED, where each statement of the claim's round trip
+// takes a snapshot of its own. The claim holds the key by a
+// transaction-scoped lock, so it suits poolers in transaction mode too.
+func (s *Store) deferredClaims() bool {
+	return s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted
+}
+
+// claimDeferred returns a lease that has not claimed the key: it holds a
+// pooled connection, on which the claim goes out with the lease
+// transaction's first statement (leaseTx.begin), or with Complete or
+// Release if the handler sends none. No round trip is made here.
+func (s *Store) claimDeferred(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	conn, err := s.acquire(ctx, "claim")
+	if err != nil {
+		return idem.ClaimResult{}, err
+	}
+	dc := &deferredClaim{store: s, scope: p.Scope, lock: lockKey(p.Scope)}
+	if p.Retention > 0 {
+		// Truncated as pgx sends it, so that Go and the server compare
+		// created_at with the same instant.
+		c := p.Now.Add(-p.Retention).Truncate(time.Microsecond)
+		dc.cutoff = &c
+	}
+	row := &pendingRow{method: p.Method, path: p.Path, hash: p.RequestHash, fields: p.RequestFields, replaceToken: -1}
+	return idem.ClaimResult{Lease: s.newLease(p, held{
+		kind: byDeferredClaim, info: idem.LeaseInfo{Token: 1}, conn: conn, pending: row, claim: dc,
+	})}, nil
+}
+
+// claimState is how far a deferred claim got.
+type claimState int
+
+const (
+	// claimPending: the claim has not been answered yet.
+	claimPending claimState = iota
+	// claimHeld: the guard passed, and the lease's transaction holds the
+	// key's lock.
+	claimHeld
+	// claimRefused: the key is held by another request or exists; refusal
+	// says which.
+	claimRefused
+)
+
+// deferredClaim is the claim of a byDeferredClaim lease. Its two statements
+// (queue) go out at the front of the lease's first round trip; how they
+// hold the key is told in the package documentation (Round trips).
+type deferredClaim struct {
+	store  *Store
+	scope  idem.Scope
+	lock   int64
+	cutoff *time.Time // keys created at or before it are past retention; nil for none
+
+	state   claimState
+	refusal error        // wraps ErrNotClaimed and an *idem.ExistsError, once refused
+	seen    *idem.Record // what the claim's read found, nil for none
+}
+
+// queue queues the claim's read of the key and the guard on b, which must
+// be empty; with begin, BEGIN after them, which turns the round trip's
+// implicit transaction, where the guard took the key's lock, into the
+// explicit one that the handler's statements run in. b then carries a
+// transaction for BatchResults.Tx: its begin query is the read.
+func (dc *deferredClaim) queue(b *pgx.Batch, begin bool) {
+	args := []any{dc.scope.ClientID, dc.scope.Key}
+	var read *pgx.QueuedQuery
+	if begin {
+		b.BeginTx(pgx.TxOptions{BeginQuery: queryDeferredRead})
+		read = b.QueuedQueries[0]
+		read.Arguments = args
+	} else {
+		read = b.Queue(queryDeferredRead, args...)
+	}
+	dc.seen = nil
+	read.QueryRow(func(row pgx.Row) (err error) {
+		dc.seen, _, err = scanKey(row, dc.scope)
+		return err
+	})
+	b.Queue(queryClaimGuard, dc.lock, dc.scope.ClientID, dc.scope.Key, dc.cutoff)
+	if begin {
+		b.Queue(queryBegin)
+	}
+}
+
+// settle records what the round trip that carried the claim decided: it
+// ended with err, and inTx reports whether its connection is now inside a
+// transaction, which only BEGIN, after the guard passed, opens. It returns
+// the refusal when the guard refused, else nil.
+func (dc *deferredClaim) settle(ctx context.Context, err error, inTx bool) error {
+	switch code := pgCode(err); {
+	case code == codeKeyInFlight || code == codeKeyExists:
+		dc.state = claimRefused
+		rec, rerr := dc.existing(ctx, code)
+		if rerr != nil {
+			dc.refusal = fmt.Errorf("%w; reading the key failed: %w", ErrNotClaimed, rerr)
+		} else {
+			dc.refusal = fmt.Errorf("%w: %w", ErrNotClaimed, &idem.ExistsError{Record: rec})
+		}
+		return dc.refusal
+	case inTx:
+		dc.state = claimHeld
+	}
+	return nil
+}
+
+// existing is the key that refused the claim with code. The read in the
+// same round trip found it, unless a holder committed it between that read
+// and the guard's: then it is read again, one more round trip, in that race
+// only.
+func (dc *deferredClaim) existing(ctx context.Context, code string) (*idem.Record, error) {
+	rec := dc.seen
+	if rec != nil && (dc.cutoff == nil || rec.CreatedAt.After(*dc.cutoff)) {
+		return rec, nil
+	}
+	if code == codeKeyInFlight {
+		return inFlight(dc.scope), nil
+	}
+	rec, err := dc.store.probe(ctx, dc.scope)
+	if err != nil || rec != nil {
+		return rec, err
+	}
+	// Gone again (purged, or deleted by an operator): it was there a moment
+	// ago, so answer as for a key in flight, which the retry settles.
+	return inFlight(dc.scope), nil
+}
+
+// checkFree settles a deferred claim that Release ends before anything was
+// sent: it sends the claim alone, whose implicit transaction commits and
+// frees the lock at once, to learn whether the key is held or exists (the
+// refusal is returned) or is free (nil). The connection goes back to the
+// pool, or is closed if its state is unknown.
+func (dc *deferredClaim) checkFree(ctx context.Context, conn *pgxpool.Conn) error {
+	b := &pgx.Batch{}
+	dc.queue(b, false)
+	err := conn.SendBatch(ctx, b).Close()
+	if refusal := dc.settle(ctx, err, false); refusal != nil {
+		conn.Release()
+		return refusal
+	}
+	if err != nil {
+		closeConn(conn)
+		return wrapErr(ctx, "release key: read key", err)
+	}
+	conn.Release()
+	return nil
+}
+
+// release ends a byDeferredClaim lease without storing a response: a
+// refused claim returns its refusal, a held one rolls back (which frees
+// the lock), and one never sent is checked (checkFree), so that the
+// caller answers a key that exists from it rather than with the handler's
+// response.
+func (dc *deferredClaim) release(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx) error {
+	switch {
+	case dc.state == claimRefused:
+		conn.Release()
+		return dc.refusal
+	case tx != nil || dc.state == claimHeld:
+		return endTx(ctx, conn, tx)
+	case conn.Conn().IsClosed():
+		// The connection died under the handler's first round trip: nothing
+		// is held on the server. Check on another.
+		conn.Release()
+		fresh, err := dc.store.acquire(ctx, "release key")
+		if err != nil {
+			return err
+		}
+		conn = fresh
+	}
+	return dc.checkFree(ctx, conn)
+}

@@ -1,0 +1,1 @@
+DROP FUNCTION idem_claim_guard(bigint, text, text, timestamptz);
