@@ -434,7 +434,9 @@ func (r *roundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepar
 
 // TestRoundTrips counts the round trips of each step of a request: a new
 // key costs three in both modes (claim, the handler's first statement with
-// its BEGIN, Complete), a two-phase replay two, an atomic replay one.
+// its BEGIN, Complete), a two-phase replay two, an atomic replay one; with
+// a speculative atomic claim, as the middleware makes, a new key costs two
+// (the claim goes out with the first statement) and a replay one.
 func TestRoundTrips(t *testing.T) {
 	t.Parallel()
 	for _, pooling := range []bool{false, true} {
@@ -508,4 +510,57 @@ func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
 			}
 		})
 	}
+
+	// A speculative claim (the middleware's, in atomic mode) sends nothing:
+	// its claim goes out with the handler's first statement, or with
+	// Complete or Release when the handler sends none.
+	speculative := func(t *testing.T, scope idem.Scope, at time.Time, run func(l idem.Lease) error) int64 {
+		t.Helper()
+		p := params(idem.ModeAtomic, scope, "a", at)
+		p.Speculative = true
+		return count(t, func() error {
+			res, err := store.Claim(ctx, p)
+			if err == nil && res.Lease == nil {
+				err = errors.New("no lease")
+			}
+			if err != nil {
+				return err
+			}
+			return run(res.Lease)
+		})
+	}
+	var exists *idem.ExistsError
+	replay := func(err error) error {
+		if !errors.As(err, &exists) || exists.Record.Status != idem.StatusCompleted {
+			return fmt.Errorf("got %v, want the completed key", err)
+		}
+		return nil
+	}
+	type specSteps struct{ claim, write, complete, replay, quickNew, quickReplay, releaseNew int64 }
+	specRequest := func(t *testing.T) (got specSteps) {
+		scope := newScope("alice")
+		var l idem.Lease
+		got.claim = speculative(t, scope, epoch, func(lease idem.Lease) error { l = lease; return nil })
+		lctx := l.Context(ctx)
+		got.write = count(t, func() error { return write(lctx, scope.Key) })
+		got.complete = count(t, func() error { return l.Complete(ctx, response("{}")) })
+		got.replay = speculative(t, scope, epoch.Add(time.Second), func(l idem.Lease) error {
+			if err := write(l.Context(ctx), scope.Key); !errors.Is(err, idempg.ErrNotClaimed) {
+				return fmt.Errorf("write: %v, want ErrNotClaimed", err)
+			}
+			return replay(l.Release(ctx))
+		})
+		quick := newScope("alice")
+		got.quickNew = speculative(t, quick, epoch, func(l idem.Lease) error { return l.Complete(ctx, response("{}")) })
+		got.quickReplay = speculative(t, quick, epoch.Add(time.Second), func(l idem.Lease) error { return replay(l.Release(ctx)) })
+		got.releaseNew = speculative(t, newScope("alice"), epoch, func(l idem.Lease) error { return l.Release(ctx) })
+		return got
+	}
+	t.Run("atomic-speculative", func(t *testing.T) {
+		specRequest(t) // prepares the statements
+		want := specSteps{claim: 0, write: 1, complete: 1, replay: 1, quickNew: 1, quickReplay: 1, releaseNew: 1}
+		if got := specRequest(t); got != want {
+			t.Errorf("round trips %+v, want %+v", got, want)
+		}
+	})
 }

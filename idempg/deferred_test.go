@@ -1,0 +1,229 @@
+package idempg_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idempg"
+)
+
+// handlerOwn marks every answer that the handler of these tests writes
+// itself when its claim was refused: such an answer must never reach the
+// client.
+const handlerOwn = "HANDLER-OWN"
+
+// sharedRowHandler updates one shared row in the lease's transaction, as a
+// payment handler updates a balance. X-Act: reject answers 400 and quick
+// answers 200, both without a statement; X-Hold: yes waits, after the
+// update, for release to close, having sent on holding.
+func sharedRowHandler(holding chan<- struct{}, release <-chan struct{}) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		switch r.Header.Get("X-Act") {
+		case "reject":
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(w, handlerOwn+": rejected")
+			return
+		case "quick":
+			w.WriteHeader(http.StatusOK)
+			fmt.Fprint(w, handlerOwn+": quick")
+			return
+		}
+		tx, err := idempg.TxFromContext(ctx)
+		if err != nil {
+			http.Error(w, "no transaction", http.StatusServiceUnavailable)
+			return
+		}
+		var n int
+		if err := tx.QueryRow(ctx, `UPDATE shared SET n = n + 1 WHERE id = $1 RETURNING n`, 1).Scan(&n); err != nil {
+			// A status that the middleware stores: were this answer used,
+			// a client would see it.
+			w.WriteHeader(http.StatusOK)
+			fmt.Fprintf(w, "%s: %v", handlerOwn, err)
+			return
+		}
+		if r.Header.Get("X-Hold") == "yes" {
+			holding <- struct{}{}
+			<-release
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"n":%d}`, n)
+	})
+}
+
+// postWith is post with extra headers.
+func postWith(t testing.TB, client *http.Client, url, key, body string, header map[string]string) answer {
+	t.Helper()
+	return post(t, &http.Client{Transport: headerTransport{base: client.Transport, header: header}}, url, key, body)
+}
+
+type headerTransport struct {
+	base   http.RoundTripper
+	header map[string]string
+}
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range h.header {
+		r.Header.Set(k, v)
+	}
+	base := h.base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return base.RoundTrip(r)
+}
+
+// TestMiddlewareDuplicateNeverWaitsOnHolderRows holds a request in its
+// handler after it updated a shared row, and sends duplicates whose handler
+// would update the same row: each gets 409 at once, because its claim,
+// which goes out in front of that update, is refused and the update never
+// runs. Once the holder commits, every duplicate gets the replay (or 422
+// for another body), never the handler's own answer.
+func TestMiddlewareDuplicateNeverWaitsOnHolderRows(t *testing.T) {
+	t.Parallel()
+	for _, pooling := range []bool{false, true} {
+		t.Run(fmt.Sprintf("TransactionPooling=%v", pooling), func(t *testing.T) {
+			t.Parallel()
+			store := setup(t, &idempg.Config{TransactionPooling: pooling})
+			if _, err := store.Pool().Exec(context.Background(), `CREATE TABLE shared (id int PRIMARY KEY, n int NOT NULL);
+INSERT INTO shared VALUES (1, 0)`); err != nil {
+				t.Fatalf("create the shared row: %v", err)
+			}
+			holding, release := make(chan struct{}), make(chan struct{})
+			srv := newServer(t, store, idem.Config{Mode: idem.ModeAtomic}, sharedRowHandler(holding, release))
+			released := false
+			t.Cleanup(func() { // before the server's Close, which waits for the holder
+				if !released {
+					close(release)
+				}
+			})
+			url, client := srv.URL+"/v1/transfers", srv.Client()
+			const key, body = "transfer-1", `{"amount":100}`
+
+			held := make(chan answer, 1)
+			go func() { held <- postWith(t, client, url, key, body, map[string]string{"X-Hold": "yes"}) }()
+			select {
+			case <-holding:
+			case a := <-held:
+				t.Fatalf("the holder answered %d %q before it held the row", a.status, a.body)
+			case <-time.After(testTimeout):
+				t.Fatal("the holder never updated the row")
+			}
+
+			for _, act := range []string{"", "reject", "quick"} {
+				got := make(chan answer, 1)
+				go func() { got <- postWith(t, client, url, key, body, map[string]string{"X-Act": act}) }()
+				var a answer
+				select {
+				case a = <-got:
+				case <-time.After(testTimeout):
+					t.Fatalf("X-Act %q: the duplicate is blocked: its handler's update waits on the holder's row", act)
+				}
+				if a.status != http.StatusConflict || problemCode(a) != string(idem.ProblemKeyInFlight) || strings.Contains(string(a.body), handlerOwn) {
+					t.Errorf("X-Act %q: duplicate in flight answered %d %q; want 409 key-in-flight", act, a.status, a.body)
+				}
+			}
+
+			close(release)
+			released = true
+			first := <-held
+			if first.status != http.StatusCreated || string(first.body) != `{"n":1}` {
+				t.Fatalf("holder answered %d %q, want 201 {\"n\":1}", first.status, first.body)
+			}
+			for _, act := range []string{"", "reject", "quick"} {
+				a := postWith(t, client, url, key, body, map[string]string{"X-Act": act})
+				if a.status != http.StatusCreated || !a.replayed || string(a.body) != string(first.body) {
+					t.Errorf("X-Act %q: retry answered %d replayed=%v %q; want the replay of %q", act, a.status, a.replayed, a.body, first.body)
+				}
+			}
+			a := post(t, client, url, key, `{"amount":999}`)
+			if a.status != http.StatusUnprocessableEntity || strings.Contains(string(a.body), handlerOwn) {
+				t.Errorf("another body answered %d %q; want 422", a.status, a.body)
+			}
+			var n int
+			if err := store.Pool().QueryRow(context.Background(), `SELECT n FROM shared WHERE id = 1`).Scan(&n); err != nil || n != 1 {
+				t.Errorf("shared row n = %d (err %v); want 1: only the holder's update commits", n, err)
+			}
+			waitNoAdvisoryLocks(t, store)
+		})
+	}
+}
+
+// TestMiddlewareNewKeyWithoutStatement answers a new key without any
+// statement: a stored answer is stored (its claim goes out with Complete),
+// a released one is released (its claim is checked by Release), and the
+// key is free again after the release.
+func TestMiddlewareNewKeyWithoutStatement(t *testing.T) {
+	t.Parallel()
+	store := setup(t, nil)
+	srv := newServer(t, store, idem.Config{Mode: idem.ModeAtomic}, sharedRowHandler(nil, nil))
+	url, client := srv.URL+"/v1/transfers", srv.Client()
+
+	a := postWith(t, client, url, "quick-1", `{}`, map[string]string{"X-Act": "quick"})
+	if a.status != http.StatusOK || a.replayed {
+		t.Fatalf("new key, quick answer: %d replayed=%v %q; want 200", a.status, a.replayed, a.body)
+	}
+	if b := postWith(t, client, url, "quick-1", `{}`, map[string]string{"X-Act": "reject"}); b.status != http.StatusOK || !b.replayed || string(b.body) != string(a.body) {
+		t.Errorf("retry: %d replayed=%v %q; want the replay of %q", b.status, b.replayed, b.body, a.body)
+	}
+	a = postWith(t, client, url, "reject-1", `{}`, map[string]string{"X-Act": "reject"})
+	if a.status != http.StatusBadRequest || a.replayed {
+		t.Fatalf("new key, rejected: %d replayed=%v %q; want the handler's 400", a.status, a.replayed, a.body)
+	}
+	if _, err := store.Pool().Exec(context.Background(), `CREATE TABLE shared (id int PRIMARY KEY, n int NOT NULL);
+INSERT INTO shared VALUES (1, 0)`); err != nil {
+		t.Fatalf("create the shared row: %v", err)
+	}
+	if b := post(t, client, url, "reject-1", `{}`); b.status != http.StatusCreated || b.replayed {
+		t.Errorf("after the release the key runs: %d replayed=%v %q; want 201", b.status, b.replayed, b.body)
+	}
+	waitNoAdvisoryLocks(t, store)
+}
+
+// TestDeferredClaimRefusal drives a speculative lease by hand: its first
+// statement, for a completed key, fails with ErrNotClaimed and an
+// idem.ExistsError and does not run, and so do the later ones; Complete and
+// Release return the ExistsError.
+func TestDeferredClaimRefusal(t *testing.T) {
+	t.Parallel()
+	store := setup(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	scope := newScope("alice")
+	p := params(idem.ModeAtomic, scope, "a", epoch)
+	p.Speculative = true
+	first := mustLease(t, store, p)
+	if err := write(first.Context(ctx), scope.Key); err != nil {
+		t.Fatalf("first write: %v", err)
+	}
+	complete(t, first, `{"first":true}`)
+
+	p.Now = epoch.Add(time.Second)
+	l := mustLease(t, store, p)
+	lctx := l.Context(ctx)
+	for i := range 2 {
+		err := write(lctx, scope.Key)
+		var exists *idem.ExistsError
+		if !errors.Is(err, idempg.ErrNotClaimed) || !errors.As(err, &exists) ||
+			exists.Record.Status != idem.StatusCompleted || string(exists.Record.Response.Body) != `{"first":true}` {
+			t.Fatalf("statement %d: %v; want ErrNotClaimed with the completed key", i+1, err)
+		}
+	}
+	err := l.Complete(ctx, response(`{"second":true}`))
+	var exists *idem.ExistsError
+	if !errors.As(err, &exists) || !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("Complete: %v; want an idem.ExistsError", err)
+	}
+	if n := countRows(t, store, scope.Key); n != 1 {
+		t.Errorf("%d business rows, want 1", n)
+	}
+	waitNoAdvisoryLocks(t, store)
+}
