@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
 )
@@ -226,4 +229,72 @@ func TestDeferredClaimRefusal(t *testing.T) {
 		t.Errorf("%d business rows, want 1", n)
 	}
 	waitNoAdvisoryLocks(t, store)
+}
+
+// TestClaimGuardRereadsAfterLock checks what the deferred claim rests on:
+// the guard reads the key with a snapshot taken after it got the lock, not
+// with its statement's. A statement that calls the guard takes its snapshot,
+// then waits (on a gate lock) while a holder commits the key and frees its
+// lock; the guard must then see the key and refuse.
+func TestClaimGuardRereadsAfterLock(t *testing.T) {
+	t.Parallel()
+	store := setup(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	pool := store.Pool()
+	const gate, lock = int64(7001), int64(7002)
+	begin := func() pgx.Tx {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatalf("begin: %v", err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		return tx
+	}
+	holder, gatekeeper := begin(), begin()
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lock); err != nil {
+		t.Fatalf("holder lock: %v", err)
+	}
+	if _, err := holder.Exec(ctx, `INSERT INTO idempotency_keys
+    (client_id, idempotency_key, request_method, request_path, request_hash, status, lease_token,
+     response_status, response_headers, response_body, created_at, locked_at, completed_at)
+VALUES ('alice', 'k', 'POST', '/v1/payments', '\x00', 'completed', 1, 201, '{}', '{}', $1, $1, $1)`, epoch); err != nil {
+		t.Fatalf("holder insert: %v", err)
+	}
+	if _, err := gatekeeper.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, gate); err != nil {
+		t.Fatalf("gate lock: %v", err)
+	}
+	guarded := make(chan error, 1)
+	go func() {
+		_, err := pool.Exec(ctx, `SELECT pg_advisory_xact_lock($1), idem_claim_guard($2, 'alice', 'k', NULL)`, gate, lock)
+		guarded <- err
+	}()
+	// Wait until the guarded statement, its snapshot taken, waits at the gate.
+	for {
+		var waiting bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks
+WHERE locktype = 'advisory' AND NOT granted AND ((classid::bigint << 32) | objid::bigint) = $1)`, gate).Scan(&waiting); err != nil {
+			t.Fatalf("read pg_locks: %v", err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case err := <-guarded:
+			t.Fatalf("the guarded statement ended (%v) before it waited at the gate", err)
+		case <-ctx.Done():
+			t.Fatal("the guarded statement never waited at the gate")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatalf("holder commit: %v", err)
+	}
+	if err := gatekeeper.Commit(ctx); err != nil {
+		t.Fatalf("open the gate: %v", err)
+	}
+	var pgErr *pgconn.PgError
+	if err := <-guarded; !errors.As(err, &pgErr) || pgErr.Code != "IDEM3" {
+		t.Fatalf("guard after the holder committed: %v; want SQLSTATE IDEM3 (key exists)", err)
+	}
 }
