@@ -26,7 +26,11 @@
 //
 // Stores that share a database with the business data run the handler inside
 // the key's transaction ([ModeAtomic]), so the business writes and the stored
-// response commit together or not at all. Handlers that call other systems use
+// response commit together or not at all. A store may claim the key only with
+// the handler's first statement ([ClaimParams.Speculative]; idempg does), so
+// atomic-mode handlers must not have effects outside the transaction: the
+// code before the first statement can run and be discarded, when the claim
+// finds the key held or completed and the request is answered from it. Handlers that call other systems use
 // [ModeTwoPhase] with a fenced lease, and pass [DeriveKey] downstream.
 //
 // The root package depends on the standard library only. Stores live in

@@ -25,8 +25,46 @@
 // This section is the one account of what each claim sends; the code's
 // comments point here.
 //
-// An atomic claim at READ COMMITTED is one round trip on a pooled
-// connection, outside any transaction. Its first statement reads the key by
+// The middleware's atomic claim at READ COMMITTED (the default) is
+// deferred: it asks for it with idem.ClaimParams.Speculative, and Claim
+// takes a pooled connection and returns a lease without any round trip.
+// The claim goes out in front of the handler's first statement, in one
+// round trip with one Sync: a read of the key by its primary key, then
+// idem_claim_guard (migration 004), which takes the key's
+// transaction-scoped advisory lock without waiting and reads the key again,
+// with a snapshot taken after the lock, then BEGIN, then the statement. In
+// the extended protocol the statements before a Sync run in one implicit
+// transaction, which BEGIN turns into an explicit one: the lock stays, and
+// the transaction stays open for the handler. If the lock is taken (a
+// request in flight) or the key exists and is not past retention, the guard
+// raises SQLSTATE IDEM2 or IDEM3: the server skips the rest up to the Sync,
+// BEGIN and the handler's statement included, and rolls back, which frees
+// the lock and leaves the connection clean. The handler's statement never
+// ran, so it never waited on a row the holder locked; it fails with an
+// error wrapping [ErrNotClaimed], and so does every later one. Complete and
+// Release then return an error wrapping an *idem.ExistsError that carries
+// the key, from the read in the same round trip (one more read only when a
+// holder committed the key between that read and the guard's), and the
+// middleware answers from it: the replay, 409 or 422, never the handler's
+// own response. A handler that answers without any statement has the claim
+// sent by Complete, in the round trip that inserts the completed row and
+// commits, or by Release, alone, to learn whether the key is held or
+// exists. A new key costs two round trips: the claim with BEGIN and the
+// handler's first statement, then Complete, which inserts the completed
+// row and commits, which frees the lock. A replay costs one. Complete's
+// insert fails on the unique key if a request that did not take the lock
+// stored the key meanwhile: the unique key stays the final fence.
+//
+// So the code of an atomic handler before its first statement can run for
+// a request that is then answered from the key, and its result is
+// discarded: atomic handlers must have no effects outside the transaction.
+// The deferred claim holds the key by a transaction-scoped lock, so it
+// works behind a pooler in transaction mode too (Config.TransactionPooling).
+// A request that prefers to wait for a key in flight (Prefer: wait), and a
+// claim without Speculative, claim at once, as below.
+//
+// An atomic claim at READ COMMITTED that is not deferred is one round trip
+// on a pooled connection, outside any transaction. Its first statement reads the key by
 // its primary key and, only when there is none (or it is past retention),
 // tries the key's advisory lock. A completed key is replayed from that
 // read; a key whose lock a request in flight holds is answered 409 from it,
@@ -43,8 +81,10 @@
 // and Complete, which inserts the completed row, commits and unlocks. A
 // replay costs one.
 //
-// Behind a pooler in transaction mode (Config.TransactionPooling), and at
-// REPEATABLE READ or SERIALIZABLE, an atomic claim reads the key first, in
+// Behind a pooler in transaction mode (Config.TransactionPooling) when the
+// claim is not deferred, and at REPEATABLE READ or SERIALIZABLE (where a
+// deferred claim's statements would share one snapshot, and the BEGIN that
+// sets the level must come first), an atomic claim reads the key first, in
 // one round trip, and only for a key that is absent, past retention or
 // replaceable sends a second: the transaction that takes the key's lock and
 // inserts (INSERT ... ON CONFLICT DO NOTHING) or replaces the started row,
@@ -68,9 +108,11 @@
 //
 // # Atomic mode
 //
-// In idem.ModeAtomic at READ COMMITTED (the default) the claim's lock is a
-// session-level advisory lock (pg_try_advisory_lock, which answers at once)
-// on the connection that the lease keeps. The lock alone holds the key: the
+// In idem.ModeAtomic at READ COMMITTED (the default) the middleware's claim
+// is deferred to the handler's first statement and holds the key by a
+// transaction-scoped advisory lock (see Round trips). A claim that is not
+// deferred takes a session-level advisory lock (pg_try_advisory_lock, which
+// answers at once) on the connection that the lease keeps. The lock alone holds the key: the
 // claim writes no row. The handler's transaction begins on that connection
 // with its first statement, and the lease's Complete inserts the completed
 // row with the response, commits and unlocks (see Round trips). If a row
@@ -88,8 +130,9 @@
 // The session-level lock needs the lease's session to stay on one server
 // connection from claim to commit: true of direct connections and of
 // poolers in session mode. Behind a pooler in transaction mode (PgBouncer
-// with pool_mode = transaction) set Config.TransactionPooling; claims then
-// work as at stricter isolation levels, below.
+// with pool_mode = transaction) set Config.TransactionPooling; deferred
+// claims work as they do on a direct connection, and the others as at
+// stricter isolation levels, below.
 //
 // At REPEATABLE READ or SERIALIZABLE the claim opens the transaction
 // instead, takes pg_try_advisory_xact_lock and inserts a started row with
