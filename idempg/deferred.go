@@ -152,7 +152,7 @@ func (dc *deferredClaim) existing(ctx context.Context, code string) (*idem.Recor
 func (dc *deferredClaim) checkFree(ctx context.Context, conn *pgxpool.Conn) error {
 	b := &pgx.Batch{}
 	dc.queue(b, false)
-	err := conn.SendBatch(ctx, b).Close()
+	err := sendClaim(ctx, conn, b).Close()
 	if refusal := dc.settle(ctx, err, false); refusal != nil {
 		conn.Release()
 		return refusal
@@ -188,4 +188,27 @@ func (dc *deferredClaim) release(ctx context.Context, conn *pgxpool.Conn, tx pgx
 		conn = fresh
 	}
 	return dc.checkFree(ctx, conn)
+}
+
+// sendClaim sends b, which carries a deferred claim, on conn. When the
+// guard refuses, the whole batch fails, and pgx drops every statement of a
+// failed batch from the connection's statement cache: the next use of the
+// connection would pay a round trip to deallocate them and one to prepare
+// them again, after every replay and every 409. So with pgx's default
+// QueryExecModeCacheStatement, the batch's statements are first prepared
+// by their text (conn.Prepare with the text as name), which pgx keeps
+// apart from that cache and never drops: a statement already prepared on
+// the connection costs nothing, a new one the round trip that the cache
+// would have spent on it. Those are the claim's own statements and the
+// first statement of each handler, a small set.
+func sendClaim(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch) pgx.BatchResults {
+	c := conn.Conn()
+	if c.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+		for _, qq := range b.QueuedQueries {
+			if _, err := c.Prepare(ctx, qq.SQL, qq.SQL); err != nil {
+				return pgx.FailedBatchResults(b, err)
+			}
+		}
+	}
+	return c.SendBatch(ctx, b)
 }

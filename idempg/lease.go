@@ -240,6 +240,7 @@ func (l *lease) commit(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, query
 // conn is nil only when none could be acquired.
 func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, op, query string, args []any, after func(*pgx.Batch)) (_ *pgxpool.Conn, _ pgx.Tx, committed bool, err error) {
 	b := &pgx.Batch{}
+	claiming := false
 	if tx == nil {
 		if conn == nil {
 			if conn, err = l.store.acquire(ctx, op); err != nil {
@@ -248,6 +249,7 @@ func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, 
 		}
 		if dc := l.tx.claim; dc != nil && dc.state == claimPending {
 			dc.queue(b, true) // the claim, then BEGIN
+			claiming = true
 		} else {
 			b.BeginTx(pgx.TxOptions{IsoLevel: l.store.cfg.IsoLevel})
 		}
@@ -264,10 +266,14 @@ func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, 
 		after(b)
 	}
 	var br pgx.BatchResults
-	if tx == nil {
+	switch {
+	case claiming:
+		br = sendClaim(ctx, conn, b)
+		tx = br.Tx()
+	case tx == nil:
 		br = conn.SendBatch(ctx, b)
 		tx = br.Tx()
-	} else {
+	default:
 		br = tx.SendBatch(ctx, b)
 	}
 	err = br.Close() // runs the COMMIT's callback, which sets committed

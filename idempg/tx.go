@@ -126,7 +126,12 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 			return nil
 		})
 	}
-	br := lt.conn.SendBatch(ctx, b)
+	var br pgx.BatchResults
+	if claiming {
+		br = sendClaim(ctx, lt.conn, b)
+	} else {
+		br = lt.conn.SendBatch(ctx, b)
+	}
 	tx := br.Tx()
 	err = br.Close() // the first error, if any, in the order sent
 	// The transaction exists once BEGIN ran, even if the statement after it

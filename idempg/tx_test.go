@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -405,32 +406,30 @@ $$`)
 	}
 }
 
-// roundTrips counts the statements and batches a connection sends, each one
-// round trip once its statements are prepared.
+// roundTrips counts round trips on the wire: the flushes that a
+// connection's client sends, each followed by a wait for the server's
+// answer. It sees what a tracer does not: the preparation of statements
+// before a batch, and the deallocation of statements that pgx invalidated.
 type roundTrips struct{ n atomic.Int64 }
 
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.n.Add(1)
-	return ctx
+// dial is a pgconn.DialFunc whose connections count their writes in r.
+func (r *roundTrips) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, n: &r.n}, nil
 }
 
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.n.Add(1)
-	return ctx
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
 }
 
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
-
-func (r *roundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
-	r.n.Add(1)
-	return ctx
+func (c *countingConn) Write(b []byte) (int, error) {
+	c.n.Add(1)
+	return c.Conn.Write(b)
 }
-
-func (r *roundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
 
 // TestRoundTrips counts the round trips of each step of a request: a new
 // key costs three in both modes (claim, the handler's first statement with
@@ -451,7 +450,7 @@ func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
 	trips := &roundTrips{}
 	pool := newPoolWith(t, connString, func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 1 // one connection, whose statements the warm-up prepares
-		cfg.ConnConfig.Tracer = trips
+		cfg.ConnConfig.DialFunc = trips.dial
 	})
 	store := setupOn(t, pool, &idempg.Config{TransactionPooling: transactionPooling})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -559,6 +558,14 @@ func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
 	t.Run("atomic-speculative", func(t *testing.T) {
 		specRequest(t) // prepares the statements
 		want := specSteps{claim: 0, write: 1, complete: 1, replay: 1, quickNew: 1, quickReplay: 1, releaseNew: 1}
+		if pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheDescribe {
+			// Through a PgBouncer that cannot keep named statements: pgx
+			// forgets the descriptions of a failed batch's statements, so a
+			// new key whose statements a refused claim (a replay) sent on
+			// the connection before pays one round trip to describe them
+			// again. Each of these follows a replay.
+			want.write, want.quickNew, want.releaseNew = 2, 2, 2
+		}
 		if got := specRequest(t); got != want {
 			t.Errorf("round trips %+v, want %+v", got, want)
 		}
