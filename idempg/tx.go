@@ -17,7 +17,11 @@ type txKey struct{}
 // the request whose context this is. Business writes made in it commit
 // together with the stored response, or roll back with the key.
 //
-// In idem.ModeAtomic the transaction is the claim's. In idem.ModeTwoPhase it
+// In idem.ModeAtomic the transaction is the claim's. When the middleware's
+// claim is deferred (see the package documentation, Round trips), the
+// first statement sent through it carries the claim; if the key turns out
+// to be held or completed, that statement and every later one fail with an
+// error wrapping [ErrNotClaimed], without running. In idem.ModeTwoPhase it
 // is opened on the first call, so a handler can call other systems before it
 // holds a connection; that first call waits at most Config.AcquireTimeout
 // for one, and fails with an error wrapping idem.ErrUnavailable after that.
