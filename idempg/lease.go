@@ -160,14 +160,14 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 	if ended {
 		return fmt.Errorf("idempg: complete key: %w", ErrLeaseEnded)
 	}
+	if l.kind == byDeferredClaim && l.tx.claim.state == claimRefused {
+		conn.Release()
+		return l.tx.claim.refusal
+	}
 	header, err := json.Marshal(resp.Header)
 	if err != nil {
 		_ = l.end(context.WithoutCancel(ctx), conn, tx)
 		return fmt.Errorf("idempg: encode headers: %w", err)
-	}
-	if l.kind == byDeferredClaim && l.tx.claim.state == claimRefused {
-		conn.Release()
-		return l.tx.claim.refusal
 	}
 	query, args := l.completeQuery(resp, header)
 	if l.kind == byCallerTx {
@@ -332,6 +332,12 @@ func (l *lease) completeQuery(resp *idem.Response, header []byte) (string, []any
 		fields := r.fields
 		if len(fields) == 0 {
 			fields = nil
+		}
+		if dc := l.tx.claim; dc.state == claimHeld && dc.seen == nil {
+			// The claim found no key at all: a plain insert, as for a
+			// session-locked lease that saw none.
+			return queryInsertCompletedNew, []any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, fields,
+				int64(1), resp.StatusCode, header, body, l.claimedAt, l.completedAt()}
 		}
 		return queryInsertCompletedDeferred, []any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, fields,
 			resp.StatusCode, header, body, l.claimedAt, l.completedAt(), l.tx.claim.cutoff}

@@ -262,6 +262,14 @@ func (s *Service) Create(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = s.enqueuePaymentEvent(r.Context(), p)
 	}
+	var exists *idem.ExistsError
+	if errors.As(err, &exists) {
+		// The key's claim went out with the insert and found the key held
+		// or completed: nothing ran, and the middleware answers from the
+		// key, not with this.
+		w.WriteHeader(http.StatusConflict)
+		return
+	}
 	if err != nil {
 		s.cfg.Logger.ErrorContext(r.Context(), "payments: insert failed", "client_id", client, "err", err)
 		problem(w, ProblemInternal, "The payment could not be recorded, and no card was charged. Retry with the same Idempotency-Key.")
