@@ -46,7 +46,10 @@ func (s *Service) createAccount(w http.ResponseWriter, r *http.Request) {
 		ID: NewAccountID(), Object: "account", Currency: params.Currency, Balance: params.Balance,
 		Created: s.cfg.Now().Unix(), ClientID: client, IdempotencyKey: scope.Key,
 	}
-	if err := s.cfg.Ledger.CreateAccount(r.Context(), a); err != nil {
+	if err := s.cfg.Ledger.CreateAccount(r.Context(), a); claimRefused(err) {
+		w.WriteHeader(http.StatusConflict) // the middleware answers from the key
+		return
+	} else if err != nil {
 		s.cfg.Logger.ErrorContext(r.Context(), "payments: create account failed", "client_id", client, "err", err)
 		problem(w, ProblemInternal, "The account could not be created, and nothing was recorded. Retry with the same Idempotency-Key.")
 		return
@@ -84,6 +87,9 @@ func (s *Service) createTransfer(w http.ResponseWriter, r *http.Request) {
 	}
 	var te *TransferError
 	switch {
+	case claimRefused(err):
+		w.WriteHeader(http.StatusConflict) // the middleware answers from the key
+		return
 	case errors.As(err, &te):
 		WriteParamProblem(w, &ParamError{Param: te.Param, Reason: transferReason(te)})
 		return

@@ -227,6 +227,16 @@ func routePath(next http.Handler) http.Handler {
 	})
 }
 
+// claimRefused reports whether err is a statement's refusal to run because
+// the request's key, claimed with that statement (see
+// idem.ClaimParams.Speculative), turned out to be held or completed: not a
+// failure, and the middleware answers from the key, never with what the
+// handler writes.
+func claimRefused(err error) bool {
+	var exists *idem.ExistsError
+	return errors.As(err, &exists)
+}
+
 // Create is POST /v1/payments itself: it validates every parameter before
 // it charges or writes anything, then, with a processor, runs the payment
 // by phases (createPhases); without one, it records the payment as
@@ -262,12 +272,8 @@ func (s *Service) Create(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = s.enqueuePaymentEvent(r.Context(), p)
 	}
-	var exists *idem.ExistsError
-	if errors.As(err, &exists) {
-		// The key's claim went out with the insert and found the key held
-		// or completed: nothing ran, and the middleware answers from the
-		// key, not with this.
-		w.WriteHeader(http.StatusConflict)
+	if claimRefused(err) {
+		w.WriteHeader(http.StatusConflict) // the middleware answers from the key
 		return
 	}
 	if err != nil {
