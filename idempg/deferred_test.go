@@ -298,3 +298,56 @@ WHERE locktype = 'advisory' AND NOT granted AND ((classid::bigint << 32) | objid
 		t.Fatalf("guard after the holder committed: %v; want SQLSTATE IDEM3 (key exists)", err)
 	}
 }
+
+// TestClaimKey sends a speculative lease's claim before any statement, as a
+// handler that calls another system first does: for a new key it holds the
+// key (a duplicate is refused until the holder ends), for a completed one
+// it refuses; for other leases it does nothing.
+func TestClaimKey(t *testing.T) {
+	t.Parallel()
+	store := setup(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := idempg.ClaimKey(ctx); !errors.Is(err, idempg.ErrNoTx) {
+		t.Errorf("ClaimKey without a lease: %v; want ErrNoTx", err)
+	}
+	scope := newScope("alice")
+	p := params(idem.ModeAtomic, scope, "a", epoch)
+	p.Speculative = true
+	holder := mustLease(t, store, p)
+	if err := idempg.ClaimKey(holder.Context(ctx)); err != nil {
+		t.Fatalf("ClaimKey of a new key: %v", err)
+	}
+	dup := mustLease(t, store, p)
+	var exists *idem.ExistsError
+	if err := idempg.ClaimKey(dup.Context(ctx)); !errors.Is(err, idempg.ErrNotClaimed) || !errors.As(err, &exists) || exists.Record.Status != idem.StatusInFlight {
+		t.Errorf("ClaimKey of a key held: %v; want ErrNotClaimed with a key in flight", err)
+	}
+	if err := dup.Release(ctx); !errors.As(err, &exists) {
+		t.Errorf("Release of the refused duplicate: %v; want an idem.ExistsError", err)
+	}
+	if err := write(holder.Context(ctx), scope.Key); err != nil {
+		t.Fatalf("the holder's write: %v", err)
+	}
+	complete(t, holder, `{"done":true}`)
+
+	retry := mustLease(t, store, p)
+	if err := idempg.ClaimKey(retry.Context(ctx)); !errors.As(err, &exists) || exists.Record.Status != idem.StatusCompleted {
+		t.Errorf("ClaimKey of a completed key: %v; want ErrNotClaimed with the completed key", err)
+	}
+	if err := retry.Release(ctx); !errors.As(err, &exists) {
+		t.Errorf("Release of the refused retry: %v; want an idem.ExistsError", err)
+	}
+	if n := countRows(t, store, scope.Key); n != 1 {
+		t.Errorf("%d business rows, want 1", n)
+	}
+
+	twoPhase := mustLease(t, store, params(idem.ModeTwoPhase, newScope("alice"), "a", epoch))
+	if err := idempg.ClaimKey(twoPhase.Context(ctx)); err != nil {
+		t.Errorf("ClaimKey of a two-phase lease: %v; want nil", err)
+	}
+	if err := twoPhase.Release(ctx); err != nil {
+		t.Errorf("Release: %v", err)
+	}
+	waitNoAdvisoryLocks(t, store)
+}

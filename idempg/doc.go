@@ -58,6 +58,9 @@
 // So the code of an atomic handler before its first statement can run for
 // a request that is then answered from the key, and its result is
 // discarded: atomic handlers must have no effects outside the transaction.
+// A handler that must do something else first, such as charge a card with
+// a key from idem.DeriveKey, calls [ClaimKey], which sends the claim with
+// BEGIN at once, one round trip more for a new key.
 // The deferred claim holds the key by a transaction-scoped lock, so it
 // works behind a pooler in transaction mode too (Config.TransactionPooling).
 // A request that prefers to wait for a key in flight (Prefer: wait), and a

@@ -428,3 +428,36 @@ func (b *observedBatch) Close() error { return b.lt.observe(b.BatchResults.Close
 type errRow struct{ err error }
 
 func (r errRow) Scan(...any) error { return r.err }
+
+// ClaimKey sends the claim of the request's key now, if the lease in ctx
+// is one whose claim waits for its transaction's first statement (see
+// the package documentation, Round trips): with BEGIN, in one round trip,
+// so that the key is held before the handler does anything that is not a
+// statement of the transaction, such as calling another system. It
+// returns an error wrapping [ErrNotClaimed] (and an *idem.ExistsError)
+// when the key is held by another request or completed; the handler then
+// stops, and the middleware answers from the key. For any other lease,
+// and once the claim has gone out, it does nothing and returns nil, or
+// the refusal. It returns [ErrNoTx] for a context without a lease of this
+// package.
+func ClaimKey(ctx context.Context) error {
+	lt, ok := ctx.Value(txKey{}).(*leaseTx)
+	if !ok {
+		return ErrNoTx
+	}
+	lt.mu.Lock()
+	dc, view := lt.claim, lt.view
+	pending := dc != nil && dc.state == claimPending && view != nil
+	var refusal error
+	if dc != nil && dc.state == claimRefused {
+		refusal = dc.refusal
+	}
+	lt.mu.Unlock()
+	if !pending {
+		// Nothing to send: in particular no connection is taken for a
+		// two-phase lease, whose transaction waits for its first use.
+		return refusal
+	}
+	_, _, err := lt.begin(ctx, view, "", nil) // refuses an ended lease
+	return err
+}
