@@ -60,16 +60,23 @@
 // discarded: atomic handlers must have no effects outside the transaction.
 // A handler that must do something else first, such as charge a card with
 // a key from idem.DeriveKey, calls [ClaimKey], which sends the claim with
-// BEGIN at once, one round trip more for a new key.
-// The deferred claim holds the key by a transaction-scoped lock, so it
-// works behind a pooler in transaction mode too (Config.TransactionPooling).
-// A request that prefers to wait for a key in flight (Prefer: wait), and a
-// claim without Speculative, claim at once, as below.
+// BEGIN at once, one round trip more for a new key. The deferred claim
+// holds the key by a transaction-scoped lock, so it works behind a pooler
+// in transaction mode too (Config.TransactionPooling). Its guard's fresh
+// snapshot needs READ COMMITTED in the round trip's implicit transaction:
+// the server's default_transaction_isolation, as below. pgx forgets the
+// cached statements of a batch that failed, which every refused claim is;
+// so the claim's batches are sent with their statements prepared by their
+// text, which pgx keeps apart from its cache, lest every replay or 409
+// cost the connection's next request two round trips (to deallocate and
+// prepare them again). A request that prefers to wait for a key in flight
+// (Prefer: wait), and a claim without Speculative, claim at once, as
+// below.
 //
-// An atomic claim at READ COMMITTED that is not deferred is one round trip
-// on a pooled connection, outside any transaction. Its first statement reads the key by
-// its primary key and, only when there is none (or it is past retention),
-// tries the key's advisory lock. A completed key is replayed from that
+// An atomic claim at READ COMMITTED that is not deferred is one round
+// trip on a pooled connection, outside any transaction. Its first
+// statement reads the key by its primary key and, only when there is none
+// (or it is past retention), tries the key's advisory lock. A completed key is replayed from that
 // read; a key whose lock a request in flight holds is answered 409 from it,
 // at once. The read uses the statement's snapshot, taken before the lock is
 // tried, so a holder can commit the key and unlock it in between, and the
