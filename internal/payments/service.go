@@ -256,7 +256,7 @@ func (s *Service) Create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.cfg.Processor != nil {
-		if err := s.createPhases(params).Run(r.Context(), w); err != nil && !claimRefused(err) {
+		if err := s.createPhases(params).Run(r.Context(), w); err != nil {
 			s.cfg.Logger.WarnContext(r.Context(), "payments: the payment is unfinished; a retry or the completer resumes it", "err", err)
 		}
 		return

@@ -12,9 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemclient"
@@ -371,61 +369,4 @@ func startProcessor(t *testing.T) *httptest.Server {
 	psrv := httptest.NewServer(ph)
 	t.Cleanup(psrv.Close)
 	return psrv
-}
-
-// holdingProcessor counts its charges and holds the first until release
-// closes, having sent on holding.
-type holdingProcessor struct {
-	charges          atomic.Int64
-	holding, release chan struct{}
-}
-
-func (p *holdingProcessor) Charge(ctx context.Context, key string, _ payments.Params) (string, error) {
-	if p.charges.Add(1) == 1 {
-		p.holding <- struct{}{}
-		<-p.release
-	}
-	return "ch_" + key[:8], nil
-}
-
-// TestAtomicChargeAfterTheKeyIsHeld runs atomic mode on PostgreSQL, whose
-// claim waits for the handler's first statement, with a processor: the
-// first phase's insert carries the claim, before the charge, so a
-// duplicate sent while the first request is at the processor gets 409
-// without charging.
-func TestAtomicChargeAfterTheKeyIsHeld(t *testing.T) {
-	t.Parallel()
-	proc := &holdingProcessor{holding: make(chan struct{}), release: make(chan struct{})}
-	f := setupOn(t, "postgres", idem.ModeAtomic, proc)
-	released := false
-	t.Cleanup(func() {
-		if !released {
-			close(proc.release)
-		}
-	})
-	const body = `{"amount":4200,"currency":"usd","customer":"cus_123"}`
-	first := make(chan result, 1)
-	go func() { first <- f.post(t, "sk_alice", "held-charge", jsonType, body) }()
-	select {
-	case <-proc.holding:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the first request never reached the processor")
-	}
-	if dup := f.post(t, "sk_alice", "held-charge", jsonType, body); dup.status != http.StatusConflict {
-		t.Errorf("duplicate while the first charges: %d %s; want 409", dup.status, dup.body)
-	}
-	if n := proc.charges.Load(); n != 1 {
-		t.Errorf("%d charges while the first request holds the key, want 1", n)
-	}
-	close(proc.release)
-	released = true
-	if r := <-first; r.status != http.StatusCreated {
-		t.Fatalf("first request: %d %s", r.status, r.body)
-	}
-	if r := f.post(t, "sk_alice", "held-charge", jsonType, body); r.status != http.StatusCreated || r.header.Get(idem.HeaderReplayed) != "true" {
-		t.Errorf("retry: %d replayed=%q; want the replay", r.status, r.header.Get(idem.HeaderReplayed))
-	}
-	if n := proc.charges.Load(); n != 1 {
-		t.Errorf("%d charges in all, want 1", n)
-	}
 }
