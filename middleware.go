@@ -17,6 +17,7 @@ type Middleware struct {
 	store         Store
 	cfg           *Config
 	replayHeaders []string
+	recent        *recentKeys // keys claimed here lately; see claimOnce
 }
 
 // New returns the middleware for a store. cfg.ClientID is required.
@@ -35,7 +36,7 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 			replay = append(replay, h)
 		}
 	}
-	return &Middleware{store: store, cfg: c, replayHeaders: replay}, nil
+	return &Middleware{store: store, cfg: c, replayHeaders: replay, recent: newRecentKeys()}, nil
 }
 
 // Wrap returns next behind the contract. Its method value is a

@@ -121,7 +121,10 @@ type ClaimParams struct {
 	// Release return an error wrapping an [*ExistsError] that carries the
 	// key, to be answered as a claim that found it would be, never with
 	// the handler's response. The middleware sets it in ModeAtomic, unless
-	// the request prefers to wait for a key in flight.
+	// the request prefers to wait for a key in flight, or the middleware
+	// claimed the same key lately itself (a retry or a duplicate, which is
+	// likely to find the key and is then answered without running its
+	// handler).
 	Speculative bool
 }
 

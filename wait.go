@@ -30,13 +30,25 @@ func (m *Middleware) claimOnce(c *call) (ClaimResult, error) {
 		Scope: c.scope, Method: c.r.Method, Path: c.r.URL.EscapedPath(),
 		RequestHash: c.fp.sum[:], RequestFields: c.fp.encodeFields(),
 		Mode: m.cfg.Mode, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
-		// A request that prefers to wait needs to know at once whether the
-		// key is in flight.
-		Speculative: m.cfg.Mode == ModeAtomic && preferredWait(c.r.Header, m.cfg.MaxPreferWait) <= 0,
+		Speculative: m.speculative(c),
 	})
 	cancel()
 	m.cfg.Metrics.Claim(ctx, time.Since(started), err)
 	return res, err
+}
+
+// speculative reports whether the claim of c may go out late, with the
+// handler's first statement (see [ClaimParams.Speculative]): in ModeAtomic,
+// unless the request prefers to wait, which needs to know at once whether
+// the key is in flight, or its key was claimed here lately, which makes it
+// likely to exist: a retry, or a duplicate in flight, is then answered
+// without running its handler.
+func (m *Middleware) speculative(c *call) bool {
+	if m.cfg.Mode != ModeAtomic {
+		return false
+	}
+	seen := m.recent.seen(c.scope)
+	return !seen && preferredWait(c.r.Header, m.cfg.MaxPreferWait) <= 0
 }
 
 // claimWaiting claims the key. When the key is in flight for the same

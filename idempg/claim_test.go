@@ -390,7 +390,12 @@ func TestClaimUnavailable(t *testing.T) {
 	t.Run("PoolExhausted", func(t *testing.T) {
 		t.Parallel()
 		const acquireTimeout = 100 * time.Millisecond
-		store := setupOn(t, newPool(t, pgtest.NewDatabase(t), 1), &idempg.Config{AcquireTimeout: acquireTimeout})
+		pool := newPool(t, pgtest.NewDatabase(t), 1)
+		// The connection is opened first: on a loaded machine opening one
+		// can take longer than the acquire timeout, which would fail the
+		// migration rather than the claim under test.
+		warmUp(t, pool, 1)
+		store := setupOn(t, pool, &idempg.Config{AcquireTimeout: acquireTimeout})
 		// An atomic holder keeps the only connection.
 		holder := mustLease(t, store, params(idem.ModeAtomic, newScope("alice"), "a", epoch))
 		defer holder.Release(context.Background())

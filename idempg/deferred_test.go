@@ -102,6 +102,11 @@ INSERT INTO shared VALUES (1, 0)`); err != nil {
 			}
 			holding, release := make(chan struct{}), make(chan struct{})
 			srv := newServer(t, store, idem.Config{Mode: idem.ModeAtomic}, sharedRowHandler(holding, release))
+			// Another instance on the same store: it has not seen the key,
+			// so its claims go out speculatively, with the handler's first
+			// statement; the instance that claimed the key claims again at
+			// once.
+			other := newServer(t, store, idem.Config{Mode: idem.ModeAtomic}, sharedRowHandler(nil, nil))
 			released := false
 			t.Cleanup(func() { // before the server's Close, which waits for the holder
 				if !released {
@@ -122,16 +127,18 @@ INSERT INTO shared VALUES (1, 0)`); err != nil {
 			}
 
 			for _, act := range []string{"", "reject", "quick"} {
-				got := make(chan answer, 1)
-				go func() { got <- postWith(t, client, url, key, body, map[string]string{"X-Act": act}) }()
-				var a answer
-				select {
-				case a = <-got:
-				case <-time.After(testTimeout):
-					t.Fatalf("X-Act %q: the duplicate is blocked: its handler's update waits on the holder's row", act)
-				}
-				if a.status != http.StatusConflict || problemCode(a) != string(idem.ProblemKeyInFlight) || strings.Contains(string(a.body), handlerOwn) {
-					t.Errorf("X-Act %q: duplicate in flight answered %d %q; want 409 key-in-flight", act, a.status, a.body)
+				for _, u := range []string{url, other.URL + "/v1/transfers"} {
+					got := make(chan answer, 1)
+					go func() { got <- postWith(t, client, u, key, body, map[string]string{"X-Act": act}) }()
+					var a answer
+					select {
+					case a = <-got:
+					case <-time.After(testTimeout):
+						t.Fatalf("X-Act %q, %s: the duplicate is blocked: its handler's update waits on the holder's row", act, u)
+					}
+					if a.status != http.StatusConflict || problemCode(a) != string(idem.ProblemKeyInFlight) || strings.Contains(string(a.body), handlerOwn) {
+						t.Errorf("X-Act %q, %s: duplicate in flight answered %d %q; want 409 key-in-flight", act, u, a.status, a.body)
+					}
 				}
 			}
 
@@ -142,14 +149,18 @@ INSERT INTO shared VALUES (1, 0)`); err != nil {
 				t.Fatalf("holder answered %d %q, want 201 {\"n\":1}", first.status, first.body)
 			}
 			for _, act := range []string{"", "reject", "quick"} {
-				a := postWith(t, client, url, key, body, map[string]string{"X-Act": act})
-				if a.status != http.StatusCreated || !a.replayed || string(a.body) != string(first.body) {
-					t.Errorf("X-Act %q: retry answered %d replayed=%v %q; want the replay of %q", act, a.status, a.replayed, a.body, first.body)
+				for _, u := range []string{url, other.URL + "/v1/transfers"} {
+					a := postWith(t, client, u, key, body, map[string]string{"X-Act": act})
+					if a.status != http.StatusCreated || !a.replayed || string(a.body) != string(first.body) {
+						t.Errorf("X-Act %q, %s: retry answered %d replayed=%v %q; want the replay of %q", act, u, a.status, a.replayed, a.body, first.body)
+					}
 				}
 			}
-			a := post(t, client, url, key, `{"amount":999}`)
-			if a.status != http.StatusUnprocessableEntity || strings.Contains(string(a.body), handlerOwn) {
-				t.Errorf("another body answered %d %q; want 422", a.status, a.body)
+			for _, u := range []string{url, other.URL + "/v1/transfers"} {
+				a := post(t, client, u, key, `{"amount":999}`)
+				if a.status != http.StatusUnprocessableEntity || strings.Contains(string(a.body), handlerOwn) {
+					t.Errorf("%s: another body answered %d %q; want 422", u, a.status, a.body)
+				}
 			}
 			var n int
 			if err := store.Pool().QueryRow(context.Background(), `SELECT n FROM shared WHERE id = 1`).Scan(&n); err != nil || n != 1 {
@@ -169,13 +180,18 @@ func TestMiddlewareNewKeyWithoutStatement(t *testing.T) {
 	store := setup(t, nil)
 	srv := newServer(t, store, idem.Config{Mode: idem.ModeAtomic}, sharedRowHandler(nil, nil))
 	url, client := srv.URL+"/v1/transfers", srv.Client()
+	// Another instance, which has not seen the keys: its retries claim
+	// speculatively.
+	other := newServer(t, store, idem.Config{Mode: idem.ModeAtomic}, sharedRowHandler(nil, nil))
 
 	a := postWith(t, client, url, "quick-1", `{}`, map[string]string{"X-Act": "quick"})
 	if a.status != http.StatusOK || a.replayed {
 		t.Fatalf("new key, quick answer: %d replayed=%v %q; want 200", a.status, a.replayed, a.body)
 	}
-	if b := postWith(t, client, url, "quick-1", `{}`, map[string]string{"X-Act": "reject"}); b.status != http.StatusOK || !b.replayed || string(b.body) != string(a.body) {
-		t.Errorf("retry: %d replayed=%v %q; want the replay of %q", b.status, b.replayed, b.body, a.body)
+	for _, u := range []string{other.URL + "/v1/transfers", url} {
+		if b := postWith(t, client, u, "quick-1", `{}`, map[string]string{"X-Act": "reject"}); b.status != http.StatusOK || !b.replayed || string(b.body) != string(a.body) {
+			t.Errorf("%s: retry: %d replayed=%v %q; want the replay of %q", u, b.status, b.replayed, b.body, a.body)
+		}
 	}
 	a = postWith(t, client, url, "reject-1", `{}`, map[string]string{"X-Act": "reject"})
 	if a.status != http.StatusBadRequest || a.replayed {
