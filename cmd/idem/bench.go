@@ -35,6 +35,7 @@ Example:
 
 	idem bench --db 'postgres://postgres@127.0.0.1:5432/bench?pool_max_conns=16'
 	idem bench --db "$DATABASE_URL" --variants bare,bare-tx,atomic,floor-2rt,floor-1rt
+	idem bench --db "$DATABASE_URL" --variants bare,atomic,replay,floor-2rt --plot bench.svg
 
 Flags:
 `
@@ -57,6 +58,7 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 		variants    = fs.String("variants", env.String("IDEM_BENCH_VARIANTS", strings.Join(bench.AllVariants, ",")), "comma-separated `list` of variants; bare always runs (env IDEM_BENCH_VARIANTS)")
 		bouncer     = fs.String("pgbouncer", env.String("IDEM_BENCH_PGBOUNCER", ""), "`URL` of the same database through PgBouncer in pool_mode = transaction, for the variants bare-pgbouncer and atomic-pgbouncer (env IDEM_BENCH_PGBOUNCER)")
 		asJSON      = fs.Bool("json", false, "print the figures as one JSON object instead of a table (fields in docs/benchmarks.md)")
+		plotFile    = fs.String("plot", "", "also draw the run as an SVG image, throughput ratios with the floors marked and p50/p99 latencies, to `file`")
 		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the whole run, for go tool pprof, to `file`")
 	)
 	if env.Err() != nil {
@@ -95,6 +97,12 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
 		return exitFail
 	}
+	if *plotFile != "" {
+		if err := writePlot(*plotFile, results); err != nil {
+			fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
+			return exitFail
+		}
+	}
 	if *asJSON {
 		if err := bench.WriteJSON(c.stdout, results); err != nil {
 			fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
@@ -104,4 +112,20 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 	}
 	bench.WriteTable(c.stdout, results)
 	return exitOK
+}
+
+// writePlot draws the run's Report to the SVG file at path.
+func writePlot(path string, results []bench.Result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	if err := bench.WritePlot(f, bench.NewReport(results)); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	return nil
 }
