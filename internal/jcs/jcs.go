@@ -333,7 +333,7 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 				return nil, err
 			}
 			m.end = len(dst)
-			if len(p.members) > mark && p.compareMembers(p.members[len(p.members)-1], m) > 0 {
+			if len(p.members) > mark && p.compareNames(p.members[len(p.members)-1].name, m.name) > 0 {
 				sorted = false
 			}
 			p.members = append(p.members, m)
@@ -377,23 +377,23 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 	return dst, nil
 }
 
-// compareMembers orders members by the UTF-16 code units of their names.
 // sortMembers sorts ms into canonical order: by insertion when they are
 // few, as in most objects.
 func (p *parser) sortMembers(ms []member) {
 	if len(ms) > 12 {
-		slices.SortFunc(ms, p.compareMembers)
+		slices.SortFunc(ms, func(a, b member) int { return p.compareNames(a.name, b.name) })
 		return
 	}
 	for i := 1; i < len(ms); i++ {
-		for j := i; j > 0 && p.compareMembers(ms[j-1], ms[j]) > 0; j-- {
+		for j := i; j > 0 && p.compareNames(ms[j-1].name, ms[j].name) > 0; j-- {
 			ms[j-1], ms[j] = ms[j], ms[j-1]
 		}
 	}
 }
 
-func (p *parser) compareMembers(a, b member) int {
-	return compareUTF16(p.nameOf(a.name), p.nameOf(b.name))
+// compareNames orders member names by their UTF-16 code units.
+func (p *parser) compareNames(a, b nameRef) int {
+	return compareUTF16(p.nameOf(a), p.nameOf(b))
 }
 
 // rewrite rewrites the object that starts at dst[base] with its members in
@@ -497,14 +497,11 @@ func (p *parser) enter() error {
 
 // skipSpace advances p.pos past JSON whitespace.
 func (p *parser) skipSpace() {
-	for p.pos < len(p.src) {
-		switch p.src[p.pos] {
-		case ' ', '\t', '\n', '\r':
-			p.pos++
-		default:
-			return
-		}
+	src, i := p.src, p.pos
+	for i < len(src) && src[i] <= ' ' && (src[i] == ' ' || src[i] == '\n' || src[i] == '\t' || src[i] == '\r') {
+		i++
 	}
+	p.pos = i
 }
 
 // pointer returns the RFC 6901 JSON pointer of p.path.

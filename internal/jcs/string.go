@@ -13,17 +13,25 @@ const hexDigits = "0123456789abcdef"
 // and whether that text contains escapes; when it does not, the raw text is
 // also the unescaped value and, quoted, its canonical form.
 func (p *parser) scanString() (raw []byte, escaped bool, err error) {
+	src := p.src
 	start := p.pos + 1
 	i := start
-	for i < len(p.src) {
-		c := p.src[i]
-		switch {
+	for {
+		// Most strings are printable ASCII throughout: skip it a byte at a
+		// time with one table lookup each.
+		for i < len(src) && plainASCII[src[i]] {
+			i++
+		}
+		if i >= len(src) {
+			break
+		}
+		switch c := src[i]; {
 		case c == '"':
 			p.pos = i + 1
-			return p.src[start:i], escaped, nil
+			return src[start:i], escaped, nil
 		case c == '\\':
 			escaped = true
-			if i+1 < len(p.src) && !isEscape(p.src[i+1]) {
+			if i+1 < len(src) && !isEscape(src[i+1]) {
 				return nil, false, p.syntaxErrorAt(i, "invalid escape")
 			}
 			// Skip the escaped character so that \" does not end the string;
@@ -31,18 +39,25 @@ func (p *parser) scanString() (raw []byte, escaped bool, err error) {
 			i += 2
 		case c < 0x20:
 			return nil, false, p.syntaxErrorAt(i, "control character in string")
-		case c < utf8.RuneSelf:
-			i++
 		default:
-			r, size := utf8.DecodeRune(p.src[i:])
+			r, size := utf8.DecodeRune(src[i:])
 			if r == utf8.RuneError && size <= 1 {
 				return nil, false, p.syntaxErrorAt(i, "invalid UTF-8 in string")
 			}
 			i += size
 		}
 	}
-	return nil, false, p.syntaxErrorAt(len(p.src), "unexpected end of input in string")
+	return nil, false, p.syntaxErrorAt(len(src), "unexpected end of input in string")
 }
+
+// plainASCII marks the bytes that stand for themselves in a JSON string:
+// printable ASCII (and DEL) other than '"' and '\'.
+var plainASCII = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // unescape appends the value of the escaped string text raw, which starts at
 // offset base of the input, to dst. raw must come from scanString, so it is
