@@ -96,9 +96,16 @@ func plural(n int, one, many string) string {
 
 func (m *Middleware) replay(w http.ResponseWriter, resp *Response) {
 	h := w.Header()
-	values := copyFields(h, resp.Header, nil, 1)
-	h[HeaderReplayed] = append(values, "true")
-	writeBody(w, resp.StatusCode, resp.Body)
+	// The replay header and Content-Length share the values' allocation.
+	values := copyFields(h, resp.Header, nil, 2)
+	h[HeaderReplayed] = append(values[:0:1], "true")
+	if !bodyAllowed(resp.StatusCode) {
+		w.WriteHeader(resp.StatusCode)
+		return
+	}
+	h["Content-Length"] = append(values[1:1:2], strconv.Itoa(len(resp.Body)))
+	w.WriteHeader(resp.StatusCode)
+	w.Write(resp.Body)
 }
 
 // copyFields copies the fields of src to dst, all of them or those named,
@@ -131,7 +138,7 @@ func copyFields(dst, src http.Header, names []string, extra int) []string {
 
 func writeBody(w http.ResponseWriter, status int, body []byte) {
 	if bodyAllowed(status) {
-		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.Header()["Content-Length"] = []string{strconv.Itoa(len(body))} // canonical already
 	}
 	w.WriteHeader(status)
 	if bodyAllowed(status) {

@@ -31,7 +31,7 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 		return nil, &rejection{ProblemUnauthenticated, "The request carries no client identity."}
 	}
 	noteScope(r.Context(), Scope{ClientID: clientID, Key: key})
-	contentType := r.Header.Values("Content-Type")
+	contentType := r.Header["Content-Type"] // canonical: no lookup of its canonical form
 	if len(contentType) > 1 {
 		// A singleton field (RFC 9110): which one describes the body is
 		// anyone's guess, and a proxy may have picked the other.
@@ -41,9 +41,13 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 	if rej != nil {
 		return nil, rej
 	}
+	var mediaType string
+	if len(contentType) == 1 {
+		mediaType = contentType[0]
+	}
 	fp, err := fingerprintOf(FingerprintParams{
 		Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
-		ContentType: r.Header.Get("Content-Type"), Body: body,
+		ContentType: mediaType, Body: body,
 		Exclude: m.cfg.ExcludeFields, Raw: !required,
 	})
 	switch {
