@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -89,6 +90,7 @@ func ratioPlot(rep Report) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "Throughput, ratio to bare"
 	p.Y.Label.Text = "ratio"
+	p.Y.Tick.Marker = roundTicks{}
 	p.Y.Min = 0
 	p.NominalX(names...)
 	tiltLabels(p)
@@ -149,6 +151,7 @@ func latencyPlot(rep Report) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "Latency"
 	p.Y.Label.Text = "ms"
+	p.Y.Tick.Marker = roundTicks{}
 	p.Y.Min = 0
 	p.NominalX(rep.Order...)
 	tiltLabels(p)
@@ -186,6 +189,21 @@ func headroom(a, b float64) float64 {
 // barWidth is the width of one variant's bar in a panel of n variants.
 func barWidth(n int) vg.Length {
 	return min(vg.Centimeter, (plotWidth/2-2*vg.Centimeter)/vg.Length(max(n, 1))*0.7)
+}
+
+// roundTicks is the default ticker with its labels written in at most
+// four significant digits and no trailing zeros: 25, not 25.00.
+type roundTicks struct{}
+
+// Ticks returns the default ticks of [min, max] with shorter labels.
+func (roundTicks) Ticks(min, max float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(min, max)
+	for i, t := range ticks {
+		if t.Label != "" {
+			ticks[i].Label = strconv.FormatFloat(t.Value, 'g', 4, 64)
+		}
+	}
+	return ticks
 }
 
 // tiltLabels slants the variant names so that long ones do not overlap.
