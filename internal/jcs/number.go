@@ -31,6 +31,7 @@ func (p *parser) number(dst []byte) ([]byte, error) {
 	}
 	intDigits := i - intStart
 	plain := true
+	fracDigits := 0
 	if i < len(src) && src[i] == '.' {
 		plain = false
 		i++
@@ -40,8 +41,10 @@ func (p *parser) number(dst []byte) ([]byte, error) {
 		for i < len(src) && isDigit(src[i]) {
 			i++
 		}
+		fracDigits = i - intStart - intDigits - 1
 	}
-	if i < len(src) && (src[i] == 'e' || src[i] == 'E') {
+	exponent := i < len(src) && (src[i] == 'e' || src[i] == 'E')
+	if exponent {
 		plain = false
 		i++
 		if i < len(src) && (src[i] == '+' || src[i] == '-') {
@@ -63,6 +66,13 @@ func (p *parser) number(dst []byte) ([]byte, error) {
 		if text[0] == '-' && text[1] == '0' {
 			return append(dst, '0'), nil
 		}
+		return append(dst, text...), nil
+	}
+	if fracDigits > 0 && !exponent && src[intStart] != '0' && src[i-1] != '0' && intDigits+fracDigits <= maxExactDigits {
+		// A decimal such as 100.25: no exponent, no leading zero, no
+		// trailing zero after the point, and few enough digits that its
+		// double is printed back with the same digits. It is its own
+		// canonical form, as appendShortDecimal would write it.
 		return append(dst, text...), nil
 	}
 	if out, ok := appendShortDecimal(dst, text); ok {

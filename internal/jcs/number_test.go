@@ -207,7 +207,8 @@ func slowNumber(t *testing.T, text string) string {
 }
 
 // checkShortDecimal checks that appendShortDecimal writes what the way by a
-// double writes, whenever it takes a number.
+// double writes, whenever it takes a number, and that Canonicalize, in
+// both forms, writes the same.
 func checkShortDecimal(t *testing.T, text string) {
 	t.Helper()
 	got, ok := appendShortDecimal([]byte("x"), []byte(text))
@@ -220,6 +221,10 @@ func checkShortDecimal(t *testing.T, text string) {
 	exact, err := Options{ExactNumbers: true}.Canonicalize([]byte(text))
 	if err != nil || string(exact) != string(got[1:]) {
 		t.Fatalf("exact Canonicalize(%q) = %q, %v, want %q", text, exact, err, got[1:])
+	}
+	rfc, err := Canonicalize([]byte(text))
+	if err != nil || string(rfc) != string(got[1:]) {
+		t.Fatalf("Canonicalize(%q) = %q, %v, want %q", text, rfc, err, got[1:])
 	}
 }
 
