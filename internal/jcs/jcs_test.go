@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"unicode/utf16"
 )
 
 func TestCanonicalize(t *testing.T) {
@@ -421,6 +423,40 @@ func TestMembersSortedWhateverTheirNumber(t *testing.T) {
 		for i, m := range members {
 			if want := fmt.Sprintf("m%03d", i+1); m.Name != want || string(m.Value) != fmt.Sprintf(`{"a":[%d],"z":%d}`, i+1, i+1) {
 				t.Fatalf("%d members: member %d = %s %s, want %s sorted", n, i, m.Name, m.Value, want)
+			}
+		}
+	}
+}
+
+// TestMembersSortedByCodeUnits checks the order of names that share their
+// first bytes, differ in length, hold non-ASCII characters or escapes, or
+// sort differently in UTF-16 than in UTF-8, in objects small enough to be
+// sorted by insertion and large enough not to be.
+func TestMembersSortedByCodeUnits(t *testing.T) {
+	t.Parallel()
+	names := []string{
+		`abcdefgh2`, `abcdefgh1`, `abcdefg`, `abcdef`, `abc`, `ab`, `a`, `b`,
+		`abcdefg\u0000`, `\u0061bcdefgh3`, `z`, `é`, `\uffff`, `😀`, `abcdefgé`, `abcdefé`,
+		"\ue000", "x\uffff", "x😀", // raw: after 😀 in UTF-16, before it in UTF-8
+	}
+	for _, n := range []int{3, 8, 12, len(names)} {
+		var src strings.Builder
+		src.WriteByte('{')
+		for i, name := range names[:n] {
+			if i > 0 {
+				src.WriteByte(',')
+			}
+			fmt.Fprintf(&src, `"%s":%d`, name, i)
+		}
+		src.WriteByte('}')
+		members, err := Members([]byte(src.String()))
+		if err != nil {
+			t.Fatalf("Members(%s) error = %v", src.String(), err)
+		}
+		for i := 1; i < len(members); i++ {
+			a, b := utf16.Encode([]rune(members[i-1].Name)), utf16.Encode([]rune(members[i].Name))
+			if slices.Compare(a, b) >= 0 {
+				t.Errorf("%d names: %q before %q, out of UTF-16 order", n, members[i-1].Name, members[i].Name)
 			}
 		}
 	}
