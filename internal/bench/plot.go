@@ -110,7 +110,7 @@ func ratioPlot(rep Report) (*plot.Plot, error) {
 	for i := range names {
 		r := variants[i] + floors[i]
 		values.XYs = append(values.XYs, plotter.XY{X: float64(i), Y: r})
-		values.Labels = append(values.Labels, fmt.Sprintf("%.2fx", r))
+		values.Labels = append(values.Labels, strconv.FormatFloat(r, 'f', -1, 64)+"x") // as --json has it
 	}
 	labels, err := plotter.NewLabels(values)
 	if err != nil {
