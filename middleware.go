@@ -233,14 +233,23 @@ func (m *Middleware) release(ctx context.Context, c *call, lease Lease, rec *rec
 // answerComplete answers after Complete returned err: with the handler's
 // response once it is stored, or with the problem that says why it is not.
 func (m *Middleware) answerComplete(ctx context.Context, c *call, lease Lease, rec *recorder, err error) {
+	if err == nil {
+		m.cfg.Metrics.Request(c.r.Context(), ResultExecuted)
+		rec.writeTo(c.w)
+		return
+	}
+	m.answerNotStored(ctx, c, lease, err)
+}
+
+// answerNotStored answers after Complete failed with err. It is apart from
+// answerComplete so that the targets of its errors.As, which escape, are
+// allocated only when Complete fails.
+func (m *Middleware) answerNotStored(ctx context.Context, c *call, lease Lease, err error) {
 	var (
 		completed *CompletedError
 		exists    *ExistsError
 	)
 	switch {
-	case err == nil:
-		m.cfg.Metrics.Request(c.r.Context(), ResultExecuted)
-		rec.writeTo(c.w)
 	case errors.As(err, &exists) && exists.Record != nil:
 		// A speculative claim found the key held or completed: nothing of
 		// the handler's ran in the store, and its response is not this
