@@ -196,7 +196,7 @@ type brokenRepo struct{ inner payments.Repo }
 
 // settler is the part of payments' repositories that phases need.
 type settler interface {
-	Settle(ctx context.Context, clientID, id, status string) error
+	Settle(ctx context.Context, clientID, id, status string) (*payments.Payment, error)
 }
 
 func (r *brokenRepo) Insert(ctx context.Context, p *payments.Payment) error {
@@ -206,18 +206,19 @@ func (r *brokenRepo) Insert(ctx context.Context, p *payments.Payment) error {
 	return r.inner.Insert(ctx, p)
 }
 
-func (r *brokenRepo) Settle(ctx context.Context, clientID, id, status string) error {
+func (r *brokenRepo) Settle(ctx context.Context, clientID, id, status string) (*payments.Payment, error) {
 	s, ok := r.inner.(settler)
 	if !ok {
-		return fmt.Errorf("brokenstore: %T cannot settle a payment", r.inner)
+		return nil, fmt.Errorf("brokenstore: %T cannot settle a payment", r.inner)
 	}
-	if err := s.Settle(ctx, clientID, id, status); err != nil {
-		return err
+	p, err := s.Settle(ctx, clientID, id, status)
+	if err != nil {
+		return nil, err
 	}
 	if box, ok := ctx.Value(boxKey{}).(*paymentBox); ok && box.p != nil && box.p.ID == id {
 		box.status = status
 	}
-	return nil
+	return p, nil
 }
 
 func (r *brokenRepo) Get(ctx context.Context, clientID, id string) (*payments.Payment, error) {

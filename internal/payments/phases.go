@@ -3,10 +3,13 @@ package payments
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/http"
 	"sync"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
@@ -37,7 +40,12 @@ const StatusPending = "pending"
 // settler is a Repo that can settle a pending payment in the request's
 // transaction.
 type settler interface {
-	Settle(ctx context.Context, clientID, id, status string) error
+	// Settle sets the status of a pending payment in the request's
+	// transaction and returns the payment. It reads nothing outside that
+	// transaction: a handler that holds a pooled connection for its
+	// transaction and waits for a second one deadlocks once every
+	// connection is held that way.
+	Settle(ctx context.Context, clientID, id, status string) (*Payment, error)
 }
 
 // createPhases are the phases of POST /v1/payments for params.
@@ -106,14 +114,10 @@ func (s *Service) charge(ctx context.Context, w http.ResponseWriter, st idem.Sta
 // it.
 func (s *Service) settle(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
 	scope, _ := idem.ScopeFromContext(ctx)
-	if err := s.cfg.Repo.(settler).Settle(ctx, scope.ClientID, st[statePayment], st[stateOutcome]); err != nil {
-		return "", err
-	}
-	p, err := s.cfg.Repo.Get(ctx, scope.ClientID, st[statePayment])
+	p, err := s.cfg.Repo.(settler).Settle(ctx, scope.ClientID, st[statePayment], st[stateOutcome])
 	if err != nil {
 		return "", err
 	}
-	p.Status = st[stateOutcome]
 	if err := s.enqueuePaymentEvent(ctx, p); err != nil {
 		return "", err
 	}
@@ -126,38 +130,43 @@ func (s *Service) settle(ctx context.Context, w http.ResponseWriter, st idem.Sta
 	return idem.RecoveryFinished, nil
 }
 
-// Settle sets the status of a pending payment in the request's
-// transaction.
-func (r *SQLiteRepo) Settle(ctx context.Context, clientID, id, status string) error {
+// settleReturning is the columns of a payment that Settle returns.
+const settleReturning = `RETURNING id, amount, currency, customer, description, status, created, idempotency_key`
+
+// Settle implements settler.
+func (r *SQLiteRepo) Settle(ctx context.Context, clientID, id, status string) (*Payment, error) {
 	tx, err := idemsqlite.TxFromContext(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE payments SET status = ? WHERE client_id = ? AND id = ? AND status = 'pending'`, status, clientID, id)
-	if err != nil {
-		return fmt.Errorf("payments: settle: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return fmt.Errorf("payments: settle %s: no pending payment", id)
-	}
-	return nil
+	p := &Payment{Object: "payment", ClientID: clientID}
+	err = tx.QueryRowContext(ctx, `UPDATE payments SET status = ? WHERE client_id = ? AND id = ? AND status = 'pending' `+settleReturning,
+		status, clientID, id).Scan(&p.ID, &p.Amount, &p.Currency, &p.Customer, &p.Description, &p.Status, &p.Created, &p.IdempotencyKey)
+	return settled(p, id, err, errors.Is(err, sql.ErrNoRows))
 }
 
-// Settle sets the status of a pending payment in the request's
-// transaction.
-func (r *PostgresRepo) Settle(ctx context.Context, clientID, id, status string) error {
+// Settle implements settler.
+func (r *PostgresRepo) Settle(ctx context.Context, clientID, id, status string) (*Payment, error) {
 	tx, err := idempg.TxFromContext(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	tag, err := tx.Exec(ctx, `UPDATE payments SET status = $1 WHERE client_id = $2 AND id = $3 AND status = 'pending'`, status, clientID, id)
-	if err != nil {
-		return fmt.Errorf("payments: settle: %w", err)
+	p := &Payment{Object: "payment", ClientID: clientID}
+	err = tx.QueryRow(ctx, `UPDATE payments SET status = $1 WHERE client_id = $2 AND id = $3 AND status = 'pending' `+settleReturning,
+		status, clientID, id).Scan(&p.ID, &p.Amount, &p.Currency, &p.Customer, &p.Description, &p.Status, &p.Created, &p.IdempotencyKey)
+	return settled(p, id, err, errors.Is(err, pgx.ErrNoRows))
+}
+
+// settled is Settle's answer after its statement returned err; none says
+// that no pending payment matched.
+func settled(p *Payment, id string, err error, none bool) (*Payment, error) {
+	switch {
+	case none:
+		return nil, fmt.Errorf("payments: settle %s: no pending payment", id)
+	case err != nil:
+		return nil, fmt.Errorf("payments: settle: %w", err)
 	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("payments: settle %s: no pending payment", id)
-	}
-	return nil
+	return p, nil
 }
 
 // SimulatedProcessor is an in-process card processor, for running the

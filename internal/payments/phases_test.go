@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,11 +51,17 @@ type phasedFixture struct {
 
 func setupPhased(t *testing.T, kind string) *phasedFixture {
 	t.Helper()
-	ctx := context.Background()
 	url := "sqlite:" + filepath.Join(t.TempDir(), "payments.db")
 	if kind == "postgres" {
 		url = pgtest.NewDatabase(t)
 	}
+	return setupPhasedOn(t, url)
+}
+
+// setupPhasedOn is setupPhased on the database at url.
+func setupPhasedOn(t *testing.T, url string) *phasedFixture {
+	t.Helper()
+	ctx := context.Background()
 	db, err := database.Open(ctx, url, &database.Config{Migrate: true, Logger: quiet})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
@@ -119,6 +127,40 @@ func TestPaymentsByPhases(t *testing.T) {
 	}
 }
 
+// TestPhasesNeedOneConnection runs payments by phases on a PostgreSQL pool
+// of one connection: each phase holds it for its transaction and must
+// never wait for a second one, which would wait forever once every
+// connection is held that way (as 64 requests on a pool of 6 did, when the
+// final phase read the payment outside its transaction).
+func TestPhasesNeedOneConnection(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", "1")
+	u.RawQuery = q.Encode()
+	f := setupPhasedOn(t, u.String())
+	// A client that gives up: the server then cancels the stuck request's
+	// context, so that the test fails instead of hanging in its cleanup.
+	client := &http.Client{Timeout: 30 * time.Second}
+	for i, amount := range []int{4200, 4202} { // succeeded, declined
+		req, _ := http.NewRequest(http.MethodPost, f.url+"/v1/payments", strings.NewReader(fmt.Sprintf(`{"amount":%d,"currency":"usd","customer":"cus_1"}`, amount)))
+		req.Header.Set("Authorization", "Bearer sk_alice")
+		req.Header.Set("Idempotency-Key", fmt.Sprintf(`"one-conn-%d"`, i))
+		req.Header.Set("Content-Type", jsonType)
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("amount %d: %v: a phase waits for a second connection", amount, err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusCreated && res.StatusCode != http.StatusPaymentRequired {
+			t.Errorf("amount %d: status %d; want 201 or 402", amount, res.StatusCode)
+		}
+	}
+}
+
 func TestCompleterFinishesAbandonedPayment(t *testing.T) {
 	t.Parallel()
 	f := setupPhased(t, "sqlite")
@@ -180,14 +222,14 @@ type failSettleOnce struct {
 	once sync.Once
 }
 
-func (r *failSettleOnce) Settle(ctx context.Context, clientID, id, status string) error {
+func (r *failSettleOnce) Settle(ctx context.Context, clientID, id, status string) (*payments.Payment, error) {
 	var err error
 	r.once.Do(func() { err = errors.New("the final phase failed") })
 	if err != nil {
-		return err
+		return nil, err
 	}
 	return r.Repo.(interface {
-		Settle(context.Context, string, string, string) error
+		Settle(context.Context, string, string, string) (*payments.Payment, error)
 	}).Settle(ctx, clientID, id, status)
 }
 
