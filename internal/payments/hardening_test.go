@@ -294,9 +294,9 @@ func (r *failOnce) Insert(ctx context.Context, p *payments.Payment) error {
 	return r.Repo.Insert(ctx, p)
 }
 
-func (r *failOnce) Settle(ctx context.Context, clientID, id, status string) error {
+func (r *failOnce) Settle(ctx context.Context, clientID, id, status string) (*payments.Payment, error) {
 	return r.Repo.(interface {
-		Settle(context.Context, string, string, string) error
+		Settle(context.Context, string, string, string) (*payments.Payment, error)
 	}).Settle(ctx, clientID, id, status)
 }
 
