@@ -101,9 +101,13 @@ func (l *sessionPurgeLock) Unlock(ctx context.Context) error {
 	if l.conn == nil {
 		return nil
 	}
+	// Unlock before closing: the server frees a closed session's locks
+	// only when its backend has ended, after Close returned, and another
+	// instance's LockPurge in between would find the lock still held.
+	_, unlockErr := l.conn.Exec(ctx, queryPurgeUnlock)
 	err := l.conn.Close(ctx)
 	l.conn = nil
-	if err != nil {
+	if err = errors.Join(unlockErr, err); err != nil {
 		return wrapErr(ctx, "purge unlock", err)
 	}
 	return nil

@@ -105,3 +105,23 @@ WHERE locktype = 'advisory' AND classid = 1768187245 AND objsubid = 2
 		}
 	}
 }
+
+// TestPurgeLockIsFreeWhenUnlockReturns takes and frees the purge lock many
+// times in a row: each LockPurge right after an Unlock gets the lock. A lock
+// freed only by closing its connection is freed when the server has ended
+// that session, which may be after Close returned.
+func TestPurgeLockIsFreeWhenUnlockReturns(t *testing.T) {
+	t.Parallel()
+	store := setup(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for i := range 100 {
+		lock, err := store.LockPurge(ctx)
+		if err != nil {
+			t.Fatalf("LockPurge %d, right after the previous Unlock: %v", i, err)
+		}
+		if err := lock.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock %d: %v", i, err)
+		}
+	}
+}

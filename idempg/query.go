@@ -284,6 +284,9 @@ WHERE created_at < $1 AND (status = 'completed' OR locked_at IS NULL OR locked_a
 	// different schemas of one database purge independently.
 	queryTryPurgeLock = `SELECT pg_try_advisory_lock(1768187245, 'idempotency_keys'::regclass::oid::bigint::bit(32)::int)`
 
+	// queryPurgeUnlock frees the purge lock that queryTryPurgeLock took.
+	queryPurgeUnlock = `SELECT pg_advisory_unlock(1768187245, 'idempotency_keys'::regclass::oid::bigint::bit(32)::int)`
+
 	// queryTryPurgeXactLock takes the same lock for one transaction, for
 	// poolers in transaction mode.
 	queryTryPurgeXactLock = `SELECT pg_try_advisory_xact_lock(1768187245, 'idempotency_keys'::regclass::oid::bigint::bit(32)::int)`
