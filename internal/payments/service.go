@@ -322,7 +322,7 @@ func (s *Service) openAPI(w http.ResponseWriter, r *http.Request) {
 		lock = idem.LockTimeoutDefault
 	}
 	policy := fmt.Sprintf("Idempotency keys are retained for %s (%d seconds) after their first use; "+
-		"after that, reusing a key creates a new payment. A request that fails with a 5xx is not stored: "+
+		"after that, a request that reuses a key runs as new (a new payment, account or transfer). A request that fails with a 5xx is not stored: "+
 		"retry it with the same key. Keys are scoped per client; at most %d characters.",
 		humanDuration(retention), int(retention.Seconds()), idem.MaxKeyLength)
 	doc := map[string]any{
