@@ -141,10 +141,7 @@ func TestRun(t *testing.T) {
 				fmt.Fprintf(w, `{"id":"obj_%d"}`, n)
 			}))
 			t.Cleanup(up.Close)
-			db := "sqlite:" + filepath.Join(t.TempDir(), "keys.db")
-			if kind == "postgres" {
-				db = pgtest.NewDatabase(t)
-			}
+			db := testDB(t, kind)
 			addr, admin := started(t,
 				[]string{"-listen", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-route", "POST /v1/*"},
 				map[string]string{"IDEMPROXY_UPSTREAM": up.URL, "IDEMPROXY_DB": db, "IDEMPROXY_SECRET": strings.Repeat("k", 32)})
@@ -225,25 +222,13 @@ func TestHoldAndRelease(t *testing.T) {
 				io.WriteString(w, `{"id":"refund_1"}`)
 			}))
 			t.Cleanup(up.Close)
-			db := "sqlite:" + filepath.Join(t.TempDir(), "keys.db")
-			if kind == "postgres" {
-				db = pgtest.NewDatabase(t)
-			}
+			db := testDB(t, kind)
 			addr, _ := started(t,
 				[]string{"-listen", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-upstream", up.URL, "-db", db,
 					"-client-header", "X-Client-Id", "-route", "POST /v1/refunds hold"}, nil)
 			post := func() (int, string) {
-				req, _ := http.NewRequest("POST", addr+"/v1/refunds", strings.NewReader(`{"charge":"ch_1"}`))
-				req.Header.Set("X-Client-Id", "acme")
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Idempotency-Key", "refund-1")
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer resp.Body.Close()
-				b, _ := io.ReadAll(resp.Body)
-				return resp.StatusCode, string(b)
+				status, _, body := postRefund(t, addr)
+				return status, body
 			}
 			for range 3 {
 				if status, body := post(); status != http.StatusBadGateway || !strings.Contains(body, "idempotency-outcome-unknown") {
@@ -274,4 +259,31 @@ func TestHoldAndRelease(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testDB returns the database URL of a store kind ("sqlite" or "postgres")
+// for one test.
+func testDB(t *testing.T, kind string) string {
+	t.Helper()
+	if kind == "postgres" {
+		return pgtest.NewDatabase(t)
+	}
+	return "sqlite:" + filepath.Join(t.TempDir(), "keys.db")
+}
+
+// postRefund sends the request that the outcome-unknown tests retry:
+// client acme's refund with the key refund-1.
+func postRefund(t *testing.T, addr string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", addr+"/v1/refunds", strings.NewReader(`{"charge":"ch_1"}`))
+	req.Header.Set("X-Client-Id", "acme")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "refund-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
 }

@@ -5,12 +5,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
-
-	"github.com/idemkit/idem/internal/pgtest"
 )
 
 // TestProbeFromFlags: on a probe route, a forward whose outcome is unknown
@@ -39,22 +36,10 @@ func TestProbeFromFlags(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	addr, admin := started(t,
-		[]string{"-listen", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-upstream", up.URL, "-db", "sqlite:" + filepath.Join(t.TempDir(), "keys.db"),
+		[]string{"-listen", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-upstream", up.URL, "-db", testDB(t, "sqlite"),
 			"-client-header", "X-Client-Id", "-route", "POST /v1/refunds probe"},
 		map[string]string{"IDEMPROXY_PROBE_URL": "/v1/requests/{key}"})
-	post := func() (int, http.Header, string) {
-		req, _ := http.NewRequest("POST", addr+"/v1/refunds", strings.NewReader(`{"charge":"ch_1"}`))
-		req.Header.Set("X-Client-Id", "acme")
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", "refund-1")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, resp.Header, string(b)
-	}
+	post := func() (int, http.Header, string) { return postRefund(t, addr) }
 	if status, _, body := post(); status != http.StatusBadGateway || !strings.Contains(body, "idempotency-outcome-unknown") {
 		t.Fatalf("first: %d %q, want the 502 problem", status, body)
 	}
@@ -100,25 +85,13 @@ func TestProbeHeldAndRelease(t *testing.T) {
 				io.WriteString(w, `{"id":"refund_1"}`)
 			}))
 			t.Cleanup(up.Close)
-			db := "sqlite:" + filepath.Join(t.TempDir(), "keys.db")
-			if kind == "postgres" {
-				db = pgtest.NewDatabase(t)
-			}
+			db := testDB(t, kind)
 			addr, _ := started(t,
 				[]string{"-listen", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-upstream", up.URL, "-db", db,
 					"-client-header", "X-Client-Id", "-route", "POST /v1/refunds probe /v1/requests/{key}"}, nil)
 			post := func() (int, string) {
-				req, _ := http.NewRequest("POST", addr+"/v1/refunds", strings.NewReader(`{"charge":"ch_1"}`))
-				req.Header.Set("X-Client-Id", "acme")
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Idempotency-Key", "refund-1")
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer resp.Body.Close()
-				b, _ := io.ReadAll(resp.Body)
-				return resp.StatusCode, string(b)
+				status, _, body := postRefund(t, addr)
+				return status, body
 			}
 			for range 3 {
 				if status, body := post(); status != http.StatusBadGateway || !strings.Contains(body, "idempotency-outcome-unknown") {
