@@ -164,9 +164,10 @@ func (m *Middleware) mayRerun(attempt int) bool {
 
 // finishContext bounds a call that finishes a lease. It does not depend on
 // the client staying connected: a handler that finished its work commits
-// it, and the client's retry gets the replay.
-func (m *Middleware) finishContext(c *call) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(c.r.Context()), m.cfg.StoreTimeout)
+// it, and the client's retry gets the replay. Stop it when the call
+// returns.
+func (m *Middleware) finishContext(c *call) *deadlineCtx {
+	return newDeadlineCtx(context.WithoutCancel(c.r.Context()), m.cfg.StoreTimeout)
 }
 
 // run runs the handler under the lease, then stores its response or
@@ -178,8 +179,8 @@ func (m *Middleware) run(c *call, lease Lease, attempt int) runOutcome {
 		c.w = &discardWriter{} // the client has the response; see StreamResponse
 		defer rec.abortIfBroken()
 	}
-	ctx, cancel := m.finishContext(c)
-	defer cancel()
+	ctx := m.finishContext(c)
+	defer ctx.stop()
 	rerun := func() bool { return m.mayRerun(attempt) && reportsConflict(lease) }
 	switch {
 	case rerun():
@@ -301,8 +302,8 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 		if finished {
 			return
 		}
-		ctx, cancel := m.finishContext(c)
-		defer cancel()
+		ctx := m.finishContext(c)
+		defer ctx.stop()
 		m.cfg.Metrics.Request(ctx, ResultReleased)
 		var exists *ExistsError
 		if err := lease.Release(ctx); err != nil && !errors.As(err, &exists) {

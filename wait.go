@@ -2,7 +2,6 @@ package idem
 
 import (
 	"bytes"
-	"context"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -24,7 +23,7 @@ const (
 func (m *Middleware) claimOnce(c *call) (ClaimResult, error) {
 	ctx := c.r.Context()
 	now := m.cfg.Now()
-	claimCtx, cancel := context.WithTimeout(ctx, m.cfg.StoreTimeout)
+	claimCtx := newDeadlineCtx(ctx, m.cfg.StoreTimeout)
 	started := time.Now()
 	res, err := m.store.Claim(claimCtx, ClaimParams{
 		Scope: c.scope, Method: c.r.Method, Path: c.r.URL.EscapedPath(),
@@ -32,7 +31,7 @@ func (m *Middleware) claimOnce(c *call) (ClaimResult, error) {
 		Mode: m.cfg.Mode, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
 		Speculative: m.speculative(c),
 	})
-	cancel()
+	claimCtx.stop()
 	m.cfg.Metrics.Claim(ctx, time.Since(started), err)
 	return res, err
 }

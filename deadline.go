@@ -1,0 +1,110 @@
+package idem
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// deadlineCtx is the context of [context.WithTimeout], for the store
+// calls of a request, made cheap for the calls that never wait on it.
+// context.WithTimeout starts a timer and allocates it with the context,
+// on every request; most store calls (an in-memory store, a claim that
+// finds a replay) only ask Err, which needs no timer: it compares the
+// clock with the deadline. deadlineCtx makes the real context, with its
+// timer, only when Done or Value is first called, and until then answers
+// Err itself.
+//
+// Value makes the real context too, so that context.Cause, which finds
+// the nearest canceller through Value, sees this context's own rather
+// than its parent's, and contexts derived from it (WithCancel, AfterFunc)
+// register with the real one instead of starting a goroutine.
+//
+// Err is sticky: once it has returned an error it returns that error, and
+// Done is closed (or is made closed) from then on.
+type deadlineCtx struct {
+	parent   context.Context
+	deadline time.Time
+
+	mu     sync.Mutex
+	real   context.Context    // made by materialize
+	cancel context.CancelFunc // cancels real
+	err    error              // the first error Err returned; see stop
+}
+
+// newDeadlineCtx returns a context that parent's cancellation and a
+// deadline timeout from now end, as context.WithTimeout(parent, timeout)
+// does. Call stop when the work under it is done.
+func newDeadlineCtx(parent context.Context, timeout time.Duration) *deadlineCtx {
+	return &deadlineCtx{parent: parent, deadline: time.Now().Add(timeout)}
+}
+
+// Deadline returns the earlier of the parent's deadline and its own.
+func (c *deadlineCtx) Deadline() (time.Time, bool) {
+	if d, ok := c.parent.Deadline(); ok && d.Before(c.deadline) {
+		return d, true
+	}
+	return c.deadline, true
+}
+
+func (c *deadlineCtx) Done() <-chan struct{} { return c.materialize().Done() }
+
+func (c *deadlineCtx) Value(key any) any { return c.materialize().Value(key) }
+
+func (c *deadlineCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = c.check()
+	}
+	return c.err
+}
+
+// check returns the error that ends the context now, or nil. The caller
+// holds mu.
+func (c *deadlineCtx) check() error {
+	if c.real != nil {
+		return c.real.Err()
+	}
+	if err := c.parent.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// materialize returns the real context, made on the first call: one
+// already ended with the error Err returned, when it returned one, and
+// otherwise context.WithDeadline's. It carries the parent's values.
+func (c *deadlineCtx) materialize() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.real != nil {
+		return c.real
+	}
+	if c.err != nil {
+		// Ended with c.err, whatever the parent does: without its
+		// cancellation, which may have come since and says otherwise.
+		real, cancel := context.WithCancelCause(context.WithoutCancel(c.parent))
+		cancel(c.err)
+		c.real, c.cancel = real, func() {}
+		return real
+	}
+	c.real, c.cancel = context.WithDeadline(c.parent, c.deadline)
+	return c.real
+}
+
+// stop ends the context, as the CancelFunc of context.WithTimeout does,
+// and releases the real context's timer if it was made.
+func (c *deadlineCtx) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.real != nil:
+		c.cancel()
+	case c.err == nil:
+		c.err = context.Canceled
+	}
+}
