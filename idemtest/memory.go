@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -51,9 +50,10 @@ func (s *MemoryStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.Claim
 		if ok {
 			token = rec.Token + 1
 		}
+		buf := make([]byte, len(p.RequestHash)+len(p.RequestFields))
 		rec = &idem.Record{
 			Scope: p.Scope, Method: p.Method, Path: p.Path,
-			RequestHash: bytes.Clone(p.RequestHash), RequestFields: bytes.Clone(p.RequestFields),
+			RequestHash: carve(&buf, p.RequestHash), RequestFields: carve(&buf, p.RequestFields),
 			Status: idem.StatusInFlight, CreatedAt: p.Now, LockedAt: p.Now, Token: token,
 		}
 		s.records[p.Scope] = rec
@@ -110,11 +110,21 @@ func (s *MemoryStore) Len() int {
 	return len(s.records)
 }
 
+// cloneRecord copies r, so that neither the store nor its caller sees the
+// other's changes. Its byte slices share one allocation, and its header
+// values another (see cloneHeader).
 func cloneRecord(r *idem.Record) *idem.Record {
 	c := *r
-	c.RequestHash = bytes.Clone(r.RequestHash)
-	c.RequestFields = bytes.Clone(r.RequestFields)
-	c.Response = cloneResponse(r.Response)
+	var body []byte
+	if r.Response != nil {
+		body = r.Response.Body
+	}
+	buf := make([]byte, len(r.RequestHash)+len(r.RequestFields)+len(body))
+	c.RequestHash = carve(&buf, r.RequestHash)
+	c.RequestFields = carve(&buf, r.RequestFields)
+	if r.Response != nil {
+		c.Response = &idem.Response{StatusCode: r.Response.StatusCode, Header: cloneHeader(r.Response.Header), Body: carve(&buf, body)}
+	}
 	return &c
 }
 
@@ -122,11 +132,42 @@ func cloneResponse(r *idem.Response) *idem.Response {
 	if r == nil {
 		return nil
 	}
-	h := make(http.Header, len(r.Header))
-	for k, v := range r.Header {
-		h[k] = slices.Clone(v)
+	return &idem.Response{StatusCode: r.StatusCode, Header: cloneHeader(r.Header), Body: bytes.Clone(r.Body)}
+}
+
+// cloneHeader copies h, with every field's values in one new slice. Each
+// field's values are capped, so that appending to one never writes into
+// another's.
+func cloneHeader(h http.Header) http.Header {
+	n := 0
+	for _, v := range h {
+		n += len(v)
 	}
-	return &idem.Response{StatusCode: r.StatusCode, Header: h, Body: bytes.Clone(r.Body)}
+	values := make([]string, 0, n)
+	c := make(http.Header, len(h))
+	for name, v := range h {
+		if v == nil {
+			c[name] = nil
+			continue
+		}
+		start := len(values)
+		values = append(values, v...)
+		c[name] = values[start:len(values):len(values)]
+	}
+	return c
+}
+
+// carve copies b to the front of *buf, which has room for it, and returns
+// the copy, capped so that appending to it never writes into what follows,
+// and nil when b is nil.
+func carve(buf *[]byte, b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	n := copy(*buf, b)
+	c := (*buf)[:n:n]
+	*buf = (*buf)[n:]
+	return c
 }
 
 type memoryLease struct {
