@@ -136,9 +136,11 @@ func copyFields(dst, src http.Header, names []string, extra int) []string {
 	return values[len(values):]
 }
 
-func writeBody(w http.ResponseWriter, status int, body []byte) {
+// writeBody writes the status and, when the status allows one, the body
+// with its Content-Length, whose value goes in spare's room if it has any.
+func writeBody(w http.ResponseWriter, status int, body []byte, spare []string) {
 	if bodyAllowed(status) {
-		w.Header()["Content-Length"] = []string{strconv.Itoa(len(body))} // canonical already
+		w.Header()["Content-Length"] = append(spare[:0:min(1, cap(spare))], strconv.Itoa(len(body))) // canonical already
 	}
 	w.WriteHeader(status)
 	if bodyAllowed(status) {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -264,5 +265,86 @@ func TestConflictRerunsValidated(t *testing.T) {
 	}
 	if _, err := idem.New(idemtest.NewMemoryStore(), &idem.Config{ClientID: clientID, MaxConflictRetries: idem.NoConflictRetries}); err != nil {
 		t.Errorf("NoConflictRetries rejected: %v", err)
+	}
+}
+
+// keepingStore wraps the memory store, and its leases keep the response
+// given to Complete as it is, without a copy, as a store may.
+type keepingStore struct {
+	inner *idemtest.MemoryStore
+	kept  *idem.Response
+}
+
+func (s *keepingStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	res, err := s.inner.Claim(ctx, p)
+	if res.Lease != nil {
+		res.Lease = &keepingLease{Lease: res.Lease, store: s}
+	}
+	return res, err
+}
+
+type keepingLease struct {
+	idem.Lease
+	store *keepingStore
+}
+
+func (l *keepingLease) Complete(ctx context.Context, resp *idem.Response) error {
+	l.store.kept = resp
+	return l.Lease.Complete(ctx, resp)
+}
+
+// TestStoredResponseSharesNothingWithClient checks that what the client's
+// writer does to the header it got, after the middleware answered,
+// changes nothing in the response given to the store, whether the handler
+// set only fields that are replayed or others too.
+func TestStoredResponseSharesNothingWithClient(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		extra bool // the handler sets a field that is not replayed
+	}{
+		{"OnlyReplayedFields", false},
+		{"OtherFieldsToo", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			store := &keepingStore{inner: idemtest.NewMemoryStore()}
+			mw, err := idem.New(store, &idem.Config{ClientID: func(*http.Request) (string, bool) { return "client-1", true }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Location", "/v1/payments/1")
+				if tt.extra {
+					w.Header().Set("X-Trace", "t-1")
+				}
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, `{"id":"1"}`)
+			}))
+			r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{"amount":1}`))
+			r.Header.Set("Content-Type", "application/json")
+			r.Header.Set(idem.HeaderKey, `"key-1"`)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusCreated || w.Header().Get("Location") != "/v1/payments/1" || w.Header().Get("Content-Length") != "10" {
+				t.Fatalf("got %d %v", w.Code, w.Header())
+			}
+			if tt.extra && w.Header().Get("X-Trace") != "t-1" {
+				t.Errorf("X-Trace = %q, want t-1", w.Header().Get("X-Trace"))
+			}
+
+			// What an outer middleware may do to the header after the
+			// handler returned.
+			w.Header()["Content-Type"][0] = "changed"
+			w.Header()["Location"] = append(w.Header()["Location"][:0], "changed")
+			w.Header().Add("Content-Type", "added")
+
+			want := http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/payments/1"}}
+			if store.kept == nil || !reflect.DeepEqual(store.kept.Header, want) {
+				t.Errorf("the store was given %v, want %v", store.kept, want)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package idem
 import (
 	"bytes"
 	"net/http"
+	"slices"
 )
 
 // responseOf is what the store keeps of a handler's response: the status,
@@ -11,9 +12,27 @@ func (m *Middleware) responseOf(rec *recorder) *Response {
 	if rec.stream != nil && rec.stream.overflow {
 		return m.notRetained(rec)
 	}
-	resp := &Response{StatusCode: rec.statusCode(), Header: make(http.Header, len(m.replayHeaders)), Body: rec.body.Bytes()}
+	resp := &Response{StatusCode: rec.statusCode(), Body: rec.body.Bytes()}
+	if m.replaysAll(rec.header) {
+		// The handler is done with its header, and the store copies what
+		// it keeps: the response can hold the header itself.
+		resp.Header = rec.header
+		return resp
+	}
+	resp.Header = make(http.Header, len(m.replayHeaders))
 	copyFields(resp.Header, rec.header, m.replayHeaders, 0)
 	return resp
+}
+
+// replaysAll reports whether every field of h is on the replay list and
+// has a value, so that the stored header is h itself.
+func (m *Middleware) replaysAll(h http.Header) bool {
+	for name, values := range h {
+		if len(values) == 0 || !slices.Contains(m.replayHeaders, name) {
+			return false
+		}
+	}
+	return true
 }
 
 // recorder buffers a handler's response until the lease is finished, or
@@ -62,10 +81,11 @@ func (rec *recorder) statusCode() int {
 	return rec.status
 }
 
+// writeTo writes the buffered response to w. The header's values are
+// copied, so that nothing done to w's header changes a stored response
+// that holds rec.header (see responseOf); Content-Length shares their
+// allocation.
 func (rec *recorder) writeTo(w http.ResponseWriter) {
-	h := w.Header()
-	for name, values := range rec.header {
-		h[name] = values
-	}
-	writeBody(w, rec.statusCode(), rec.body.Bytes())
+	spare := copyFields(w.Header(), rec.header, nil, 1)
+	writeBody(w, rec.statusCode(), rec.body.Bytes(), spare)
 }
