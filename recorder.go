@@ -13,9 +13,11 @@ func (m *Middleware) responseOf(rec *recorder) *Response {
 		return m.notRetained(rec)
 	}
 	resp := &Response{StatusCode: rec.statusCode(), Body: rec.body.Bytes()}
-	if m.replaysAll(rec.header) {
-		// The handler is done with its header, and the store copies what
-		// it keeps: the response can hold the header itself.
+	if rec.stream == nil && m.replaysAll(rec.header) {
+		// The handler is done with its header, and the client gets copies
+		// of its values (see writeTo): the response can hold the header
+		// itself. A streamed response's header went to the client as it
+		// is, so its values are copied here.
 		resp.Header = rec.header
 		return resp
 	}
