@@ -76,6 +76,19 @@ func (rec *recorder) Write(p []byte) (int, error) {
 	return rec.body.Write(p)
 }
 
+// WriteString is Write without the copy of s to a byte slice that
+// io.WriteString makes for a writer without it, when the response is
+// buffered.
+func (rec *recorder) WriteString(s string) (int, error) {
+	if !rec.wroteHeader {
+		rec.WriteHeader(http.StatusOK)
+	}
+	if rec.stream != nil {
+		return rec.streamWrite([]byte(s))
+	}
+	return rec.body.WriteString(s)
+}
+
 func (rec *recorder) statusCode() int {
 	if !rec.wroteHeader {
 		return http.StatusOK
