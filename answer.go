@@ -53,7 +53,7 @@ func (m *Middleware) answerExisting(c *call, rec *Record) {
 			// Fields of another media type compare as all different; name
 			// the media type instead.
 			p.Detail = fmt.Sprintf("This key was first used with %s, and this request has %s: the media type differs. A retry must send the first request's media type and body.", describeKind(first), describeKind(c.fp.kind))
-		} else if p.Fields = diffFields(rec.RequestFields, c.fp); len(p.Fields) > 0 {
+		} else if p.Fields = diffFields(rec.RequestFields, c.fp.withFields(c.fields)); len(p.Fields) > 0 {
 			p.Detail = fmt.Sprintf("This key was first used with a different request: %s %s.", strings.Join(p.Fields, ", "), plural(len(p.Fields), "differs", "differ"))
 		} else {
 			p.Detail = "This key was first used with a different request: the query string or body differs."

@@ -37,31 +37,52 @@ func (f fingerprint) encodeFields() []byte {
 	if f.fields == nil { // not an object; an empty object encodes as {"media":...}
 		return nil
 	}
-	n := len(`{"":""}`) + len(kindMember) + len(f.kind)
+	n := encodedFieldsLen(f.kind)
 	for _, d := range f.fields {
-		n += len(`"":"",`) + len(d.pointer) + base64.RawURLEncoding.EncodedLen(len(d.digest))
+		n += encodedFieldLen(len(d.pointer))
 	}
 	out := make([]byte, 0, n)
 	out = append(out, '{')
-	for _, d := range f.fields {
-		out = appendJSONString(out, d.pointer)
-		out = append(out, ':', '"')
-		out = base64.RawURLEncoding.AppendEncode(out, d.digest[:])
-		out = append(out, '"', ',')
+	for i := range f.fields {
+		out = appendEncodedField(out, f.fields[i].pointer, &f.fields[i].digest)
 	}
+	return appendEncodedKind(out, f.kind)
+}
+
+// encodedFieldsLen is the length of encoded fields of the given kind
+// before the fields' own: the braces and the kind.
+func encodedFieldsLen(kind string) int { return len(`{"":""}`) + len(kindMember) + len(kind) }
+
+// encodedFieldLen is the length of one encoded field whose pointer has
+// the given length and needs no escapes.
+func encodedFieldLen(pointerLen int) int {
+	return len(`"":"",`) + pointerLen + base64.RawURLEncoding.EncodedLen(len(fieldDigest{}.digest))
+}
+
+// appendEncodedField appends one field, a pointer and its digest, to
+// encoded fields.
+func appendEncodedField[T string | []byte](out []byte, pointer T, digest *[16]byte) []byte {
+	out = appendJSONString(out, pointer)
+	out = append(out, ':', '"')
+	out = base64.RawURLEncoding.AppendEncode(out, digest[:])
+	return append(out, '"', ',')
+}
+
+// appendEncodedKind ends encoded fields with the body's kind.
+func appendEncodedKind(out []byte, kind string) []byte {
 	out = appendJSONString(out, kindMember)
 	out = append(out, ':')
-	out = appendJSONString(out, f.kind)
+	out = appendJSONString(out, kind)
 	return append(out, '}')
 }
 
 // appendJSONString appends s as encoding/json writes it. A string of
 // printable ASCII without '"', '\' or the characters it escapes for HTML
 // is written in quotes as it is; any other is left to encoding/json.
-func appendJSONString(dst []byte, s string) []byte {
+func appendJSONString[T string | []byte](dst []byte, s T) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			quoted, _ := json.Marshal(s) // a string always marshals
+			quoted, _ := json.Marshal(string(s)) // a string always marshals
 			return append(dst, quoted...)
 		}
 	}

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"mime"
@@ -80,11 +81,11 @@ type Fingerprint struct {
 // An empty body needs no content type. The error says, in words safe to
 // show to the client, why a request cannot be fingerprinted.
 func NewFingerprint(p FingerprintParams) (Fingerprint, error) {
-	f, err := fingerprintOf(p)
+	f, fields, err := encodedFingerprintOf(p)
 	if err != nil {
 		return Fingerprint{}, err
 	}
-	return Fingerprint{Hash: f.sum[:], Fields: f.encodeFields()}, nil
+	return Fingerprint{Hash: f.sum[:], Fields: fields}, nil
 }
 
 // fingerprint is a [Fingerprint] before its field digests are encoded: the
@@ -111,18 +112,43 @@ const (
 // fingerprintOf computes the fingerprint of a request, as [NewFingerprint]
 // describes.
 //
-// It runs on every request the middleware handles, so it works in buffers
-// it reuses: the canonical query and body never leave them, and what it
-// allocates is the field digests the fingerprint keeps.
+// It works in buffers it reuses: the canonical query and body never leave
+// them, and what it allocates is the field digests the fingerprint keeps.
 func fingerprintOf(p FingerprintParams) (fingerprint, error) {
 	s := scratchPool.Get().(*scratch)
 	defer s.release()
-	query, _, err := canonicalPairs(s, s.query[:0], p.RawQuery, nil, false)
+	f, err := s.fingerprint(p)
+	if err != nil {
+		return fingerprint{}, err
+	}
+	f.fields = s.fieldDigests()
+	return f, nil
+}
+
+// encodedFingerprintOf is fingerprintOf for the middleware, which runs it
+// on every request: it returns the field digests encoded, as
+// fingerprint.encodeFields encodes them, in their one allocation, and a
+// fingerprint without them (see fingerprint.withFields).
+func encodedFingerprintOf(p FingerprintParams) (fingerprint, []byte, error) {
+	s := scratchPool.Get().(*scratch)
+	defer s.release()
+	f, err := s.fingerprint(p)
+	if err != nil {
+		return fingerprint{}, nil, err
+	}
+	return f, s.encodeFields(f.kind), nil
+}
+
+// fingerprint computes the fingerprint of a request but for its field
+// digests, which it leaves in s.
+func (s *scratch) fingerprint(p FingerprintParams) (fingerprint, error) {
+	query, err := canonicalPairs(s, s.query[:0], p.RawQuery, nil, false)
 	if err != nil {
 		return fingerprint{}, &bodyError{err: errMalformedQuery, reason: "the query string does not parse"}
 	}
 	s.query = query
-	kind, body, fields, err := s.canonicalBody(p)
+	s.digests, s.hasFields = s.digests[:0], false
+	kind, body, err := s.canonicalBody(p)
 	if err != nil {
 		return fingerprint{}, err
 	}
@@ -131,9 +157,28 @@ func fingerprintOf(p FingerprintParams) (fingerprint, error) {
 	head = appendPart(head, p.Path)
 	head = appendPart(head, query)
 	head = appendPart(head, kind)
-	f := fingerprint{kind: kind, fields: fields}
+	f := fingerprint{kind: kind}
 	s.sum(&f.sum, head, body)
 	return f, nil
+}
+
+// withFields returns f with the field digests that encoded holds, as
+// encodedFingerprintOf returned them: for the answers that compare them
+// with a stored request's.
+func (f fingerprint) withFields(encoded []byte) fingerprint {
+	fields := decodeFields(encoded)
+	if fields == nil {
+		return f
+	}
+	f.fields = make([]fieldDigest, 0, len(fields))
+	for ptr, digest := range fields {
+		d := fieldDigest{pointer: ptr}
+		if n, err := base64.RawURLEncoding.Decode(d.digest[:], []byte(digest)); err == nil && n == len(d.digest) && strings.HasPrefix(ptr, "/") {
+			f.fields = append(f.fields, d)
+		}
+	}
+	sortFields(f.fields)
+	return f
 }
 
 // mediaType parses a Content-Type as mime.ParseMediaType does, without its
@@ -149,15 +194,17 @@ func mediaType(contentType string) (media, charset string, err error) {
 	return media, params["charset"], err
 }
 
-func (s *scratch) canonicalBody(p FingerprintParams) (kind string, body []byte, fields []fieldDigest, err error) {
+// canonicalBody returns the kind and canonical form of the body, which may
+// be in s's buffers, and leaves its field digests in s.
+func (s *scratch) canonicalBody(p FingerprintParams) (kind string, body []byte, err error) {
 	if len(p.Body) == 0 {
-		return kindEmpty, nil, nil, nil
+		return kindEmpty, nil, nil
 	}
 	media, charset := "", ""
 	if p.ContentType != "" {
 		m, cs, perr := mediaType(p.ContentType)
 		if perr != nil && !p.Raw {
-			return "", nil, nil, &bodyError{err: errUnsupportedMediaType, reason: "the Content-Type header does not parse"}
+			return "", nil, &bodyError{err: errUnsupportedMediaType, reason: "the Content-Type header does not parse"}
 		}
 		media, charset = m, cs
 	}
@@ -168,32 +215,30 @@ func (s *scratch) canonicalBody(p FingerprintParams) (kind string, body []byte, 
 		// decoded as UTF-8; a body in another charset would be compared, and
 		// handed to the handler, as bytes it does not hold.
 		if p.Raw {
-			return kindRaw, p.Body, nil, nil
+			return kindRaw, p.Body, nil
 		}
-		return "", nil, nil, &bodyError{err: errUnsupportedMediaType, reason: fmt.Sprintf("charset %q is not supported; send the body in UTF-8 (charset=utf-8, or no charset)", charset)}
+		return "", nil, &bodyError{err: errUnsupportedMediaType, reason: fmt.Sprintf("charset %q is not supported; send the body in UTF-8 (charset=utf-8, or no charset)", charset)}
 	}
 	switch {
 	case isJSON:
-		body, fields, err = s.canonicalJSON(p.Body, p.Exclude)
-		return kindJSON, body, fields, err
+		body, err = s.canonicalJSON(p.Body, p.Exclude)
+		return kindJSON, body, err
 	case isForm:
-		form, fields, ferr := canonicalPairs(s, s.text[:0], p.Body, p.Exclude, true)
+		form, ferr := canonicalPairs(s, s.text[:0], p.Body, p.Exclude, true)
 		if ferr != nil {
-			return "", nil, nil, &bodyError{err: errMalformedBody, reason: "the form body does not parse"}
+			return "", nil, &bodyError{err: errMalformedBody, reason: "the form body does not parse"}
 		}
 		s.text = form
-		for _, d := range fields {
-			if !utf8.ValidString(d.pointer) {
-				return "", nil, nil, &bodyError{err: errMalformedBody, reason: "a form field name is not UTF-8 after percent-decoding"}
-			}
+		if !utf8.Valid(s.pointers) { // the pointers of every field name, one after the other
+			return "", nil, &bodyError{err: errMalformedBody, reason: "a form field name is not UTF-8 after percent-decoding"}
 		}
-		return kindForm, form, fields, nil
+		return kindForm, form, nil
 	case p.Raw:
-		return kindRaw, p.Body, nil, nil
+		return kindRaw, p.Body, nil
 	case media == "":
-		return "", nil, nil, &bodyError{err: errUnsupportedMediaType, reason: "the request has a body but no Content-Type; send application/json or application/x-www-form-urlencoded"}
+		return "", nil, &bodyError{err: errUnsupportedMediaType, reason: "the request has a body but no Content-Type; send application/json or application/x-www-form-urlencoded"}
 	default:
-		return "", nil, nil, &bodyError{err: errUnsupportedMediaType, reason: fmt.Sprintf("content type %q is not supported; send application/json or application/x-www-form-urlencoded", media)}
+		return "", nil, &bodyError{err: errUnsupportedMediaType, reason: fmt.Sprintf("content type %q is not supported; send application/json or application/x-www-form-urlencoded", media)}
 	}
 }
 
@@ -204,19 +249,19 @@ func (s *scratch) canonicalBody(p FingerprintParams) (kind string, body []byte, 
 var canonicalForm = jcs.Options{ExactNumbers: true}
 
 // canonicalJSON returns the canonical form of a JSON body without the
-// excluded top-level fields, and the digests of the others when the body is
-// an object. The canonical form is in s's buffers.
-func (s *scratch) canonicalJSON(src []byte, exclude []string) ([]byte, []fieldDigest, error) {
+// excluded top-level fields, and leaves the digests of the others in s
+// when the body is an object. The canonical form is in s's buffers.
+func (s *scratch) canonicalJSON(src []byte, exclude []string) ([]byte, error) {
 	c, err := canonicalForm.Append(s.text[:0], src, s.spans[:0])
 	if err != nil {
-		return nil, nil, jsonError(err)
+		return nil, jsonError(err)
 	}
 	s.text, s.spans = c.Text, c.Members
 	s.pointers, s.ends = s.pointers[:0], s.ends[:0]
 	if !c.IsObject {
-		return c.Text, nil, nil
+		return c.Text, nil
 	}
-	fields := make([]fieldDigest, 0, len(c.Members))
+	s.hasFields = true
 	body := c.Text   // the whole object, unless a field is excluded
 	rebuilt := false // body is being rebuilt without the excluded fields
 	for i, m := range c.Members {
@@ -235,9 +280,8 @@ func (s *scratch) canonicalJSON(src []byte, exclude []string) ([]byte, []fieldDi
 		if rebuilt {
 			body = append(append(body, c.Text[m.Start:m.End]...), ',')
 		}
-		fields = append(fields, s.digestField(ptr, c.Text[m.ValueStart:m.End]))
+		s.digestField(ptr, c.Text[m.ValueStart:m.End])
 	}
-	s.namePointers(fields)
 	if rebuilt {
 		if body[len(body)-1] == ',' {
 			body = body[:len(body)-1]
@@ -245,8 +289,7 @@ func (s *scratch) canonicalJSON(src []byte, exclude []string) ([]byte, []fieldDi
 		body = append(body, '}')
 		s.value = body
 	}
-	sortFields(fields)
-	return body, fields, nil
+	return body, nil
 }
 
 // excluded reports whether ptr is one of the excluded pointers.

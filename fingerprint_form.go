@@ -14,12 +14,15 @@ const maxSplitPairs = 64
 
 // canonicalPairs parses URL-encoded pairs as url.ParseQuery does, and
 // appends them to dst with names sorted and, for each name, values sorted,
-// escaped as url.QueryEscape escapes them. With digests, it also returns
-// the digests of the fields, one for each name that is not excluded, sorted
-// by pointer; excluded names are left out of the encoding too.
-func canonicalPairs[T string | []byte](s *scratch, dst []byte, raw T, exclude []string, digests bool) ([]byte, []fieldDigest, error) {
+// escaped as url.QueryEscape escapes them. With digests, it also leaves
+// in s the digests of the fields, one for each name that is not excluded
+// (see scratch.digests); excluded names are left out of the encoding too.
+func canonicalPairs[T string | []byte](s *scratch, dst []byte, raw T, exclude []string, digests bool) ([]byte, error) {
+	if digests {
+		s.hasFields = true
+	}
 	if len(raw) == 0 {
-		return dst, nil, nil
+		return dst, nil
 	}
 	s.pairs, s.pointers, s.ends = s.pairs[:0], s.pointers[:0], s.ends[:0]
 	// Unescaped text is never longer than the escaped, so that the pairs
@@ -32,7 +35,7 @@ func canonicalPairs[T string | []byte](s *scratch, dst []byte, raw T, exclude []
 		err = s.parsePairs(string(raw), exclude)
 	}
 	if err != nil {
-		return dst, nil, err
+		return dst, err
 	}
 	pairs := s.pairs
 	slices.SortFunc(pairs, func(a, b formPair) int {
@@ -41,16 +44,6 @@ func canonicalPairs[T string | []byte](s *scratch, dst []byte, raw T, exclude []
 		}
 		return bytes.Compare(a.value, b.value)
 	})
-	var fields []fieldDigest
-	if digests {
-		names := 0
-		for i := range pairs {
-			if i == 0 || !bytes.Equal(pairs[i].name, pairs[i-1].name) {
-				names++
-			}
-		}
-		fields = make([]fieldDigest, 0, names)
-	}
 	start := len(dst)
 	for i := 0; i < len(pairs); {
 		name := pairs[i].name
@@ -66,14 +59,10 @@ func canonicalPairs[T string | []byte](s *scratch, dst []byte, raw T, exclude []
 		}
 		s.value = values
 		if digests {
-			fields = append(fields, s.digestField(addPointer(s, name), values))
+			s.digestField(addPointer(s, name), values)
 		}
 	}
-	if digests {
-		s.namePointers(fields)
-		sortFields(fields)
-	}
-	return dst, fields, nil
+	return dst, nil
 }
 
 // splitPairs reads the pairs of raw into s.pairs, leaving out excluded

@@ -1,9 +1,11 @@
 package idem
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"hash"
+	"slices"
 	"sync"
 
 	"github.com/idemkit/idem/internal/jcs"
@@ -26,6 +28,11 @@ type scratch struct {
 	// other; ends holds where each ends.
 	pointers []byte
 	ends     []int
+	// digests are the digests of a body's fields, in the order of ends,
+	// when hasFields is set: the body is an object or a form.
+	digests   [][16]byte
+	hasFields bool
+	order     []int // the fields' indexes, sorted by pointer
 }
 
 // formPair is one name=value pair of a form body or query, unescaped.
@@ -41,7 +48,8 @@ var scratchPool = sync.Pool{New: func() any { return &scratch{h: sha256.New(), s
 func (s *scratch) release() {
 	clear(s.spans[:cap(s.spans)])
 	clear(s.pairs[:cap(s.pairs)])
-	s.spans, s.pairs, s.pointers, s.ends = s.spans[:0], s.pairs[:0], s.pointers[:0], s.ends[:0]
+	s.spans, s.pairs, s.pointers, s.ends, s.digests = s.spans[:0], s.pairs[:0], s.pointers[:0], s.ends[:0], s.digests[:0]
+	s.order = s.order[:0]
 	for _, b := range []*[]byte{&s.head, &s.query, &s.text, &s.value, &s.pointers, &s.unescaped} {
 		if cap(*b) > maxScratchBytes {
 			*b = nil
@@ -74,16 +82,14 @@ func appendPart[T string | []byte](dst []byte, part T) []byte {
 	return append(dst, part...)
 }
 
-// digestField returns the digest of the top-level field ptr, whose
-// canonical value is value; the caller sets the digest's pointer.
-func (s *scratch) digestField(ptr, value []byte) fieldDigest {
+// digestField adds to s.digests the digest of the top-level field ptr,
+// whose canonical value is value; ptr is the pointer addPointer added last.
+func (s *scratch) digestField(ptr, value []byte) {
 	head := appendPart(s.head[:0], "idem-field-v1")
 	head = appendPart(head, ptr)
 	var sum [32]byte
 	s.sum(&sum, head, value)
-	var d fieldDigest
-	copy(d.digest[:], sum[:16])
-	return d
+	s.digests = append(s.digests, [16]byte(sum[:16]))
 }
 
 // addPointer appends the JSON pointer of the top-level field name to s's
@@ -114,12 +120,55 @@ func (s *scratch) dropPointer() {
 	}
 }
 
-// namePointers sets the pointers of fields, one for each that addPointer
-// added and in its order, as strings that share one allocation.
-func (s *scratch) namePointers(fields []fieldDigest) {
+// pointer returns the pointer of the field i, in the order of ends.
+func (s *scratch) pointer(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = s.ends[i-1]
+	}
+	return s.pointers[start:s.ends[i]]
+}
+
+// fieldDigests returns the digests of the fields in s, sorted by pointer,
+// with their pointers as strings that share one allocation; nil when the
+// body is neither an object nor a form.
+func (s *scratch) fieldDigests() []fieldDigest {
+	if !s.hasFields {
+		return nil
+	}
+	fields := make([]fieldDigest, len(s.digests))
 	all := string(s.pointers)
 	start := 0
 	for i, end := range s.ends {
-		fields[i].pointer, start = all[start:end], end
+		fields[i] = fieldDigest{pointer: all[start:end], digest: s.digests[i]}
+		start = end
 	}
+	sortFields(fields)
+	return fields
+}
+
+// encodeFields returns the digests of the fields in s encoded as
+// [fingerprint.encodeFields] encodes them, for a body of the given kind,
+// in one allocation; nil when the body is neither an object nor a form.
+func (s *scratch) encodeFields(kind string) []byte {
+	if !s.hasFields {
+		return nil
+	}
+	// Sort the fields by pointer, through their indexes.
+	order := s.order[:0]
+	for i := range s.digests {
+		order = append(order, i)
+	}
+	s.order = order
+	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(s.pointer(a), s.pointer(b)) })
+	n := encodedFieldsLen(kind)
+	for i := range order {
+		n += encodedFieldLen(len(s.pointer(i)))
+	}
+	out := make([]byte, 0, n)
+	out = append(out, '{')
+	for _, i := range order {
+		out = appendEncodedField(out, s.pointer(i), &s.digests[i])
+	}
+	return appendEncodedKind(out, kind)
 }

@@ -54,9 +54,10 @@ type call struct {
 	r    *http.Request
 	next http.Handler
 
-	scope Scope
-	body  []byte
-	fp    fingerprint
+	scope  Scope
+	body   []byte
+	fp     fingerprint // without its field digests; see fingerprint.withFields
+	fields []byte      // the field digests, encoded
 
 	base *slog.Logger
 	log  *slog.Logger // base with the client and the key's digest; see logger

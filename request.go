@@ -45,7 +45,7 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 	if len(contentType) == 1 {
 		mediaType = contentType[0]
 	}
-	fp, err := fingerprintOf(FingerprintParams{
+	fp, fields, err := encodedFingerprintOf(FingerprintParams{
 		Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
 		ContentType: mediaType, Body: body,
 		Exclude: m.cfg.ExcludeFields, Raw: !required,
@@ -59,7 +59,7 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 	return &call{
 		w: w, r: r,
 		scope: Scope{ClientID: clientID, Key: key},
-		body:  body, fp: fp,
+		body:  body, fp: fp, fields: fields,
 		base: m.cfg.Logger,
 	}, nil
 }

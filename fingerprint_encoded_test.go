@@ -1,0 +1,62 @@
+package idem
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// FuzzEncodedFingerprint checks that the middleware's fingerprint, with its
+// field digests encoded in one go, is the reference's, and that the
+// digests decoded from the encoding are the reference's too.
+func FuzzEncodedFingerprint(f *testing.F) {
+	seeds := []struct {
+		query, contentType, body, exclude string
+	}{
+		{"", "application/json", `{"b": 1, "a": [1, 2], "c": {"z": 1, "y": 2}}`, ""},
+		{"b=2&a=1", "application/json", `{"a/b": 1, "a~b": 2, "a": 3, "<&>": 4, "é": 5, "\u00e9x": 6, "\ud83d\ude00": 7, "\ufb01": 8}`, "/a"},
+		{"", "application/json", `{}`, ""},
+		{"", "application/json", `[{"a": 1}]`, ""},
+		{"", "application/json", `"text"`, ""},
+		{"", "application/json", `{"amount": 1, "client_timestamp": 2}`, "/client_timestamp"},
+		{"", "application/json", `{"a": 1, "a": 2}`, ""},
+		{"", "application/x-www-form-urlencoded", `b=2&a=1&a=0&c=&d`, ""},
+		{"", "application/x-www-form-urlencoded", `a%2Fb=1&a~b=2&%3C%26%3E=3&%C3%A9=4`, "/a~1b"},
+		{"", "application/x-www-form-urlencoded", `&`, ""},
+		{"", "application/x-www-form-urlencoded", `%FF=1`, ""},
+		{"", "text/plain", `amount=1`, ""},
+	}
+	for _, s := range seeds {
+		for _, raw := range []bool{false, true} {
+			f.Add(s.query, s.contentType, []byte(s.body), s.exclude, raw)
+		}
+	}
+	f.Fuzz(func(t *testing.T, query, contentType string, body []byte, exclude string, raw bool) {
+		p := FingerprintParams{Method: "POST", Path: "/v1/payments", RawQuery: query, ContentType: contentType, Body: body, Raw: raw}
+		if exclude != "" {
+			p.Exclude = strings.Split(exclude, ",")
+		}
+		want, wantErr := refFingerprintOf(p)
+		got, fields, err := encodedFingerprintOf(p)
+		if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+			t.Fatalf("encodedFingerprintOf(%+v) error = %v, reference %v", p, err, wantErr)
+		}
+		if err != nil {
+			return
+		}
+		if got.sum != want.sum || got.kind != want.kind || got.fields != nil {
+			t.Fatalf("encodedFingerprintOf(%+v) = %x %s %v, reference %x %s and no digests", p, got.sum, got.kind, got.fields, want.sum, want.kind)
+		}
+		if wantFields := refEncodeFields(want); !bytes.Equal(fields, wantFields) || (fields == nil) != (wantFields == nil) {
+			t.Fatalf("encodedFingerprintOf(%+v) fields = %q, reference %q", p, fields, wantFields)
+		}
+		if decoded := got.withFields(fields); !slices.Equal(decoded.fields, want.fields) {
+			t.Fatalf("withFields of %+v = %v, reference %v", p, decoded.fields, want.fields)
+		}
+		if pub, err := NewFingerprint(p); err != nil || !bytes.Equal(pub.Hash, want.sum[:]) || !bytes.Equal(pub.Fields, fields) {
+			t.Fatalf("NewFingerprint(%+v) = %x %q, %v; want %x %q", p, pub.Hash, pub.Fields, err, want.sum, fields)
+		}
+	})
+}
