@@ -54,10 +54,13 @@ type call struct {
 	r    *http.Request
 	next http.Handler
 
-	scope  Scope
-	body   []byte
-	fp     fingerprint // without its field digests; see fingerprint.withFields
-	fields []byte      // the field digests, encoded
+	scope Scope
+	body  []byte
+	// bodyRead is set once the handler is given the body, which may then
+	// not be reused; see bodyBuffers.
+	bodyRead bool
+	fp       fingerprint // without its field digests; see fingerprint.withFields
+	fields   []byte      // the field digests, encoded
 
 	base *slog.Logger
 	log  *slog.Logger // base with the client and the key's digest; see logger
@@ -101,6 +104,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	c.next = next
 	m.claimAndRun(c)
+	if !c.bodyRead {
+		recycleBody(c.body)
+	}
 }
 
 // claimAndRun claims the key and runs the handler under the lease, again
@@ -320,6 +326,7 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 		ctx = contextWithPhaseHost(ctx, rec.phases)
 	}
 	req := c.r.WithContext(ctx)
+	c.bodyRead = true
 	body := new(bodyReader)
 	body.Reset(c.body)
 	req.Body = body

@@ -358,3 +358,51 @@ func TestStoredResponseSharesNothingWithClient(t *testing.T) {
 		})
 	}
 }
+
+// TestBodyOfHandlerIsNotReused checks that the buffer of a body that a
+// handler was given is never reused for another request's, even when the
+// handler, against the rules, keeps its reader after it returns, while
+// requests answered without the handler recycle theirs.
+func TestBodyOfHandlerIsNotReused(t *testing.T) {
+	t.Parallel()
+	var kept io.Reader
+	mw, err := idem.New(idemtest.NewMemoryStore(), &idem.Config{ClientID: func(*http.Request) (string, bool) { return "client-1", true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if kept == nil {
+			kept = r.Body
+		} else {
+			io.Copy(io.Discard, r.Body)
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	serve := func(key, body string) int {
+		r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set(idem.HeaderKey, `"`+key+`"`)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	const first = `{"amount":10000}`
+	if code := serve("k0", first); code != http.StatusCreated {
+		t.Fatalf("first request: %d", code)
+	}
+	for i := range 200 {
+		other := fmt.Sprintf(`{"amount":2%04d}`, i) // as long as the first
+		if code := serve("k0", other); code != http.StatusUnprocessableEntity {
+			t.Fatalf("mismatch: %d, want 422", code)
+		}
+		if code := serve("k0", first); code != http.StatusCreated {
+			t.Fatalf("replay: %d, want 201", code)
+		}
+		if code := serve(fmt.Sprint("k", i+1), other); code != http.StatusCreated {
+			t.Fatalf("new key: %d, want 201", code)
+		}
+	}
+	if got, _ := io.ReadAll(kept); string(got) != first {
+		t.Errorf("the kept body reads %q, want %q", got, first)
+	}
+}

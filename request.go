@@ -50,6 +50,9 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 		ContentType: mediaType, Body: body,
 		Exclude: m.cfg.ExcludeFields, Raw: !required,
 	})
+	if err != nil {
+		recycleBody(body) // the error holds none of it
+	}
 	switch {
 	case errors.Is(err, errUnsupportedMediaType):
 		return nil, &rejection{ProblemMediaType, reasonOf(err, "The media type is not supported") + "."}
@@ -89,8 +92,9 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	body, err := readAll(http.MaxBytesReader(w, r.Body, max), r.ContentLength)
+	body, err := readAllInto(bodyBuffer(r.ContentLength), http.MaxBytesReader(w, r.Body, max), r.ContentLength)
 	if err != nil {
+		recycleBody(body)
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, tooLarge()
@@ -107,13 +111,21 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 // a body of the given length when it is known (not negative), so that a
 // body of the length it declares is read in one allocation.
 func readAll(rd io.Reader, length int64) ([]byte, error) {
+	return readAllInto(nil, rd, length)
+}
+
+// readAllInto is readAll into b, an empty buffer, when it has room for the
+// body of the given length and the byte after it.
+func readAllInto(b []byte, rd io.Reader, length int64) ([]byte, error) {
 	if length < 0 {
 		return io.ReadAll(rd)
 	}
 	// One byte more than the body, so that reading its end needs no room;
 	// a body larger than a mebibyte grows as it arrives, as a client may
 	// declare a length it never sends.
-	b := make([]byte, 0, min(length, 1<<20)+1)
+	if int64(cap(b)) <= length {
+		b = make([]byte, 0, min(length, 1<<20)+1)
+	}
 	for {
 		n, err := rd.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
