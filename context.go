@@ -30,6 +30,20 @@ func contextWithScope(ctx context.Context, s *Scope) context.Context {
 	return context.WithValue(ctx, scopeKey{}, s)
 }
 
+// scopeContext is contextWithScope(Context, scope) as a type, which the
+// middleware allocates together with what else a run of the handler needs.
+type scopeContext struct {
+	context.Context
+	scope *Scope // must not change
+}
+
+func (c *scopeContext) Value(key any) any {
+	if key == (scopeKey{}) {
+		return c.scope
+	}
+	return c.Context.Value(key)
+}
+
 // DeriveKey returns an idempotency key for a call to another system, such as
 // a card processor, made while handling the request whose context this is.
 //

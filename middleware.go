@@ -317,8 +317,10 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 			c.logger().ErrorContext(ctx, "idem: release after panic failed", "err", err)
 		}
 	}()
-	ctx := contextWithScope(lease.Context(c.r.Context()), &c.scope)
-	rec := &recorder{header: make(http.Header)}
+	x := &execution{rec: recorder{header: make(http.Header)}}
+	x.ctx = scopeContext{Context: lease.Context(c.r.Context()), scope: &c.scope}
+	var ctx context.Context = &x.ctx
+	rec := &x.rec
 	if m.cfg.Mode == ModeTwoPhase {
 		// Phases.Run finds the lease here and reports an unfinished
 		// operation back.
@@ -327,9 +329,8 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 	}
 	req := c.r.WithContext(ctx)
 	c.bodyRead = true
-	body := new(bodyReader)
-	body.Reset(c.body)
-	req.Body = body
+	x.body.Reset(c.body)
+	req.Body = &x.body
 	req.ContentLength = int64(len(c.body))
 	if m.cfg.Mode == ModeTwoPhase {
 		rec.client = c.w // the response may stream; see StreamResponse
@@ -337,6 +338,15 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 	c.next.ServeHTTP(rec, req)
 	finished = true
 	return rec
+}
+
+// execution is what one run of the handler needs besides its request, in
+// one allocation: the recorder of its response, the reader of its body,
+// and the context that carries the scope.
+type execution struct {
+	rec  recorder
+	body bodyReader
+	ctx  scopeContext
 }
 
 // keyDigest is a short digest of a key for logs, which never carry keys.
