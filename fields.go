@@ -81,7 +81,7 @@ func appendEncodedKind(out []byte, kind string) []byte {
 // is written in quotes as it is; any other is left to encoding/json.
 func appendJSONString[T string | []byte](dst []byte, s T) []byte {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if !jsonAsIs[s[i]] {
 			quoted, _ := json.Marshal(string(s)) // a string always marshals
 			return append(dst, quoted...)
 		}
@@ -90,6 +90,16 @@ func appendJSONString[T string | []byte](dst []byte, s T) []byte {
 	dst = append(dst, s...)
 	return append(dst, '"')
 }
+
+// jsonAsIs marks the bytes that encoding/json writes in a string as they
+// are: printable ASCII but '"', '\\' and the characters it escapes for
+// HTML.
+var jsonAsIs = func() (t [256]bool) {
+	for c := 0x20; c <= 0x7e; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
 
 // decodeFields decodes stored field digests. It returns nil when they are
 // empty or cannot be decoded.

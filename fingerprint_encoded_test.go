@@ -2,6 +2,7 @@ package idem
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -59,4 +60,20 @@ func FuzzEncodedFingerprint(f *testing.F) {
 			t.Fatalf("NewFingerprint(%+v) = %x %q, %v; want %x %q", p, pub.Hash, pub.Fields, err, want.sum, fields)
 		}
 	})
+}
+
+// TestAppendJSONString checks that appendJSONString writes every byte, in
+// a string and a byte slice, as encoding/json does.
+func TestAppendJSONString(t *testing.T) {
+	t.Parallel()
+	for c := range 256 {
+		s := "/a" + string(rune(c)) + string([]byte{byte(c)}) + "z"
+		want, _ := json.Marshal(s)
+		if got := appendJSONString([]byte("x"), s); string(got) != "x"+string(want) {
+			t.Errorf("appendJSONString(%q) = %s, encoding/json %s", s, got[1:], want)
+		}
+		if got := appendJSONString(nil, []byte(s)); string(got) != string(want) {
+			t.Errorf("appendJSONString([]byte(%q)) = %s, encoding/json %s", s, got, want)
+		}
+	}
 }

@@ -42,7 +42,7 @@ func (e *invalidKeyError) Unwrap() error { return e.Err }
 // no Idempotency-Key field. Two or more fields are an error, as is any
 // field that parseKey rejects.
 func keyFromHeader(h http.Header) (string, bool, error) {
-	values := h.Values(HeaderKey)
+	values := h[HeaderKey] // canonical: no lookup of its canonical form
 	switch len(values) {
 	case 0:
 		return "", false, nil

@@ -442,3 +442,12 @@ func referenceSFString(s string) (value, rest string, ok bool) {
 	}
 	return "", "", false
 }
+
+// TestHeaderKeyIsCanonical checks that HeaderKey is in canonical form, as
+// the middleware looks it up without canonicalising it.
+func TestHeaderKeyIsCanonical(t *testing.T) {
+	t.Parallel()
+	if got := http.CanonicalHeaderKey(idem.HeaderKey); got != idem.HeaderKey {
+		t.Errorf("CanonicalHeaderKey(%q) = %q", idem.HeaderKey, got)
+	}
+}

@@ -93,7 +93,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	required := m.cfg.Require(r)
-	if !required && len(r.Header.Values(HeaderKey)) == 0 {
+	if !required && len(r.Header[HeaderKey]) == 0 { // canonical already
 		next.ServeHTTP(w, r) // no key, and none needed
 		return
 	}
