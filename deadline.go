@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// deadlineCtx is the context of [context.WithTimeout], for the store
+// deadlineCtx is the context of [context.WithDeadline], for the store
 // calls of a request, made cheap for the calls that never wait on it.
-// context.WithTimeout starts a timer and allocates it with the context,
+// context.WithDeadline starts a timer and allocates it with the context,
 // on every request; most store calls (an in-memory store, a claim that
 // finds a replay) only ask Err, which needs no timer: it compares the
 // clock with the deadline. deadlineCtx makes the real context, with its
@@ -32,11 +32,11 @@ type deadlineCtx struct {
 	err    error              // the first error Err returned; see stop
 }
 
-// newDeadlineCtx returns a context that parent's cancellation and a
-// deadline timeout from now end, as context.WithTimeout(parent, timeout)
-// does. Call stop when the work under it is done.
-func newDeadlineCtx(parent context.Context, timeout time.Duration) *deadlineCtx {
-	return &deadlineCtx{parent: parent, deadline: time.Now().Add(timeout)}
+// newDeadlineCtx returns a context that parent's cancellation and the
+// deadline end, as context.WithDeadline(parent, deadline) does. Call stop
+// when the work under it is done.
+func newDeadlineCtx(parent context.Context, deadline time.Time) *deadlineCtx {
+	return &deadlineCtx{parent: parent, deadline: deadline}
 }
 
 // Deadline returns the earlier of the parent's deadline and its own.

@@ -173,7 +173,7 @@ func TestDeadlineCtx(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				parent, cancel := context.WithCancel(context.WithValue(context.Background(), valueKey{}, "v"))
 				defer cancel()
-				ctx := newDeadlineCtx(parent, time.Second)
+				ctx := newDeadlineCtx(parent, time.Now().Add(time.Second))
 				defer ctx.stop()
 				tt.run(t, ctx, cancel)
 			})
@@ -189,7 +189,7 @@ func TestDeadlineCtxEarlierParentDeadline(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			parent, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			ctx := newDeadlineCtx(parent, time.Hour)
+			ctx := newDeadlineCtx(parent, time.Now().Add(time.Hour))
 			defer ctx.stop()
 			if d, _ := ctx.Deadline(); !d.Equal(time.Now().Add(time.Second)) {
 				t.Errorf("Deadline = %v, want the parent's", d)
@@ -212,7 +212,7 @@ func TestDeadlineCtxConcurrent(t *testing.T) {
 	t.Parallel()
 	for range 50 {
 		parent, cancel := context.WithCancel(context.Background())
-		ctx := newDeadlineCtx(parent, time.Millisecond)
+		ctx := newDeadlineCtx(parent, time.Now().Add(time.Millisecond))
 		var wg sync.WaitGroup
 		for g := range 4 {
 			wg.Go(func() {

@@ -174,7 +174,7 @@ func (m *Middleware) mayRerun(attempt int) bool {
 // it, and the client's retry gets the replay. Stop it when the call
 // returns.
 func (m *Middleware) finishContext(c *call) *deadlineCtx {
-	return newDeadlineCtx(context.WithoutCancel(c.r.Context()), m.cfg.StoreTimeout)
+	return newDeadlineCtx(context.WithoutCancel(c.r.Context()), time.Now().Add(m.cfg.StoreTimeout))
 }
 
 // run runs the handler under the lease, then stores its response or

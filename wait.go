@@ -23,8 +23,8 @@ const (
 func (m *Middleware) claimOnce(c *call) (ClaimResult, error) {
 	ctx := c.r.Context()
 	now := m.cfg.Now()
-	claimCtx := newDeadlineCtx(ctx, m.cfg.StoreTimeout)
 	started := time.Now()
+	claimCtx := newDeadlineCtx(ctx, started.Add(m.cfg.StoreTimeout))
 	res, err := m.store.Claim(claimCtx, ClaimParams{
 		Scope: c.scope, Method: c.r.Method, Path: c.r.URL.EscapedPath(),
 		RequestHash: c.fp.sum[:], RequestFields: c.fields,
