@@ -112,14 +112,12 @@ func (m *Middleware) replay(w http.ResponseWriter, resp *Response) {
 // with their values in one new slice, and returns the rest of that slice:
 // room for extra more values. Each field's values are capped, so that
 // appending to one never writes into another's.
+//
+// It reads src once: the slice has room for one value a field, as most
+// fields have, and grows for those with more, while the fields copied
+// before keep the values they point to.
 func copyFields(dst, src http.Header, names []string, extra int) []string {
-	n := extra
-	for name, v := range src {
-		if names == nil || slices.Contains(names, name) {
-			n += len(v)
-		}
-	}
-	values := make([]string, 0, n)
+	values := make([]string, 0, len(src)+extra)
 	for name, v := range src {
 		switch {
 		case names != nil && !slices.Contains(names, name):
@@ -133,7 +131,10 @@ func copyFields(dst, src http.Header, names []string, extra int) []string {
 			dst[name] = values[start:len(values):len(values)]
 		}
 	}
-	return values[len(values):]
+	if cap(values)-len(values) < extra {
+		values = make([]string, 0, extra)
+	}
+	return values[len(values) : len(values) : len(values)+extra]
 }
 
 // writeBody writes the status and, when the status allows one, the body

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"testing"
 	"testing/iotest"
 )
@@ -71,5 +72,31 @@ func TestCopyFields(t *testing.T) {
 	copyFields(all, src, nil, 0)
 	if want := (http.Header{"A": {"1", "2"}, "B": {"3"}, "Empty": {}, "Skipped": {"4"}}); !reflect.DeepEqual(all, want) {
 		t.Fatalf("copied %v, want every field of %v", all, want)
+	}
+}
+
+// TestCopyFieldsManyValues checks copyFields when fields have more values
+// than it makes room for at first.
+func TestCopyFieldsManyValues(t *testing.T) {
+	t.Parallel()
+	many := []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}
+	src := http.Header{"A": many, "B": {"b"}, "C": {"c1", "c2", "c3"}}
+	for _, names := range [][]string{nil, {"A", "B", "C"}} {
+		dst := http.Header{}
+		rest := copyFields(dst, src, names, 2)
+		if len(rest) != 0 || cap(rest) != 2 {
+			t.Fatalf("rest = %q (cap %d), want room for 2 more values", rest, cap(rest))
+		}
+		if !reflect.DeepEqual(dst, src) {
+			t.Fatalf("copied %v, want %v", dst, src)
+		}
+		for name := range dst {
+			dst[name] = append(dst[name], "x")
+		}
+		_ = append(rest, "y", "z")
+		want := http.Header{"A": append(slices.Clone(many), "x"), "B": {"b", "x"}, "C": {"c1", "c2", "c3", "x"}}
+		if !reflect.DeepEqual(dst, want) || len(src["A"]) != 10 || src["B"][0] != "b" {
+			t.Fatalf("appending to copied fields wrote into others: %v, source %v", dst, src)
+		}
 	}
 }

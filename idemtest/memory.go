@@ -135,15 +135,12 @@ func cloneResponse(r *idem.Response) *idem.Response {
 	return &idem.Response{StatusCode: r.StatusCode, Header: cloneHeader(r.Header), Body: bytes.Clone(r.Body)}
 }
 
-// cloneHeader copies h, with every field's values in one new slice. Each
-// field's values are capped, so that appending to one never writes into
-// another's.
+// cloneHeader copies h, with the fields' values in one new slice, which
+// has room for one value a field, as most fields have, and grows for
+// those with more. Each field's values are capped, so that appending to
+// one never writes into another's.
 func cloneHeader(h http.Header) http.Header {
-	n := 0
-	for _, v := range h {
-		n += len(v)
-	}
-	values := make([]string, 0, n)
+	values := make([]string, 0, len(h))
 	c := make(http.Header, len(h))
 	for name, v := range h {
 		if v == nil {

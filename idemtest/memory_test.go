@@ -40,7 +40,7 @@ func TestMemoryStoreSharesNoMemory(t *testing.T) {
 	params.RequestHash[0], params.RequestFields[0] = 'X', 'X'
 	resp := &idem.Response{
 		StatusCode: 201,
-		Header:     http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/payments/1"}, "Empty": {}},
+		Header:     http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/payments/1"}, "Empty": {}, "Vary": {"A", "B", "C", "D"}},
 		Body:       []byte(`{"id":"1"}`),
 	}
 	if err := res.Lease.Complete(ctx, resp); err != nil {
@@ -51,7 +51,7 @@ func TestMemoryStoreSharesNoMemory(t *testing.T) {
 		RequestHash: []byte("hash-0123456789"), RequestFields: []byte(`{"media":"json"}`),
 		Response: &idem.Response{
 			StatusCode: 201,
-			Header:     http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/payments/1"}, "Empty": {}},
+			Header:     http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/payments/1"}, "Empty": {}, "Vary": {"A", "B", "C", "D"}},
 			Body:       []byte(`{"id":"1"}`),
 		},
 	}
@@ -85,6 +85,7 @@ func TestMemoryStoreSharesNoMemory(t *testing.T) {
 	_ = append(got.RequestFields, "XXXXXXXXXXXXXXXXXXXXXXXXX"...)
 	got.Response.Header["Content-Type"] = append(got.Response.Header["Content-Type"], "x")
 	got.Response.Header["Empty"] = append(got.Response.Header["Empty"], "x")
+	got.Response.Header["Vary"] = append(got.Response.Header["Vary"], "x")
 	if loc := got.Response.Header["Location"]; len(loc) != 1 || loc[0] != "/v1/payments/1" {
 		t.Errorf("Location = %q after appending to other fields", loc)
 	}
@@ -93,5 +94,6 @@ func TestMemoryStoreSharesNoMemory(t *testing.T) {
 	}
 	got.RequestHash[0], got.RequestFields[0], got.Response.Body[0] = 'Y', 'Y', 'Y'
 	got.Response.Header["Location"][0] = "changed"
+	got.Response.Header["Vary"][0] = "changed"
 	checkStored(t)
 }
