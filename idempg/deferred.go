@@ -11,7 +11,7 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// SQLSTATE codes raised by idem_claim_guard (migration 004).
+// SQLSTATE codes raised by idem_claim_guard (migrations 004 and 005).
 const (
 	codeKeyInFlight = "IDEM2" // another transaction holds the key's lock
 	codeKeyExists   = "IDEM3" // the key exists and is not past retention
@@ -72,45 +72,43 @@ type deferredClaim struct {
 	cutoff *time.Time // keys created at or before it are past retention; nil for none
 
 	state   claimState
-	refusal error        // wraps ErrNotClaimed and an *idem.ExistsError, once refused
-	seen    *idem.Record // what the claim's read found, nil for none
+	refusal error // wraps ErrNotClaimed and an *idem.ExistsError, once refused
+	// stale reports that the guard found the key's row past retention,
+	// which Complete replaces; false when it found no row.
+	stale bool
 }
 
-// queue queues the claim's read of the key and the guard on b, which must
-// be empty; with begin, BEGIN after them, which turns the round trip's
-// implicit transaction, where the guard took the key's lock, into the
-// explicit one that the handler's statements run in. b then carries a
-// transaction for BatchResults.Tx: its begin query is the read.
+// queue queues the claim's guard on b, which must be empty; with begin,
+// BEGIN after it, which turns the round trip's implicit transaction, where
+// the guard took the key's lock, into the explicit one that the handler's
+// statements run in. b then carries a transaction for BatchResults.Tx: its
+// begin query is the guard.
 func (dc *deferredClaim) queue(b *pgx.Batch, begin bool) {
-	args := []any{dc.scope.ClientID, dc.scope.Key}
-	var read *pgx.QueuedQuery
+	args := []any{dc.lock, dc.scope.ClientID, dc.scope.Key, dc.cutoff}
+	var guard *pgx.QueuedQuery
 	if begin {
-		b.BeginTx(pgx.TxOptions{BeginQuery: queryDeferredRead})
-		read = b.QueuedQueries[0]
-		read.Arguments = args
+		b.BeginTx(pgx.TxOptions{BeginQuery: queryClaimGuard})
+		guard = b.QueuedQueries[0]
+		guard.Arguments = args
 	} else {
-		read = b.Queue(queryDeferredRead, args...)
+		guard = b.Queue(queryClaimGuard, args...)
 	}
-	dc.seen = nil
-	read.QueryRow(func(row pgx.Row) (err error) {
-		dc.seen, _, err = scanKey(row, dc.scope)
-		return err
-	})
-	b.Queue(queryClaimGuard, dc.lock, dc.scope.ClientID, dc.scope.Key, dc.cutoff)
+	dc.stale = false
+	guard.QueryRow(func(row pgx.Row) error { return row.Scan(&dc.stale) })
 	if begin {
 		b.Queue(queryBegin)
 	}
 }
 
-// settle records what the round trip that carried the claim decided: it
-// ended with err, and inTx reports whether its connection is now inside a
+// settle records what the round trip that carried the claim, on conn,
+// decided: it ended with err, and inTx reports whether conn is now inside a
 // transaction, which only BEGIN, after the guard passed, opens. It returns
 // the refusal when the guard refused, else nil.
-func (dc *deferredClaim) settle(ctx context.Context, err error, inTx bool) error {
+func (dc *deferredClaim) settle(ctx context.Context, conn *pgxpool.Conn, err error, inTx bool) error {
 	switch code := pgCode(err); {
 	case code == codeKeyInFlight || code == codeKeyExists:
 		dc.state = claimRefused
-		rec, rerr := dc.existing(ctx, code)
+		rec, rerr := dc.existing(ctx, conn, code)
 		if rerr != nil {
 			dc.refusal = fmt.Errorf("%w; reading the key failed: %w", ErrNotClaimed, rerr)
 		} else {
@@ -123,19 +121,24 @@ func (dc *deferredClaim) settle(ctx context.Context, err error, inTx bool) error
 	return nil
 }
 
-// existing is the key that refused the claim with code. The read in the
-// same round trip found it, unless a holder committed it between that read
-// and the guard's: then it is read again, one more round trip, in that race
-// only.
-func (dc *deferredClaim) existing(ctx context.Context, code string) (*idem.Record, error) {
-	rec := dc.seen
-	if rec != nil && (dc.cutoff == nil || rec.CreatedAt.After(*dc.cutoff)) {
-		return rec, nil
-	}
+// existing is the key that refused the claim with code. A key in flight
+// needs no read: it is answered 409. A key that exists is read on conn, a
+// second round trip, which the claim's own round trip does not carry so
+// that a new key, the common case, does not pay for a read it never uses.
+// conn is idle again: the refusal rolled its round trip back.
+func (dc *deferredClaim) existing(ctx context.Context, conn *pgxpool.Conn, code string) (*idem.Record, error) {
 	if code == codeKeyInFlight {
 		return inFlight(dc.scope), nil
 	}
-	rec, err := dc.store.probe(ctx, dc.scope)
+	var (
+		rec *idem.Record
+		err error
+	)
+	if conn.Conn().IsClosed() {
+		rec, err = dc.store.probe(ctx, dc.scope)
+	} else {
+		rec, err = loadKey(ctx, conn, dc.scope)
+	}
 	if err != nil || rec != nil {
 		return rec, err
 	}
@@ -153,7 +156,7 @@ func (dc *deferredClaim) checkFree(ctx context.Context, conn *pgxpool.Conn) erro
 	b := &pgx.Batch{}
 	dc.queue(b, false)
 	err := sendClaim(ctx, conn, b).Close()
-	if refusal := dc.settle(ctx, err, false); refusal != nil {
+	if refusal := dc.settle(ctx, conn, err, false); refusal != nil {
 		conn.Release()
 		return refusal
 	}

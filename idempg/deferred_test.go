@@ -1,6 +1,7 @@
 package idempg_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/internal/pgtest"
 )
 
 // handlerOwn marks every answer that the handler of these tests writes
@@ -245,6 +247,76 @@ func TestDeferredClaimRefusal(t *testing.T) {
 		t.Errorf("%d business rows, want 1", n)
 	}
 	waitNoAdvisoryLocks(t, store)
+}
+
+// TestDeferredClaimReplacesKeyPastRetention: a speculative claim of a key
+// whose row is past retention is not refused. Its guard reports the row,
+// and Complete replaces it with the new request's, with the next token.
+func TestDeferredClaimReplacesKeyPastRetention(t *testing.T) {
+	t.Parallel()
+	store := setup(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	scope := newScope("alice")
+	p := params(idem.ModeAtomic, scope, "a", epoch)
+	p.Speculative = true
+	first := mustLease(t, store, p)
+	if err := write(first.Context(ctx), scope.Key); err != nil {
+		t.Fatalf("first write: %v", err)
+	}
+	complete(t, first, `{"first":true}`)
+
+	p = params(idem.ModeAtomic, scope, "b", epoch.Add(retention+time.Second))
+	p.Speculative = true
+	l := mustLease(t, store, p)
+	if err := write(l.Context(ctx), scope.Key); err != nil {
+		t.Fatalf("write after retention: %v; want the key claimed anew", err)
+	}
+	complete(t, l, `{"second":true}`)
+	rec, err := store.GetKey(ctx, scope)
+	if err != nil || rec == nil {
+		t.Fatalf("Get: %v, %v", rec, err)
+	}
+	if string(rec.Response.Body) != `{"second":true}` || rec.Token != 2 || !bytes.Equal(rec.RequestHash, hashOf("b")) {
+		t.Errorf("stored key: body %q, token %d; want the second request's, token 2", rec.Response.Body, rec.Token)
+	}
+	if n := countRows(t, store, scope.Key); n != 2 {
+		t.Errorf("%d business rows, want 2", n)
+	}
+	waitNoAdvisoryLocks(t, store)
+}
+
+// TestDeferredRefusalNeedsOneConnection: a refused speculative claim reads
+// the key that refused it on its own connection, so that refusals cannot
+// wait for each other's connections when the pool is used up. The pool has
+// one connection; a replay and a 409 are answered on it.
+func TestDeferredRefusalNeedsOneConnection(t *testing.T) {
+	t.Parallel()
+	store := setupOn(t, newPool(t, pgtest.NewDatabase(t), 1), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	scope := newScope("alice")
+	p := params(idem.ModeAtomic, scope, "a", epoch)
+	p.Speculative = true
+	first := mustLease(t, store, p)
+	if err := write(first.Context(ctx), scope.Key); err != nil {
+		t.Fatalf("first write: %v", err)
+	}
+	complete(t, first, `{"first":true}`)
+
+	p.Now = epoch.Add(time.Second)
+	l := mustLease(t, store, p)
+	err := write(l.Context(ctx), scope.Key)
+	var exists *idem.ExistsError
+	if !errors.As(err, &exists) || exists.Record.Status != idem.StatusCompleted || string(exists.Record.Response.Body) != `{"first":true}` {
+		t.Fatalf("replay: %v; want ErrNotClaimed with the completed key", err)
+	}
+	if err := l.Release(ctx); !errors.As(err, &exists) {
+		t.Fatalf("Release: %v; want the idem.ExistsError", err)
+	}
+	if n := countRows(t, store, scope.Key); n != 1 {
+		t.Errorf("%d business rows, want 1", n)
+	}
 }
 
 // TestClaimGuardRereadsAfterLock checks what the deferred claim rests on:

@@ -29,31 +29,33 @@
 // deferred: it asks for it with idem.ClaimParams.Speculative, and Claim
 // takes a pooled connection and returns a lease without any round trip.
 // The claim goes out in front of the handler's first statement, in one
-// round trip with one Sync: a read of the key by its primary key, then
-// idem_claim_guard (migration 004), which takes the key's
-// transaction-scoped advisory lock without waiting and reads the key again,
-// with a snapshot taken after the lock, then BEGIN, then the statement. In
-// the extended protocol the statements before a Sync run in one implicit
-// transaction, which BEGIN turns into an explicit one: the lock stays, and
-// the transaction stays open for the handler. If the lock is taken (a
-// request in flight) or the key exists and is not past retention, the guard
-// raises SQLSTATE IDEM2 or IDEM3: the server skips the rest up to the Sync,
-// BEGIN and the handler's statement included, and rolls back, which frees
-// the lock and leaves the connection clean. The handler's statement never
-// ran, so it never waited on a row the holder locked; it fails with an
-// error wrapping [ErrNotClaimed], and so does every later one. Complete and
-// Release then return an error wrapping an *idem.ExistsError that carries
-// the key, from the read in the same round trip (one more read only when a
-// holder committed the key between that read and the guard's), and the
-// middleware answers from it: the replay, 409 or 422, never the handler's
-// own response. A handler that answers without any statement has the claim
-// sent by Complete, in the round trip that inserts the completed row and
-// commits, or by Release, alone, to learn whether the key is held or
-// exists. A new key costs two round trips: the claim with BEGIN and the
-// handler's first statement, then Complete, which inserts the completed
-// row and commits, which frees the lock. A replay costs one. Complete's
-// insert fails on the unique key if a request that did not take the lock
-// stored the key meanwhile: the unique key stays the final fence.
+// round trip with one Sync: idem_claim_guard (migrations 004 and 005),
+// which takes the key's transaction-scoped advisory lock without waiting
+// and then reads the key, with a snapshot taken after the lock, then
+// BEGIN, then the statement. In the extended protocol the statements
+// before a Sync run in one implicit transaction, which BEGIN turns into an
+// explicit one: the lock stays, and the transaction stays open for the
+// handler. If the lock is taken (a request in flight) or the key exists and
+// is not past retention, the guard raises SQLSTATE IDEM2 or IDEM3: the
+// server skips the rest up to the Sync, BEGIN and the handler's statement
+// included, and rolls back, which frees the lock and leaves the connection
+// clean. The handler's statement never ran, so it never waited on a row the
+// holder locked; it fails with an error wrapping [ErrNotClaimed], and so
+// does every later one. Complete and Release then return an error wrapping
+// an *idem.ExistsError that carries the key, and the middleware answers
+// from it: the replay, 409 or 422, never the handler's own response. A key
+// in flight needs nothing more for its 409; a key that exists is read on
+// the same connection, a second round trip, so that a new key, the common
+// case, does not carry a read it would not use. A handler that answers
+// without any statement has the claim sent by Complete, in the round trip
+// that inserts the completed row and commits, or by Release, alone, to
+// learn whether the key is held or exists. A new key costs two round
+// trips: the claim with BEGIN and the handler's first statement, then
+// Complete, which inserts the completed row and commits, which frees the
+// lock. A speculative replay costs two, a 409 one; the middleware claims a
+// key it claimed lately at once (below), where a replay costs one.
+// Complete's insert fails on the unique key if a request that did not take
+// the lock stored the key meanwhile: the unique key stays the final fence.
 //
 // So the code of an atomic handler before its first statement can run for
 // a request that is then answered from the key, and its result is
@@ -75,7 +77,7 @@
 // lately itself (it remembers digests of the last 32,768): a retry, or a
 // duplicate in flight, that comes back to the same process is then
 // answered in one round trip without running its handler; one that
-// reaches another process claims speculatively there.
+// reaches another process claims speculatively there, in two.
 //
 // An atomic claim at READ COMMITTED that is not deferred is one round
 // trip on a pooled connection, outside any transaction. Its first

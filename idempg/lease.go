@@ -199,7 +199,7 @@ func (l *lease) commit(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, query
 		return err // no connection could be had; nothing was sent
 	}
 	if claiming {
-		if refusal := l.tx.claim.settle(ctx, err, false); refusal != nil {
+		if refusal := l.tx.claim.settle(ctx, conn, err, false); refusal != nil {
 			conn.Release() // the server rolled the round trip back
 			return refusal
 		}
@@ -333,9 +333,9 @@ func (l *lease) completeQuery(resp *idem.Response, header []byte) (string, []any
 		if len(fields) == 0 {
 			fields = nil
 		}
-		if dc := l.tx.claim; dc.state == claimHeld && dc.seen == nil {
-			// The claim found no key at all: a plain insert, as for a
-			// session-locked lease that saw none.
+		if dc := l.tx.claim; dc.state == claimHeld && !dc.stale {
+			// The claim's guard found no row for the key: a plain insert,
+			// as for a session-locked lease that saw none.
 			return queryInsertCompletedNew, []any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, fields,
 				int64(1), resp.StatusCode, header, body, l.claimedAt, l.completedAt()}
 		}

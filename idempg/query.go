@@ -41,22 +41,14 @@ LEFT JOIN idempotency_keys k ON k.client_id = $1 AND k.idempotency_key = $2`
     SELECT FROM idempotency_keys
     WHERE client_id = $1 AND idempotency_key = $2 AND ($3::timestamptz IS NULL OR created_at > $3::timestamptz))`
 
-	// queryDeferredRead is the first statement of a deferred atomic claim
-	// (deferred.go): it reads the key, for the replay or the 409, and takes
-	// no lock. It returns one row even when the key does not exist, shaped
-	// as querySessionClaim's.
-	queryDeferredRead = `SELECT true,
-       k.request_method, k.request_path, k.request_hash, k.request_fields, k.status, k.lease_token,
-       k.response_status, k.response_headers, k.response_body, k.created_at, k.locked_at
-FROM (VALUES (true)) AS one (row)
-LEFT JOIN idempotency_keys k ON k.client_id = $1 AND k.idempotency_key = $2`
-
-	// queryClaimGuard is the second: it takes the key's transaction-scoped
-	// lock and raises IDEM2 or IDEM3 unless the key is free (see migration
-	// 004). $4 is the retention cutoff, NULL for none.
+	// queryClaimGuard is the first statement of a deferred atomic claim
+	// (deferred.go): it takes the key's transaction-scoped lock and raises
+	// IDEM2 or IDEM3 unless the key is free; it returns whether the key's
+	// row is past retention (false for no row; see migrations 004 and 005).
+	// $4 is the retention cutoff, NULL for none.
 	queryClaimGuard = `SELECT idem_claim_guard($1::bigint, $2::text, $3::text, $4::timestamptz)`
 
-	// queryBegin follows them; see deferredClaim.queue.
+	// queryBegin follows it; see deferredClaim.queue.
 	queryBegin = `BEGIN`
 
 	// queryInsertCompletedDeferred stores the response of a deferred claim:

@@ -147,7 +147,7 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 		lt.tx, view.tx = tx, tx
 	}
 	if claiming {
-		if refusal := dc.settle(ctx, err, inTx); refusal != nil {
+		if refusal := dc.settle(ctx, lt.conn, err, inTx); refusal != nil {
 			return pgconn.CommandTag{}, sql != "", refusal
 		}
 	}

@@ -435,7 +435,8 @@ func (c *countingConn) Write(b []byte) (int, error) {
 // key costs three in both modes (claim, the handler's first statement with
 // its BEGIN, Complete), a two-phase replay two, an atomic replay one; with
 // a speculative atomic claim, as the middleware makes, a new key costs two
-// (the claim goes out with the first statement) and a replay one.
+// (the claim goes out with the first statement) and a replay two (the
+// refused claim, then the read of the key).
 func TestRoundTrips(t *testing.T) {
 	t.Parallel()
 	for _, pooling := range []bool{false, true} {
@@ -557,7 +558,7 @@ func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
 	}
 	t.Run("atomic-speculative", func(t *testing.T) {
 		specRequest(t) // prepares the statements
-		want := specSteps{claim: 0, write: 1, complete: 1, replay: 1, quickNew: 1, quickReplay: 1, releaseNew: 1}
+		want := specSteps{claim: 0, write: 1, complete: 1, replay: 2, quickNew: 1, quickReplay: 2, releaseNew: 1}
 		if pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheDescribe {
 			// Through a PgBouncer that cannot keep named statements: pgx
 			// forgets the descriptions of a failed batch's statements, so a
