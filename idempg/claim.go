@@ -244,8 +244,9 @@ func (s *Store) probe(ctx context.Context, scope idem.Scope) (*idem.Record, erro
 
 // claimStatement queues on b the statement that claims the key: insert it,
 // replace it (seen is past retention) or take it over (seen's lease
-// expired). It returns whether the claim is a takeover.
-func claimStatement(b *pgx.Batch, p idem.ClaimParams, seen *idem.Record) (qq *pgx.QueuedQuery, takeover bool) {
+// expired), with lockTimeout as the transaction's lock_timeout from then
+// on. It returns whether the claim is a takeover.
+func claimStatement(b *pgx.Batch, p idem.ClaimParams, seen *idem.Record, lockTimeout string) (qq *pgx.QueuedQuery, takeover bool) {
 	lock := lockKey(p.Scope)
 	fields := p.RequestFields
 	if len(fields) == 0 {
@@ -254,12 +255,12 @@ func claimStatement(b *pgx.Batch, p idem.ClaimParams, seen *idem.Record) (qq *pg
 	switch {
 	case seen == nil:
 		return b.Queue(queryClaimInsert, lock, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
-			p.RequestHash, fields, p.Now), false
+			p.RequestHash, fields, p.Now, lockTimeout), false
 	case idem.Expired(seen.CreatedAt, p.Now, p.Retention):
 		return b.Queue(queryClaimReplace, lock, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
-			p.RequestHash, fields, p.Now, seen.Token, seen.CreatedAt), false
+			p.RequestHash, fields, p.Now, seen.Token, seen.CreatedAt, lockTimeout), false
 	default:
-		return b.Queue(queryClaimTakeOver, lock, p.Scope.ClientID, p.Scope.Key, p.Now, seen.Token), true
+		return b.Queue(queryClaimTakeOver, lock, p.Scope.ClientID, p.Scope.Key, p.Now, seen.Token, lockTimeout), true
 	}
 }
 
@@ -291,9 +292,8 @@ func (s *Store) claimTwoPhaseNew(ctx context.Context, p idem.ClaimParams) (claim
 	}
 	defer conn.Release()
 	b := &pgx.Batch{}
-	b.Queue(querySetLockTimeout, s.claimLockTimeout)
 	var out claimRow
-	qq, _ := claimStatement(b, p, nil)
+	qq, _ := claimStatement(b, p, nil, s.claimLockTimeout)
 	out.scanFrom(qq)
 	err = conn.SendBatch(ctx, b).Close()
 	switch {
@@ -331,9 +331,8 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Reco
 	} else {
 		b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	}
-	b.Queue(querySetLockTimeout, s.claimLockTimeout)
 	var out claimRow
-	qq, takeover := claimStatement(b, p, seen)
+	qq, takeover := claimStatement(b, p, seen, s.claimLockTimeout)
 	out.scanFrom(qq)
 	if atomicMode {
 		b.Queue(queryRestoreLockTimeout)
@@ -432,9 +431,8 @@ func (s *Store) claimInCallerTx(ctx context.Context, tx pgx.Tx, p idem.ClaimPara
 	}
 	b := &pgx.Batch{}
 	b.Queue(querySaveLockTimeout)
-	b.Queue(querySetLockTimeout, s.claimLockTimeout)
 	var out claimRow
-	qq, _ := claimStatement(b, p, seen)
+	qq, _ := claimStatement(b, p, seen, s.claimLockTimeout)
 	out.scanFrom(qq)
 	b.Queue(queryRestoreLockTimeout)
 	if err := sp.SendBatch(ctx, b).Close(); err != nil {

@@ -936,3 +936,34 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg
 		})
 	}
 }
+
+// TestClaimBoundsRowLockWait: a claim whose key row another transaction
+// holds locked, without the key's advisory lock (as an operator's UPDATE
+// does), waits for it no longer than ClaimLockTimeout and answers that the
+// key is in flight. The locker stays open until the claim has answered, so
+// a claim that waited for it would hang to the test's deadline.
+func TestClaimBoundsRowLockWait(t *testing.T) {
+	t.Parallel()
+	store := setup(t, &idempg.Config{ClaimLockTimeout: 50 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			scope := newScope("alice")
+			first := mustLease(t, store, params(idem.ModeTwoPhase, scope, "a", epoch))
+			_ = first // a started key, whose lease stays held
+			locker, err := store.Pool().Begin(ctx)
+			if err != nil {
+				t.Fatalf("begin: %v", err)
+			}
+			defer func() { _ = locker.Rollback(context.Background()) }()
+			if _, err := locker.Exec(ctx, `UPDATE idempotency_keys SET locked_at = locked_at WHERE client_id = $1 AND idempotency_key = $2`, scope.ClientID, scope.Key); err != nil {
+				t.Fatalf("lock the row: %v", err)
+			}
+			rec := mustRecord(t, store, params(mode, scope, "a", epoch.Add(time.Second)))
+			if rec.Status != idem.StatusInFlight {
+				t.Errorf("claim of a locked key: status %q, want in flight", rec.Status)
+			}
+		})
+	}
+}

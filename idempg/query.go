@@ -86,12 +86,13 @@ SELECT idem_lease_held(count(*)) FROM done`
 FROM idempotency_keys
 WHERE client_id = $1 AND idempotency_key = $2`
 
-	// The claim's lock_timeout is transaction-local. An atomic claim's
-	// transaction goes on to run the handler, so the claim saves the
-	// caller's setting in a placeholder variable and puts it back after the
-	// claim statement, in the same round trip.
+	// The claim statements below set the claim's lock_timeout (their last
+	// parameter) in their guard, before their write can wait on a row
+	// lock; it is transaction-local. An atomic claim's transaction goes on
+	// to run the handler, so the claim saves the caller's setting in a
+	// placeholder variable and puts it back after the claim statement, in
+	// the same round trip.
 	querySaveLockTimeout    = `SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true)`
-	querySetLockTimeout     = `SELECT set_config('lock_timeout', $1, true)`
 	queryRestoreLockTimeout = `SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)`
 
 	// queryClaimInsert takes the key's advisory lock without waiting and,
@@ -100,7 +101,7 @@ WHERE client_id = $1 AND idempotency_key = $2`
 	// when nothing was inserted). The guard CTE is evaluated once, before
 	// the insert reads it.
 	queryClaimInsert = `WITH guard AS (
-    SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired
+    SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired, set_config('lock_timeout', $9::text, true)
 ), claimed AS (
     INSERT INTO idempotency_keys
         (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
@@ -118,7 +119,7 @@ SELECT guard.acquired, claimed.lease_token, claimed.ctid FROM guard LEFT JOIN cl
 	// created_at). The token keeps growing, so that a holder of the old row
 	// can never complete the new one.
 	queryClaimReplace = `WITH guard AS (
-    SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired
+    SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired, set_config('lock_timeout', $11::text, true)
 ), replaced AS (
     UPDATE idempotency_keys k
     SET request_method = $4::text, request_path = $5::text, request_hash = $6::bytea, request_fields = $7::bytea,
@@ -135,7 +136,7 @@ SELECT guard.acquired, replaced.lease_token, replaced.ctid FROM guard LEFT JOIN 
 	// queryClaimTakeOver takes over a started key whose lease expired, if
 	// its token is still $5.
 	queryClaimTakeOver = `WITH guard AS (
-    SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired
+    SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired, set_config('lock_timeout', $6::text, true)
 ), taken AS (
     UPDATE idempotency_keys k
     SET lease_token = k.lease_token + 1, locked_at = $4::timestamptz
