@@ -27,7 +27,11 @@ On PostgreSQL, the floor variants (floor-2rt, floor-1rt, floor-2commit; only
 when listed in --variants) run the endpoint without the middleware, writing
 the payment and a completed key row by hand in the fewest round trips that
 each shape of design allows: the best any idempotency layer could do on this
-machine and database, to read the other ratios against. The app and db
+machine and database, to read the other ratios against. replay-cold (only
+when listed, PostgreSQL only) retries completed keys at a second instance
+of the endpoint that never claimed them, as retries behind a load balancer
+mostly arrive; replay's keys come back to the instance that claimed them,
+which answers them at once. The app and db
 columns are CPU time per request of this process and of the PostgreSQL
 processes on this machine.
 

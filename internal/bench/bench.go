@@ -100,7 +100,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if len(cfg.Variants) == 0 {
 		cfg.Variants = AllVariants
 	}
-	known := slices.Concat(AllVariants, FloorVariants, BouncerVariants)
+	known := slices.Concat(AllVariants, FloorVariants, BouncerVariants, []string{ReplayCold})
 	for _, v := range cfg.Variants {
 		if !slices.Contains(known, v) {
 			return nil, fmt.Errorf("bench: unknown variant %q; want one of %s", v, strings.Join(known, ", "))
@@ -125,7 +125,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 
 	// Replays are retries sent to the atomic endpoint, which creates the keys.
 	endpoints := slices.Clone(cfg.Variants)
-	if slices.Contains(endpoints, Replay) && !slices.Contains(endpoints, Atomic) {
+	replays := slices.Contains(endpoints, Replay) || slices.Contains(endpoints, ReplayCold)
+	if replays && !slices.Contains(endpoints, Atomic) {
 		endpoints = append(endpoints, Atomic)
 	}
 	servers := map[string]*httptest.Server{}
@@ -141,9 +142,15 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			variantRepo = holder
 		}
 		var h http.Handler
-		if slices.Contains(BouncerVariants, v) {
+		switch {
+		case slices.Contains(BouncerVariants, v):
 			h, err = bouncer.handler(ctx, v)
-		} else {
+		case v == ReplayCold:
+			// A second instance of the atomic endpoint, as another process
+			// behind a load balancer is: its middleware claimed none of
+			// the keys.
+			h, err = variantHandler(db, variantRepo, Atomic)
+		default:
 			h, err = variantHandler(db, variantRepo, v)
 		}
 		if err != nil {
@@ -155,9 +162,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}}
 
-	// Keys that the replay variant retries, created once up front.
+	// Keys that the replay variants retry, created once up front.
 	var replayKeys []string
-	if slices.Contains(cfg.Variants, Replay) {
+	if replays {
 		for i := range 256 {
 			key := fmt.Sprintf("bench-replay-%d-%d", time.Now().UnixNano(), i)
 			if status, err := send(ctx, client, servers[Atomic].URL, key); err != nil || status != http.StatusCreated {
@@ -166,6 +173,18 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			replayKeys = append(replayKeys, key)
 		}
 	}
+
+	var coldKey func(seq int64) string
+	if slices.Contains(cfg.Variants, ReplayCold) {
+		n := int64(coldPerRound)
+		if cfg.Requests > 0 {
+			n = cfg.Requests
+		}
+		if coldKey, err = coldKeys(ctx, db, replayKeys[0], n*int64(cfg.Rounds)); err != nil {
+			return nil, err
+		}
+	}
+	var coldSeq atomic.Int64
 
 	totals := map[string]*tally{}
 	for _, v := range cfg.Variants {
@@ -182,6 +201,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			case Replay:
 				url = servers[Atomic].URL
 				next = func() string { return replayKeys[int(seq.Add(1))%len(replayKeys)] }
+			case ReplayCold:
+				url = servers[v].URL
+				next = func() string { return coldKey(coldSeq.Add(1) - 1) }
 			case Conflict:
 				url = servers[v].URL
 				key, f, err := holder.hold(ctx, client, url, seq.Add(1))

@@ -126,6 +126,41 @@ func TestFloorVariants(t *testing.T) {
 	}
 }
 
+// TestReplayCold runs the cold replays: each request retries a completed
+// key of its own, at an instance that never claimed it, and gets the
+// replay: no payment is made under any of the keys.
+func TestReplayCold(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	results, err := Run(context.Background(), Config{
+		DatabaseURL: url, Requests: 40, Rounds: 2, Concurrency: 4, Variants: []string{ReplayCold},
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(results) != 2 || results[1].Variant != ReplayCold || results[1].Requests != 80 || results[1].Errors != 0 {
+		t.Fatalf("results %+v; want bare, then replay-cold with 80 requests and no errors", results)
+	}
+	pool := openPool(t, url)
+	var keys, paid int64
+	if err := pool.QueryRow(context.Background(), `SELECT
+    (SELECT count(*) FROM idempotency_keys WHERE idempotency_key LIKE 'bench-cold-%'),
+    (SELECT count(*) FROM payments WHERE idempotency_key LIKE 'bench-cold-%')`).Scan(&keys, &paid); err != nil {
+		t.Fatalf("count: %v", err)
+	}
+	if keys != 80 || paid != 0 {
+		t.Errorf("%d cold keys and %d payments under them; want 80 keys, one per request, and no payment", keys, paid)
+	}
+
+	_, err = Run(context.Background(), Config{
+		DatabaseURL: "sqlite:" + filepath.Join(t.TempDir(), "b.db"), Requests: 1, Rounds: 1,
+		Variants: []string{ReplayCold},
+	})
+	if err == nil || !strings.Contains(err.Error(), "needs PostgreSQL") {
+		t.Errorf("replay-cold on SQLite: err %v, want one that says it needs PostgreSQL", err)
+	}
+}
+
 func openPool(t *testing.T, url string) *pgxpool.Pool {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), url)

@@ -16,15 +16,19 @@ import (
 	"github.com/idemkit/idem/internal/payments"
 )
 
-// benchToken is the bearer token that send uses.
-const benchToken = "sk_bench"
+// benchToken is the bearer token that send uses, and benchClient the
+// client it authenticates.
+const (
+	benchToken  = "sk_bench"
+	benchClient = "bench"
+)
 
 // variantHandler returns the payments endpoint of a variant. The bare
 // variants serve payments.Service.Create without the idem middleware: a
 // payment per request, retries included, which no payments API may do; it
 // is only the baseline the middleware is measured against.
 func variantHandler(db *database.DB, repo payments.Repo, variant string) (http.Handler, error) {
-	tokens, err := bearer.Parse(benchToken + "=bench")
+	tokens, err := bearer.Parse(benchToken + "=" + benchClient)
 	if err != nil {
 		return nil, err
 	}
