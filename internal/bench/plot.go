@@ -24,11 +24,20 @@ var (
 	colorP99     = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
 )
 
-// Size of the plot: two panels side by side.
+// Size of the plot: two panels side by side, each at least plotWidth/2
+// wide and wider with many variants, so that their rotated names do not
+// run into each other.
 const (
-	plotWidth  = 26 * vg.Centimeter
-	plotHeight = 10 * vg.Centimeter
+	plotWidth       = 26 * vg.Centimeter
+	plotHeight      = 10 * vg.Centimeter
+	plotPerVariant  = 1.6 * vg.Centimeter // of each panel
+	plotRightMargin = 1.5 * vg.Centimeter // for the last variant's name
 )
+
+// plotSize is the plot's width and height for n variants.
+func plotSize(n int) (vg.Length, vg.Length) {
+	return max(plotWidth, 2*vg.Length(n)*plotPerVariant+plotRightMargin), plotHeight
+}
 
 // WritePlot draws rep as an SVG image on w, as `idem bench --plot` does:
 // on the left, each variant's throughput as a ratio to bare, the floor
@@ -40,7 +49,7 @@ func WritePlot(w io.Writer, rep Report) error {
 	if len(rep.Order) == 0 {
 		return errors.New("bench: nothing to plot")
 	}
-	c := vgsvg.New(plotWidth, plotHeight)
+	c := vgsvg.New(plotSize(len(rep.Order)))
 	if err := drawReport(draw.New(c), rep); err != nil {
 		return err
 	}
@@ -60,7 +69,7 @@ func drawReport(dc draw.Canvas, rep Report) error {
 	if err != nil {
 		return err
 	}
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Centimeter, PadTop: vg.Millimeter, PadBottom: vg.Millimeter, PadLeft: vg.Millimeter, PadRight: vg.Millimeter}
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Centimeter, PadTop: vg.Millimeter, PadBottom: vg.Millimeter, PadLeft: vg.Millimeter, PadRight: plotRightMargin}
 	plots := [][]*plot.Plot{{ratio, latency}}
 	canvases := plot.Align(plots, tiles, dc)
 	ratio.Draw(canvases[0][0])
