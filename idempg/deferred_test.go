@@ -209,6 +209,23 @@ INSERT INTO shared VALUES (1, 0)`); err != nil {
 	waitNoAdvisoryLocks(t, store)
 }
 
+// completeSpeculatively claims scope's key speculatively at epoch, writes
+// its business row and completes it with body, as the middleware does for
+// a key's first request. It returns the claim's parameters.
+func completeSpeculatively(t *testing.T, store *idempg.Store, scope idem.Scope, body string) idem.ClaimParams {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	p := params(idem.ModeAtomic, scope, "a", epoch)
+	p.Speculative = true
+	first := mustLease(t, store, p)
+	if err := write(first.Context(ctx), scope.Key); err != nil {
+		t.Fatalf("first write: %v", err)
+	}
+	complete(t, first, body)
+	return p
+}
+
 // TestDeferredClaimRefusal drives a speculative lease by hand: its first
 // statement, for a completed key, fails with ErrNotClaimed and an
 // idem.ExistsError and does not run, and so do the later ones; Complete and
@@ -219,13 +236,7 @@ func TestDeferredClaimRefusal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	scope := newScope("alice")
-	p := params(idem.ModeAtomic, scope, "a", epoch)
-	p.Speculative = true
-	first := mustLease(t, store, p)
-	if err := write(first.Context(ctx), scope.Key); err != nil {
-		t.Fatalf("first write: %v", err)
-	}
-	complete(t, first, `{"first":true}`)
+	p := completeSpeculatively(t, store, scope, `{"first":true}`)
 
 	p.Now = epoch.Add(time.Second)
 	l := mustLease(t, store, p)
@@ -258,13 +269,7 @@ func TestDeferredClaimReplacesKeyPastRetention(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	scope := newScope("alice")
-	p := params(idem.ModeAtomic, scope, "a", epoch)
-	p.Speculative = true
-	first := mustLease(t, store, p)
-	if err := write(first.Context(ctx), scope.Key); err != nil {
-		t.Fatalf("first write: %v", err)
-	}
-	complete(t, first, `{"first":true}`)
+	p := completeSpeculatively(t, store, scope, `{"first":true}`)
 
 	p = params(idem.ModeAtomic, scope, "b", epoch.Add(retention+time.Second))
 	p.Speculative = true
@@ -296,13 +301,7 @@ func TestDeferredRefusalNeedsOneConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	scope := newScope("alice")
-	p := params(idem.ModeAtomic, scope, "a", epoch)
-	p.Speculative = true
-	first := mustLease(t, store, p)
-	if err := write(first.Context(ctx), scope.Key); err != nil {
-		t.Fatalf("first write: %v", err)
-	}
-	complete(t, first, `{"first":true}`)
+	p := completeSpeculatively(t, store, scope, `{"first":true}`)
 
 	p.Now = epoch.Add(time.Second)
 	l := mustLease(t, store, p)
