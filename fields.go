@@ -25,30 +25,6 @@ func unescapePointer(ptr string) string {
 // It is no field's pointer: those start with "/".
 const kindMember = "media"
 
-// encodeFields encodes the field digests for storage, as a small JSON object
-// of pointer to base64url digest, with the body's kind under kindMember.
-// Stores keep it as opaque bytes.
-//
-// The bytes are those encoding/json writes for a map of the same strings:
-// members sorted by name, so the pointers, which start with "/", come
-// before kindMember, and strings escaped as it escapes them. Stored digests
-// are compared byte for byte, so they must never change.
-func (f fingerprint) encodeFields() []byte {
-	if f.fields == nil { // not an object; an empty object encodes as {"media":...}
-		return nil
-	}
-	n := encodedFieldsLen(f.kind)
-	for _, d := range f.fields {
-		n += encodedFieldLen(len(d.pointer))
-	}
-	out := make([]byte, 0, n)
-	out = append(out, '{')
-	for i := range f.fields {
-		out = appendEncodedField(out, f.fields[i].pointer, &f.fields[i].digest)
-	}
-	return appendEncodedKind(out, f.kind)
-}
-
 // encodedFieldsLen is the length of encoded fields of the given kind
 // before the fields' own: the braces and the kind.
 func encodedFieldsLen(kind string) int { return len(`{"":""}`) + len(kindMember) + len(kind) }

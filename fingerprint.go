@@ -109,26 +109,11 @@ const (
 	kindRaw   = "raw"
 )
 
-// fingerprintOf computes the fingerprint of a request, as [NewFingerprint]
-// describes.
-//
-// It works in buffers it reuses: the canonical query and body never leave
-// them, and what it allocates is the field digests the fingerprint keeps.
-func fingerprintOf(p FingerprintParams) (fingerprint, error) {
-	s := scratchPool.Get().(*scratch)
-	defer s.release()
-	f, err := s.fingerprint(p)
-	if err != nil {
-		return fingerprint{}, err
-	}
-	f.fields = s.fieldDigests()
-	return f, nil
-}
-
-// encodedFingerprintOf is fingerprintOf for the middleware, which runs it
-// on every request: it returns the field digests encoded, as
-// fingerprint.encodeFields encodes them, in their one allocation, and a
-// fingerprint without them (see fingerprint.withFields).
+// encodedFingerprintOf computes the fingerprint of a request, as
+// [NewFingerprint] describes. It works in buffers it reuses: the canonical
+// query and body never leave them. It returns the field digests encoded
+// (see scratch.encodeFields), in their one allocation, and a fingerprint
+// without them (see fingerprint.withFields).
 func encodedFingerprintOf(p FingerprintParams) (fingerprint, []byte, error) {
 	s := scratchPool.Get().(*scratch)
 	defer s.release()

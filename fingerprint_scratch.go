@@ -129,27 +129,16 @@ func (s *scratch) pointer(i int) []byte {
 	return s.pointers[start:s.ends[i]]
 }
 
-// fieldDigests returns the digests of the fields in s, sorted by pointer,
-// with their pointers as strings that share one allocation; nil when the
-// body is neither an object nor a form.
-func (s *scratch) fieldDigests() []fieldDigest {
-	if !s.hasFields {
-		return nil
-	}
-	fields := make([]fieldDigest, len(s.digests))
-	all := string(s.pointers)
-	start := 0
-	for i, end := range s.ends {
-		fields[i] = fieldDigest{pointer: all[start:end], digest: s.digests[i]}
-		start = end
-	}
-	sortFields(fields)
-	return fields
-}
-
-// encodeFields returns the digests of the fields in s encoded as
-// [fingerprint.encodeFields] encodes them, for a body of the given kind,
-// in one allocation; nil when the body is neither an object nor a form.
+// encodeFields returns the digests of the fields in s encoded for
+// storage, for a body of the given kind, in one allocation; nil when the
+// body is neither an object nor a form. The encoding is a small JSON
+// object of pointer to base64url digest, with the body's kind under
+// kindMember; stores keep it as opaque bytes.
+//
+// The bytes are those encoding/json writes for a map of the same strings:
+// members sorted by name, so the pointers, which start with "/", come
+// before kindMember, and strings escaped as it escapes them. Stored digests
+// are compared byte for byte, so they must never change.
 func (s *scratch) encodeFields(kind string) []byte {
 	if !s.hasFields {
 		return nil
