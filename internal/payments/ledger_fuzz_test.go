@@ -60,16 +60,8 @@ func FuzzParseAccountParams(f *testing.F) {
 	ctx := context.Background()
 	repos := ledgers(f)
 	f.Fuzz(func(t *testing.T, form bool, body []byte) {
-		ct := jsonType
-		if form {
-			ct = formType
-		}
-		params, err := payments.ParseAccountParams(ct, body)
-		if err != nil {
-			var pe *payments.ParamError
-			if !errors.As(err, &pe) || pe.Param == "" {
-				t.Fatalf("ParseAccountParams(%q) = %v, want a *ParamError naming a parameter", body, err)
-			}
+		params, ok := parseFuzzed(t, "ParseAccountParams", payments.ParseAccountParams, form, body)
+		if !ok {
 			return
 		}
 		if params.Balance < 0 || params.Balance > payments.MaxAmount || len(params.Currency) != 3 {
@@ -111,16 +103,8 @@ func FuzzParseTransferParams(f *testing.F) {
 	ctx := context.Background()
 	repos := ledgers(f)
 	f.Fuzz(func(t *testing.T, form bool, body []byte) {
-		ct := jsonType
-		if form {
-			ct = formType
-		}
-		params, err := payments.ParseTransferParams(ct, body)
-		if err != nil {
-			var pe *payments.ParamError
-			if !errors.As(err, &pe) || pe.Param == "" {
-				t.Fatalf("ParseTransferParams(%q) = %v, want a *ParamError naming a parameter", body, err)
-			}
+		params, ok := parseFuzzed(t, "ParseTransferParams", payments.ParseTransferParams, form, body)
+		if !ok {
 			return
 		}
 		if params.Amount < 1 || params.Amount > payments.MaxAmount || params.From == params.To ||

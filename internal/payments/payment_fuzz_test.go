@@ -12,6 +12,26 @@ import (
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
+// parseFuzzed parses a fuzzed body, JSON or form, with parse, named name.
+// It fails t unless a refusal is a *ParamError that names a parameter, and
+// reports whether the body was accepted.
+func parseFuzzed[P any](t *testing.T, name string, parse func(contentType string, body []byte) (P, error), form bool, body []byte) (P, bool) {
+	t.Helper()
+	ct := jsonType
+	if form {
+		ct = formType
+	}
+	params, err := parse(ct, body)
+	if err != nil {
+		var pe *payments.ParamError
+		if !errors.As(err, &pe) || pe.Param == "" {
+			t.Fatalf("%s(%q) = %v, want a *ParamError naming a parameter", name, body, err)
+		}
+		return params, false
+	}
+	return params, true
+}
+
 // FuzzParseParams: whatever the request parser accepts, JSON or form, is a
 // valid payment that both stores keep and give back unchanged; whatever it
 // refuses is refused with a *ParamError. A PostgreSQL text column cannot
@@ -46,16 +66,8 @@ func FuzzParseParams(f *testing.F) {
 		repos = append(repos, repo)
 	}
 	f.Fuzz(func(t *testing.T, form bool, body []byte) {
-		ct := jsonType
-		if form {
-			ct = formType
-		}
-		params, err := payments.ParseParams(ct, body)
-		if err != nil {
-			var pe *payments.ParamError
-			if !errors.As(err, &pe) || pe.Param == "" {
-				t.Fatalf("ParseParams(%q) = %v, want a *ParamError naming a parameter", body, err)
-			}
+		params, ok := parseFuzzed(t, "ParseParams", payments.ParseParams, form, body)
+		if !ok {
 			return
 		}
 		if params.Amount < 1 || params.Amount > payments.MaxAmount || len(params.Currency) != 3 ||
