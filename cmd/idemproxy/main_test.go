@@ -222,10 +222,7 @@ func TestHoldAndRelease(t *testing.T) {
 				io.WriteString(w, `{"id":"refund_1"}`)
 			}))
 			t.Cleanup(up.Close)
-			db := testDB(t, kind)
-			addr, _ := started(t,
-				[]string{"-listen", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-upstream", up.URL, "-db", db,
-					"-client-header", "X-Client-Id", "-route", "POST /v1/refunds hold"}, nil)
+			addr, db := refundProxy(t, kind, up.URL, "POST /v1/refunds hold")
 			post := func() (int, string) {
 				status, _, body := postRefund(t, addr)
 				return status, body
@@ -238,23 +235,23 @@ func TestHoldAndRelease(t *testing.T) {
 			if n := calls.Load(); n != 1 {
 				t.Fatalf("upstream called %d times while the key was held, want 1", n)
 			}
-			var out strings.Builder
-			if err := run(context.Background(), []string{"held", "-db", db}, &out, io.Discard, envOf(nil)); err != nil {
+			held, err := command("held", "-db", db)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if !strings.Contains(out.String(), "header:acme") || !strings.Contains(out.String(), "refund-1") || !strings.Contains(out.String(), "1 held key") {
-				t.Fatalf("held printed:\n%s", out.String())
+			if !strings.Contains(held, "header:acme") || !strings.Contains(held, "refund-1") || !strings.Contains(held, "1 held key") {
+				t.Fatalf("held printed:\n%s", held)
 			}
-			if err := run(context.Background(), []string{"release", "-db", db, "-client-id", "header:other", "-key", "refund-1"}, io.Discard, io.Discard, envOf(nil)); err == nil {
+			if err := releaseRefund(db, "header:other"); err == nil {
 				t.Fatal("release of another client's key succeeded")
 			}
-			if err := run(context.Background(), []string{"release", "-db", db, "-client-id", "header:acme", "-key", "refund-1"}, io.Discard, io.Discard, envOf(nil)); err != nil {
+			if err := releaseRefund(db, "header:acme"); err != nil {
 				t.Fatal(err)
 			}
 			if status, body := post(); status != http.StatusCreated || body != `{"id":"refund_1"}` {
 				t.Fatalf("after release: %d %q, want the upstream's answer", status, body)
 			}
-			if err := run(context.Background(), []string{"release", "-db", db, "-client-id", "header:acme", "-key", "refund-1"}, io.Discard, io.Discard, envOf(nil)); err == nil {
+			if err := releaseRefund(db, "header:acme"); err == nil {
 				t.Fatal("release freed a key that holds a real response")
 			}
 		})
@@ -269,6 +266,31 @@ func testDB(t *testing.T, kind string) string {
 		return pgtest.NewDatabase(t)
 	}
 	return "sqlite:" + filepath.Join(t.TempDir(), "keys.db")
+}
+
+// refundProxy starts idemproxy on a new store of kind, in front of
+// upstream, with route for the refunds; it returns the proxy's address and
+// the store's URL.
+func refundProxy(t *testing.T, kind, upstream, route string) (addr, db string) {
+	t.Helper()
+	db = testDB(t, kind)
+	addr, _ = started(t, []string{"-listen", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-upstream", upstream, "-db", db,
+		"-client-header", "X-Client-Id", "-route", route}, nil)
+	return addr, db
+}
+
+// command runs an idemproxy operator command and returns what it printed.
+func command(args ...string) (string, error) {
+	var out strings.Builder
+	err := run(context.Background(), args, &out, io.Discard, envOf(nil))
+	return out.String(), err
+}
+
+// releaseRefund runs "idemproxy release" for the key of postRefund, as
+// client.
+func releaseRefund(db, client string) error {
+	_, err := command("release", "-db", db, "-client-id", client, "-key", "refund-1")
+	return err
 }
 
 // postRefund sends the request that the outcome-unknown tests retry:

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -85,10 +84,7 @@ func TestProbeHeldAndRelease(t *testing.T) {
 				io.WriteString(w, `{"id":"refund_1"}`)
 			}))
 			t.Cleanup(up.Close)
-			db := testDB(t, kind)
-			addr, _ := started(t,
-				[]string{"-listen", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-upstream", up.URL, "-db", db,
-					"-client-header", "X-Client-Id", "-route", "POST /v1/refunds probe /v1/requests/{key}"}, nil)
+			addr, db := refundProxy(t, kind, up.URL, "POST /v1/refunds probe /v1/requests/{key}")
 			post := func() (int, string) {
 				status, _, body := postRefund(t, addr)
 				return status, body
@@ -101,14 +97,14 @@ func TestProbeHeldAndRelease(t *testing.T) {
 			if c, p := calls.Load(), probes.Load(); c != 1 || p != 2 {
 				t.Fatalf("upstream saw %d forwards and %d probes, want 1 and 2", c, p)
 			}
-			var out strings.Builder
-			if err := run(context.Background(), []string{"held", "-db", db}, &out, io.Discard, envOf(nil)); err != nil {
+			held, err := command("held", "-db", db)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if !strings.Contains(out.String(), "refund-1") || !strings.Contains(out.String(), " probe ") || !strings.Contains(out.String(), "1 held key") {
-				t.Fatalf("held printed:\n%s", out.String())
+			if !strings.Contains(held, "refund-1") || !strings.Contains(held, " probe ") || !strings.Contains(held, "1 held key") {
+				t.Fatalf("held printed:\n%s", held)
 			}
-			if err := run(context.Background(), []string{"release", "-db", db, "-client-id", "header:acme", "-key", "refund-1"}, io.Discard, io.Discard, envOf(nil)); err != nil {
+			if err := releaseRefund(db, "header:acme"); err != nil {
 				t.Fatal(err)
 			}
 			if status, body := post(); status != http.StatusCreated || body != `{"id":"refund_1"}` {
@@ -117,7 +113,7 @@ func TestProbeHeldAndRelease(t *testing.T) {
 			if c, p := calls.Load(), probes.Load(); c != 2 || p != 2 {
 				t.Fatalf("upstream saw %d forwards and %d probes, want 2 and 2: the released key's retry is forwarded unprobed", c, p)
 			}
-			if err := run(context.Background(), []string{"release", "-db", db, "-client-id", "header:acme", "-key", "refund-1"}, io.Discard, io.Discard, envOf(nil)); err == nil {
+			if err := releaseRefund(db, "header:acme"); err == nil {
 				t.Fatal("release freed a key that holds a real response")
 			}
 		})
