@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,14 +16,9 @@ import (
 // insufficient funds.
 func TestRunServesTheLedger(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stdout, stderr := newLineWriter(), newLineWriter()
 	db := "sqlite:" + filepath.Join(t.TempDir(), "p.db")
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, []string{"-addr", "127.0.0.1:0", "-admin-addr", "off", "-db", db, "-tokens", "sk_a=alice"}, stdout, stderr)
-	}()
+	p := runInProcess(t, "-addr", "127.0.0.1:0", "-admin-addr", "off", "-db", db, "-tokens", "sk_a=alice")
+	stdout := p.stdout
 	base := waitListening(t, stdout.lines, "paymentsd")
 	client := &http.Client{Timeout: 20 * time.Second}
 	send := func(method, path, key, body string) (int, map[string]any, http.Header) {
@@ -73,13 +67,7 @@ func TestRunServesTheLedger(t *testing.T) {
 			t.Fatalf("account %d: %d %v, want balance %v", i, status, a, want)
 		}
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run returned %v after cancel, want nil", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return within 30 s of cancel")
+	if err := p.stop(t); err != nil {
+		t.Fatalf("Run returned %v after cancel, want nil", err)
 	}
 }

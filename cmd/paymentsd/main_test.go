@@ -81,6 +81,37 @@ func crashBinary(t *testing.T) string {
 	return filepath.Join(dir, "paymentsd")
 }
 
+// inProcess is paymentsd run by Run in the test's process.
+type inProcess struct {
+	stdout, stderr *lineWriter
+	cancel         context.CancelFunc
+	done           chan error
+}
+
+// runInProcess starts Run with args; stop ends it.
+func runInProcess(t *testing.T, args ...string) *inProcess {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	p := &inProcess{stdout: newLineWriter(), stderr: newLineWriter(), cancel: cancel, done: make(chan error, 1)}
+	go func() { p.done <- Run(ctx, args, p.stdout, p.stderr) }()
+	return p
+}
+
+// stop cancels Run and returns what it returned; it fails t if Run does
+// not return within 30 s.
+func (p *inProcess) stop(t *testing.T) error {
+	t.Helper()
+	p.cancel()
+	select {
+	case err := <-p.done:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30 s of cancel")
+		return nil
+	}
+}
+
 // lineWriter hands each written line to a channel, so a test can wait for
 // "listening on" without sleeping.
 type lineWriter struct {
@@ -164,14 +195,9 @@ func postWith(client *http.Client, base, token, key, body string) answer {
 
 func TestRunServesTheTourAndStopsGracefully(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stdout, stderr := newLineWriter(), newLineWriter()
 	db := "sqlite:" + filepath.Join(t.TempDir(), "p.db")
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, []string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-db", db, "-tokens", "sk_a=alice"}, stdout, stderr)
-	}()
+	p := runInProcess(t, "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-db", db, "-tokens", "sk_a=alice")
+	stdout := p.stdout
 	base := waitListening(t, stdout.lines, "paymentsd")
 	admin := waitLine(t, stdout.lines, adminRE, "paymentsd's admin endpoint")
 
@@ -221,14 +247,8 @@ func TestRunServesTheTourAndStopsGracefully(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run returned %v after cancel, want nil", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return within 30 s of cancel")
+	if err := p.stop(t); err != nil {
+		t.Fatalf("Run returned %v after cancel, want nil", err)
 	}
 }
 

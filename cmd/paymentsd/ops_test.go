@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestReadyzNeedsTheSchema starts paymentsd without migrations on an empty
@@ -16,14 +15,9 @@ import (
 // schema version; both are in the OpenAPI document.
 func TestReadyzNeedsTheSchema(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stdout, stderr := newLineWriter(), newLineWriter()
 	db := "sqlite:" + filepath.Join(t.TempDir(), "p.db")
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, []string{"-addr", "127.0.0.1:0", "-admin-addr", "off", "-db", db, "-tokens", "sk_a=alice", "-migrate=false", "-log-format", "json"}, stdout, stderr)
-	}()
+	p := runInProcess(t, "-addr", "127.0.0.1:0", "-admin-addr", "off", "-db", db, "-tokens", "sk_a=alice", "-migrate=false", "-log-format", "json")
+	stdout := p.stdout
 	base := waitListening(t, stdout.lines, "paymentsd")
 	get := func(path string) (int, string) {
 		res, err := http.Get(base + path)
@@ -52,14 +46,8 @@ func TestReadyzNeedsTheSchema(t *testing.T) {
 			t.Errorf("the OpenAPI document lacks %s", path)
 		}
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return within 30 s of cancel")
+	if err := p.stop(t); err != nil {
+		t.Fatalf("Run returned %v after cancel, want nil", err)
 	}
 }
 
