@@ -63,7 +63,7 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 		bouncer     = fs.String("pgbouncer", env.String("IDEM_BENCH_PGBOUNCER", ""), "`URL` of the same database through PgBouncer in pool_mode = transaction, for the variants bare-pgbouncer and atomic-pgbouncer (env IDEM_BENCH_PGBOUNCER)")
 		asJSON      = fs.Bool("json", false, "print the figures as one JSON object instead of a table (fields in docs/benchmarks.md)")
 		plotFile    = fs.String("plot", "", "also draw the run as an SVG image, throughput ratios with the floors marked and p50/p99 latencies, to `file`")
-		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the whole run, for go tool pprof, to `file`")
+		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the whole run, for go tool pprof, to `file`; each variant's requests carry the label variant=NAME (pprof -tagfocus)")
 	)
 	if env.Err() != nil {
 		fmt.Fprintf(c.stderr, "idem bench: %v\n", env.Err())

@@ -156,7 +156,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		srv := httptest.NewServer(h)
+		srv := httptest.NewServer(labeled(v, h))
 		defer srv.Close()
 		servers[v] = srv
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/pprof"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -86,4 +87,14 @@ func commit(tx *sql.Tx) error {
 		return fmt.Errorf("bench: commit: %w", err)
 	}
 	return nil
+}
+
+// labeled runs h with the profiler label variant=v, so that a CPU profile
+// of the run (idem bench --cpuprofile) splits by variant:
+// go tool pprof -tagfocus variant=atomic.
+func labeled(v string, h http.Handler) http.Handler {
+	labels := pprof.Labels("variant", v)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pprof.Do(r.Context(), labels, func(ctx context.Context) { h.ServeHTTP(w, r.WithContext(ctx)) })
+	})
 }
