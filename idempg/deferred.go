@@ -155,7 +155,7 @@ func (dc *deferredClaim) existing(ctx context.Context, conn *pgxpool.Conn, code 
 func (dc *deferredClaim) checkFree(ctx context.Context, conn *pgxpool.Conn) error {
 	b := &pgx.Batch{}
 	dc.queue(b, false)
-	err := sendClaim(ctx, conn, b).Close()
+	err := dc.store.sendClaim(ctx, conn, b).Close()
 	if refusal := dc.settle(ctx, conn, err, false); refusal != nil {
 		conn.Release()
 		return refusal
@@ -203,10 +203,12 @@ func (dc *deferredClaim) release(ctx context.Context, conn *pgxpool.Conn, tx pgx
 // apart from that cache and never drops: a statement already prepared on
 // the connection costs nothing, a new one the round trip that the cache
 // would have spent on it. Those are the claim's own statements and the
-// first statement of each handler, a small set.
-func sendClaim(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch) pgx.BatchResults {
+// first statement of each handler, a small set. (Whether the mode is
+// pgx's default is read once, in New: the connection's Config copies the
+// whole configuration on each call.)
+func (s *Store) sendClaim(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch) pgx.BatchResults {
 	c := conn.Conn()
-	if c.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+	if s.prepareClaims {
 		for _, qq := range b.QueuedQueries {
 			if _, err := c.Prepare(ctx, qq.SQL, qq.SQL); err != nil {
 				return pgx.FailedBatchResults(b, err)

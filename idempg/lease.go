@@ -268,7 +268,7 @@ func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, 
 	var br pgx.BatchResults
 	switch {
 	case claiming:
-		br = sendClaim(ctx, conn, b)
+		br = l.store.sendClaim(ctx, conn, b)
 		tx = br.Tx()
 	case tx == nil:
 		br = conn.SendBatch(ctx, b)

@@ -110,6 +110,10 @@ type Store struct {
 
 	// claimLockTimeout is cfg.ClaimLockTimeout as a lock_timeout value.
 	claimLockTimeout string
+	// prepareClaims: the pool's connections run pgx's default
+	// QueryExecModeCacheStatement, under which sendClaim prepares a
+	// deferred claim's statements first.
+	prepareClaims bool
 
 	// testHooks are set by the package's tests only.
 	testHooks testHooks
@@ -140,6 +144,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		pool:             pool,
 		cfg:              c,
 		claimLockTimeout: fmt.Sprintf("%dms", c.ClaimLockTimeout.Milliseconds()),
+		prepareClaims:    pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement,
 	}, nil
 }
 

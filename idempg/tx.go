@@ -132,7 +132,7 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 	}
 	var br pgx.BatchResults
 	if claiming {
-		br = sendClaim(ctx, lt.conn, b)
+		br = lt.store.sendClaim(ctx, lt.conn, b)
 	} else {
 		br = lt.conn.SendBatch(ctx, b)
 	}
