@@ -7,6 +7,7 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -214,7 +215,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 				next = func() string { return key }
 			default:
 				url = servers[v].URL
-				next = func() string { return fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), seq.Add(1)) }
+				next = newKey
 			}
 			t := measure(ctx, client, url, cfg, next, want)
 			if err := finish(); err != nil {
@@ -246,6 +247,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	return out, nil
 }
+
+// newKey returns a new idempotency key: random, as clients' keys are (a
+// version 4 UUID, most often), so that the key indexes take them all over
+// rather than at one end.
+func newKey() string { return "bench-" + rand.Text() }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 

@@ -107,14 +107,16 @@ func TestFloorVariants(t *testing.T) {
 		requests += r.Requests
 	}
 	// Every request of a floor variant committed a payment and its
-	// completed key row.
+	// completed key row, both under the key the request carried.
 	pool := openPool(t, url)
-	var keys int64
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM idempotency_keys WHERE status = 'completed'`).Scan(&keys); err != nil {
+	var keys, matched int64
+	if err := pool.QueryRow(context.Background(), `SELECT count(*), count(p.id) FROM idempotency_keys k
+LEFT JOIN payments p ON p.client_id = k.client_id AND p.idempotency_key = k.idempotency_key
+WHERE k.status = 'completed' AND k.idempotency_key LIKE 'bench-%'`).Scan(&keys, &matched); err != nil {
 		t.Fatalf("count keys: %v", err)
 	}
-	if keys != requests {
-		t.Errorf("%d completed key rows, want %d, one per request", keys, requests)
+	if keys != requests || matched != requests {
+		t.Errorf("%d completed key rows, %d with their payment; want %d of each, one per request", keys, matched, requests)
 	}
 
 	_, err = Run(context.Background(), Config{

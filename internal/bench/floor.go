@@ -69,13 +69,14 @@ WHERE client_id = $1 AND idempotency_key = $2 AND lease_token = 1`
 
 var floorHeaders = []byte(`{"Content-Type":["application/json"]}`)
 
-// Insert writes p and a completed key row named after p's id.
+// Insert writes p and a completed key row for the request's key (see
+// withKeyScope).
 func (r *floorRepo) Insert(ctx context.Context, p *payments.Payment) error {
 	body, err := json.Marshal(p)
 	if err != nil {
 		return err
 	}
-	hash := sha256.Sum256([]byte(p.ID))
+	hash := sha256.Sum256([]byte(p.IdempotencyKey))
 	now := time.Now()
 	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
@@ -89,7 +90,7 @@ func (r *floorRepo) Insert(ctx context.Context, p *payments.Payment) error {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(`SELECT pg_try_advisory_xact_lock($1::bigint)`, lock)
-	b.Queue(floorInsertPayment, p.ID, p.ClientID, p.Amount, p.Currency, p.Customer, p.Description, p.Status, p.Created, p.ID)
+	b.Queue(floorInsertPayment, p.ID, p.ClientID, p.Amount, p.Currency, p.Customer, p.Description, p.Status, p.Created, p.IdempotencyKey)
 	if r.variant == Floor2RT {
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			conn.Conn().Close(ctx) // a connection left in a transaction is not reused
@@ -97,7 +98,7 @@ func (r *floorRepo) Insert(ctx context.Context, p *payments.Payment) error {
 		}
 		b = &pgx.Batch{}
 	}
-	b.Queue(floorInsertKey, p.ClientID, p.ID, hash[:], floorHeaders, body, now)
+	b.Queue(floorInsertKey, p.ClientID, p.IdempotencyKey, hash[:], floorHeaders, body, now)
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		conn.Conn().Close(ctx)
@@ -110,19 +111,19 @@ func (r *floorRepo) Insert(ctx context.Context, p *payments.Payment) error {
 func (r *floorRepo) twoCommits(ctx context.Context, conn *pgxpool.Conn, p *payments.Payment, hash, body []byte, lock int64, now time.Time) error {
 	b := &pgx.Batch{}
 	b.Queue(`SELECT pg_try_advisory_xact_lock($1::bigint)`, lock)
-	b.Queue(floorInsertStarted, p.ClientID, p.ID, hash, now)
+	b.Queue(floorInsertStarted, p.ClientID, p.IdempotencyKey, hash, now)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("bench: floor: %w", err)
 	}
 	b = &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(floorInsertPayment, p.ID, p.ClientID, p.Amount, p.Currency, p.Customer, p.Description, p.Status, p.Created, p.ID)
+	b.Queue(floorInsertPayment, p.ID, p.ClientID, p.Amount, p.Currency, p.Customer, p.Description, p.Status, p.Created, p.IdempotencyKey)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		conn.Conn().Close(ctx)
 		return fmt.Errorf("bench: floor: %w", err)
 	}
 	b = &pgx.Batch{}
-	b.Queue(floorCompleteKey, p.ClientID, p.ID, floorHeaders, body, time.Now())
+	b.Queue(floorCompleteKey, p.ClientID, p.IdempotencyKey, floorHeaders, body, time.Now())
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		conn.Conn().Close(ctx)

@@ -51,9 +51,24 @@ func variantHandler(db *database.DB, repo payments.Repo, variant string) (http.H
 	if variant == Atomic || variant == TwoPhase || variant == Conflict {
 		return svc.Handler(), nil
 	}
+	var h http.Handler = http.HandlerFunc(svc.Create)
+	if slices.Contains(FloorVariants, variant) {
+		h = withKeyScope(h)
+	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/payments", payments.Authenticator{Tokens: tokens}.Wrap(http.HandlerFunc(svc.Create)))
+	mux.Handle("POST /v1/payments", payments.Authenticator{Tokens: tokens}.Wrap(h))
 	return mux, nil
+}
+
+// withKeyScope gives h the request's Idempotency-Key as its scope, as the
+// middleware would, so that a floor variant writes its payment and its key
+// row under the key the request carried, as atomic mode does, and both
+// spread their rows over the key indexes alike.
+func withKeyScope(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scope := idem.Scope{ClientID: benchClient, Key: r.Header.Get(idem.HeaderKey)}
+		h.ServeHTTP(w, r.WithContext(idem.ContextWithScope(r.Context(), scope)))
+	})
 }
 
 // ownTxRepo inserts each payment in a transaction of its own, as an
