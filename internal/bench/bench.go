@@ -64,11 +64,14 @@ type Config struct {
 
 // Result is one variant's total over all rounds.
 type Result struct {
-	Variant   string
-	Requests  int64
-	Errors    int64 // answers other than the expected status
-	Elapsed   time.Duration
-	PerSecond float64
+	Variant  string
+	Requests int64
+	Errors   int64 // answers other than the expected status
+	// FirstError is what the first of them got: the status and the start
+	// of the body, or the transport's error; empty when none failed.
+	FirstError string
+	Elapsed    time.Duration
+	PerSecond  float64
 	// Ratio is PerSecond divided by the bare endpoint's.
 	Ratio float64
 	// RatioTx is PerSecond divided by that of the bare endpoint with its
@@ -168,8 +171,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if replays {
 		for i := range 256 {
 			key := fmt.Sprintf("bench-replay-%d-%d", time.Now().UnixNano(), i)
-			if status, err := send(ctx, client, servers[Atomic].URL, key); err != nil || status != http.StatusCreated {
-				return nil, fmt.Errorf("bench: create replay key: status %d: %v", status, err)
+			if status, said, err := send(ctx, client, servers[Atomic].URL, key, http.StatusCreated); err != nil || status != http.StatusCreated {
+				return nil, fmt.Errorf("bench: create replay key: %s: %v", said, err)
 			}
 			replayKeys = append(replayKeys, key)
 		}
@@ -224,6 +227,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			totals[v].add(t)
 			fmt.Fprintf(cfg.Progress, "round %d %-9s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n",
 				round, v, float64(t.n)/t.elapsed.Seconds(), ms(t.quantile(0.50)), ms(t.quantile(0.99)), t.errors)
+			if t.firstError != "" {
+				fmt.Fprintf(cfg.Progress, "round %d %-9s the first error: %s\n", round, v, t.firstError)
+			}
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
@@ -235,7 +241,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	for _, v := range cfg.Variants {
 		t := totals[v]
 		r := Result{
-			Variant: v, Requests: t.n, Errors: t.errors, Elapsed: t.elapsed,
+			Variant: v, Requests: t.n, Errors: t.errors, FirstError: t.firstError, Elapsed: t.elapsed,
 			PerSecond: t.rate(), Ratio: t.rate() / bare,
 			P50: t.quantile(0.50), P99: t.quantile(0.99),
 			CPU: t.perRequest(t.cpu), DBCPU: t.perRequest(t.dbCPU),
@@ -271,12 +277,18 @@ func WriteTable(w io.Writer, results []Result) {
 		}
 		fmt.Fprintf(w, " %9.2f %9.2f %7d %11.0f %10.0f\n", ms(r.P50), ms(r.P99), r.Errors, us(r.CPU), us(r.DBCPU))
 	}
+	for _, r := range results {
+		if r.FirstError != "" {
+			fmt.Fprintf(w, "%s: %d errors; the first got: %s\n", r.Variant, r.Errors, r.FirstError)
+		}
+	}
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 type tally struct {
 	n, errors  int64
+	firstError string // what the first failed request got
 	elapsed    time.Duration
 	cpu, dbCPU time.Duration
 	latencies  []time.Duration
@@ -285,6 +297,9 @@ type tally struct {
 func (t *tally) add(o *tally) {
 	t.n += o.n
 	t.errors += o.errors
+	if t.firstError == "" {
+		t.firstError = o.firstError
+	}
 	t.elapsed += o.elapsed
 	t.cpu += o.cpu
 	t.dbCPU += o.dbCPU
@@ -345,7 +360,7 @@ func measure(ctx context.Context, client *http.Client, url string, cfg Config, n
 			local := &tally{}
 			for ctx.Err() == nil && more() {
 				t0 := time.Now()
-				status, err := send(ctx, client, url, nextKey())
+				status, said, err := send(ctx, client, url, nextKey(), want)
 				if ctx.Err() != nil {
 					break // cut off by the end of the run
 				}
@@ -353,6 +368,12 @@ func measure(ctx context.Context, client *http.Client, url string, cfg Config, n
 				local.latencies = append(local.latencies, time.Since(t0))
 				if err != nil || status != want {
 					local.errors++
+					if local.firstError == "" {
+						local.firstError = said
+						if err != nil {
+							local.firstError = err.Error()
+						}
+					}
 				}
 			}
 			mu.Lock()
@@ -375,19 +396,30 @@ func measure(ctx context.Context, client *http.Client, url string, cfg Config, n
 
 const body = `{"amount":4200,"currency":"usd","customer":"cus_bench"}`
 
-func send(ctx context.Context, client *http.Client, base, key string) (int, error) {
+// send sends one payment request with key and returns the answer's status.
+// When the status is not want, it also returns what the answer said: the
+// status and the start of its body, such as a problem's title and detail.
+func send(ctx context.Context, client *http.Client, base, key string, want int) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/payments", strings.NewReader(body))
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	req.Header.Set("Authorization", "Bearer sk_bench")
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
 	res, err := client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
+	defer res.Body.Close()
+	if res.StatusCode == want {
+		io.Copy(io.Discard, res.Body)
+		return res.StatusCode, "", nil
+	}
+	said, _ := io.ReadAll(io.LimitReader(res.Body, maxSaid))
 	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	return res.StatusCode, nil
+	return res.StatusCode, fmt.Sprintf("%d %s", res.StatusCode, strings.Join(strings.Fields(string(said)), " ")), nil
 }
+
+// maxSaid bounds how much of a failed answer's body send reports.
+const maxSaid = 300

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	neturl "net/url"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -196,5 +197,36 @@ func TestBouncerVariants(t *testing.T) {
 	_, err = Run(context.Background(), Config{DatabaseURL: url, Requests: 1, Rounds: 1, Variants: []string{AtomicPgBouncer}})
 	if err == nil || !strings.Contains(err.Error(), "--pgbouncer") {
 		t.Errorf("a PgBouncer variant without PgBouncer: err %v, want one that names --pgbouncer", err)
+	}
+}
+
+// TestBouncerWithoutStatementsIsRefused: through a PgBouncer that cannot
+// keep pgx's prepared statements (Debian's 1.18, say), with pgx's default
+// query mode, most requests would fail; the run must refuse at once and
+// say how to fix the URL. A PgBouncer that keeps them must run cleanly.
+func TestBouncerWithoutStatementsIsRefused(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	via, err := neturl.Parse(pgtest.StartBouncer(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := via.Query()
+	q.Del("default_query_exec_mode") // back to pgx's default, which prepares by name
+	via.RawQuery = q.Encode()
+	results, err := Run(context.Background(), Config{
+		DatabaseURL: url, BouncerURL: via.String(), Requests: 40, Rounds: 1, Concurrency: 4,
+		Variants: []string{AtomicPgBouncer},
+	})
+	if err != nil {
+		if !strings.Contains(err.Error(), "default_query_exec_mode=cache_describe") {
+			t.Fatalf("Run: %v; want a refusal that names default_query_exec_mode=cache_describe", err)
+		}
+		return
+	}
+	for _, r := range results {
+		if r.Errors != 0 {
+			t.Errorf("%s: %d errors (the first got %s); the check passed, so want none", r.Variant, r.Errors, r.FirstError)
+		}
 	}
 }

@@ -63,9 +63,9 @@ func (r *holdRepo) hold(ctx context.Context, client *http.Client, url string, n 
 	key := fmt.Sprintf("%s%d-%d", holdPrefix, time.Now().UnixNano(), n)
 	answered := make(chan error, 1)
 	go func() {
-		status, err := send(ctx, client, url, key)
+		status, said, err := send(ctx, client, url, key, http.StatusCreated)
 		if err == nil && status != http.StatusCreated {
-			err = fmt.Errorf("bench: the conflict holder answered %d, want 201", status)
+			err = fmt.Errorf("bench: the conflict holder answered %s, want 201", said)
 		}
 		answered <- err
 	}()

@@ -21,15 +21,17 @@ type Report struct {
 
 // VariantReport is one variant's figures in a Report.
 type VariantReport struct {
-	Requests int64   `json:"requests"`
-	Errors   int64   `json:"errors"`
-	RPS      float64 `json:"rps"`      // requests per second
-	Ratio    float64 `json:"ratio"`    // RPS divided by bare's
-	RatioTx  float64 `json:"ratio_tx"` // RPS divided by bare-tx's; 0 when it did not run
-	P50      float64 `json:"p50_ms"`
-	P99      float64 `json:"p99_ms"`
-	AppUS    float64 `json:"app_us"` // CPU of this process per request, microseconds
-	DBUS     float64 `json:"db_us"`  // CPU of local PostgreSQL processes per request
+	Requests int64 `json:"requests"`
+	Errors   int64 `json:"errors"`
+	// FirstError is what the first failed request got; absent when none did.
+	FirstError string  `json:"first_error,omitempty"`
+	RPS        float64 `json:"rps"`      // requests per second
+	Ratio      float64 `json:"ratio"`    // RPS divided by bare's
+	RatioTx    float64 `json:"ratio_tx"` // RPS divided by bare-tx's; 0 when it did not run
+	P50        float64 `json:"p50_ms"`
+	P99        float64 `json:"p99_ms"`
+	AppUS      float64 `json:"app_us"` // CPU of this process per request, microseconds
+	DBUS       float64 `json:"db_us"`  // CPU of local PostgreSQL processes per request
 }
 
 // NewReport returns the Report of results.
@@ -42,7 +44,7 @@ func NewReport(results []Result) Report {
 	for _, r := range results {
 		rep.Order = append(rep.Order, r.Variant)
 		rep.Variants[r.Variant] = VariantReport{
-			Requests: r.Requests, Errors: r.Errors,
+			Requests: r.Requests, Errors: r.Errors, FirstError: r.FirstError,
 			RPS: round(r.PerSecond, 1), Ratio: round(r.Ratio, 3), RatioTx: round(r.RatioTx, 3),
 			P50: round(ms(r.P50), 3), P99: round(ms(r.P99), 3),
 			AppUS: round(us(r.CPU), 1), DBUS: round(us(r.DBCPU), 1),

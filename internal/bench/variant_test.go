@@ -1,9 +1,14 @@
 package bench
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime/pprof"
+	"strings"
 	"testing"
 )
 
@@ -23,5 +28,37 @@ func TestLabeledCarriesVariant(t *testing.T) {
 	}
 	if w.Code != http.StatusNoContent {
 		t.Fatalf("status %d, want the handler's 204", w.Code)
+	}
+}
+
+// TestFailedAnswersAreReported: a request that gets another status than
+// its variant expects is counted, and what the first one got (the status
+// and the start of the body) reaches the table and the JSON report, so
+// that a run whose requests fail says why.
+func TestFailedAnswersAreReported(t *testing.T) {
+	problem := `{"type":"about:blank","title":"Service Unavailable",
+"detail":"the idempotency store is unavailable"}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, problem)
+	}))
+	defer srv.Close()
+	cfg := Config{Requests: 3, Concurrency: 1}
+	n := 0
+	got := measure(context.Background(), srv.Client(), srv.URL, cfg, func() string { n++; return fmt.Sprint("k", n) }, http.StatusCreated)
+	want := `503 {"type":"about:blank","title":"Service Unavailable", "detail":"the idempotency store is unavailable"}`
+	if got.n != 3 || got.errors != 3 || got.firstError != want {
+		t.Fatalf("tally: %d requests, %d errors, first %q; want 3, 3 and %q", got.n, got.errors, got.firstError, want)
+	}
+
+	results := []Result{{Variant: Bare, Requests: 3, Errors: 3, FirstError: got.firstError, Ratio: 1}}
+	var table bytes.Buffer
+	WriteTable(&table, results)
+	if line := "bare: 3 errors; the first got: " + want; !strings.Contains(table.String(), line) {
+		t.Errorf("table:\n%s\nwant a line %q", table.String(), line)
+	}
+	if rep := NewReport(results); rep.Variants[Bare].FirstError != want {
+		t.Errorf("report first_error = %q, want %q", rep.Variants[Bare].FirstError, want)
 	}
 }
