@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -152,16 +153,17 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.wg.Add(2)
+		cut := new(atomic.Bool) // set by forward before a cut's statement goes out
 		go func() {
 			defer p.wg.Done()
-			drain(client, server)
+			drain(client, server, cut)
 			client.Close()
 			server.Close()
 			p.untrack(client, server)
 		}()
 		go func() {
 			defer p.wg.Done()
-			if !p.forward(client, server) {
+			if !p.forward(client, server, cut) {
 				server.Close()
 			}
 			// The client learns of the cut at once; after a cut that let the
@@ -216,14 +218,20 @@ const (
 )
 
 // drain copies the server's replies to the client until the server ends the
-// connection, and reads on (discarding) once the client is gone, so that the
-// server always reads what it was sent before it sees the end.
-func drain(client, server net.Conn) {
+// connection, and reads on (discarding) once the client is gone or cut is
+// set, so that the server always reads what it was sent before it sees the
+// end. forward sets cut before it sends the statement of an After cut, so
+// no reply to it, which can only be read after that, reaches the client:
+// checked after each read, before the write.
+func drain(client, server net.Conn, cut *atomic.Bool) {
 	buf := make([]byte, 32<<10)
 	clientGone := false
 	server.SetReadDeadline(time.Now().Add(drainTimeout))
 	for {
 		n, err := server.Read(buf)
+		if cut.Load() {
+			clientGone = true
+		}
 		if n > 0 && !clientGone {
 			if _, werr := client.Write(buf[:n]); werr != nil {
 				clientGone = true
@@ -244,7 +252,7 @@ const drainTimeout = 10 * time.Minute
 // forward copies client messages to server until either side ends or a cut
 // falls. It returns true when a cut let its statement through and half-closed
 // the server connection, which drain then closes.
-func (p *Proxy) forward(client, server net.Conn) (halfClosed bool) {
+func (p *Proxy) forward(client, server net.Conn, cut *atomic.Bool) (halfClosed bool) {
 	// The start-up phase: untyped messages, until the startup message.
 	for {
 		msg, err := readUntyped(client)
@@ -297,8 +305,10 @@ func (p *Proxy) forward(client, server net.Conn) (halfClosed bool) {
 				if when == Before {
 					return false
 				}
+				// No reply from here on reaches the client (see drain).
 				// The server reads the message, then the end of the
 				// connection: a half-close sends FIN after the data.
+				cut.Store(true)
 				if _, err := server.Write(msg); err != nil {
 					return false
 				}
