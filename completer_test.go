@@ -12,19 +12,28 @@ import (
 
 // TestCompleterReleasesKeyThatPassedNoPoint: a holder that dies before its
 // first phase commits leaves a started key with no recovery point. Once
-// its lease expired, the completer releases it, which deletes it; the dead
-// holder's checkpoint is then fenced out, and the client's retry runs the
-// operation fresh. A live lease is waited for, and a key of an operation
-// that the completer does not drive is left alone.
+// its lease expired, the completer takes it over and releases it, which
+// leaves it with no holder at the next token; the dead holder's checkpoint
+// is fenced out then, and still after a retry claimed the key again (a key
+// deleted and made anew would start again at the dead holder's token), and
+// the client's retry runs the operation fresh. A live lease is waited for,
+// and a key of an operation that the completer does not drive is left
+// alone.
 func TestCompleterReleasesKeyThatPassedNoPoint(t *testing.T) {
 	t.Parallel()
 	e := setupPhased(t, nil)
 	ctx := context.Background()
+	fp, err := idem.NewFingerprint(idem.FingerprintParams{
+		Method: http.MethodPost, Path: "/v1/payments", ContentType: "application/json", Body: []byte(`{"amount":100}`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	claim := func(key, path string) idem.Lease {
 		t.Helper()
 		res, err := e.store.Claim(ctx, idem.ClaimParams{
 			Scope: idem.Scope{ClientID: "alice", Key: key}, Method: http.MethodPost, Path: path,
-			RequestHash: []byte("h"), Mode: idem.ModeTwoPhase, Now: e.clock.Now(),
+			RequestHash: fp.Hash, Mode: idem.ModeTwoPhase, Now: e.clock.Now(),
 			LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
 		})
 		if err != nil || res.Lease == nil {
@@ -45,15 +54,27 @@ func TestCompleterReleasesKeyThatPassedNoPoint(t *testing.T) {
 	if res := runOnce(t, c); res.Released != 1 || res.Completed+res.Failed+res.Skipped != 0 || res.Oldest != 0 {
 		t.Fatalf("pass after the lease expired = %+v; want one key released, none left unfinished", res)
 	}
-	if rec, found := e.point(t, "k1"); found {
-		t.Fatalf("released key = %+v; want it gone", rec)
+	if rec, found := e.point(t, "k1"); !found || rec.Status != idem.StatusInFlight || !rec.LockedAt.IsZero() || rec.Token != 2 {
+		t.Fatalf("released key = %+v, %v; want it started with no holder, at token 2", rec, found)
 	}
 	if rec, found := e.point(t, "k2"); !found || rec.Status != idem.StatusInFlight {
 		t.Errorf("other operation's key = %+v, %v; want it left started", rec, found)
 	}
-	err := dead.(idem.RecoveryLease).Checkpoint(ctx, idem.Recovery{Point: "created", State: idem.State{"payment_id": "pay_9"}})
-	if !errors.Is(err, idem.ErrLeaseLost) {
+	checkpoint := func() error {
+		return dead.(idem.RecoveryLease).Checkpoint(ctx, idem.Recovery{Point: "created", State: idem.State{"payment_id": "pay_9"}})
+	}
+	if err := checkpoint(); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Errorf("dead holder's checkpoint = %v; want ErrLeaseLost", err)
+	}
+	retry := claim("k1", "/v1/payments")
+	if info := retry.Info(); !info.TakenOver || info.Token != 3 {
+		t.Errorf("claim after the release = %+v; want the key taken over at token 3", info)
+	}
+	if err := checkpoint(); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("dead holder's checkpoint while a retry holds the key = %v; want ErrLeaseLost", err)
+	}
+	if err := retry.Release(ctx); err != nil {
+		t.Fatalf("release the retry's claim: %v", err)
 	}
 
 	w := e.post(t, "k1")

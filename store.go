@@ -191,6 +191,11 @@ type Lease interface {
 	// client can retry with the same key. A speculative lease (see
 	// [ClaimParams.Speculative]) whose claim found the key held or
 	// completed returns an error wrapping an [*ExistsError] instead.
+	// In ModeTwoPhase the key's row stays, with no holder, when it passed a
+	// recovery point or when this lease took it over: the next claim takes
+	// it over at the next token, so that no new row ever starts again at
+	// the token of a holder that may still run. Only a first holder's key
+	// that passed no recovery point is deleted.
 	Release(ctx context.Context) error
 
 	// Info describes the lease.

@@ -83,6 +83,7 @@ func RunStoreTests(t *testing.T, h Harness) {
 				t.Run("TakesOverExpiredLease", s.takesOverExpiredLease)
 				t.Run("NoTakeoverWithDifferentRequest", s.noTakeoverWithDifferentRequest)
 				t.Run("StaleHolderCannotRelease", s.staleHolderCannotRelease)
+				t.Run("StaleHolderAfterTakeoverRelease", s.staleHolderAfterTakeoverRelease)
 				t.Run("StaleHolderOfExpiredKeyCannotComplete", s.staleHolderOfExpiredKey)
 				t.Run("LostLeaseHasEnded", s.lostLeaseHasEnded)
 			}

@@ -341,6 +341,32 @@ func (s suite) staleHolderCannotRelease(t *testing.T) {
 	complete(t, taken, sampleResponse("{}"))
 }
 
+// staleHolderAfterTakeoverRelease: a lease that took a key over and then
+// released it, before any recovery point, must not let the key start again
+// at token 1, the token of the holder it was taken from: that holder may
+// still run, and its Complete would then pass on the next claim's key (the
+// chaos run once stored a second payment so). The key stays, with no
+// holder; the next claim takes it over at the next token.
+func (s suite) staleHolderAfterTakeoverRelease(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	scope := newScope("alice")
+	old := s.mustLease(t, store, s.params(scope, "a", epoch))
+	taken := s.mustLease(t, store, s.params(scope, "a", epoch.Add(lockTimeout+time.Second)))
+	release(t, taken)
+	again := s.mustLease(t, store, s.params(scope, "a", epoch.Add(lockTimeout+2*time.Second)))
+	if info := again.Info(); !info.TakenOver || info.Token != 3 {
+		t.Errorf("claim after the release: Info() = %+v; want the key taken over at token 3", info)
+	}
+	if err := old.Complete(context.Background(), sampleResponse(`{"holder":"old"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("the first holder's Complete = %v, want ErrLeaseLost", err)
+	}
+	complete(t, again, sampleResponse(`{"holder":"again"}`))
+	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(lockTimeout+3*time.Second))); string(rec.Response.Body) != `{"holder":"again"}` {
+		t.Errorf("stored %q, want the last holder's response", rec.Response.Body)
+	}
+}
+
 func (s suite) staleHolderOfExpiredKey(t *testing.T) {
 	t.Parallel()
 	store := s.h.NewStore(t)

@@ -308,10 +308,20 @@ func TestSimulatedProcessorDeclines(t *testing.T) {
 // TestCompleterReleasesPaymentThatPassedNoPhase: a payment whose holder
 // died before the pending payment committed has left nothing but its
 // started key. The completer releases that key once its lease expired,
-// and leaves a live one to its holder; the dead holder is fenced out, and
-// the client's retry makes the payment once.
+// and leaves a live one to its holder; the dead holder is fenced out, also
+// while the client's retry holds the key again (the chaos run once found
+// a second payment there: the released key was deleted, and the retry's
+// new row started again at the dead holder's token), and the client's
+// retry makes the payment once.
 func TestCompleterReleasesPaymentThatPassedNoPhase(t *testing.T) {
 	t.Parallel()
+	body := `{"amount":4200,"currency":"usd","customer":"cus_1"}`
+	fp, err := idem.NewFingerprint(idem.FingerprintParams{
+		Method: http.MethodPost, Path: "/v1/payments", ContentType: jsonType, Body: []byte(body),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
@@ -322,7 +332,7 @@ func TestCompleterReleasesPaymentThatPassedNoPhase(t *testing.T) {
 				t.Helper()
 				res, err := store.Claim(ctx, idem.ClaimParams{
 					Scope: idem.Scope{ClientID: "alice", Key: key}, Method: http.MethodPost, Path: "/v1/payments",
-					RequestHash: make([]byte, 32), Mode: idem.ModeTwoPhase, Now: at,
+					RequestHash: fp.Hash, Mode: idem.ModeTwoPhase, Now: at,
 					LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
 				})
 				if err != nil || res.Lease == nil {
@@ -344,19 +354,32 @@ func TestCompleterReleasesPaymentThatPassedNoPhase(t *testing.T) {
 				t.Fatalf("RunOnce = %+v, %v; want the dead holder's key released, the live one not listed", res, err)
 			}
 			keys := f.db.Store().(idem.KeyReader)
-			if rec, err := keys.GetKey(ctx, idem.Scope{ClientID: "alice", Key: "k-dead"}); !errors.Is(err, idem.ErrKeyNotFound) {
-				t.Errorf("released key = %+v, %v; want ErrKeyNotFound", rec, err)
+			if rec, err := keys.GetKey(ctx, idem.Scope{ClientID: "alice", Key: "k-dead"}); err != nil ||
+				rec.Status != idem.StatusInFlight || !rec.LockedAt.IsZero() || rec.Token != 2 {
+				t.Errorf("released key = %+v, %v; want it started with no holder, at token 2", rec, err)
 			}
 			if rec, err := keys.GetKey(ctx, idem.Scope{ClientID: "alice", Key: "k-live"}); err != nil || rec.Status != idem.StatusInFlight {
 				t.Errorf("live holder's key = %+v, %v; want it still started", rec, err)
 			}
-			err = dead.(idem.RecoveryLease).Checkpoint(dead.Context(ctx), idem.Recovery{Point: "payment_created", State: idem.State{"payment_id": "pay_x"}})
-			if !errors.Is(err, idem.ErrLeaseLost) {
+			checkpoint := func() error {
+				return dead.(idem.RecoveryLease).Checkpoint(dead.Context(ctx),
+					idem.Recovery{Point: "payment_created", State: idem.State{"payment_id": "pay_x"}})
+			}
+			if err := checkpoint(); !errors.Is(err, idem.ErrLeaseLost) {
 				t.Errorf("dead holder's checkpoint = %v; want ErrLeaseLost", err)
+			}
+			again := claim("k-dead", time.Now())
+			if info := again.Info(); !info.TakenOver || info.Token != 3 {
+				t.Errorf("claim after the release = %+v; want the key taken over at token 3", info)
+			}
+			if err := checkpoint(); !errors.Is(err, idem.ErrLeaseLost) {
+				t.Errorf("dead holder's checkpoint while the key is held again = %v; want ErrLeaseLost", err)
+			}
+			if err := again.Release(ctx); err != nil {
+				t.Fatalf("release the second claim: %v", err)
 			}
 			dead.Release(ctx)
 
-			body := `{"amount":4200,"currency":"usd","customer":"cus_1"}`
 			retry := f.post(t, "sk_alice", "k-dead", jsonType, body)
 			if retry.status != http.StatusCreated || retry.header.Get(idem.HeaderReplayed) == "true" {
 				t.Fatalf("client's retry: %d %s; want a fresh 201", retry.status, retry.body)
