@@ -254,16 +254,6 @@ func resetConnection(w http.ResponseWriter) {
 	conn.Close()
 }
 
-func (u *upstream) totalCharges() int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	n := 0
-	for _, c := range u.charges {
-		n += c
-	}
-	return n
-}
-
 // maxChargesPerClientKey is the most charges any client's forwarded key
 // caused, and how many such keys there were.
 func (u *upstream) maxChargesPerClientKey() (most, keys int) {
