@@ -33,16 +33,20 @@ ORDER BY created_at, client_id, idempotency_key
 LIMIT $5`
 
 	// queryReleaseStartedKey ends a started key's lease and moves its token
-	// on, if the token is still the one the operator's read saw ($3): a
-	// request that took the key over or completed it in between wins.
+	// on, if the row and its token are still the ones the operator's read
+	// saw ($4 created_at, $3 token): a request that took the key over or
+	// completed it in between wins, and so does one that claimed it anew
+	// after it was purged.
 	queryReleaseStartedKey = `UPDATE idempotency_keys
 SET lease_token = lease_token + 1, locked_at = NULL
-WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3`
+WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
+  AND created_at = $4::timestamptz`
 
-	// queryDeleteCompletedKey deletes a completed key if its token is still
-	// the one the operator's read saw ($3).
+	// queryDeleteCompletedKey deletes a completed key if its row and token
+	// are still the ones the operator's read saw ($4, $3).
 	queryDeleteCompletedKey = `DELETE FROM idempotency_keys
-WHERE client_id = $1 AND idempotency_key = $2 AND status = 'completed' AND lease_token = $3`
+WHERE client_id = $1 AND idempotency_key = $2 AND status = 'completed' AND lease_token = $3
+  AND created_at = $4::timestamptz`
 )
 
 // GetKey implements [idem.KeyReader].
@@ -141,7 +145,7 @@ func (s *Store) DeleteKey(ctx context.Context, scope idem.Scope) (*idem.Record, 
 }
 
 // changeKey reads a key, asks check whether it may change, then runs query
-// on it with the token it read. It returns the record as it was read.
+// on it with the token and created_at it read. It returns the record as it was read.
 func (s *Store) changeKey(ctx context.Context, op string, scope idem.Scope, check func(*idem.Record) error, query string) (*idem.Record, error) {
 	conn, err := s.acquire(ctx, op)
 	if err != nil {
@@ -158,7 +162,7 @@ func (s *Store) changeKey(ctx context.Context, op string, scope idem.Scope, chec
 	if err := check(rec); err != nil {
 		return nil, fmt.Errorf("idempg: %s: %w", op, err)
 	}
-	tag, err := conn.Exec(ctx, query, scope.ClientID, scope.Key, rec.Token)
+	tag, err := conn.Exec(ctx, query, scope.ClientID, scope.Key, rec.Token, rec.CreatedAt)
 	switch {
 	case err != nil:
 		return nil, wrapErr(ctx, op, err)

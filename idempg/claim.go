@@ -269,11 +269,12 @@ type claimRow struct {
 	acquired bool       // the advisory lock was free
 	token    *int64     // the new lease's token; nil when no row changed
 	ctid     pgtype.TID // where the claimed row version is
+	created  *time.Time // the claimed row's created_at; nil when no row changed
 }
 
 // scanFrom has the claim statement's row, queued as qq, scanned into out.
 func (out *claimRow) scanFrom(qq *pgx.QueuedQuery) {
-	qq.QueryRow(func(row pgx.Row) error { return row.Scan(&out.acquired, &out.token, &out.ctid) })
+	qq.QueryRow(func(row pgx.Row) error { return row.Scan(&out.acquired, &out.token, &out.ctid, &out.created) })
 }
 
 // claimTwoPhaseNew is the first try of a two-phase claim, sent before any
@@ -298,7 +299,7 @@ func (s *Store) claimTwoPhaseNew(ctx context.Context, p idem.ClaimParams) (claim
 	err = conn.SendBatch(ctx, b).Close()
 	switch {
 	case err == nil && out.token != nil:
-		return answerLease(s.newLease(p, held{kind: byStartedRow, info: idem.LeaseInfo{Token: *out.token}})), nil
+		return answerLease(s.newLease(p, held{kind: byStartedRow, info: idem.LeaseInfo{Token: *out.token}, created: *out.created})), nil
 	case err == nil, pgCode(err) == codeLockNotAvailable, ctx.Err() == nil && conn.Conn().IsClosed():
 		return readAgain(), nil
 	}
@@ -370,7 +371,7 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Reco
 
 	info := idem.LeaseInfo{Token: *out.token, TakenOver: takeover}
 	if !atomicMode {
-		return answerLease(s.newLease(p, held{kind: byStartedRow, info: info})), nil
+		return answerLease(s.newLease(p, held{kind: byStartedRow, info: info, created: *out.created})), nil
 	}
 	keep = true
 	return answerLease(s.newLease(p, held{kind: byClaimTx, info: info, conn: conn, tx: tx, ctid: out.ctid})), nil

@@ -172,8 +172,10 @@
 // TxFromContext, so a handler can call a card processor (with a key from
 // idem.DeriveKey) before it holds a connection; its BEGIN goes out with
 // its first statement, in one round trip. Complete runs the fenced
-// UPDATE ... WHERE lease_token = $token AND status = 'started' in the
-// handler's transaction and commits only if exactly one row matched; the
+// UPDATE ... WHERE lease_token = $token AND created_at = $row AND status =
+// 'started' in the handler's transaction and commits only if exactly one
+// row matched (created_at tells the lease's row from one made anew after
+// it was purged or deleted, whose tokens start again at 1); the
 // check is a function of the schema that raises SQLSTATE IDEM1 otherwise,
 // which aborts the transaction before its COMMIT. Release rolls back and
 // deletes the row if the token still matches.

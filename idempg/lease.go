@@ -69,6 +69,11 @@ type held struct {
 	// ctid is where the started row is, for byClaimTx and byCallerTx: only
 	// the lease's transaction can change it.
 	ctid pgtype.TID
+	// created is the created_at of the started row, for byStartedRow:
+	// with the token, the fence of the lease's writes to its committed
+	// row, since a row made anew after it was deleted starts again at
+	// token 1.
+	created time.Time
 	// pending is the row that Complete inserts, for bySessionLock and
 	// byDeferredClaim.
 	pending *pendingRow
@@ -97,6 +102,7 @@ type lease struct {
 	start     time.Time // when the claim returned, for completed_at
 	tx        *leaseTx
 	ctid      pgtype.TID  // see held
+	createdAt time.Time   // see held.created
 	pending   *pendingRow // see held
 	// completeFailed is set when Complete failed other than by losing the
 	// lease; Release may then still free a two-phase claim.
@@ -117,6 +123,7 @@ func (s *Store) newLease(p idem.ClaimParams, h held) *lease {
 		start:     time.Now(),
 		tx:        &leaseTx{store: s, claim: h.claim},
 		ctid:      h.ctid,
+		createdAt: h.created,
 		pending:   h.pending,
 	}
 	if h.conn != nil || h.tx != nil {
@@ -345,7 +352,7 @@ func (l *lease) completeQuery(resp *idem.Response, header []byte) (string, []any
 		args := []any{l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body, l.completedAt(), l.ctid}
 		return queryCompleteOwnKey, args
 	default:
-		args := []any{l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body, l.completedAt()}
+		args := []any{l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body, l.completedAt(), l.createdAt}
 		return queryCompleteKey, args
 	}
 }
@@ -416,7 +423,7 @@ func (l *lease) deleteClaim(ctx context.Context) error {
 		return err
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, queryReleaseKey, l.scope.ClientID, l.scope.Key, l.info.Token); err != nil {
+	if _, err := conn.Exec(ctx, queryReleaseKey, l.scope.ClientID, l.scope.Key, l.info.Token, l.createdAt); err != nil {
 		return wrapErr(ctx, "release key", err)
 	}
 	return nil

@@ -110,9 +110,9 @@ WHERE client_id = $1 AND idempotency_key = $2`
            'started', 1, $8::timestamptz, $8::timestamptz
     FROM guard WHERE guard.acquired
     ON CONFLICT (client_id, idempotency_key) DO NOTHING
-    RETURNING lease_token, ctid
+    RETURNING lease_token, ctid, created_at
 )
-SELECT guard.acquired, claimed.lease_token, claimed.ctid FROM guard LEFT JOIN claimed ON true`
+SELECT guard.acquired, claimed.lease_token, claimed.ctid, claimed.created_at FROM guard LEFT JOIN claimed ON true`
 
 	// queryClaimReplace turns a key past retention into a fresh started
 	// row, if the row is still the version the caller read ($9 token, $10
@@ -129,9 +129,9 @@ SELECT guard.acquired, claimed.lease_token, claimed.ctid FROM guard LEFT JOIN cl
     FROM guard
     WHERE guard.acquired AND k.client_id = $2::text AND k.idempotency_key = $3::text
       AND k.lease_token = $9::bigint AND k.created_at = $10::timestamptz
-    RETURNING k.lease_token, k.ctid
+    RETURNING k.lease_token, k.ctid, k.created_at
 )
-SELECT guard.acquired, replaced.lease_token, replaced.ctid FROM guard LEFT JOIN replaced ON true`
+SELECT guard.acquired, replaced.lease_token, replaced.ctid, replaced.created_at FROM guard LEFT JOIN replaced ON true`
 
 	// queryClaimTakeOver takes over a started key whose lease expired, if
 	// its token is still $5.
@@ -143,17 +143,21 @@ SELECT guard.acquired, replaced.lease_token, replaced.ctid FROM guard LEFT JOIN 
     FROM guard
     WHERE guard.acquired AND k.client_id = $2::text AND k.idempotency_key = $3::text
       AND k.status = 'started' AND k.lease_token = $5::bigint
-    RETURNING k.lease_token, k.ctid
+    RETURNING k.lease_token, k.ctid, k.created_at
 )
-SELECT guard.acquired, taken.lease_token, taken.ctid FROM guard LEFT JOIN taken ON true`
+SELECT guard.acquired, taken.lease_token, taken.ctid, taken.created_at FROM guard LEFT JOIN taken ON true`
 
 	// queryCompleteKey is the fence: it stores the response only if the
-	// lease's token still holds the started key, and idem_lease_held raises
-	// SQLSTATE IDEM1 otherwise, which aborts the transaction.
+	// lease's token still holds the started key, in the row the lease
+	// claimed ($8, its created_at), and idem_lease_held raises SQLSTATE
+	// IDEM1 otherwise, which aborts the transaction. The created_at tells
+	// the row from one made anew after it was deleted (purged, or by an
+	// operator), whose tokens start again at 1.
 	queryCompleteKey = `WITH done AS (
     UPDATE idempotency_keys
     SET status = 'completed', response_status = $4, response_headers = $5, response_body = $6, completed_at = $7
     WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
+      AND created_at = $8::timestamptz
     RETURNING 1
 )
 SELECT idem_lease_held(count(*)) FROM done`
@@ -221,12 +225,12 @@ SELECT idem_lease_held(count(*)) FROM done`
 	queryReleaseKey = `WITH kept AS (
     UPDATE idempotency_keys SET locked_at = NULL
     WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
-      AND (recovery_point IS NOT NULL OR lease_token > 1)
+      AND created_at = $4::timestamptz AND (recovery_point IS NOT NULL OR lease_token > 1)
     RETURNING 1
 )
 DELETE FROM idempotency_keys
 WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
-  AND recovery_point IS NULL AND lease_token = 1`
+  AND created_at = $4::timestamptz AND recovery_point IS NULL AND lease_token = 1`
 
 	// queryPurgeBatch deletes up to $2 keys created before $1, oldest
 	// first, from $3 on: completed ones, and started ones whose lease was

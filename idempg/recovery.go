@@ -25,9 +25,11 @@ var (
 // Statements of recovery points (migration 003).
 const (
 	// queryLoadRecovery reads the recovery point of a key that the lease
-	// ($3) holds; no row means the lease is lost.
+	// ($3, in the row created at $4) holds; no row means the lease is
+	// lost.
 	queryLoadRecovery = `SELECT recovery_point, recovery_state FROM idempotency_keys
-WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3`
+WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
+  AND created_at = $4::timestamptz`
 
 	// queryCheckpoint is the fence of a phase: it saves the recovery point
 	// only if the lease's token still holds the started key, and
@@ -36,6 +38,7 @@ WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_t
 	queryCheckpoint = `WITH saved AS (
     UPDATE idempotency_keys SET recovery_point = $4, recovery_state = $5
     WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
+      AND created_at = $6::timestamptz
     RETURNING 1
 )
 SELECT idem_lease_held(count(*)) FROM saved`
@@ -102,7 +105,7 @@ func (l *lease) loadRecovery(ctx context.Context) (idem.Recovery, error) {
 		point *string
 		state []byte
 	)
-	err = conn.QueryRow(ctx, queryLoadRecovery, l.scope.ClientID, l.scope.Key, l.info.Token).Scan(&point, &state)
+	err = conn.QueryRow(ctx, queryLoadRecovery, l.scope.ClientID, l.scope.Key, l.info.Token, l.createdAt).Scan(&point, &state)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return idem.Recovery{}, fmt.Errorf("idempg: read recovery point (token %d): %w", l.info.Token, idem.ErrLeaseLost)
@@ -157,7 +160,7 @@ func (l *lease) Checkpoint(ctx context.Context, r idem.Recovery) error {
 // never began) with the fenced update of the recovery point.
 func (l *lease) commitPhase(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, point string, state []byte) error {
 	conn, tx, _, err := l.commitRound(ctx, conn, tx, "checkpoint", queryCheckpoint,
-		[]any{l.scope.ClientID, l.scope.Key, l.info.Token, point, state}, nil)
+		[]any{l.scope.ClientID, l.scope.Key, l.info.Token, point, state, l.createdAt}, nil)
 	if conn == nil {
 		return err // no connection could be had; nothing was sent
 	}

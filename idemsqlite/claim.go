@@ -182,6 +182,7 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams) (idem.ClaimResu
 			l.info.Token = rec.Token + 1
 		}
 		now := p.Now.UnixMicro()
+		l.createdAt = now
 		if _, err := tx.ExecContext(ctx, queryInsertKey, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
 			p.RequestHash, nullBytes(p.RequestFields), l.info.Token, now, now); err != nil {
 			return idem.ClaimResult{}, fmt.Errorf("idemsqlite: insert key: %w", unavailable(err))
@@ -191,6 +192,7 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams) (idem.ClaimResu
 			return idem.ClaimResult{}, fmt.Errorf("idemsqlite: take over key: %w", unavailable(err))
 		}
 		l.info = idem.LeaseInfo{Token: rec.Token + 1, TakenOver: true}
+		l.createdAt = rec.CreatedAt.UnixMicro()
 	default:
 		return idem.ClaimResult{Record: rec}, nil
 	}
@@ -261,7 +263,12 @@ type lease struct {
 	scope idem.Scope
 	mode  idem.Mode
 	info  idem.LeaseInfo
-	tx    *leaseTx
+	// createdAt is the created_at of the row the lease claimed
+	// (microseconds): with the token, the fence of every write the lease
+	// makes to its row, since a row made anew after this one was deleted
+	// starts again at token 1.
+	createdAt int64
+	tx        *leaseTx
 	// completeFailed is set when Complete failed other than by losing the
 	// lease; Release may then still free a two-phase claim.
 	completeFailed bool
@@ -306,7 +313,7 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 		return fmt.Errorf("idemsqlite: %w", err)
 	}
 	res, err := tx.ExecContext(ctx, queryCompleteKey, resp.StatusCode, header, record.EncodeBody(resp.Body), time.Now().UnixMicro(),
-		l.scope.ClientID, l.scope.Key, l.info.Token)
+		l.scope.ClientID, l.scope.Key, l.info.Token, l.createdAt)
 	if err != nil {
 		return fmt.Errorf("idemsqlite: complete key: %w", unavailable(err))
 	}
@@ -347,7 +354,7 @@ func (l *lease) deleteClaim(ctx context.Context) error {
 	// that did not is deleted, unless this lease took it over (see
 	// queryUnlockLease).
 	for _, q := range []string{queryUnlockLease, queryDeleteLease} {
-		if _, err := l.store.write.ExecContext(ctx, q, l.scope.ClientID, l.scope.Key, l.info.Token); err != nil {
+		if _, err := l.store.write.ExecContext(ctx, q, l.scope.ClientID, l.scope.Key, l.info.Token, l.createdAt); err != nil {
 			return fmt.Errorf("idemsqlite: release key: %w", unavailable(err))
 		}
 	}

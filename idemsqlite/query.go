@@ -32,9 +32,14 @@ VALUES (?, ?, ?, ?, ?, ?, 'started', ?, ?, ?)`
 SET lease_token = lease_token + 1, locked_at = ?
 WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
 
+	// queryCompleteKey is the fence: it stores the response only if the
+	// lease's token still holds the started key, in the row the lease
+	// claimed. The row's created_at tells it from a row made anew after
+	// this one was deleted (purged, or by an operator), whose tokens start
+	// again at 1.
 	queryCompleteKey = `UPDATE idempotency_keys
 SET status = 'completed', response_status = ?, response_headers = ?, response_body = ?, completed_at = ?
-WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
+WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ? AND created_at = ?`
 
 	// queryUnlockLease and queryDeleteLease release a two-phase key: a key
 	// that passed a recovery point stays there with no holder (locked_at
@@ -44,11 +49,11 @@ WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_tok
 	// row never starts again at the token of a holder that may still run
 	// (see idempg's queryReleaseKey).
 	queryUnlockLease = `UPDATE idempotency_keys SET locked_at = NULL
-WHERE client_id = ?1 AND idempotency_key = ?2 AND status = 'started' AND lease_token = ?3
+WHERE client_id = ?1 AND idempotency_key = ?2 AND status = 'started' AND lease_token = ?3 AND created_at = ?4
   AND (recovery_point IS NOT NULL OR lease_token > 1)`
 
 	queryDeleteLease = `DELETE FROM idempotency_keys
-WHERE client_id = ?1 AND idempotency_key = ?2 AND status = 'started' AND lease_token = ?3
+WHERE client_id = ?1 AND idempotency_key = ?2 AND status = 'started' AND lease_token = ?3 AND created_at = ?4
   AND recovery_point IS NULL AND lease_token = 1`
 
 	// queryPurgeBatch deletes up to ?2 keys created before ?1: completed

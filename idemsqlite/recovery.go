@@ -20,13 +20,13 @@ var (
 // Statements of recovery points (migration 003).
 const (
 	queryLoadRecovery = `SELECT recovery_point, recovery_state FROM idempotency_keys
-WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
+WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ? AND created_at = ?`
 
 	// queryCheckpoint saves a recovery point only if the lease's token
-	// still holds the started key; the caller checks that it changed one
-	// row.
+	// still holds the started key, in the row the lease claimed (its
+	// created_at); the caller checks that it changed one row.
 	queryCheckpoint = `UPDATE idempotency_keys SET recovery_point = ?, recovery_state = ?
-WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
+WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ? AND created_at = ?`
 
 	// queryUnfinished lists started keys that passed a recovery point and
 	// have no live holder (locked at or before the first parameter, or
@@ -73,7 +73,7 @@ func (l *lease) Recovery(ctx context.Context) (idem.Recovery, error) {
 			point sql.NullString
 			state []byte
 		)
-		err := l.store.read.QueryRowContext(ctx, queryLoadRecovery, l.scope.ClientID, l.scope.Key, l.info.Token).Scan(&point, &state)
+		err := l.store.read.QueryRowContext(ctx, queryLoadRecovery, l.scope.ClientID, l.scope.Key, l.info.Token, l.createdAt).Scan(&point, &state)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return idem.Recovery{}, fmt.Errorf("idemsqlite: read recovery point (token %d): %w", l.info.Token, idem.ErrLeaseLost)
@@ -119,7 +119,7 @@ func (l *lease) Checkpoint(ctx context.Context, r idem.Recovery) error {
 			return err
 		}
 	}
-	res, err := tx.ExecContext(ctx, queryCheckpoint, r.Point, state, l.scope.ClientID, l.scope.Key, l.info.Token)
+	res, err := tx.ExecContext(ctx, queryCheckpoint, r.Point, state, l.scope.ClientID, l.scope.Key, l.info.Token, l.createdAt)
 	if err != nil {
 		tx.rollback()
 		return fmt.Errorf("idemsqlite: checkpoint: %w", unavailable(err))

@@ -26,6 +26,7 @@ func RunAdminTests(t *testing.T, h Harness) {
 	t.Run("ReleaseRejectsBadParams", s.adminReleaseRejectsBadParams)
 	t.Run("DeleteCompletedKey", s.adminDeleteCompleted)
 	t.Run("DeleteRefusesStartedKey", s.adminDeleteRefusesStarted)
+	t.Run("DeleteFencesStalledHolder", s.adminDeleteFencesStalledHolder)
 }
 
 func (s suite) admin(t *testing.T) (idem.Store, idem.KeyAdmin) {
@@ -277,4 +278,33 @@ func (s suite) adminDeleteRefusesStarted(t *testing.T) {
 		t.Errorf("DeleteKey of a started key = %v, want ErrKeyInFlight", err)
 	}
 	complete(t, l, sampleResponse("{}"))
+}
+
+// adminDeleteFencesStalledHolder: the first holder of a key stalls, a
+// retry takes the key over and completes it, and an operator deletes the
+// completed key; the next request claims it anew, at token 1 again. The
+// stalled holder, when it wakes, must not complete the new claim's key,
+// whose token is its own: a lease is fenced by its row as well as its
+// token.
+func (s suite) adminDeleteFencesStalledHolder(t *testing.T) {
+	t.Parallel()
+	store, a := s.admin(t)
+	ctx := adminCtx(t)
+	scope := newScope("alice")
+	stalled := s.mustLease(t, store, s.params(scope, "a", epoch))
+	complete(t, s.mustLease(t, store, s.params(scope, "a", epoch.Add(lockTimeout+time.Second))), sampleResponse(`{"holder":"retry"}`))
+	if _, err := a.DeleteKey(ctx, scope); err != nil {
+		t.Fatalf("DeleteKey: %v", err)
+	}
+	fresh := s.mustLease(t, store, s.params(scope, "a", epoch.Add(lockTimeout+time.Minute)))
+	if info := fresh.Info(); info.TakenOver || info.Token != 1 {
+		t.Fatalf("claim after the delete: Info() = %+v; want a new key at token 1", info)
+	}
+	if err := stalled.Complete(ctx, sampleResponse(`{"holder":"stalled"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("the stalled holder's Complete = %v, want ErrLeaseLost", err)
+	}
+	complete(t, fresh, sampleResponse(`{"holder":"fresh"}`))
+	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(lockTimeout+2*time.Minute))); string(rec.Response.Body) != `{"holder":"fresh"}` {
+		t.Errorf("stored %q, want the new holder's response", rec.Response.Body)
+	}
 }

@@ -58,12 +58,12 @@ func (s *MemoryStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.Claim
 		}
 		s.records[p.Scope] = rec
 		delete(s.recovery, p.Scope)
-		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: token, mode: p.Mode}}, nil
+		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: token, created: p.Now, mode: p.Mode}}, nil
 	}
 	if p.CanTakeOver(rec) {
 		rec.Token++
 		rec.LockedAt = p.Now
-		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: rec.Token, takenOver: true, mode: p.Mode}}, nil
+		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: rec.Token, created: rec.CreatedAt, takenOver: true, mode: p.Mode}}, nil
 	}
 	return idem.ClaimResult{Record: cloneRecord(rec)}, nil
 }
@@ -168,9 +168,13 @@ func carve(buf *[]byte, b []byte) []byte {
 }
 
 type memoryLease struct {
-	store     *MemoryStore
-	scope     idem.Scope
-	token     int64
+	store *MemoryStore
+	scope idem.Scope
+	token int64
+	// created is the CreatedAt of the record the lease claimed: with the
+	// token, its fence, since a record made anew after this one was
+	// deleted (purged, or by an operator) starts again at token 1.
+	created   time.Time
 	takenOver bool
 	mode      idem.Mode
 	ended     bool // guarded by store.mu
@@ -190,7 +194,7 @@ func (l *memoryLease) Info() idem.LeaseInfo {
 // held returns the record if this lease still owns it. The caller holds mu.
 func (l *memoryLease) held() *idem.Record {
 	rec, ok := l.store.records[l.scope]
-	if !ok || rec.Token != l.token || rec.Status != idem.StatusInFlight {
+	if !ok || rec.Token != l.token || !rec.CreatedAt.Equal(l.created) || rec.Status != idem.StatusInFlight {
 		return nil
 	}
 	return rec

@@ -103,6 +103,7 @@ func RunStoreTests(t *testing.T, h Harness) {
 		t.Run("RejectsNegativeBatchSize", s.purgeRejectsNegativeBatchSize)
 		t.Run("RequiresBefore", s.purgeRequiresBefore)
 		t.Run("KeepsKeysInFlight", s.purgeKeepsKeysInFlight)
+		t.Run("PurgedKeyFencesStalledHolder", s.purgedKeyFencesStalledHolder)
 		t.Run("DeletesKeysReleasedAtARecoveryPoint", s.purgeDeletesReleasedAtPoint)
 		t.Run("LockIsExclusive", s.purgeLockIsExclusive)
 		t.Run("BatchIsBoundedAndKeepsKeysInFlight", s.purgeBatchIsBounded)

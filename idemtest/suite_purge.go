@@ -185,3 +185,59 @@ func (s suite) purgeDeletesReleasedAtPoint(t *testing.T) {
 	wantRecovery(t, l, "created", idem.State{"payment_id": "pay_1"})
 	release(t, l)
 }
+
+// purgedKeyFencesStalledHolder: a holder that stalled past retention (a
+// paused process, a frozen machine) loses its started key to the purge,
+// and the key's next claim makes a new row, at token 1 again. When the
+// stalled holder wakes, its Checkpoint, Complete and Release must all
+// miss the new row, whose token is its own: a lease is fenced by
+// its row (created_at) as well as its token. Before that fence, its
+// Complete stored its response on the new claim's key, and a two-phase
+// handler's writes committed beside the new holder's.
+func (s suite) purgedKeyFencesStalledHolder(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	pg := purgerOf(t, store)
+	ctx := context.Background()
+	now := epoch.Add(retention + 2*time.Hour)
+	stalled := map[string]idem.Lease{}
+	scopes := map[string]idem.Scope{}
+	for _, name := range []string{"complete", "release", "checkpoint"} {
+		scopes[name] = newScope("alice")
+		stalled[name] = s.mustLease(t, store, s.params(scopes[name], "a", epoch))
+	}
+	if n, err := pg.Purge(ctx, idem.PurgeParams{Before: now.Add(-retention)}); err != nil || n != 3 {
+		t.Fatalf("Purge = %d, %v; want the 3 abandoned keys", n, err)
+	}
+	fresh := map[string]idem.Lease{}
+	for name, scope := range scopes {
+		fresh[name] = s.mustLease(t, store, s.params(scope, "a", now))
+		if info := fresh[name].Info(); info.TakenOver || info.Token != 1 {
+			t.Fatalf("claim after the purge: Info() = %+v; want a new key at token 1", info)
+		}
+	}
+
+	if err := stalled["complete"].Complete(ctx, sampleResponse(`{"holder":"stalled"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("the stalled holder's Complete = %v, want ErrLeaseLost", err)
+	}
+	if err := stalled["release"].Release(ctx); err != nil {
+		t.Errorf("the stalled holder's Release = %v, want nil (nothing to free)", err)
+	}
+	if rl, ok := stalled["checkpoint"].(idem.RecoveryLease); ok && s.mode == idem.ModeTwoPhase {
+		if err := rl.Checkpoint(ctx, idem.Recovery{Point: "charged"}); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Errorf("the stalled holder's Checkpoint = %v, want ErrLeaseLost", err)
+		}
+	}
+	release(t, stalled["checkpoint"])
+
+	// The new holders still hold their keys, and store their own responses.
+	for name, scope := range scopes {
+		if rec := s.mustRecord(t, store, s.params(scope, "a", now.Add(time.Second))); rec.Status != idem.StatusInFlight || rec.Token != 1 {
+			t.Errorf("%s: after the stalled holder woke, status %q token %d; want the new claim's key, started at token 1", name, rec.Status, rec.Token)
+		}
+		complete(t, fresh[name], sampleResponse(`{"holder":"fresh"}`))
+		if rec := s.mustRecord(t, store, s.params(scope, "a", now.Add(2*time.Second))); string(rec.Response.Body) != `{"holder":"fresh"}` {
+			t.Errorf("%s: stored %q, want the new holder's response", name, rec.Response.Body)
+		}
+	}
+}
