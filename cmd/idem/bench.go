@@ -23,11 +23,13 @@ machine affects all alike, and each is reported as a throughput ratio to the
 bare endpoint and, when it ran, to bare-tx. Use a scratch database: the run
 adds rows.
 
-On PostgreSQL, the floor variants (floor-2rt, floor-1rt, floor-2commit; only
-when listed in --variants) run the endpoint without the middleware, writing
-the payment and a completed key row by hand in the fewest round trips that
-each shape of design allows: the best any idempotency layer could do on this
-machine and database, to read the other ratios against. replay-cold (only
+On PostgreSQL, the floor variants (floor-2rt, floor-2rt-read, floor-1rt,
+floor-2commit; only when listed in --variants) run the endpoint without the
+middleware, writing the payment and a completed key row by hand in the
+fewest round trips that each shape of design allows: the best any
+idempotency layer could do on this machine and database, to read the other
+ratios against. floor-2rt checks nothing; floor-2rt-read adds the read of
+the key after its lock that a layer which answers retries must make. replay-cold (only
 when listed, PostgreSQL only) retries completed keys at a second instance
 of the endpoint that never claimed them, as retries behind a load balancer
 mostly arrive; replay's keys come back to the instance that claimed them,
@@ -39,6 +41,7 @@ Example:
 
 	idem bench --db 'postgres://postgres@127.0.0.1:5432/bench?pool_max_conns=16'
 	idem bench --db "$DATABASE_URL" --variants bare,bare-tx,atomic,floor-2rt,floor-1rt
+	idem bench --db "$DATABASE_URL" --variants bare,atomic,floor-2rt,floor-2rt-read
 	idem bench --db "$DATABASE_URL" --variants bare,atomic,replay,floor-2rt --plot bench.svg
 
 Flags:

@@ -225,10 +225,10 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 				return nil, err
 			}
 			totals[v].add(t)
-			fmt.Fprintf(cfg.Progress, "round %d %-9s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n",
-				round, v, float64(t.n)/t.elapsed.Seconds(), ms(t.quantile(0.50)), ms(t.quantile(0.99)), t.errors)
+			fmt.Fprintf(cfg.Progress, "round %d %-*s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n",
+				round, nameWidth(cfg.Variants), v, float64(t.n)/t.elapsed.Seconds(), ms(t.quantile(0.50)), ms(t.quantile(0.99)), t.errors)
 			if t.firstError != "" {
-				fmt.Fprintf(cfg.Progress, "round %d %-9s the first error: %s\n", round, v, t.firstError)
+				fmt.Fprintf(cfg.Progress, "round %d %-*s the first error: %s\n", round, nameWidth(cfg.Variants), v, t.firstError)
 			}
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -265,13 +265,18 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // the bare endpoint with a transaction of its own when that variant ran.
 func WriteTable(w io.Writer, results []Result) {
 	withTx := slices.ContainsFunc(results, func(r Result) bool { return r.RatioTx > 0 })
-	fmt.Fprintf(w, "%-10s %10s %10s %8s", "variant", "requests", "req/s", "ratio")
+	names := []string{"variant"}
+	for _, r := range results {
+		names = append(names, r.Variant)
+	}
+	width := nameWidth(names)
+	fmt.Fprintf(w, "%-*s %10s %10s %8s", width, "variant", "requests", "req/s", "ratio")
 	if withTx {
 		fmt.Fprintf(w, " %9s", "vs tx")
 	}
 	fmt.Fprintf(w, " %9s %9s %7s %11s %10s\n", "p50 ms", "p99 ms", "errors", "app us/req", "db us/req")
 	for _, r := range results {
-		fmt.Fprintf(w, "%-10s %10d %10.0f %7.2fx", r.Variant, r.Requests, r.PerSecond, r.Ratio)
+		fmt.Fprintf(w, "%-*s %10d %10.0f %7.2fx", width, r.Variant, r.Requests, r.PerSecond, r.Ratio)
 		if withTx {
 			fmt.Fprintf(w, " %8.2fx", r.RatioTx)
 		}
@@ -282,6 +287,16 @@ func WriteTable(w io.Writer, results []Result) {
 			fmt.Fprintf(w, "%s: %d errors; the first got: %s\n", r.Variant, r.Errors, r.FirstError)
 		}
 	}
+}
+
+// nameWidth is the width of a column of variant names: the longest name's,
+// and no less than 10, so that the columns after it line up.
+func nameWidth(names []string) int {
+	width := 10
+	for _, n := range names {
+		width = max(width, len(n))
+	}
+	return width
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

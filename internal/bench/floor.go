@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -27,6 +28,12 @@ const (
 	// handler's insert in one round trip, the key row and COMMIT in a
 	// second.
 	Floor2RT = "floor-2rt"
+	// Floor2RTRead is Floor2RT with the check that a claim which answers
+	// retries from the key row cannot skip: after the lock, in the same
+	// first round trip, a read of the key, with a snapshot taken after the
+	// lock. A request whose lock is taken or whose key exists rolls back.
+	// It is the least that a middleware of atomic mode's shape can send.
+	Floor2RTRead = "floor-2rt-read"
 	// Floor1RT sends BEGIN, the lock, the payment, the key row and COMMIT
 	// in one round trip, which needs every write known before the first
 	// is sent: no middleware around a handler can do it.
@@ -39,7 +46,7 @@ const (
 
 // FloorVariants lists the floor variants, which run only when asked for and
 // only on PostgreSQL.
-var FloorVariants = []string{Floor2RT, Floor1RT, Floor2Commit}
+var FloorVariants = []string{Floor2RT, Floor2RTRead, Floor1RT, Floor2Commit}
 
 // floorRepo is the repository of a floor variant.
 type floorRepo struct {
@@ -67,6 +74,13 @@ const floorCompleteKey = `UPDATE idempotency_keys
 SET status = 'completed', response_status = 201, response_headers = $3, response_body = $4, completed_at = $5
 WHERE client_id = $1 AND idempotency_key = $2 AND lease_token = 1`
 
+// floorReadKey is the read of Floor2RTRead: whether the key has a row.
+const floorReadKey = `SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE client_id = $1 AND idempotency_key = $2)`
+
+// errFloorKeyTaken is Floor2RTRead's answer to a key that is held or
+// exists: it rolled back.
+var errFloorKeyTaken = errors.New("bench: floor: the key is held or exists; rolled back")
+
 var floorHeaders = []byte(`{"Content-Type":["application/json"]}`)
 
 // Insert writes p and a completed key row for the request's key (see
@@ -89,12 +103,23 @@ func (r *floorRepo) Insert(ctx context.Context, p *payments.Payment) error {
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(`SELECT pg_try_advisory_xact_lock($1::bigint)`, lock)
+	lockQuery := b.Queue(`SELECT pg_try_advisory_xact_lock($1::bigint)`, lock)
+	var locked, exists bool
+	if r.variant == Floor2RTRead {
+		lockQuery.QueryRow(func(row pgx.Row) error { return row.Scan(&locked) })
+		b.Queue(floorReadKey, p.ClientID, p.IdempotencyKey).QueryRow(func(row pgx.Row) error { return row.Scan(&exists) })
+	}
 	b.Queue(floorInsertPayment, p.ID, p.ClientID, p.Amount, p.Currency, p.Customer, p.Description, p.Status, p.Created, p.IdempotencyKey)
-	if r.variant == Floor2RT {
+	if r.variant == Floor2RT || r.variant == Floor2RTRead {
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			conn.Conn().Close(ctx) // a connection left in a transaction is not reused
 			return fmt.Errorf("bench: floor: %w", err)
+		}
+		if r.variant == Floor2RTRead && (!locked || exists) {
+			if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+				conn.Conn().Close(ctx)
+			}
+			return errFloorKeyTaken
 		}
 		b = &pgx.Batch{}
 	}

@@ -62,3 +62,24 @@ func TestFailedAnswersAreReported(t *testing.T) {
 		t.Errorf("report first_error = %q, want %q", rep.Variants[Bare].FirstError, want)
 	}
 }
+
+// TestTableColumnsLineUp: a long variant name widens the name column
+// instead of pushing its row's figures out of their columns.
+func TestTableColumnsLineUp(t *testing.T) {
+	results := []Result{
+		{Variant: Bare, Requests: 100, PerSecond: 3000, Ratio: 1, RatioTx: 1.2},
+		{Variant: Floor2RTRead, Requests: 100, PerSecond: 2000, Ratio: 0.67, RatioTx: 0.8},
+		{Variant: AtomicPgBouncer, Requests: 100, PerSecond: 1000, Ratio: 0.33, RatioTx: 0.4},
+	}
+	var table bytes.Buffer
+	WriteTable(&table, results)
+	lines := strings.Split(strings.TrimSuffix(table.String(), "\n"), "\n")
+	if len(lines) != 1+len(results) {
+		t.Fatalf("table:\n%s\nwant a header and %d rows", table.String(), len(results))
+	}
+	for _, line := range lines[1:] {
+		if len(line) != len(lines[0]) {
+			t.Errorf("table:\n%s\nrow %q is %d characters wide, the header %d", table.String(), line, len(line), len(lines[0]))
+		}
+	}
+}
