@@ -2,7 +2,6 @@ package idempg
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/record"
 )
 
 // leaseKind is how a lease holds its key. It decides how Complete stores
@@ -171,10 +171,10 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 		conn.Release()
 		return l.tx.claim.refusal
 	}
-	header, err := json.Marshal(resp.Header)
+	header, err := record.EncodeHeader(resp.Header)
 	if err != nil {
 		_ = l.end(context.WithoutCancel(ctx), conn, tx)
-		return fmt.Errorf("idempg: encode headers: %w", err)
+		return fmt.Errorf("idempg: %w", err)
 	}
 	query, args := l.completeQuery(resp, header)
 	if l.kind == byCallerTx {
