@@ -195,6 +195,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		totals[v] = &tally{}
 	}
 	var seq atomic.Int64
+	width := nameWidth(cfg.Variants)
 	for round := 1; round <= cfg.Rounds; round++ {
 		for _, v := range cfg.Variants {
 			var url string
@@ -226,9 +227,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			}
 			totals[v].add(t)
 			fmt.Fprintf(cfg.Progress, "round %d %-*s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n",
-				round, nameWidth(cfg.Variants), v, float64(t.n)/t.elapsed.Seconds(), ms(t.quantile(0.50)), ms(t.quantile(0.99)), t.errors)
+				round, width, v, float64(t.n)/t.elapsed.Seconds(), ms(t.quantile(0.50)), ms(t.quantile(0.99)), t.errors)
 			if t.firstError != "" {
-				fmt.Fprintf(cfg.Progress, "round %d %-*s the first error: %s\n", round, nameWidth(cfg.Variants), v, t.firstError)
+				fmt.Fprintf(cfg.Progress, "round %d %-*s the first error: %s\n", round, width, v, t.firstError)
 			}
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -265,7 +266,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // the bare endpoint with a transaction of its own when that variant ran.
 func WriteTable(w io.Writer, results []Result) {
 	withTx := slices.ContainsFunc(results, func(r Result) bool { return r.RatioTx > 0 })
-	names := []string{"variant"}
+	var names []string
 	for _, r := range results {
 		names = append(names, r.Variant)
 	}
