@@ -119,12 +119,12 @@ type CompleterResult struct {
 // committed holds no durable effect: each phase's writes commit with the
 // recovery point after it, and a call to another system carries a key
 // derived from the client's. The completer cannot run it (the request is
-// not stored), so it takes it over and releases it: the key stays, with no
-// holder, at the token of that takeover, and the client's retry takes it
-// over at the next one and runs the operation fresh, while the dead
-// holder's fenced writes fail should it ever wake. (Deleting the key
-// instead would let the retry's new row start again at token 1, the dead
-// holder's.) Until the retry, the key reads as in progress.
+// not stored), so it takes it over and releases it, which deletes it: the
+// client's retry runs the operation fresh, as a takeover would, and until
+// then the key reads as unknown instead of in progress forever. The dead
+// holder stays fenced out should it ever wake, also after the retry made
+// the key anew at token 1: leases are fenced by their row's created_at
+// as well as their token.
 //
 // On a store that implements [Leader] (idempg), each pass holds the
 // database-wide lock [CompleterLockName]: with several instances, at most
@@ -327,10 +327,9 @@ func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) ke
 	kctx := contextWithPhaseHost(ContextWithScope(lease.Context(ctx), rec.Scope), host)
 	if rl, ok := lease.(RecoveryLease); ok {
 		if at, err := rl.Recovery(kctx); err == nil && at.Point == RecoveryStarted {
-			// Nothing committed: release the key, which leaves it with no
-			// holder at this lease's token. A key that went between the
-			// listing and the claim, for which the claim made a new one,
-			// is no takeover, and its release deletes it.
+			// Nothing committed: release the key, which deletes it. A key
+			// that went between the listing and the claim, for which the
+			// claim made a new one, is no takeover.
 			if err := lease.Release(finish); err != nil {
 				log.WarnContext(ctx, "idem: completer: release failed; the key is free when its lease expires", "err", err)
 				return keyFailed

@@ -192,10 +192,10 @@ type Lease interface {
 	// [ClaimParams.Speculative]) whose claim found the key held or
 	// completed returns an error wrapping an [*ExistsError] instead.
 	// In ModeTwoPhase the key's row stays, with no holder, when it passed a
-	// recovery point or when this lease took it over: the next claim takes
-	// it over at the next token, so that no new row ever starts again at
-	// the token of a holder that may still run. Only a first holder's key
-	// that passed no recovery point is deleted.
+	// recovery point, for the next claim to take over at once; one that
+	// passed none is deleted. A store fences a lease by its row as well as
+	// its token, so that a row made anew, whose tokens start again at 1,
+	// never takes an earlier holder's writes.
 	Release(ctx context.Context) error
 
 	// Info describes the lease.

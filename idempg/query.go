@@ -214,23 +214,21 @@ SELECT idem_lease_held(count(*)) FROM done`
 	queryRollback = `ROLLBACK`
 
 	// queryReleaseKey frees a two-phase key, unless another request took it
-	// over. It leaves a key that passed a recovery point there, with no
-	// holder (locked_at NULL), for the next request or the completer to
-	// take over at once. A key that passed none is deleted when its first
-	// holder (token 1) releases it. One that a lease took over (token 2 or
-	// more) stays too, with no holder: a new row would start again at
-	// token 1, the token of the holder it was taken from, whose fenced
-	// writes, if that holder still runs, would then pass on the new row;
-	// the next claim takes this one over at the next token instead.
+	// over (the row, $4 created_at, and token $3 fence it): it deletes a key
+	// that passed no recovery point, and leaves one that did at its
+	// recovery point, with no holder (locked_at NULL), for the next request
+	// or the completer to take over at once. The next claim of a deleted
+	// key makes a new row, at token 1 again but with a created_at of its
+	// own, which no earlier holder's fence matches.
 	queryReleaseKey = `WITH kept AS (
     UPDATE idempotency_keys SET locked_at = NULL
     WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
-      AND created_at = $4::timestamptz AND (recovery_point IS NOT NULL OR lease_token > 1)
+      AND created_at = $4::timestamptz AND recovery_point IS NOT NULL
     RETURNING 1
 )
 DELETE FROM idempotency_keys
 WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
-  AND created_at = $4::timestamptz AND recovery_point IS NULL AND lease_token = 1`
+  AND created_at = $4::timestamptz AND recovery_point IS NULL`
 
 	// queryPurgeBatch deletes up to $2 keys created before $1, oldest
 	// first, from $3 on: completed ones, and started ones whose lease was

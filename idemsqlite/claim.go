@@ -351,8 +351,7 @@ func (l *lease) Release(ctx context.Context) error {
 // request took it over.
 func (l *lease) deleteClaim(ctx context.Context) error {
 	// A key that passed a recovery point keeps it, with no holder; one
-	// that did not is deleted, unless this lease took it over (see
-	// queryUnlockLease).
+	// that did not is deleted.
 	for _, q := range []string{queryUnlockLease, queryDeleteLease} {
 		if _, err := l.store.write.ExecContext(ctx, q, l.scope.ClientID, l.scope.Key, l.info.Token, l.createdAt); err != nil {
 			return fmt.Errorf("idemsqlite: release key: %w", unavailable(err))

@@ -44,17 +44,14 @@ WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_tok
 	// queryUnlockLease and queryDeleteLease release a two-phase key: a key
 	// that passed a recovery point stays there with no holder (locked_at
 	// NULL), for the next request or the completer to take over at once;
-	// one that did not is deleted if its first holder (token 1) releases
-	// it, and stays too if a lease that took it over does, so that a new
-	// row never starts again at the token of a holder that may still run
-	// (see idempg's queryReleaseKey).
+	// one that did not is deleted (see idempg's queryReleaseKey).
 	queryUnlockLease = `UPDATE idempotency_keys SET locked_at = NULL
 WHERE client_id = ?1 AND idempotency_key = ?2 AND status = 'started' AND lease_token = ?3 AND created_at = ?4
-  AND (recovery_point IS NOT NULL OR lease_token > 1)`
+  AND recovery_point IS NOT NULL`
 
 	queryDeleteLease = `DELETE FROM idempotency_keys
 WHERE client_id = ?1 AND idempotency_key = ?2 AND status = 'started' AND lease_token = ?3 AND created_at = ?4
-  AND recovery_point IS NULL AND lease_token = 1`
+  AND recovery_point IS NULL`
 
 	// queryPurgeBatch deletes up to ?2 keys created before ?1: completed
 	// ones, and started ones whose lease was taken before ?1 too, so long

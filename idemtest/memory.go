@@ -226,9 +226,8 @@ func (l *memoryLease) Release(ctx context.Context) error {
 	}
 	l.ended = true
 	if rec := l.held(); rec != nil {
-		if _, passed := l.store.recovery[l.scope]; passed || l.token > 1 {
-			// Keep the recovery point, or the token of a key taken over
-			// (see idempg's queryReleaseKey); the key has no holder now.
+		if _, passed := l.store.recovery[l.scope]; passed {
+			// Keep the recovery point; the key has no holder now.
 			rec.LockedAt = time.Time{}
 			return nil
 		}

@@ -342,11 +342,11 @@ func (s suite) staleHolderCannotRelease(t *testing.T) {
 }
 
 // staleHolderAfterTakeoverRelease: a lease that took a key over and then
-// released it, before any recovery point, must not let the key start again
-// at token 1, the token of the holder it was taken from: that holder may
-// still run, and its Complete would then pass on the next claim's key (the
-// chaos run once stored a second payment so). The key stays, with no
-// holder; the next claim takes it over at the next token.
+// released it, before any recovery point, deletes it, and the next claim
+// makes it anew, at token 1 again: the token of the holder it was taken
+// from, which may still run. That holder's Complete must not pass on the
+// new claim's key (the chaos run once stored a second payment so): its
+// fence is its row as well as its token.
 func (s suite) staleHolderAfterTakeoverRelease(t *testing.T) {
 	t.Parallel()
 	store := s.h.NewStore(t)
@@ -355,8 +355,8 @@ func (s suite) staleHolderAfterTakeoverRelease(t *testing.T) {
 	taken := s.mustLease(t, store, s.params(scope, "a", epoch.Add(lockTimeout+time.Second)))
 	release(t, taken)
 	again := s.mustLease(t, store, s.params(scope, "a", epoch.Add(lockTimeout+2*time.Second)))
-	if info := again.Info(); !info.TakenOver || info.Token != 3 {
-		t.Errorf("claim after the release: Info() = %+v; want the key taken over at token 3", info)
+	if info := again.Info(); info.TakenOver || info.Token != 1 {
+		t.Errorf("claim after the release: Info() = %+v; want a new key at token 1", info)
 	}
 	if err := old.Complete(context.Background(), sampleResponse(`{"holder":"old"}`)); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Errorf("the first holder's Complete = %v, want ErrLeaseLost", err)
