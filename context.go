@@ -53,6 +53,15 @@ func (c *scopeContext) Value(key any) any {
 // It differs for different purposes ("charge", "refund"), and it is a one-way
 // digest: it does not reveal the client's key. It returns "" when the context
 // carries no key.
+//
+// A client's key reused after its retention is a new request, but it
+// derives the same key, which the other system may still remember: it
+// would answer with the first request's result, or refuse the new
+// parameters. Where reuse cannot be ruled out, put the id of what the
+// request creates into the purpose ("charge:" + the payment's id), made
+// before the call and committed with a recovery point, so that a rerun
+// repeats the call with the same key and a reuse makes a new one, as
+// paymentsd does.
 func DeriveKey(ctx context.Context, purpose string) string {
 	s, ok := ScopeFromContext(ctx)
 	if !ok {

@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/internal/payments"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
@@ -91,7 +92,7 @@ func TestKilledAtEachRecoveryPoint(t *testing.T) {
 			if rows != 1 || id != p.ID || status != "succeeded" {
 				t.Errorf("%d payment rows (%s %s); want one, %s succeeded, as the answer says", rows, id, status, p.ID)
 			}
-			derived := idem.DeriveKey(idem.ContextWithScope(ctx, idem.Scope{ClientID: "alice", Key: key}), "charge")
+			derived := payments.ChargeKey(idem.ContextWithScope(ctx, idem.Scope{ClientID: "alice", Key: key}), p.ID)
 			if n := chargesOf(t, proc.base, derived); n != 1 {
 				t.Errorf("%d charges at the processor for the key; want 1", n)
 			}
@@ -239,7 +240,7 @@ func TestKilledAtRecoveryPointsOnSQLite(t *testing.T) {
 			if n := countRows(t, payDB, `SELECT count(*) FROM payments`); n != 1 {
 				t.Errorf("%d payment rows; want 1", n)
 			}
-			derived := idem.DeriveKey(idem.ContextWithScope(ctx, idem.Scope{ClientID: "alice", Key: key(point)}), "charge")
+			derived := payments.ChargeKey(idem.ContextWithScope(ctx, idem.Scope{ClientID: "alice", Key: key(point)}), pay.ID)
 			if n := chargesOf(t, proc.base, derived); n != 1 {
 				t.Errorf("%d charges at the processor for the key; want 1", n)
 			}

@@ -28,9 +28,10 @@ const (
 
 // Keys of the operation's state, saved with its recovery points.
 const (
-	statePayment = "payment_id"
-	stateCharge  = "charge_id"
-	stateOutcome = "outcome" // StatusSucceeded or StatusDeclined
+	statePayment   = "payment_id"
+	stateChargeKey = "charge_key" // the processor's idempotency key; see ChargeKey
+	stateCharge    = "charge_id"
+	stateOutcome   = "outcome" // StatusSucceeded or StatusDeclined
 )
 
 // StatusPending is the status of a payment whose charge has not
@@ -61,7 +62,7 @@ func (s *Service) createPhases(params Params) idem.Phases {
 		if err := s.cfg.Repo.Insert(ctx, p); err != nil {
 			return "", err
 		}
-		st[statePayment] = p.ID
+		st[statePayment], st[stateChargeKey] = p.ID, ChargeKey(ctx, p.ID)
 		return pointPaymentCreated, nil
 	})
 	return ph
@@ -88,16 +89,36 @@ func (s *Service) hooked(point string, phase idem.Phase) idem.Phase {
 	}
 }
 
-// charge charges the payment at the processor with the derived key. A
-// decline is an outcome; any other error leaves the payment pending.
+// ChargeKey is the processor's idempotency key for the payment id, in the
+// context of the request that created it: derived from the client's key
+// and the payment, which the first recovery point commits with the key. Every rerun and takeover charges with it, so the processor
+// charges once; a client's key reused after its retention makes a new
+// payment, and so a new charge. Derived from the client's key alone, it
+// would be the first payment's key again, which the processor remembers:
+// it would answer with the first payment's charge, or refuse other
+// parameters.
+func ChargeKey(ctx context.Context, paymentID string) string {
+	return idem.DeriveKey(ctx, "charge:"+paymentID)
+}
+
+// charge charges the payment at the processor with the key its first
+// recovery point saved. A decline is an outcome; any other error leaves
+// the payment pending.
 func (s *Service) charge(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
 	scope, _ := idem.ScopeFromContext(ctx)
 	p, err := s.cfg.Repo.Get(ctx, scope.ClientID, st[statePayment])
 	if err != nil {
 		return "", err
 	}
+	key := st[stateChargeKey]
+	if key == "" {
+		// The recovery point was saved by a version that derived the key
+		// from the client's key alone, and the processor may have charged
+		// with it: charge with that key again, never with a new one.
+		key = idem.DeriveKey(ctx, "charge")
+	}
 	params := Params{Amount: p.Amount, Currency: p.Currency, Customer: p.Customer, Description: p.Description}
-	id, err := s.cfg.Processor.Charge(ctx, idem.DeriveKey(ctx, "charge"), params)
+	id, err := s.cfg.Processor.Charge(ctx, key, params)
 	switch {
 	case errors.Is(err, ErrDeclined):
 		st[stateOutcome] = StatusDeclined

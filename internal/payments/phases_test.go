@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,10 +11,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/bearer"
 	"github.com/idemkit/idem/internal/database"
@@ -26,11 +29,22 @@ import (
 type flakyProcessor struct {
 	*payments.SimulatedProcessor
 	mu    sync.Mutex
-	lose  int
+	fail  int // calls to refuse before charging
+	lose  int // answers to lose after charging
 	calls int
+	keys  []string // the keys of the calls, in order
 }
 
 func (p *flakyProcessor) Charge(ctx context.Context, key string, params payments.Params) (string, error) {
+	p.mu.Lock()
+	p.keys = append(p.keys, key)
+	if p.fail > 0 {
+		p.fail--
+		p.calls++
+		p.mu.Unlock()
+		return "", errors.New("processor unavailable")
+	}
+	p.mu.Unlock()
 	id, err := p.SimulatedProcessor.Charge(ctx, key, params)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -387,5 +401,110 @@ func TestCompleterReleasesPaymentThatPassedNoPhase(t *testing.T) {
 				t.Errorf("%d payments and %d charges; want 1 and 1", n, f.proc.Charges())
 			}
 		})
+	}
+}
+
+// TestKeyReusedAfterRetentionIsChargedAgain: a key reused after its
+// retention makes a new payment, and the processor charges it: its key
+// for the processor is derived from the new payment, not only from the
+// client's key, which processord remembers for ever. Before, the identical
+// payment was recorded as succeeded with the first payment's charge, and a
+// payment with another amount was refused by processord (422) and stayed
+// pending.
+func TestKeyReusedAfterRetentionIsChargedAgain(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			psrv := startProcessor(t)
+			proc, err := payments.NewProcessorClient(psrv.URL, "sk_pay", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var now atomic.Int64
+			now.Store(time.Now().UnixNano())
+			clock := func() time.Time { return time.Unix(0, now.Load()) }
+			f := setupEventsWith(t, kind, idem.Config{Mode: idem.ModeTwoPhase, Retention: time.Hour, Now: clock}, proc)
+
+			seen := map[string]bool{}
+			for i, body := range []string{
+				`{"amount":4200,"currency":"usd","customer":"cus_1"}`,
+				`{"amount":4200,"currency":"usd","customer":"cus_1"}`, // the same payment again
+				`{"amount":4300,"currency":"usd","customer":"cus_1"}`, // another amount
+			} {
+				if i > 0 {
+					now.Add(int64(2 * time.Hour))
+				}
+				res := f.post(t, "sk_alice", "k-reused", jsonType, body)
+				if res.status != http.StatusCreated {
+					t.Fatalf("payment %d with the key: %d %s; want 201", i+1, res.status, res.body)
+				}
+				p := decode[payments.Payment](t, res.body)
+				if res.header.Get(idem.HeaderReplayed) == "true" || p.Status != payments.StatusSucceeded || seen[p.ID] {
+					t.Fatalf("payment %d with the key: %d %s (replayed %q); want a new payment, 201 succeeded", i+1, res.status, res.body, res.header.Get(idem.HeaderReplayed))
+				}
+				seen[p.ID] = true
+			}
+
+			req, _ := http.NewRequest(http.MethodGet, psrv.URL+"/v1/charges?limit=10", nil)
+			req.Header.Set("Authorization", "Bearer sk_pay")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var list struct {
+				Data []struct {
+					ID     string `json:"id"`
+					Key    string `json:"idempotency_key"`
+					Amount int64  `json:"amount"`
+				} `json:"data"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+				t.Fatal(err)
+			}
+			keys := map[string]bool{}
+			for _, c := range list.Data {
+				keys[c.Key] = true
+			}
+			if len(list.Data) != 3 || len(keys) != 3 {
+				t.Fatalf("processord holds %+v; want three charges, each with its own key", list.Data)
+			}
+		})
+	}
+}
+
+// TestRecoveryPointOfAnEarlierVersionKeepsItsChargeKey: a payment whose
+// first recovery point was saved by a version that derived the
+// processor's key from the client's key alone, and whose charge may have
+// been sent with that key, is charged with that key when it resumes: never
+// with a new one, which would charge the card a second time.
+func TestRecoveryPointOfAnEarlierVersionKeepsItsChargeKey(t *testing.T) {
+	t.Parallel()
+	f := setupPhased(t, "sqlite")
+	body := `{"amount":4200,"currency":"usd","customer":"cus_1"}`
+	f.proc.fail = 1
+	if r := f.post(t, "sk_alice", "k-old", jsonType, body); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("first attempt: %d %s; want 503", r.status, r.body)
+	}
+	// Make the recovery point the earlier version's, which had no charge
+	// key, and charge with that version's key, as it did before it died.
+	res, err := f.db.Store().(*idemsqlite.Store).DB().Exec(
+		`UPDATE idempotency_keys SET recovery_state = json_remove(recovery_state, '$.charge_key') WHERE recovery_point = 'payment_created'`)
+	if n, _ := res.RowsAffected(); err != nil || n != 1 {
+		t.Fatalf("strip the charge key: %d rows, %v", n, err)
+	}
+	oldKey := idem.DeriveKey(idem.ContextWithScope(context.Background(), idem.Scope{ClientID: "alice", Key: "k-old"}), "charge")
+	charged, err := f.proc.SimulatedProcessor.Charge(context.Background(), oldKey, payments.Params{Amount: 4200, Currency: "usd", Customer: "cus_1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	retry := f.post(t, "sk_alice", "k-old", jsonType, body)
+	if p := decode[payments.Payment](t, retry.body); retry.status != http.StatusCreated || p.Status != payments.StatusSucceeded {
+		t.Fatalf("retry: %d %s; want 201 succeeded", retry.status, retry.body)
+	}
+	if f.proc.Charges() != 1 || len(f.proc.keys) != 2 || f.proc.keys[1] != oldKey || f.proc.keys[0] == oldKey {
+		t.Fatalf("%d charges (%s first), keys %q; want 1 charge, the retry with the earlier version's key %q", f.proc.Charges(), charged, f.proc.keys, oldKey)
 	}
 }
