@@ -1,42 +1,64 @@
 package idem
 
-import "sync"
+import (
+	"io"
+	"sync"
+)
 
-// maxPooledBody bounds the buffers that bodyBuffers keeps, so that one
-// large body does not pin memory.
-const maxPooledBody = 256 << 10
+// bodySizes are the capacities of the body buffers that bodyBuffers
+// keeps: a body of known length is read into a buffer of the smallest size
+// that holds it and the byte after it, so that a buffer fits every body of
+// its size, whatever the sizes of the bodies before it. The largest bounds
+// what the pool keeps, so that one large body does not pin memory.
+var bodySizes = [...]int{512, 1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10}
 
-// bodyBuffers holds request body buffers that no handler saw: those of
-// requests that the middleware answered without running the handler (a
-// replay, a 409 or 422, a rejected body), which the next request can read
-// its body into. A buffer that a handler read from is never reused: the
-// handler may, against the rules, still hold a reader of it.
-var bodyBuffers sync.Pool // of *[]byte
+// maxPooledBody is the length of the smallest body that is never read into
+// a pooled buffer.
+var maxPooledBody = int64(bodySizes[len(bodySizes)-1])
 
-// bodyBuffer returns an empty buffer from bodyBuffers for a body of the
-// given length, or nil when the length is unknown, too large, or no
-// buffer in the pool has room for it.
+// bodyBuffers holds, for each of bodySizes, request body buffers that no
+// handler holds any more, which the next request can read its body into:
+// those of requests that the middleware answered without running the
+// handler (a replay, a 409 or 422, a rejected body), and those of handlers
+// that returned. When a handler returns, the reader it was given is
+// detached first, so that a reader the handler left behind reads nothing
+// of another request; a buffer whose reader is being read then, and that
+// of a handler that panicked, are left to the garbage collector.
+var bodyBuffers [len(bodySizes)]sync.Pool // of *[]byte
+
+// bodySize returns the index in bodySizes of the smallest size of at least
+// n, or -1 when there is none.
+func bodySize(n int64) int {
+	for i, size := range bodySizes {
+		if n <= int64(size) {
+			return i
+		}
+	}
+	return -1
+}
+
+// bodyBuffer returns an empty buffer for a body of the given length, with
+// room for the byte after it, from bodyBuffers when it holds one; nil when
+// the length is unknown, 0, or too large to pool.
 func bodyBuffer(length int64) []byte {
-	if length < 0 || length >= maxPooledBody {
+	if length <= 0 || length >= maxPooledBody {
 		return nil
 	}
-	h, ok := bodyBuffers.Get().(*[]byte)
-	if !ok {
-		return nil
-	}
-	if b := *h; int64(cap(b)) > length {
+	i := bodySize(length + 1)
+	if h, ok := bodyBuffers[i].Get().(*[]byte); ok {
+		b := *h
 		*h = nil
 		bodyHolders.Put(h)
 		return b[:0]
 	}
-	bodyBuffers.Put(h) // too small for this body; another may fit it
-	return nil
+	return make([]byte, 0, bodySizes[i])
 }
 
-// recycleBody puts b, a body buffer that no handler saw and nothing
-// refers to any more, in bodyBuffers.
+// recycleBody puts b, a body buffer that no handler holds and nothing
+// refers to any more, in bodyBuffers, when it is one of bodySizes.
 func recycleBody(b []byte) {
-	if cap(b) == 0 || cap(b) > maxPooledBody {
+	i := bodySize(int64(cap(b)))
+	if i < 0 || cap(b) != bodySizes[i] {
 		return
 	}
 	h, ok := bodyHolders.Get().(*[]byte)
@@ -44,9 +66,65 @@ func recycleBody(b []byte) {
 		h = new([]byte)
 	}
 	*h = b[:0]
-	bodyBuffers.Put(h)
+	bodyBuffers[i].Put(h)
 }
 
 // bodyHolders holds the pointers that carry buffers in bodyBuffers, so that
 // putting a buffer there does not allocate one.
 var bodyHolders sync.Pool // of *[]byte, nil
+
+// bodyReader is the body a handler reads: the buffered request body, until
+// the middleware takes it back with detach. Its lock is held while its
+// bytes are read, so that the middleware can tell whether a reader the
+// handler left behind, such as a Transport that still sends the body
+// upstream after its RoundTrip returned, is reading them.
+type bodyReader struct {
+	mu   sync.Mutex
+	rest []byte // what is left to read; nil once detached
+}
+
+// Read reads the body as a bytes.Reader does.
+func (b *bodyReader) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.rest) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, b.rest)
+	b.rest = b.rest[n:]
+	return n, nil
+}
+
+// WriteTo writes the rest of the body to w, as a bytes.Reader does, so that
+// io.Copy needs no buffer. w must not keep the bytes it is given.
+func (b *bodyReader) WriteTo(w io.Writer) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.rest) == 0 {
+		return 0, nil
+	}
+	n, err := w.Write(b.rest)
+	if n > len(b.rest) {
+		panic("idem: a writer reported more bytes written than it was given")
+	}
+	b.rest = b.rest[n:]
+	if err == nil && len(b.rest) > 0 {
+		err = io.ErrShortWrite
+	}
+	return int64(n), err
+}
+
+// Close does nothing: the body is in memory.
+func (*bodyReader) Close() error { return nil }
+
+// detach makes the reader read nothing more and reports whether its
+// buffer may go to another request: false while a read is under way, which
+// may still be copying from it.
+func (b *bodyReader) detach() bool {
+	if !b.mu.TryLock() {
+		return false
+	}
+	b.rest = nil
+	b.mu.Unlock()
+	return true
+}

@@ -38,17 +38,29 @@ func TestReadAllInto(t *testing.T) {
 
 func TestBodyBuffer(t *testing.T) {
 	t.Parallel()
-	for _, length := range []int64{-1, maxPooledBody, maxPooledBody + 1} {
+	for _, length := range []int64{-1, 0, maxPooledBody, maxPooledBody + 1} {
 		if b := bodyBuffer(length); b != nil {
 			t.Errorf("bodyBuffer(%d) = a buffer of cap %d, want none", length, cap(b))
 		}
 	}
 	// Other tests recycle buffers too, and the pool may drop any: whatever
-	// bodyBuffer returns must be empty and have room.
-	for range 100 {
-		recycleBody(make([]byte, 7, 100))
-		if b := bodyBuffer(99); b != nil && (len(b) != 0 || cap(b) < 100) {
-			t.Fatalf("bodyBuffer(99) = len %d cap %d, want empty with room for 100", len(b), cap(b))
+	// bodyBuffer returns must be empty, have room for the body and the byte
+	// after it, and be the smallest of bodySizes that has.
+	for _, length := range []int64{1, 99, 1023, 1024, 5000, 16 << 10, maxPooledBody - 1} {
+		for range 10 {
+			b := bodyBuffer(length)
+			if b == nil || len(b) != 0 || int64(cap(b)) <= length || bodySize(length+1) != bodySize(int64(cap(b))) || cap(b) != bodySizes[bodySize(length+1)] {
+				t.Fatalf("bodyBuffer(%d) = len %d cap %d, want empty, cap %d", length, len(b), cap(b), bodySizes[bodySize(length+1)])
+			}
+			b = append(b, "leftover"...)
+			recycleBody(b)
+		}
+	}
+	// Buffers of other sizes, as io.ReadAll's, are not kept.
+	recycleBody(make([]byte, 7, 100))
+	for range 10 {
+		if b := bodyBuffer(50); cap(b) == 100 {
+			t.Fatal("a buffer of a size not in bodySizes was kept")
 		}
 	}
 }

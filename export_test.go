@@ -13,3 +13,6 @@ var (
 )
 
 type KeyError = invalidKeyError
+
+// BodyBuffer is bodyBuffer, for the tests of body buffer reuse.
+var BodyBuffer = bodyBuffer

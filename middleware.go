@@ -56,9 +56,11 @@ type call struct {
 
 	scope Scope
 	body  []byte
-	// bodyRead is set once the handler is given the body, which may then
-	// not be reused; see bodyBuffers.
-	bodyRead bool
+	// bodyHeld counts the runs of the handler that may still read the
+	// body: one that panicked, or whose reader was being read when it
+	// returned. The body's buffer is reused only when none may; see
+	// bodyBuffers.
+	bodyHeld int
 	fp       fingerprint // without its field digests; see fingerprint.withFields
 	fields   []byte      // the field digests, encoded
 
@@ -104,7 +106,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	c.next = next
 	m.claimAndRun(c)
-	if !c.bodyRead {
+	if c.bodyHeld == 0 {
 		recycleBody(c.body)
 	}
 }
@@ -328,8 +330,8 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 		ctx = contextWithPhaseHost(ctx, rec.phases)
 	}
 	req := c.r.WithContext(ctx)
-	c.bodyRead = true
-	x.body.Reset(c.body)
+	c.bodyHeld++
+	x.body.rest = c.body
 	req.Body = &x.body
 	req.ContentLength = int64(len(c.body))
 	if m.cfg.Mode == ModeTwoPhase {
@@ -337,6 +339,12 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 	}
 	c.next.ServeHTTP(rec, req)
 	finished = true
+	// The handler is done with its body: a reader of it that the handler
+	// left behind reads nothing more, and unless it is reading now, the
+	// buffer may go to another request.
+	if x.body.detach() {
+		c.bodyHeld--
+	}
 	return rec
 }
 

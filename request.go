@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -160,9 +159,3 @@ func timeoutDetail(r *http.Request, err error) (string, bool) {
 	}
 	return "", false
 }
-
-// bodyReader is the body a handler reads: the buffered request body.
-type bodyReader struct{ bytes.Reader }
-
-// Close does nothing: the body is in memory.
-func (*bodyReader) Close() error { return nil }
