@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemclient"
-	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/payments"
 	"github.com/idemkit/idem/internal/processor"
 )
@@ -124,15 +122,8 @@ func TestLossyProcessorChargesEveryKeyOnce(t *testing.T) {
 // in the database at path.
 func chargeKeyOf(t *testing.T, path, clientID, key string) string {
 	t.Helper()
-	store, err := idemsqlite.Open(path, &idemsqlite.Config{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatalf("open %s: %v", path, err)
-	}
-	defer store.Close()
 	var id string
-	if err := store.ReadDB().QueryRow(`SELECT id FROM payments WHERE client_id = ? AND idempotency_key = ?`, clientID, key).Scan(&id); err != nil {
-		t.Fatalf("the payment of %s: %v", key, err)
-	}
+	scanRow(t, path, `SELECT id FROM payments WHERE client_id = ? AND idempotency_key = ?`, []any{clientID, key}, &id)
 	return payments.ChargeKey(idem.ContextWithScope(context.Background(), idem.Scope{ClientID: clientID, Key: key}), id)
 }
 

@@ -347,16 +347,23 @@ func retryLikeAClient(t *testing.T, base, key, body string) answer {
 
 func countRows(t *testing.T, path, query string, args ...any) int {
 	t.Helper()
+	var n int
+	scanRow(t, path, query, args, &n)
+	return n
+}
+
+// scanRow scans the row that query returns from the SQLite database at
+// path into dest.
+func scanRow(t *testing.T, path, query string, args []any, dest ...any) {
+	t.Helper()
 	store, err := idemsqlite.Open(path, &idemsqlite.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatalf("open %s: %v", path, err)
 	}
 	defer store.Close()
-	var n int
-	if err := store.ReadDB().QueryRow(query, args...).Scan(&n); err != nil {
-		t.Fatalf("count in %s: %v", path, err)
+	if err := store.ReadDB().QueryRow(query, args...).Scan(dest...); err != nil {
+		t.Fatalf("%s in %s: %v", query, path, err)
 	}
-	return n
 }
 
 // TestKilledMidRequestChargesOnce kills paymentsd with SIGKILL while a

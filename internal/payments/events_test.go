@@ -277,11 +277,7 @@ func TestEventsPagination(t *testing.T) {
 // payment-declined, replays it, and enqueues payment.declined once.
 func TestProcessorDeclineIsStored(t *testing.T) {
 	t.Parallel()
-	psrv := startProcessor(t)
-	proc, err := payments.NewProcessorClient(psrv.URL, "sk_pay", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, proc := startProcessorClient(t)
 	f := setupEvents(t, "sqlite", idem.ModeTwoPhase, proc)
 	body := `{"amount":1002,"currency":"usd","customer":"cus_1"}`
 	first := f.post(t, "sk_alice", "k-decline", jsonType, body)

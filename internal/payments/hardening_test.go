@@ -26,11 +26,7 @@ func TestNULCustomerChargesNothing(t *testing.T) {
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			psrv := startProcessor(t)
-			proc, err := payments.NewProcessorClient(psrv.URL, "sk_pay", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			psrv, proc := startProcessorClient(t)
 			f := setupOn(t, kind, idem.ModeTwoPhase, proc)
 			for _, tt := range []struct{ name, contentType, body string }{
 				{"JSON", jsonType, `{"amount":4321,"currency":"usd","customer":"a\u0000b"}`},
@@ -68,11 +64,7 @@ func TestNULCustomerChargesNothing(t *testing.T) {
 // form bodies alike; the 400 names the parameter.
 func TestStringParametersAreCheckedBeforeAnyEffect(t *testing.T) {
 	t.Parallel()
-	psrv := startProcessor(t)
-	proc, err := payments.NewProcessorClient(psrv.URL, "sk_pay", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	psrv, proc := startProcessorClient(t)
 	f := setup(t, idem.ModeTwoPhase, proc)
 	tests := []struct {
 		name, contentType, body, param string
@@ -306,11 +298,7 @@ func (r *failOnce) Settle(ctx context.Context, clientID, id, status string) (*pa
 // records one payment.
 func TestMessagesSayWhatIsKnown(t *testing.T) {
 	t.Parallel()
-	psrv := startProcessor(t)
-	proc, err := payments.NewProcessorClient(psrv.URL, "sk_pay", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	psrv, proc := startProcessorClient(t)
 	f := setupWith(t, "sqlite", idem.ModeTwoPhase, proc, func(r payments.Repo) payments.Repo { return &failOnce{Repo: r} })
 	body := `{"amount":4321,"currency":"usd","customer":"c"}`
 	first := f.post(t, "sk_alice", "k-known", jsonType, body)

@@ -209,11 +209,7 @@ func TestCompleterFinishesAbandonedPayment(t *testing.T) {
 // payment-declined, replayed on retry.
 func TestProcessordDeclineIsStored(t *testing.T) {
 	t.Parallel()
-	psrv := startProcessor(t)
-	proc, err := payments.NewProcessorClient(psrv.URL, "sk_pay", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, proc := startProcessorClient(t)
 	f := setup(t, idem.ModeTwoPhase, proc)
 	body := `{"amount":4202,"currency":"usd","customer":"cus_1"}`
 	first := f.post(t, "sk_alice", "k-decl", jsonType, body)
@@ -416,11 +412,7 @@ func TestKeyReusedAfterRetentionIsChargedAgain(t *testing.T) {
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			psrv := startProcessor(t)
-			proc, err := payments.NewProcessorClient(psrv.URL, "sk_pay", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			psrv, proc := startProcessorClient(t)
 			var now atomic.Int64
 			now.Store(time.Now().UnixNano())
 			clock := func() time.Time { return time.Unix(0, now.Load()) }

@@ -351,6 +351,18 @@ func countCharges(t *testing.T, base, token, key string) int {
 	return decode[map[string]int](t, must(io.ReadAll(res.Body)))["charges"]
 }
 
+// startProcessorClient starts processord's handler, as startProcessor
+// does, and returns it with a client of it that charges as paymentsd.
+func startProcessorClient(t *testing.T) (*httptest.Server, *payments.ProcessorClient) {
+	t.Helper()
+	psrv := startProcessor(t)
+	proc, err := payments.NewProcessorClient(psrv.URL, "sk_pay", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return psrv, proc
+}
+
 // startProcessor serves a simulated processor that accepts the token sk_pay.
 func startProcessor(t *testing.T) *httptest.Server {
 	t.Helper()
