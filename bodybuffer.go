@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"errors"
 	"io"
 	"sync"
 )
@@ -73,45 +74,87 @@ func recycleBody(b []byte) {
 // putting a buffer there does not allocate one.
 var bodyHolders sync.Pool // of *[]byte, nil
 
-// bodyReader is the body a handler reads: the buffered request body, until
-// the middleware takes it back with detach. Its lock is held while its
-// bytes are read, so that the middleware can tell whether a reader the
-// handler left behind, such as a Transport that still sends the body
-// upstream after its RoundTrip returned, is reading them.
+// bodyReader is the body a handler reads, as a bytes.Reader reads it: the
+// buffered request body, until the middleware takes it back with detach.
+// Its lock is held while its bytes are read, so that the middleware can
+// tell whether a reader the handler left behind, such as a Transport that
+// still sends the body upstream after its RoundTrip returned, is reading
+// them.
 type bodyReader struct {
-	mu   sync.Mutex
-	rest []byte // what is left to read; nil once detached
+	mu sync.Mutex
+	s  []byte // the body; nil once detached
+	i  int64  // where the next Read starts
 }
 
-// Read reads the body as a bytes.Reader does.
+// Read reads the body as bytes.Reader.Read does.
 func (b *bodyReader) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.rest) == 0 {
+	if b.i >= int64(len(b.s)) {
 		return 0, io.EOF
 	}
-	n := copy(p, b.rest)
-	b.rest = b.rest[n:]
+	n := copy(p, b.s[b.i:])
+	b.i += int64(n)
 	return n, nil
 }
 
-// WriteTo writes the rest of the body to w, as a bytes.Reader does, so that
-// io.Copy needs no buffer. w must not keep the bytes it is given.
+// WriteTo writes the rest of the body to w, as bytes.Reader.WriteTo does,
+// so that io.Copy needs no buffer. w must not keep the bytes it is given.
 func (b *bodyReader) WriteTo(w io.Writer) (int64, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.rest) == 0 {
+	if b.i >= int64(len(b.s)) {
 		return 0, nil
 	}
-	n, err := w.Write(b.rest)
-	if n > len(b.rest) {
+	rest := b.s[b.i:]
+	n, err := w.Write(rest)
+	if n > len(rest) {
 		panic("idem: a writer reported more bytes written than it was given")
 	}
-	b.rest = b.rest[n:]
-	if err == nil && len(b.rest) > 0 {
+	b.i += int64(n)
+	if err == nil && n != len(rest) {
 		err = io.ErrShortWrite
 	}
 	return int64(n), err
+}
+
+// ReadAt reads the body at off as bytes.Reader.ReadAt does.
+func (b *bodyReader) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, errors.New("idem: request body: ReadAt at a negative offset")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if off >= int64(len(b.s)) {
+		return 0, io.EOF
+	}
+	n := copy(p, b.s[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// Seek sets where the next Read starts, as bytes.Reader.Seek does.
+func (b *bodyReader) Seek(offset int64, whence int) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var abs int64
+	switch whence {
+	case io.SeekStart:
+		abs = offset
+	case io.SeekCurrent:
+		abs = b.i + offset
+	case io.SeekEnd:
+		abs = int64(len(b.s)) + offset
+	default:
+		return 0, errors.New("idem: request body: Seek with an invalid whence")
+	}
+	if abs < 0 {
+		return 0, errors.New("idem: request body: Seek to a negative position")
+	}
+	b.i = abs
+	return abs, nil
 }
 
 // Close does nothing: the body is in memory.
@@ -124,7 +167,7 @@ func (b *bodyReader) detach() bool {
 	if !b.mu.TryLock() {
 		return false
 	}
-	b.rest = nil
+	b.s, b.i = nil, 0
 	b.mu.Unlock()
 	return true
 }

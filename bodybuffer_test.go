@@ -2,7 +2,10 @@ package idem
 
 import (
 	"bytes"
+	"io"
+	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func TestReadAllInto(t *testing.T) {
@@ -62,5 +65,36 @@ func TestBodyBuffer(t *testing.T) {
 		if b := bodyBuffer(50); cap(b) == 100 {
 			t.Fatal("a buffer of a size not in bodySizes was kept")
 		}
+	}
+}
+
+// TestBodyReaderReadsAsBytesReader holds the body a handler reads to what
+// bytes.Reader does: reads of every size, ReadAt and Seek.
+func TestBodyReaderReadsAsBytesReader(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{"", "x", `{"amount":4200,"currency":"usd","customer":"cus_123"}`, strings.Repeat("0123456789", 1000)} {
+		if err := iotest.TestReader(&bodyReader{s: []byte(body)}, []byte(body)); err != nil {
+			t.Errorf("body of %d bytes: %v", len(body), err)
+		}
+	}
+	b := &bodyReader{s: []byte("0123456789")}
+	var w strings.Builder
+	if _, err := b.Seek(4, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := io.Copy(&w, b); n != 6 || err != nil || w.String() != "456789" {
+		t.Errorf("io.Copy after Seek(4) = %d, %v, %q; want 6, nil, 456789", n, err, w.String())
+	}
+	if !b.detach() {
+		t.Fatal("detach of a body nobody reads = false")
+	}
+	if n, err := b.Seek(0, io.SeekStart); err != nil || n != 0 {
+		t.Fatalf("Seek(0) after detach = %d, %v", n, err)
+	}
+	if got, err := io.ReadAll(b); len(got) != 0 || err != nil {
+		t.Errorf("a detached body reads %q, %v; want nothing", got, err)
+	}
+	if n, err := b.ReadAt(make([]byte, 4), 0); n != 0 || err != io.EOF {
+		t.Errorf("a detached body's ReadAt = %d, %v; want 0, EOF", n, err)
 	}
 }

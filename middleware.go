@@ -331,7 +331,7 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 	}
 	req := c.r.WithContext(ctx)
 	c.bodyHeld++
-	x.body.rest = c.body
+	x.body.s = c.body
 	req.Body = &x.body
 	req.ContentLength = int64(len(c.body))
 	if m.cfg.Mode == ModeTwoPhase {
