@@ -3,6 +3,7 @@ package idem
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 )
@@ -29,6 +30,11 @@ const ProblemResponseNotRetained ProblemCode = "idempotency-response-not-retaine
 // commit: when the store then fails to record the response, the client has
 // it while the key is released (or, after [ErrLeaseLost], belongs to another
 // request). The middleware logs that; it cannot answer a problem any more.
+//
+// A client that goes away, or stops reading until a write deadline set on
+// its connection passes, is written to no more: the handler's writes still
+// succeed and are kept, so that the handler finishes its work and the key
+// is completed with its whole response, which the client's retry gets.
 func StreamResponse(w http.ResponseWriter, maxStored int64) bool {
 	rec, ok := w.(*recorder)
 	if !ok || rec.wroteHeader || rec.client == nil || maxStored < 0 {
@@ -63,6 +69,11 @@ type streamState struct {
 	max      int64
 	overflow bool // the body is not kept: it grew past max, or broke; rec.body is empty
 	broken   bool // BreakResponse was called
+	// gone is set once a write to the client failed: the client went
+	// away, or stopped reading until its write deadline passed. The rest
+	// of the response is only kept, so that the handler runs to its end
+	// and the key is completed with it for the client's retry.
+	gone bool
 }
 
 // abortIfBroken aborts the client's connection after a broken response,
@@ -84,7 +95,10 @@ func (rec *recorder) streamHeader() {
 }
 
 // streamWrite sends p to the client and keeps it while the body is within
-// the stored maximum.
+// the stored maximum. A client whose write fails is written to no more,
+// and the handler is not told: what it still writes is kept for the
+// stored response, so that a client that gave up, or stopped reading,
+// neither cuts the handler's work short nor holds it past its lease.
 func (rec *recorder) streamWrite(p []byte) (int, error) {
 	s := rec.stream
 	if !s.overflow {
@@ -95,14 +109,21 @@ func (rec *recorder) streamWrite(p []byte) (int, error) {
 			rec.body.Write(p)
 		}
 	}
-	return rec.client.Write(p)
+	if !s.gone {
+		if _, err := rec.client.Write(p); err != nil {
+			s.gone = true
+		}
+	}
+	return len(p), nil
 }
 
 // Flush sends what the handler wrote so far to the client, when the
 // response streams; it does nothing for a buffered response.
 func (rec *recorder) Flush() {
-	if rec.stream != nil {
-		http.NewResponseController(rec.client).Flush()
+	if rec.stream != nil && !rec.stream.gone {
+		if err := http.NewResponseController(rec.client).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			rec.stream.gone = true
+		}
 	}
 }
 
