@@ -156,7 +156,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
-		return err
+		return cmdrun.Usage(err)
 	}
 	logger, err := newLogger(o.logFormat, stderr)
 	if err != nil {

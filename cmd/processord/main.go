@@ -60,10 +60,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		return cmdrun.Usage(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+		return cmdrun.Usage(fmt.Errorf("unexpected arguments: %q", fs.Args()))
 	}
 	if *failRate+*loseRate+*timeoutRate > 1 {
 		return fmt.Errorf("-fail-rate, -lose-rate and -timeout-rate add up to %g; they must add up to at most 1", *failRate+*loseRate+*timeoutRate)

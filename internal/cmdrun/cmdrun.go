@@ -25,8 +25,8 @@ type RunFunc func(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 // Main is the whole main function of a service binary: it calls run with
 // the process's arguments and a context that SIGINT or SIGTERM cancels, and
-// exits with status 2 when run fails (after printing the error, unless it
-// was a request for -h).
+// exits with the status ExitCode gives a failure (after printing the error,
+// unless it was a request for -h).
 func Main(name string, run RunFunc) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -35,8 +35,38 @@ func Main(name string, run RunFunc) {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		}
-		os.Exit(2)
+		os.Exit(ExitCode(err))
 	}
+}
+
+// UsageError is an error in how a binary was called: its flags, arguments
+// or their values. Main exits with status 2 for it.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// Usage wraps err, unless nil, as a UsageError.
+func Usage(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &UsageError{err}
+}
+
+// ExitCode is the exit status of a binary whose run returned err: 0 for
+// nil, 2 for a usage error or -h, 1 for any other failure (a refusal, a
+// store that failed), so that scripts can tell a mistyped call from a
+// refusal.
+func ExitCode(err error) int {
+	var usage *UsageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp), errors.As(err, &usage):
+		return 2
+	}
+	return 1
 }
 
 // Serve serves srv on ln until ctx is done, then shuts it down gracefully:
