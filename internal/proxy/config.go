@@ -47,8 +47,10 @@ type Config struct {
 
 	// DefaultPolicy applies to routes without a policy of their own:
 	// PolicyRetry or PolicyHold (PolicyProbe is only ever a route's own).
-	// Defaults to PolicyRetry when the key is forwarded and PolicyHold when
-	// DropKey is set.
+	// Name PolicyRetry, here or on a route, only for an upstream that
+	// honours the forwarded Idempotency-Key: it forwards a key again after
+	// an unknown outcome. Defaults to PolicyHold, which never forwards a
+	// key twice, as an API that cannot change does not deduplicate by key.
 	DefaultPolicy Policy
 
 	// ProbeURL is the status URL template of PolicyProbe routes that have
@@ -72,11 +74,15 @@ type Config struct {
 	// Authorization.
 	ProbeHeaders []string
 
-	// StoreServerErrors stores the upstream's own 5xx answers (500, 501,
-	// 505 and up) and replays them, as Stripe does, instead of releasing the
-	// key so that a retry is forwarded again. 502, 503 and 504 are never the
-	// upstream's answer to the request (see Policy). Defaults to false.
-	StoreServerErrors bool
+	// ReleaseServerErrors releases the key on the upstream's own 5xx
+	// answers (500, 501, 505 and up) on retry and probe routes, so that a
+	// retry is forwarded again with the same key, instead of storing and
+	// replaying them as Stripe does. Hold routes always store them: their
+	// upstream could repeat the operation. 502 and 504, and 503 without
+	// Retry-After, are never taken for the upstream's answer to the request
+	// (see Policy); a 503 with Retry-After is passed on and releases the
+	// key. Defaults to false: 5xx answers are stored.
+	ReleaseServerErrors bool
 
 	// UpstreamTimeout bounds a forward of a key route, from sending the
 	// request to the end of the response. Defaults to
@@ -152,10 +158,7 @@ func (c *Config) withDefaults() *Config {
 		out.Routes = defaultRoutes
 	}
 	if out.DefaultPolicy == "" {
-		out.DefaultPolicy = PolicyRetry
-		if out.DropKey {
-			out.DefaultPolicy = PolicyHold
-		}
+		out.DefaultPolicy = PolicyHold
 	}
 	if out.UpstreamTimeout == 0 {
 		out.UpstreamTimeout = UpstreamTimeoutDefault
@@ -198,12 +201,24 @@ func (c *Config) withDefaults() *Config {
 	return &out
 }
 
+// Validate reports whether c, with its defaults, makes a proxy, apart
+// from Store, which New requires too: binaries call it before they open or
+// migrate a store.
+func (c *Config) Validate() error {
+	return c.withDefaults().validateSettings()
+}
+
 func (c *Config) validate() error {
+	if c.Store == nil {
+		return errors.New("proxy: Config.Store is required")
+	}
+	return c.validateSettings()
+}
+
+func (c *Config) validateSettings() error {
 	switch {
 	case c.Upstream == nil || c.Upstream.Host == "" || (c.Upstream.Scheme != "http" && c.Upstream.Scheme != "https"):
 		return errors.New("proxy: Config.Upstream must be an absolute http or https URL")
-	case c.Store == nil:
-		return errors.New("proxy: Config.Store is required")
 	case c.Identity == nil:
 		return errors.New("proxy: Config.Identity is required")
 	case c.UpstreamTimeout < 0 || c.MaxStoredBytes < 0 || c.ProbeTimeout < 0:

@@ -71,7 +71,7 @@ func TestOutcomeUnknownAfterReset(t *testing.T) {
 			t.Run(kind+"/"+bodyName+"/RetryWithKeyHonouringUpstream", func(t *testing.T) {
 				t.Parallel()
 				up := newUpstream(t, true)
-				base := setup(t, kind, up, nil)
+				base := setup(t, kind, up, retrying)
 				key, resp := resetOnReusedConn(t, up, base, "retry", b[0], b[1:]...)
 				if resp.status != http.StatusBadGateway || resp.problemCode(t) != string(ProblemOutcomeUnknown) {
 					t.Fatalf("client got %d %q, want 502 %s", resp.status, resp.body, ProblemOutcomeUnknown)
@@ -126,7 +126,7 @@ func TestOutcomeUnknownAfterTimeout(t *testing.T) {
 		t.Run(kind+"/RetryWithKeyHonouringUpstream", func(t *testing.T) {
 			t.Parallel()
 			up := newUpstream(t, true)
-			base := setup(t, kind, up, short)
+			base := setup(t, kind, up, func(c *Config) { short(c); retrying(c) })
 			resp := send(t, "POST", base+"/v1/slow", "k-slow", `{"amount":1}`)
 			if resp.status != http.StatusGatewayTimeout || resp.problemCode(t) != string(ProblemOutcomeUnknown) {
 				t.Fatalf("client got %d %q, want 504 %s", resp.status, resp.body, ProblemOutcomeUnknown)
@@ -177,7 +177,7 @@ func TestOutcomeUnknownAfterTimeout(t *testing.T) {
 func TestGatewayErrorIsOutcomeUnknown(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, true)
-	base := setup(t, "sqlite", up, nil)
+	base := setup(t, "sqlite", up, retrying)
 	resp := send(t, "POST", base+"/v1/bad-gateway", "k-502", `{}`)
 	if resp.status != http.StatusBadGateway || resp.problemCode(t) != string(ProblemOutcomeUnknown) || strings.Contains(resp.body, "bad gateway") {
 		t.Fatalf("client got %d %q, want the proxy's 502 %s", resp.status, resp.body, ProblemOutcomeUnknown)
@@ -217,6 +217,10 @@ func TestNotSentReleasesKey(t *testing.T) {
 		}
 	}
 }
+
+// retrying makes routes without a policy of their own retry routes, for an
+// upstream that honours the forwarded key.
+func retrying(c *Config) { c.DefaultPolicy = PolicyRetry }
 
 // waitFor polls cond until it holds, for at most 30 s.
 func waitFor(t *testing.T, cond func() bool) {

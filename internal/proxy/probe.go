@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -122,100 +121,42 @@ func (t probeURL) url(key string) string {
 	return t.before + url.PathEscape(key) + t.after
 }
 
-// probeStore gives the forwarder of probe routes its lease: each lease it
-// hands the middleware puts itself in the handler's context (the
-// middleware builds that context with Lease.Context), where the forwarder
-// reads and saves the key's recovery point.
-type probeStore struct{ idem.Store }
-
-func (s probeStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
-	res, err := s.Store.Claim(ctx, p)
-	if res.Lease != nil {
-		res.Lease = &probeLease{Lease: res.Lease}
-	}
-	return res, err
-}
-
-type probeLeaseKey struct{}
-
-// probeLease is a lease of a probe route's key.
-type probeLease struct {
-	idem.Lease
-	// keep is set when the key could not be marked unknown: Release then
-	// leaves the key to its holder until the lease expires, instead of
-	// freeing it for a retry that would be forwarded without a probe. The
-	// retry that takes the key over probes (see probeFirst). A two-phase
-	// lease holds no transaction or connection between store calls, so the
-	// lease left unended holds nothing.
-	keep atomic.Bool
-}
-
-func (l *probeLease) Context(ctx context.Context) context.Context {
-	return context.WithValue(l.Lease.Context(ctx), probeLeaseKey{}, l)
-}
-
-func (l *probeLease) Release(ctx context.Context) error {
-	if l.keep.Load() {
-		return nil
-	}
-	return l.Lease.Release(ctx)
-}
-
-func probeLeaseOf(ctx context.Context) *probeLease {
-	l, _ := ctx.Value(probeLeaseKey{}).(*probeLease)
-	return l
-}
-
 // markUnknown saves the key's recovery point RecoveryOutcomeUnknown, so that
 // the key keeps it when it is released, unless it is there already. It
 // reports the problem's status saved earlier, or status. When the point
-// cannot be saved, the lease keeps the key (see probeLease.keep) and keep
-// is true.
-func (p *Proxy) markUnknown(ctx context.Context, status int) (_ int, keep bool) {
-	l := probeLeaseOf(ctx)
-	rl, ok := l.Lease.(idem.RecoveryLease)
-	if !ok {
-		p.cfg.Logger.ErrorContext(ctx, "idemproxy: the key store keeps no recovery points; the key stays held until its lease expires")
-		l.keep.Store(true)
-		return status, true
+// cannot be saved, the lease keeps the key (see keyLease.keep) and keep is
+// true.
+func (p *Proxy) markUnknown(ctx context.Context, a *attempt, status int) (_ int, keep bool) {
+	if a.point == RecoveryOutcomeUnknown {
+		return a.status, false
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idem.StoreTimeoutDefault)
-	defer cancel()
-	if l.Info().TakenOver {
-		at, err := rl.Recovery(ctx)
-		if err == nil && at.Point == RecoveryOutcomeUnknown {
-			if s, err := strconv.Atoi(at.State["status"]); err == nil && (s == http.StatusBadGateway || s == http.StatusGatewayTimeout) {
-				return s, false
-			}
-			return status, false
-		}
-	}
-	if err := rl.Checkpoint(ctx, idem.Recovery{Point: RecoveryOutcomeUnknown, State: idem.State{"status": strconv.Itoa(status)}}); err != nil {
+	if err := p.save(ctx, RecoveryOutcomeUnknown, a.key, PolicyProbe, "status", strconv.Itoa(status)); err != nil {
 		p.cfg.Logger.ErrorContext(ctx, "idemproxy: could not mark the key unknown; it stays held until its lease expires, and the retry that takes it over probes", "err", err)
-		l.keep.Store(true)
+		keyLeaseOf(ctx).keep.Store(true)
 		return status, true
 	}
+	a.point, a.status = RecoveryOutcomeUnknown, status
 	return status, false
 }
 
 // probeFirst probes before a forward on a probe route, when the key's last
 // forward may have reached the upstream: the claim took the key over, from
-// the recovery point RecoveryOutcomeUnknown or from a holder whose lease
-// expired. It reports whether it answered w; if not, the request is to be
-// forwarded.
+// a recovery point other than RecoveryNotProcessed or from a holder whose
+// lease expired. It reports whether it answered w; if not, the request is
+// to be forwarded.
 func (p *Proxy) probeFirst(w http.ResponseWriter, r *http.Request) bool {
 	ctx := r.Context()
-	l := probeLeaseOf(ctx)
-	if l == nil || !l.Info().TakenOver {
-		return false // a new key: nothing was sent under it before
-	}
 	a := attemptOf(r)
+	if !a.prior.takenOver || a.prior.point == RecoveryNotProcessed {
+		return false // nothing was sent under the key before, or it did not take effect
+	}
 	scope, _ := idem.ScopeFromContext(ctx)
 	log := p.cfg.Logger.With("method", r.Method, "path", r.URL.Path, "client_id", scope.ClientID, "key_digest", keyDigest(scope.Key))
 	pctx, cancel := context.WithTimeout(ctx, p.cfg.ProbeTimeout)
 	defer cancel()
-	// The key as the upstream received it: the field value the client sent.
-	resp, err := p.ask(pctx, r, a.probe.url(strings.TrimSpace(r.Header.Get(idem.HeaderKey))))
+	// The key as the upstream received it: the field value the first
+	// forward sent.
+	resp, err := p.ask(pctx, r, a.probe.url(a.key))
 	result := classify(resp, err)
 	p.cfg.Probes.Probe(ctx, a.route, result)
 	log = log.With("route", a.route, "probe_result", string(result))
@@ -298,7 +239,7 @@ func (p *Proxy) replayProbe(w http.ResponseWriter, resp *http.Response) {
 // same outcome-unknown problem, nothing forwarded, and the key released at
 // its recovery point RecoveryOutcomeUnknown for the next retry to probe.
 func (p *Proxy) stillUnknown(w http.ResponseWriter, r *http.Request, retryAfter int, why string) {
-	status, keep := p.markUnknown(r.Context(), http.StatusBadGateway)
+	status, keep := p.markUnknown(r.Context(), attemptOf(r), http.StatusBadGateway)
 	prob := kindOf(ProblemOutcomeUnknown).New(p.cfg.ProblemTypeBase, "")
 	prob.Status = status
 	prob.Detail = "An earlier request with this key was sent to the upstream service and its outcome is unknown, and it still is: " + why +

@@ -57,12 +57,11 @@ func New(cfg *Config) (*Proxy, error) {
 				"The upstream service could not be reached, or failed before it answered."), 0)
 		},
 	}
+	if _, ok := c.Store.(idem.RecoveryStore); !ok {
+		return nil, errNoRecoveryStore
+	}
 	for _, policy := range []Policy{PolicyRetry, PolicyHold, PolicyProbe} {
-		store := c.Store
-		if policy == PolicyProbe {
-			store = probeStore{c.Store}
-		}
-		mw, err := idem.New(store, &idem.Config{
+		mw, err := idem.New(keyStore{c.Store}, &idem.Config{
 			ClientID:        c.Identity,
 			Require:         func(*http.Request) bool { return true }, // only key routes reach it
 			Mode:            idem.ModeTwoPhase,
@@ -71,7 +70,7 @@ func New(cfg *Config) (*Proxy, error) {
 			MaxBodyBytes:    c.MaxBodyBytes,
 			MaxPreferWait:   c.MaxPreferWait,
 			ReplayHeaders:   c.ReplayHeaders,
-			Outcome:         outcomePolicy(policy, c.StoreServerErrors),
+			Outcome:         outcomePolicy(policy, c.ReleaseServerErrors),
 			ProblemTypeBase: c.ProblemTypeBase,
 			Logger:          c.Logger,
 			Metrics:         c.Metrics,
@@ -87,43 +86,60 @@ func New(cfg *Config) (*Proxy, error) {
 	return p, nil
 }
 
-// outcomePolicy is idem's outcome policy for a route's policy. The
-// proxy's own answers: 503 (never sent) releases the key; 502 and 504 (an
-// unknown outcome) are stored under PolicyHold and released under
-// PolicyRetry and PolicyProbe (whose keys keep their recovery point). A 409 is released: an upstream that honours keys has the
-// same key in flight. The upstream's other answers follow idem's
-// DefaultOutcomePolicy, or StoreServerErrorsPolicy when storeServerErrors
-// is set: the statuses by which it says it did not process the request are
-// released either way.
-func outcomePolicy(policy Policy, storeServerErrors bool) idem.OutcomePolicy {
-	base := idem.DefaultOutcomePolicy
-	if storeServerErrors {
-		base = idem.StoreServerErrorsPolicy
-	}
+// outcomePolicy is idem's outcome policy for a route's policy: which
+// answers are stored under the key and replayed, and which release it for
+// a retry to be forwarded.
+//
+//   - The proxy's own 503 (never sent) and an upstream's 503 with
+//     Retry-After release the key: nothing was processed.
+//   - 502 and 504 (an unknown outcome) are stored under PolicyHold, and
+//     released under PolicyRetry and PolicyProbe, whose upstream honours
+//     the forwarded key.
+//   - A 409 is released: an upstream that honours keys has the same key in
+//     flight, and one that does not refused the request.
+//   - The upstream's other 5xx are stored and replayed, as Stripe does;
+//     releaseServerErrors releases them on retry and probe routes, never on
+//     hold routes, whose upstream could repeat the operation.
+//   - The statuses by which the upstream says it did not process the
+//     request (idem.NotProcessed) are released; every other answer is
+//     stored.
+func outcomePolicy(policy Policy, releaseServerErrors bool) idem.OutcomePolicy {
 	return func(status int) idem.Outcome {
-		switch status {
-		case http.StatusConflict, http.StatusServiceUnavailable:
+		switch {
+		case status == http.StatusConflict, status == http.StatusServiceUnavailable, idem.NotProcessed(status):
 			return idem.OutcomeRelease
-		case http.StatusBadGateway, http.StatusGatewayTimeout:
+		case status == http.StatusBadGateway, status == http.StatusGatewayTimeout:
 			if policy == PolicyHold {
 				return idem.OutcomeStore
 			}
 			return idem.OutcomeRelease
+		case status >= 500 && releaseServerErrors && policy != PolicyHold:
+			return idem.OutcomeRelease
 		}
-		return base(status)
+		return idem.OutcomeStore
 	}
 }
 
 // ServeHTTP routes a request: problem pages, key routes through idem, and
-// everything else straight upstream.
+// everything else straight upstream. A method that differs from a standard
+// one only in case (post) is taken as that method, as many upstream
+// frameworks take it, and forwarded so; a request-target other than an
+// origin-form path is refused, except "*" for OPTIONS (RFC 9112, section
+// 3.2).
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r.Method = normalMethod(r.Method)
+	if !strings.HasPrefix(r.URL.Path, "/") && !(r.Method == http.MethodOptions && r.RequestURI == "*") {
+		idem.WriteProblem(w, kindOf(ProblemBadTarget).New(p.cfg.ProblemTypeBase,
+			fmt.Sprintf("The request-target must be a path starting with /; %s %q is not forwarded.", r.Method, r.RequestURI)), 0)
+		return
+	}
 	if p.problems != nil && r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, p.cfg.ProblemTypeBase) {
 		p.problems.ServeHTTP(w, r)
 		return
 	}
 	for i, rt := range p.routes {
 		if rt.matches(r) {
-			a := &attempt{route: rt.label(), probe: p.probes[i]}
+			a := &attempt{route: rt.label(), policy: rt.Policy, probe: p.probes[i], client: w}
 			p.guarded[rt.Policy].ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), attemptKey{}, a)))
 			return
 		}
@@ -131,9 +147,23 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.pass.ServeHTTP(w, r)
 }
 
+// normalMethod returns the standard method that m spells in another case,
+// else m.
+func normalMethod(m string) string {
+	switch u := strings.ToUpper(m); u {
+	case m:
+		return m
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return u
+	}
+	return m
+}
+
 // rewrite makes the outgoing request: the upstream's URL, hop-by-hop
 // headers dropped (httputil.ReverseProxy drops them before Rewrite), and
-// X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto and Forwarded set.
+// X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto, Forwarded and
+// X-Real-IP set.
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if p.cfg.TrustForwarded {
 		pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
@@ -142,6 +172,14 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(p.cfg.Upstream)
 	pr.SetXForwarded()
 	pr.Out.Header.Add("Forwarded", forwardedElement(pr.In))
+	if !p.cfg.TrustForwarded || len(pr.In.Header.Values("X-Real-Ip")) != 1 {
+		// The client's own X-Real-IP is no more to be trusted than its
+		// X-Forwarded-For: replaced by the address the proxy sees.
+		pr.Out.Header.Del("X-Real-Ip")
+		if host, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
+			pr.Out.Header.Set("X-Real-Ip", host)
+		}
+	}
 }
 
 // forwardedElement is this hop's element of an RFC 7239 Forwarded header.

@@ -378,8 +378,20 @@ func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func TestUpstreamServerErrors(t *testing.T) {
 	t.Parallel()
-	for _, store := range []bool{false, true} {
-		t.Run(fmt.Sprintf("StoreServerErrors=%v", store), func(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		route   Route
+		release bool
+		stored  bool
+	}{
+		{"DefaultStores", Route{Method: "POST", Path: "/v1/*"}, false, true},
+		{"RetryStores", Route{Method: "POST", Path: "/v1/*", Policy: PolicyRetry}, false, true},
+		{"RetryReleases", Route{Method: "POST", Path: "/v1/*", Policy: PolicyRetry}, true, false},
+		// A hold route's upstream does not honour keys: its 5xx is stored
+		// whatever ReleaseServerErrors says.
+		{"HoldStoresAlways", Route{Method: "POST", Path: "/v1/*", Policy: PolicyHold}, true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			var calls atomic.Int64
 			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -390,7 +402,7 @@ func TestUpstreamServerErrors(t *testing.T) {
 			t.Cleanup(up.Close)
 			target, _ := url.Parse(up.URL)
 			id, _ := CredentialIdentity([]byte(testSecret))
-			p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, StoreServerErrors: store, Logger: discard()})
+			p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, Routes: []Route{c.route}, ReleaseServerErrors: c.release, Logger: discard()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -399,7 +411,7 @@ func TestUpstreamServerErrors(t *testing.T) {
 			send(t, "POST", srv.URL+"/v1/charges", "k-500", `{}`)
 			retry := send(t, "POST", srv.URL+"/v1/charges", "k-500", `{}`)
 			want, wantCalls := "failure 2", int64(2)
-			if store {
+			if c.stored {
 				want, wantCalls = "failure 1", 1
 			}
 			if retry.status != http.StatusInternalServerError || retry.body != want || calls.Load() != wantCalls {

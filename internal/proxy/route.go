@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"net/http"
+	"path"
 	"strings"
 )
 
@@ -14,13 +15,17 @@ type Policy string
 
 const (
 	// PolicyRetry releases the key: the client's retry with the same key is
-	// forwarded again, with the same Idempotency-Key. Right for upstreams
-	// that honour the key, which then do not repeat the operation.
+	// forwarded again, with the Idempotency-Key field value the first
+	// forward sent. Only for upstreams that honour the key, which then do
+	// not repeat the operation.
 	PolicyRetry Policy = "retry"
-	// PolicyHold stores the outcome-unknown answer under the key: every
-	// retry with the key gets it again, and nothing is forwarded, until an
-	// operator deletes the key or it expires. Right for upstreams that do
-	// not honour keys, where a second forward could repeat the operation.
+	// PolicyHold never forwards a key twice once a forward may have reached
+	// the upstream: it stores the outcome-unknown answer under the key, and
+	// a retry that takes over the key of a proxy that died, or whose store
+	// failed, mid-forward gets that answer too. Every retry with the key
+	// gets it, and nothing is forwarded, until an operator deletes the key
+	// or it expires. The default: right for upstreams that do not honour
+	// keys, where a second forward could repeat the operation.
 	PolicyHold Policy = "hold"
 	// PolicyProbe keeps the key unknown and lets the client's retry ask the
 	// upstream's status URL what became of the key (see probe.go and
@@ -101,15 +106,32 @@ func (rt Route) validate() error {
 	return nil
 }
 
-// matches reports whether the route covers a request.
+// matches reports whether the route covers a request: its path as sent
+// (decoded), or as an upstream that cleans paths reads it, without dot
+// segments and repeated slashes, so that /v2/../v1/charges and
+// //v1/charges need the key that /v1/charges needs.
 func (rt Route) matches(r *http.Request) bool {
 	if r.Method != rt.Method {
 		return false
 	}
+	return rt.matchesPath(r.URL.Path) || rt.matchesPath(cleanPath(r.URL.Path))
+}
+
+func (rt Route) matchesPath(p string) bool {
 	if prefix, ok := strings.CutSuffix(rt.Path, "*"); ok {
-		return strings.HasPrefix(r.URL.Path, prefix)
+		return strings.HasPrefix(p, prefix)
 	}
-	return r.URL.Path == rt.Path
+	return p == rt.Path
+}
+
+// cleanPath is p with dot segments and repeated slashes removed, and its
+// trailing slash kept.
+func cleanPath(p string) string {
+	c := path.Clean("/" + p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
 }
 
 // String returns the route as ParseRoute reads it.

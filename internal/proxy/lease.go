@@ -1,0 +1,138 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+
+	"github.com/idemkit/idem"
+)
+
+// The recovery points of a key route's key, beside RecoveryOutcomeUnknown.
+// The proxy saves one before it sends anything upstream, so that whoever
+// holds the key next (a retry that takes over a dead or stalled proxy's
+// lease, or one that claims a key released after its response could not be
+// stored) knows whether a forward may have reached the upstream. Their
+// state holds the Idempotency-Key field value as the first forward sent it
+// ("key") and the route's policy ("policy").
+const (
+	// RecoveryForwarded: a forward was about to be sent, and may have
+	// reached the upstream. A hold route's key there is never forwarded
+	// again; a probe route's retry probes first; a retry route's retry is
+	// forwarded again with the first forward's key.
+	RecoveryForwarded = "forwarded"
+	// RecoveryNotProcessed: the last forward never reached the upstream, or
+	// the upstream answered that it did not process it (a status of
+	// idem.NotProcessed, a 409, or a 503 with Retry-After): the next retry
+	// is forwarded on every policy.
+	RecoveryNotProcessed = "not_processed"
+)
+
+// keyStore gives the forwarder its lease: each lease it hands the
+// middleware puts itself in the handler's context (the middleware builds
+// that context with Lease.Context), where the forwarder reads and saves
+// the key's recovery points.
+type keyStore struct{ idem.Store }
+
+func (s keyStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	res, err := s.Store.Claim(ctx, p)
+	if res.Lease != nil {
+		res.Lease = &keyLease{Lease: res.Lease}
+	}
+	return res, err
+}
+
+type keyLeaseKey struct{}
+
+// keyLease is a lease of a key route's key.
+type keyLease struct {
+	idem.Lease
+	// keep is set when the key could not be marked as it must be: Release
+	// then leaves the key to its holder until the lease expires, instead
+	// of freeing it for a retry that would be forwarded unchecked. The
+	// retry that takes the key over decides from its recovery point. A
+	// two-phase lease holds no transaction or connection between store
+	// calls, so the lease left unended holds nothing.
+	keep atomic.Bool
+}
+
+func (l *keyLease) Context(ctx context.Context) context.Context {
+	return context.WithValue(l.Lease.Context(ctx), keyLeaseKey{}, l)
+}
+
+func (l *keyLease) Release(ctx context.Context) error {
+	if l.keep.Load() {
+		return nil
+	}
+	return l.Lease.Release(ctx)
+}
+
+func keyLeaseOf(ctx context.Context) *keyLease {
+	l, _ := ctx.Value(keyLeaseKey{}).(*keyLease)
+	return l
+}
+
+// prior is what a key's recovery point says of its earlier forwards.
+type prior struct {
+	takenOver bool   // the claim took the key over: an earlier holder had it
+	point     string // its recovery point; idem.RecoveryStarted when none
+	key       string // the Idempotency-Key field value the first forward sent; "" if none was sent
+	status    int    // the outcome-unknown status saved with RecoveryOutcomeUnknown
+}
+
+// mayHaveReached reports whether an earlier forward of the key may have
+// reached the upstream: the key was taken over at a recovery point other
+// than RecoveryNotProcessed. A key taken over with no recovery point was
+// never sent: the proxy saves RecoveryForwarded before it sends.
+func (pr prior) mayHaveReached() bool {
+	return pr.takenOver && pr.point != idem.RecoveryStarted && pr.point != RecoveryNotProcessed
+}
+
+// recovery returns the lease as an idem.RecoveryLease. New checks that the
+// store keeps recovery points.
+func (l *keyLease) recovery() idem.RecoveryLease { return l.Lease.(idem.RecoveryLease) }
+
+// prior reads the key's recovery point when the claim took it over; a new
+// key has none.
+func (p *Proxy) prior(ctx context.Context, l *keyLease) (prior, error) {
+	if !l.Info().TakenOver {
+		return prior{point: idem.RecoveryStarted}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idem.StoreTimeoutDefault)
+	defer cancel()
+	at, err := l.recovery().Recovery(ctx)
+	if err != nil {
+		return prior{}, err
+	}
+	pr := prior{takenOver: true, point: at.Point, key: at.State["key"]}
+	pr.status = statusOf(at.State["status"])
+	return pr, nil
+}
+
+// save saves the key's recovery point with the first forward's key and the
+// route's policy, and extra state.
+func (p *Proxy) save(ctx context.Context, point, key string, policy Policy, extra ...string) error {
+	l := keyLeaseOf(ctx)
+	st := idem.State{"key": key, "policy": string(policy)}
+	for i := 0; i+1 < len(extra); i += 2 {
+		st[extra[i]] = extra[i+1]
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idem.StoreTimeoutDefault)
+	defer cancel()
+	return l.recovery().Checkpoint(ctx, idem.Recovery{Point: point, State: st})
+}
+
+// statusOf reads a saved outcome-unknown status: 502 or 504, else 502.
+func statusOf(s string) int {
+	switch strings.TrimSpace(s) {
+	case "504":
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusBadGateway
+}
+
+// errNoRecoveryStore is New's error for a store that keeps no recovery
+// points.
+var errNoRecoveryStore = errors.New("proxy: the key store must keep recovery points (idem.RecoveryStore: idempg, idemsqlite, idemtest's memory store), by which a key whose forward may have reached the upstream is never forwarded twice")
