@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/idemkit/idem/internal/cmdrun"
 	"github.com/idemkit/idem/internal/database"
 	"github.com/idemkit/idem/internal/proxy"
 )
@@ -74,10 +75,10 @@ func runKeys(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 	clientID := fs.String("client-id", "", "client `id` of the key, as held lists it (release)")
 	key := fs.String("key", "", "the `key` to release (release)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return cmdrun.Usage(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+		return cmdrun.Usage(fmt.Errorf("unexpected arguments: %q", fs.Args()))
 	}
 	dbSet := false
 	fs.Visit(func(f *flag.Flag) { dbSet = dbSet || f.Name == "db" })
@@ -85,7 +86,7 @@ func runKeys(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 		*db = v // not the flag's default, which -h would print
 	}
 	if cmd == "release" && (*clientID == "" || *key == "") {
-		return errors.New("release needs -client-id and -key")
+		return cmdrun.Usage(errors.New("release needs -client-id and -key"))
 	}
 	ks, err := openKeySQL(ctx, *db)
 	if err != nil {

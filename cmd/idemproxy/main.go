@@ -52,9 +52,11 @@ the value of -client-header set by a trusted gateway.
 When a forward fails after the request was sent (a timeout, a reset, or a
 502/503/504 from a gateway in between), the client gets a 502 or 504 problem
 idempotency-outcome-unknown, and the route's policy decides what a retry
-with that key gets: retry (forwarded again, with the same key), hold (the
-same problem, until an operator releases the key with "idemproxy release";
-"idemproxy held" lists such keys, "idemproxy held -h" says more), or probe
+with that key gets: hold, the default (the same problem, and nothing is sent
+upstream again, until an operator releases the key with "idemproxy
+release"; "idemproxy held" lists such keys, "idemproxy held -h" says
+more), retry (forwarded again with the same key: only for an upstream that
+honours the forwarded Idempotency-Key), or probe
 (named on a route only: the retry first asks the upstream's status URL,
 -probe-url, and gets the operation's response if the upstream has it, is
 forwarded if the upstream answers 404 with "Idempotency-Key-Status:
@@ -82,6 +84,7 @@ type options struct {
 	problemBase                     string
 	migrate                         bool
 	purgeInterval, shutdown         time.Duration
+	readTimeout, writeTimeout       time.Duration
 }
 
 // listFlag is a repeatable flag.
@@ -134,8 +137,8 @@ func parseFlags(args []string, stderr io.Writer, lookup func(string) (string, bo
 	fs.StringVar(&o.clientHeader, "client-header", env.String("IDEMPROXY_CLIENT_HEADER", ""), "identify clients by this request `header`, set by a trusted gateway in front that removes it from incoming requests; default: by credentials (env IDEMPROXY_CLIENT_HEADER)")
 	fs.StringVar(&o.secret, "secret", "", "`secret` of at least 16 bytes under which credentials are HMACed into client ids; prefer the environment variable, and give every instance the same one (env IDEMPROXY_SECRET)")
 	fs.BoolVar(&o.dropKey, "drop-key", env.Bool("IDEMPROXY_DROP_KEY", false), "do not forward the Idempotency-Key header upstream (env IDEMPROXY_DROP_KEY)")
-	fs.BoolVar(&o.storeServerErrors, "store-server-errors", env.Bool("IDEMPROXY_STORE_SERVER_ERRORS", false), "store and replay the upstream's own 5xx answers, as Stripe does, instead of forwarding a retry again (env IDEMPROXY_STORE_SERVER_ERRORS)")
-	fs.StringVar(&o.policy, "outcome-unknown", env.String("IDEMPROXY_OUTCOME_UNKNOWN", ""), "`policy` of routes without one when a forward's outcome is unknown: retry or hold; probe is only ever named on a route (env IDEMPROXY_OUTCOME_UNKNOWN; default retry, or hold with -drop-key)")
+	fs.BoolVar(&o.storeServerErrors, "store-server-errors", env.Bool("IDEMPROXY_STORE_SERVER_ERRORS", true), "store and replay the upstream's own 5xx answers, as Stripe does; false forwards a retry again on retry and probe routes (hold routes always store them) (env IDEMPROXY_STORE_SERVER_ERRORS)")
+	fs.StringVar(&o.policy, "outcome-unknown", env.String("IDEMPROXY_OUTCOME_UNKNOWN", string(proxy.PolicyHold)), "`policy` of routes without one when a forward's outcome is unknown: hold (never forwards a key twice) or retry (only for an upstream that honours the forwarded Idempotency-Key); probe is only ever named on a route (env IDEMPROXY_OUTCOME_UNKNOWN)")
 	fs.StringVar(&o.probeURL, "probe-url", env.String("IDEMPROXY_PROBE_URL", ""), "status `URL` template of probe routes that name none: absolute, or a path under -upstream, with {key} where the key goes, such as /v1/requests/{key}; the upstream must keep the contract of docs/proxy.md (env IDEMPROXY_PROBE_URL)")
 	fs.DurationVar(&o.probeTimeout, "probe-timeout", env.Duration("IDEMPROXY_PROBE_TIMEOUT", proxy.ProbeTimeoutDefault), "`timeout` of a probe of the status URL; -lock-timeout must exceed it plus -upstream-timeout when a route probes (env IDEMPROXY_PROBE_TIMEOUT)")
 	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", env.Duration("IDEMPROXY_UPSTREAM_TIMEOUT", proxy.UpstreamTimeoutDefault), "`timeout` of a forward on a key route, to the end of the response (env IDEMPROXY_UPSTREAM_TIMEOUT)")
@@ -149,6 +152,8 @@ func parseFlags(args []string, stderr io.Writer, lookup func(string) (string, bo
 	fs.BoolVar(&o.trustForwarded, "trust-forwarded", env.Bool("IDEMPROXY_TRUST_FORWARDED", false), "keep and append to incoming X-Forwarded-For and Forwarded headers; only behind a load balancer that sets them (env IDEMPROXY_TRUST_FORWARDED)")
 	fs.StringVar(&o.problemBase, "problem-base", env.String("IDEMPROXY_PROBLEM_BASE", proxy.ProblemTypeBaseDefault), "prefix of problem type URIs; a path is served by the proxy (env IDEMPROXY_PROBLEM_BASE)")
 	fs.DurationVar(&o.purgeInterval, "purge-interval", env.Duration("IDEMPROXY_PURGE_INTERVAL", 10*time.Minute), "time between runs of the purge, which deletes keys past -retention, and between an instance's tries to take the purge over: with several instances on one PostgreSQL database one at a time purges; 0 disables (env IDEMPROXY_PURGE_INTERVAL)")
+	fs.DurationVar(&o.readTimeout, "read-timeout", env.Duration("IDEMPROXY_READ_TIMEOUT", 30*time.Second), "longest `duration` to read a request, headers and body; a key route's body that is not in by then gets 408 (env IDEMPROXY_READ_TIMEOUT)")
+	fs.DurationVar(&o.writeTimeout, "write-timeout", env.Duration("IDEMPROXY_WRITE_TIMEOUT", 0), "longest `duration` to write a response, from the end of its request's headers; default: -lock-timeout plus -max-prefer-wait. A key route's forward bounds its own writes to well within its lease, and a client that stops reading gets no more while the answer is stored for its retry (env IDEMPROXY_WRITE_TIMEOUT)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", env.Duration("IDEMPROXY_SHUTDOWN_TIMEOUT", 30*time.Second), "how long requests in flight may finish on SIGINT/SIGTERM (env IDEMPROXY_SHUTDOWN_TIMEOUT)")
 	if err := env.Err(); err != nil {
 		return nil, err
@@ -183,7 +188,7 @@ func (o *options) config() (proxy.Config, error) {
 		return proxy.Config{}, fmt.Errorf("-upstream %q: want an absolute http or https URL", o.upstream)
 	}
 	cfg := proxy.Config{
-		Upstream: u, DropKey: o.dropKey, DefaultPolicy: proxy.Policy(o.policy), StoreServerErrors: o.storeServerErrors,
+		Upstream: u, DropKey: o.dropKey, DefaultPolicy: proxy.Policy(o.policy), ReleaseServerErrors: !o.storeServerErrors,
 		UpstreamTimeout: o.upstreamTimeout, LockTimeout: o.lockTimeout, Retention: o.retention,
 		MaxPreferWait: o.maxPreferWait, ProbeURL: o.probeURL, ProbeTimeout: o.probeTimeout,
 		MaxBodyBytes: o.maxBodyBytes, MaxStoredBytes: o.maxStoredBytes, ReplayHeaders: o.replayHeaders,
@@ -226,11 +231,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup fu
 	}
 	o, err := parseFlags(args, stderr, lookup)
 	if err != nil {
-		return err
+		return cmdrun.Usage(err)
 	}
 	cfg, err := o.config()
 	if err != nil {
-		return err
+		return cmdrun.Usage(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cmdrun.Usage(err) // before the store is opened or migrated
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	db, err := database.Open(ctx, o.db, &database.Config{Migrate: o.migrate, Logger: logger})
@@ -272,9 +280,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup fu
 	if err != nil {
 		return err
 	}
+	writeTimeout := o.writeTimeout
+	if writeTimeout == 0 {
+		writeTimeout = o.lockTimeout + o.maxPreferWait
+	}
 	srv := &http.Server{
 		Handler:           px,
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       o.readTimeout,
+		WriteTimeout:      writeTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}

@@ -181,7 +181,7 @@ func TestRun(t *testing.T) {
 			_, metrics := get(t, admin+"/metrics")
 			for _, want := range []string{
 				"idem_purge_leader 1",
-				`idemproxy_forwards_total{result="answered",route="POST /v1/* retry"} 1`,
+				`idemproxy_forwards_total{result="answered",route="POST /v1/* hold"} 1`,
 				`idem_requests_total{result="replayed"} 1`,
 				`idem_requests_total{result="executed"} 1`,
 			} {

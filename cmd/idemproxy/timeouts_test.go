@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/cmdrun"
+)
+
+// TestStalledBodyGets408: a client that sends its headers and stops in the
+// middle of its body is answered 408 once -read-timeout passed, and its
+// connection is closed, instead of holding the proxy's memory for ever.
+func TestStalledBodyGets408(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("the upstream got %s %s", r.Method, r.URL)
+	}))
+	t.Cleanup(up.Close)
+	addr, _ := started(t, []string{"-listen", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-upstream", up.URL,
+		"-db", "sqlite:" + filepath.Join(t.TempDir(), "k.db"), "-client-header", "X-Client-Id", "-read-timeout", "300ms"}, nil)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(addr, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "POST /v1/charges HTTP/1.1\r\nHost: proxy\r\nX-Client-Id: acme\r\nIdempotency-Key: stalled\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"amount\":")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to the stalled body: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), string(idem.ProblemBodyTimeout)) {
+		t.Fatalf("stalled body: %d %q, want 408 %s", resp.StatusCode, b, idem.ProblemBodyTimeout)
+	}
+}
+
+// TestRefusesBeforeMigrating: flags that make no proxy are refused before
+// the key store is opened, so a mistyped start never migrates a database.
+func TestRefusesBeforeMigrating(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "k.db")
+	err := run(context.Background(), []string{"-upstream", "http://127.0.0.1:1", "-client-header", "X-Client", "-db", "sqlite:" + path,
+		"-upstream-timeout", "1m", "-lock-timeout", "30s"}, io.Discard, io.Discard, envOf(nil))
+	if err == nil || !strings.Contains(err.Error(), "lock timeout") {
+		t.Fatalf("err %v, want the lock timeout refused", err)
+	}
+	if cmdrun.ExitCode(err) != 2 {
+		t.Errorf("exit code %d for a bad flag, want 2", cmdrun.ExitCode(err))
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the key store was created before the flags were checked: %v", err)
+	}
+}
+
+// TestReleaseExitCodes: "idemproxy release" exits 2 for a call it cannot
+// read, and 1 when it refuses: scripts tell a typo from a key that is not
+// held.
+func TestReleaseExitCodes(t *testing.T) {
+	t.Parallel()
+	_, db := refundProxy(t, "sqlite", "http://127.0.0.1:1", "POST /v1/refunds hold") // migrates the store
+	_, err := command("release", "-db", db, "-client-id", "header:acme", "-key", "never-held")
+	if err == nil || cmdrun.ExitCode(err) != 1 {
+		t.Errorf("release of a key that is not held: %v, exit code %d, want a refusal and 1", err, cmdrun.ExitCode(err))
+	}
+	_, err = command("release", "-db", db, "-key", "k")
+	if err == nil || cmdrun.ExitCode(err) != 2 {
+		t.Errorf("release without -client-id: %v, exit code %d, want 2", err, cmdrun.ExitCode(err))
+	}
+}
