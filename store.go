@@ -114,7 +114,8 @@ type ClaimParams struct {
 	Now time.Time
 	// LockTimeout is how long a two-phase lease lasts. A started key whose
 	// lease is older than this is taken over by the next request with the
-	// same request hash.
+	// same request hash. Stores record the lease's expiry from it
+	// ([ClaimParams.LeaseExpires]).
 	LockTimeout time.Duration
 	// Retention is how long a key lives. A claim that finds a key older than
 	// this replaces it, as if the key had been purged.
