@@ -88,8 +88,12 @@ type ReleaseKeyParams struct {
 	Scope Scope
 	// Now is the time the lease is judged at. Required.
 	Now time.Time
-	// LockTimeout is the service's lease length ([Config.LockTimeout]): a
-	// lease taken less than this before Now is live. Required.
+	// LockTimeout is the service's lease length ([Config.LockTimeout]),
+	// for a key whose store recorded no lease expiry (its lease was taken by
+	// a build of the store that did not record it): such a lease taken less
+	// than this before Now is live. A lease with a recorded expiry
+	// ([Record.LeaseExpires]) is live until that expiry, whatever this is.
+	// Required.
 	LockTimeout time.Duration
 	// Force releases a key whose lease is live: its holder may still be
 	// running, and when it finishes its response is refused
@@ -116,8 +120,11 @@ func (p ReleaseKeyParams) Check(rec *Record) error {
 	switch {
 	case rec.Status == StatusCompleted:
 		return ErrKeyCompleted
-	case !p.Force && !rec.LockedAt.IsZero() && !LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout):
-		return &LeaseLiveError{LockedAt: rec.LockedAt, Expires: rec.LockedAt.Add(p.LockTimeout)}
+	case p.Force || rec.LockedAt.IsZero():
+		return nil
+	}
+	if expires := rec.LeaseEnd(p.LockTimeout); p.Now.Before(expires) {
+		return &LeaseLiveError{LockedAt: rec.LockedAt, Expires: expires}
 	}
 	return nil
 }

@@ -84,6 +84,13 @@ type Record struct {
 	// the store cannot see it, as for an atomic claim whose transaction is
 	// still open.
 	LockedAt time.Time
+	// LeaseExpires is when the current holder's lease expires, as the store
+	// recorded it when the holder claimed the key or took it over
+	// ([ClaimParams.LeaseExpires]). It is zero when the store recorded none:
+	// a key without a holder, or a lease taken by a build of the store that
+	// did not record it. [Record.LeaseEnd] falls back to a lock timeout
+	// then.
+	LeaseExpires time.Time
 	// Token is the fencing token of the current lease. It grows by one on
 	// every takeover.
 	Token int64
@@ -107,7 +114,8 @@ type ClaimParams struct {
 	Now time.Time
 	// LockTimeout is how long a two-phase lease lasts. A started key whose
 	// lease is older than this is taken over by the next request with the
-	// same request hash.
+	// same request hash. Stores record the lease's expiry from it
+	// ([ClaimParams.LeaseExpires]).
 	LockTimeout time.Duration
 	// Retention is how long a key lives. A claim that finds a key older than
 	// this replaces it, as if the key had been purged.
@@ -136,6 +144,32 @@ type ClaimParams struct {
 func (p ClaimParams) CanTakeOver(rec *Record) bool {
 	return p.Mode == ModeTwoPhase && rec.Status == StatusInFlight &&
 		LeaseExpired(rec.LockedAt, p.Now, p.LockTimeout) && bytes.Equal(rec.RequestHash, p.RequestHash)
+}
+
+// LeaseExpires is when the lease that p takes expires: p.Now plus
+// p.LockTimeout, or the zero time when p.LockTimeout is not positive.
+// Stores record it with the claim, in the statement that sets the key's
+// LockedAt, so that operators judge a lease by what its holder was given
+// ([Record.LeaseExpires]).
+func (p ClaimParams) LeaseExpires() time.Time {
+	if p.LockTimeout <= 0 {
+		return time.Time{}
+	}
+	return p.Now.Add(p.LockTimeout)
+}
+
+// LeaseEnd is when the lease of rec's current holder expires: the expiry
+// the store recorded, or, for a lease without one (taken by a build of the
+// store that did not record it), LockedAt plus lockTimeout. It is the zero
+// time for a key without a holder.
+func (r *Record) LeaseEnd(lockTimeout time.Duration) time.Time {
+	switch {
+	case r.LockedAt.IsZero():
+		return time.Time{}
+	case !r.LeaseExpires.IsZero():
+		return r.LeaseExpires
+	}
+	return r.LockedAt.Add(lockTimeout)
 }
 
 // ClaimResult is the output of [Store.Claim]: exactly one of Lease and

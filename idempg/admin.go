@@ -24,7 +24,8 @@ const (
 	// limit. Its first column is true, as scanKey expects.
 	queryListKeys = `SELECT client_id, idempotency_key, true,
        request_method, request_path, request_hash, request_fields, status, lease_token,
-       response_status, response_headers, CASE WHEN $4::boolean THEN response_body END, created_at, locked_at
+       response_status, response_headers, CASE WHEN $4::boolean THEN response_body END, created_at, locked_at,
+       lease_expires_at
 FROM idempotency_keys
 WHERE ($1::text IS NULL OR client_id = $1::text)
   AND ($2::text IS NULL OR status = $2::text)
@@ -38,7 +39,7 @@ LIMIT $5`
 	// completed it in between wins, and so does one that claimed it anew
 	// after it was purged.
 	queryReleaseStartedKey = `UPDATE idempotency_keys
-SET lease_token = lease_token + 1, locked_at = NULL
+SET lease_token = lease_token + 1, locked_at = NULL, lease_expires_at = NULL
 WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
   AND created_at = $4::timestamptz`
 

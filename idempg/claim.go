@@ -255,13 +255,22 @@ func claimStatement(b *pgx.Batch, p idem.ClaimParams, seen *idem.Record, lockTim
 	switch {
 	case seen == nil:
 		return b.Queue(queryClaimInsert, lock, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
-			p.RequestHash, fields, p.Now, lockTimeout), false
+			p.RequestHash, fields, p.Now, lockTimeout, leaseExpires(p)), false
 	case idem.Expired(seen.CreatedAt, p.Now, p.Retention):
 		return b.Queue(queryClaimReplace, lock, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
-			p.RequestHash, fields, p.Now, seen.Token, seen.CreatedAt, lockTimeout), false
+			p.RequestHash, fields, p.Now, seen.Token, seen.CreatedAt, lockTimeout, leaseExpires(p)), false
 	default:
-		return b.Queue(queryClaimTakeOver, lock, p.Scope.ClientID, p.Scope.Key, p.Now, seen.Token, lockTimeout), true
+		return b.Queue(queryClaimTakeOver, lock, p.Scope.ClientID, p.Scope.Key, p.Now, seen.Token, lockTimeout, leaseExpires(p)), true
 	}
+}
+
+// leaseExpires is the lease expiry that p's claim records: NULL when it
+// has none.
+func leaseExpires(p idem.ClaimParams) *time.Time {
+	if t := p.LeaseExpires(); !t.IsZero() {
+		return &t
+	}
+	return nil
 }
 
 // claimRow is what the claim statement answered.

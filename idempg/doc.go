@@ -166,9 +166,9 @@
 //
 // # Two-phase mode
 //
-// In idem.ModeTwoPhase the claim commits a started row first, with locked_at
-// and a fencing token (lease_token, 1 for a first claim), under the same
-// advisory lock. The handler's transaction is opened on its first
+// In idem.ModeTwoPhase the claim commits a started row first, with locked_at,
+// the lease's expiry (lease_expires_at, for operators) and a fencing token
+// (lease_token, 1 for a first claim), under the same advisory lock. The handler's transaction is opened on its first
 // TxFromContext, so a handler can call a card processor (with a key from
 // idem.DeriveKey) before it holds a connection; its BEGIN goes out with
 // its first statement, in one round trip. Complete runs the fenced

@@ -28,7 +28,7 @@ const (
 	querySessionClaim = `SELECT CASE WHEN k.client_id IS NULL OR k.created_at <= $4::timestamptz
             THEN pg_try_advisory_lock($3::bigint) ELSE false END,
        k.request_method, k.request_path, k.request_hash, k.request_fields, k.status, k.lease_token,
-       k.response_status, k.response_headers, k.response_body, k.created_at, k.locked_at
+       k.response_status, k.response_headers, k.response_body, k.created_at, k.locked_at, k.lease_expires_at
 FROM (VALUES (true)) AS one (row)
 LEFT JOIN idempotency_keys k ON k.client_id = $1 AND k.idempotency_key = $2`
 
@@ -82,7 +82,7 @@ SELECT idem_lease_held(count(*)) FROM done`
 	// the read inside a caller's transaction for ClaimTx.
 	queryLoadKey = `SELECT true,
        request_method, request_path, request_hash, request_fields, status, lease_token,
-       response_status, response_headers, response_body, created_at, locked_at
+       response_status, response_headers, response_body, created_at, locked_at, lease_expires_at
 FROM idempotency_keys
 WHERE client_id = $1 AND idempotency_key = $2`
 
@@ -99,15 +99,16 @@ WHERE client_id = $1 AND idempotency_key = $2`
 	// only if it got it, inserts a started row unless one exists. It returns
 	// whether the lock was taken, and the new row's token and ctid (NULL
 	// when nothing was inserted). The guard CTE is evaluated once, before
-	// the insert reads it.
+	// the insert reads it. Its last parameter, as that of the two claim
+	// statements below, is the lease's expiry (idem.ClaimParams.LeaseExpires).
 	queryClaimInsert = `WITH guard AS (
     SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired, set_config('lock_timeout', $9::text, true)
 ), claimed AS (
     INSERT INTO idempotency_keys
         (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
-         status, lease_token, created_at, locked_at)
+         status, lease_token, created_at, locked_at, lease_expires_at)
     SELECT $2::text, $3::text, $4::text, $5::text, $6::bytea, $7::bytea,
-           'started', 1, $8::timestamptz, $8::timestamptz
+           'started', 1, $8::timestamptz, $8::timestamptz, $10::timestamptz
     FROM guard WHERE guard.acquired
     ON CONFLICT (client_id, idempotency_key) DO NOTHING
     RETURNING lease_token, ctid, created_at
@@ -125,7 +126,8 @@ SELECT guard.acquired, claimed.lease_token, claimed.ctid, claimed.created_at FRO
     SET request_method = $4::text, request_path = $5::text, request_hash = $6::bytea, request_fields = $7::bytea,
         status = 'started', lease_token = k.lease_token + 1,
         response_status = NULL, response_headers = NULL, response_body = NULL,
-        created_at = $8::timestamptz, locked_at = $8::timestamptz, completed_at = NULL
+        created_at = $8::timestamptz, locked_at = $8::timestamptz, lease_expires_at = $12::timestamptz,
+        completed_at = NULL
     FROM guard
     WHERE guard.acquired AND k.client_id = $2::text AND k.idempotency_key = $3::text
       AND k.lease_token = $9::bigint AND k.created_at = $10::timestamptz
@@ -139,7 +141,7 @@ SELECT guard.acquired, replaced.lease_token, replaced.ctid, replaced.created_at 
     SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired, set_config('lock_timeout', $6::text, true)
 ), taken AS (
     UPDATE idempotency_keys k
-    SET lease_token = k.lease_token + 1, locked_at = $4::timestamptz
+    SET lease_token = k.lease_token + 1, locked_at = $4::timestamptz, lease_expires_at = $7::timestamptz
     FROM guard
     WHERE guard.acquired AND k.client_id = $2::text AND k.idempotency_key = $3::text
       AND k.status = 'started' AND k.lease_token = $5::bigint
@@ -221,7 +223,7 @@ SELECT idem_lease_held(count(*)) FROM done`
 	// key makes a new row, at token 1 again but with a created_at of its
 	// own, which no earlier holder's fence matches.
 	queryReleaseKey = `WITH kept AS (
-    UPDATE idempotency_keys SET locked_at = NULL
+    UPDATE idempotency_keys SET locked_at = NULL, lease_expires_at = NULL
     WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
       AND created_at = $4::timestamptz AND recovery_point IS NOT NULL
     RETURNING 1

@@ -35,10 +35,11 @@ func scanKey(row pgx.Row, scope idem.Scope) (rec *idem.Record, locked bool, err 
 		respStatus           *int32
 		respHeader, respBody []byte
 		createdAt, lockedAt  *time.Time
+		leaseExpires         *time.Time
 	)
 	err = row.Scan(
 		&locked, &method, &path, &hash, &fields, &status, &token,
-		&respStatus, &respHeader, &respBody, &createdAt, &lockedAt)
+		&respStatus, &respHeader, &respBody, &createdAt, &lockedAt, &leaseExpires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, true, nil
 	}
@@ -55,6 +56,9 @@ func scanKey(row pgx.Row, scope idem.Scope) (rec *idem.Record, locked bool, err 
 	}
 	if lockedAt != nil {
 		rec.LockedAt = lockedAt.UTC()
+		if leaseExpires != nil {
+			rec.LeaseExpires = leaseExpires.UTC()
+		}
 	}
 	if rec.Status == idem.StatusCompleted {
 		code := 0

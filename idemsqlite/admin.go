@@ -25,7 +25,7 @@ const (
 	// to return bodies, $5 limit.
 	queryListKeys = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
        status, lease_token, response_status, response_headers,
-       CASE WHEN ?4 THEN response_body END, created_at, locked_at
+       CASE WHEN ?4 THEN response_body END, created_at, locked_at, lease_expires_at
 FROM idempotency_keys
 WHERE (?1 = '' OR client_id = ?1) AND (?2 = '' OR status = ?2) AND (?3 = 0 OR created_at < ?3)
 ORDER BY created_at, client_id, idempotency_key
@@ -34,7 +34,7 @@ LIMIT ?5`
 	// queryReleaseKey ends a started key's lease and moves its token on,
 	// if the token is still the one the operator's read saw.
 	queryReleaseKey = `UPDATE idempotency_keys
-SET lease_token = lease_token + 1, locked_at = NULL
+SET lease_token = lease_token + 1, locked_at = NULL, lease_expires_at = NULL
 WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
 
 	queryDeleteCompletedKey = `DELETE FROM idempotency_keys
@@ -76,17 +76,15 @@ func (s *Store) ListKeys(ctx context.Context, p idem.ListKeysParams) ([]*idem.Re
 			respStatus           sql.NullInt64
 			respHeader, respBody []byte
 			createdAt            int64
-			lockedAt             sql.NullInt64
+			lockedAt, expires    sql.NullInt64
 		)
 		if err := rows.Scan(&rec.Scope.ClientID, &rec.Scope.Key, &rec.Method, &rec.Path, &rec.RequestHash, &rec.RequestFields,
-			&status, &rec.Token, &respStatus, &respHeader, &respBody, &createdAt, &lockedAt); err != nil {
+			&status, &rec.Token, &respStatus, &respHeader, &respBody, &createdAt, &lockedAt, &expires); err != nil {
 			return nil, fmt.Errorf("idemsqlite: list keys: %w", unavailable(err))
 		}
 		rec.Status = idem.Status(status)
 		rec.CreatedAt = time.UnixMicro(createdAt).UTC()
-		if lockedAt.Valid {
-			rec.LockedAt = time.UnixMicro(lockedAt.Int64).UTC()
-		}
+		rec.LockedAt, rec.LeaseExpires = leaseTimes(lockedAt, expires)
 		if rec.Status == idem.StatusCompleted {
 			if rec.Response, err = record.DecodeResponse(int(respStatus.Int64), respHeader, respBody); err != nil {
 				return nil, fmt.Errorf("idemsqlite: list keys: %w", err)

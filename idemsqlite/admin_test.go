@@ -2,8 +2,10 @@ package idemsqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
@@ -33,5 +35,92 @@ func TestReady(t *testing.T) {
 	store.Close()
 	if err := store.Ready(ctx); err == nil {
 		t.Fatal("Ready on a closed store succeeded")
+	}
+}
+
+// TestLeaseExpiryOfOlderBuilds: keys written by a build that does not know
+// lease_expires_at (migration 004) are judged by locked_at and the lock
+// timeout the operator gives: a row from before the migration, and a key
+// that such a build takes over or releases after it, whose recorded expiry
+// would otherwise be its previous holder's.
+func TestLeaseExpiryOfOlderBuilds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := openUnmigrated(t)
+	if err := store.MigrateTo(ctx, 3); err != nil {
+		t.Fatalf("MigrateTo(3): %v", err)
+	}
+	epoch := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	// The statements of the build before migration 004.
+	const (
+		oldInsert = `INSERT OR REPLACE INTO idempotency_keys
+    (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
+     status, lease_token, created_at, locked_at)
+VALUES (?, ?, 'POST', '/v1/payments', x'00', NULL, 'started', 1, ?, ?)`
+		oldTakeOver = `UPDATE idempotency_keys SET lease_token = lease_token + 1, locked_at = ?
+WHERE client_id = ? AND idempotency_key = ? AND status = 'started'`
+		oldUnlock = `UPDATE idempotency_keys SET locked_at = NULL WHERE client_id = ? AND idempotency_key = ?`
+	)
+	before := idem.Scope{ClientID: "alice", Key: "before-migration"}
+	if _, err := store.DB().ExecContext(ctx, oldInsert, before.ClientID, before.Key, epoch.UnixMicro(), epoch.UnixMicro()); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	lease := func(scope idem.Scope) (locked, expires time.Time) {
+		t.Helper()
+		rec, err := store.GetKey(ctx, scope)
+		if err != nil {
+			t.Fatalf("GetKey: %v", err)
+		}
+		return rec.LockedAt, rec.LeaseExpires
+	}
+	if locked, expires := lease(before); !locked.Equal(epoch) || !expires.IsZero() {
+		t.Errorf("a row from before the migration: locked at %v, expires %v; want %v and no recorded expiry", locked, expires, epoch)
+	}
+	var live *idem.LeaseLiveError
+	_, err := store.ReleaseKey(ctx, idem.ReleaseKeyParams{Scope: before, Now: epoch.Add(time.Minute), LockTimeout: time.Hour})
+	if !errors.As(err, &live) || !live.Expires.Equal(epoch.Add(time.Hour)) {
+		t.Errorf("ReleaseKey of a row from before the migration, given a 1h lock timeout = %v; want live until %v", err, epoch.Add(time.Hour))
+	}
+
+	// This build claims a key with a 10-minute lease; an older one takes it
+	// over after the lease, then another older one releases it.
+	scope := idem.Scope{ClientID: "alice", Key: "mixed"}
+	res, err := store.Claim(ctx, idem.ClaimParams{
+		Scope: scope, Method: "POST", Path: "/v1/payments", RequestHash: []byte{0}, Mode: idem.ModeTwoPhase,
+		Now: epoch, LockTimeout: 10 * time.Minute, Retention: idem.RetentionDefault,
+	})
+	if err != nil || res.Lease == nil {
+		t.Fatalf("Claim: %+v, %v", res, err)
+	}
+	if _, expires := lease(scope); !expires.Equal(epoch.Add(10 * time.Minute)) {
+		t.Fatalf("recorded expiry %v, want %v", expires, epoch.Add(10*time.Minute))
+	}
+	takenAt := epoch.Add(11 * time.Minute)
+	if _, err := store.DB().ExecContext(ctx, oldTakeOver, takenAt.UnixMicro(), scope.ClientID, scope.Key); err != nil {
+		t.Fatal(err)
+	}
+	if locked, expires := lease(scope); !locked.Equal(takenAt) || !expires.IsZero() {
+		t.Errorf("after an older build's takeover: locked at %v, expires %v; want %v and no recorded expiry", locked, expires, takenAt)
+	}
+	_, err = store.ReleaseKey(ctx, idem.ReleaseKeyParams{Scope: scope, Now: takenAt.Add(time.Second), LockTimeout: 30 * time.Second})
+	if !errors.As(err, &live) || !live.Expires.Equal(takenAt.Add(30*time.Second)) {
+		t.Errorf("ReleaseKey after an older build's takeover = %v; want live until %v", err, takenAt.Add(30*time.Second))
+	}
+	if _, err := store.DB().ExecContext(ctx, oldUnlock, scope.ClientID, scope.Key); err != nil {
+		t.Fatal(err)
+	}
+	if locked, expires := lease(scope); !locked.IsZero() || !expires.IsZero() {
+		t.Errorf("after an older build's release: locked at %v, expires %v; want neither", locked, expires)
+	}
+	var raw sql.NullInt64
+	if err := store.DB().QueryRowContext(ctx, `SELECT lease_expires_at FROM idempotency_keys WHERE client_id = ? AND idempotency_key = ?`,
+		scope.ClientID, scope.Key).Scan(&raw); err != nil || raw.Valid {
+		t.Errorf("lease_expires_at = %v, %v; want NULL", raw, err)
+	}
+	if err := store.MigrateTo(ctx, 3); err != nil {
+		t.Errorf("MigrateTo(3) back: %v", err)
 	}
 }

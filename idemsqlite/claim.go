@@ -140,7 +140,7 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 	s.inflight[p.Scope] = &idem.Record{
 		Scope: p.Scope, Method: p.Method, Path: p.Path,
 		RequestHash: bytes.Clone(p.RequestHash), RequestFields: bytes.Clone(p.RequestFields),
-		Status: idem.StatusInFlight, CreatedAt: p.Now, LockedAt: p.Now,
+		Status: idem.StatusInFlight, CreatedAt: p.Now, LockedAt: p.Now, LeaseExpires: p.LeaseExpires(),
 	}
 	s.mu.Unlock()
 
@@ -184,11 +184,11 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams) (idem.ClaimResu
 		now := p.Now.UnixMicro()
 		l.createdAt = now
 		if _, err := tx.ExecContext(ctx, queryInsertKey, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
-			p.RequestHash, nullBytes(p.RequestFields), l.info.Token, now, now); err != nil {
+			p.RequestHash, nullBytes(p.RequestFields), l.info.Token, now, now, leaseExpires(p)); err != nil {
 			return idem.ClaimResult{}, fmt.Errorf("idemsqlite: insert key: %w", unavailable(err))
 		}
 	case p.CanTakeOver(rec):
-		if _, err := tx.ExecContext(ctx, queryTakeOverKey, p.Now.UnixMicro(), p.Scope.ClientID, p.Scope.Key, rec.Token); err != nil {
+		if _, err := tx.ExecContext(ctx, queryTakeOverKey, p.Now.UnixMicro(), leaseExpires(p), p.Scope.ClientID, p.Scope.Key, rec.Token); err != nil {
 			return idem.ClaimResult{}, fmt.Errorf("idemsqlite: take over key: %w", unavailable(err))
 		}
 		l.info = idem.LeaseInfo{Token: rec.Token + 1, TakenOver: true}
@@ -209,6 +209,15 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams) (idem.ClaimResu
 	return idem.ClaimResult{Lease: l}, nil
 }
 
+// leaseExpires is the lease expiry that p's claim records: NULL when it
+// has none.
+func leaseExpires(p idem.ClaimParams) any {
+	if t := p.LeaseExpires(); !t.IsZero() {
+		return t.UnixMicro()
+	}
+	return nil
+}
+
 func nullBytes(b []byte) any {
 	if len(b) == 0 {
 		return nil
@@ -224,12 +233,12 @@ func load(ctx context.Context, q querier, scope idem.Scope) (*idem.Record, error
 		respStatus             sql.NullInt64
 		respHeader, respBody   []byte
 		createdAt              int64
-		lockedAt               sql.NullInt64
+		lockedAt, leaseExpires sql.NullInt64
 		requestHash, reqFields []byte
 	)
 	err := q.QueryRowContext(ctx, querySelectKey, scope.ClientID, scope.Key).Scan(
 		&rec.Method, &rec.Path, &requestHash, &reqFields, &status, &rec.Token,
-		&respStatus, &respHeader, &respBody, &createdAt, &lockedAt)
+		&respStatus, &respHeader, &respBody, &createdAt, &lockedAt, &leaseExpires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -239,15 +248,26 @@ func load(ctx context.Context, q querier, scope idem.Scope) (*idem.Record, error
 	rec.RequestHash, rec.RequestFields = requestHash, reqFields
 	rec.Status = idem.Status(status)
 	rec.CreatedAt = time.UnixMicro(createdAt).UTC()
-	if lockedAt.Valid {
-		rec.LockedAt = time.UnixMicro(lockedAt.Int64).UTC()
-	}
+	rec.LockedAt, rec.LeaseExpires = leaseTimes(lockedAt, leaseExpires)
 	if rec.Status == idem.StatusCompleted {
 		if rec.Response, err = record.DecodeResponse(int(respStatus.Int64), respHeader, respBody); err != nil {
 			return nil, fmt.Errorf("idemsqlite: %w", err)
 		}
 	}
 	return &rec, nil
+}
+
+// leaseTimes converts a key's locked_at and lease_expires_at. The expiry is
+// left zero for a key without a holder.
+func leaseTimes(lockedAt, expires sql.NullInt64) (locked, expiry time.Time) {
+	if !lockedAt.Valid {
+		return time.Time{}, time.Time{}
+	}
+	locked = time.UnixMicro(lockedAt.Int64).UTC()
+	if expires.Valid {
+		expiry = time.UnixMicro(expires.Int64).UTC()
+	}
+	return locked, expiry
 }
 
 // unavailable marks errors that mean the database could not be used now.

@@ -16,20 +16,21 @@ const (
 	queryForgetMigration = `DELETE FROM idem_schema_migrations WHERE version = ?`
 
 	querySelectKey = `SELECT request_method, request_path, request_hash, request_fields, status, lease_token,
-       response_status, response_headers, response_body, created_at, locked_at
+       response_status, response_headers, response_body, created_at, locked_at, lease_expires_at
 FROM idempotency_keys
 WHERE client_id = ? AND idempotency_key = ?`
 
 	// queryInsertKey claims a key that does not exist or has expired; the
 	// caller holds the write lock and has read the row first. A replaced
 	// row's token keeps growing, so its old holder can never complete it.
+	// The last value is the lease's expiry (idem.ClaimParams.LeaseExpires).
 	queryInsertKey = `INSERT OR REPLACE INTO idempotency_keys
     (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
-     status, lease_token, created_at, locked_at)
-VALUES (?, ?, ?, ?, ?, ?, 'started', ?, ?, ?)`
+     status, lease_token, created_at, locked_at, lease_expires_at)
+VALUES (?, ?, ?, ?, ?, ?, 'started', ?, ?, ?, ?)`
 
 	queryTakeOverKey = `UPDATE idempotency_keys
-SET lease_token = lease_token + 1, locked_at = ?
+SET lease_token = lease_token + 1, locked_at = ?, lease_expires_at = ?
 WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
 
 	// queryCompleteKey is the fence: it stores the response only if the
@@ -45,7 +46,7 @@ WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_tok
 	// that passed a recovery point stays there with no holder (locked_at
 	// NULL), for the next request or the completer to take over at once;
 	// one that did not is deleted (see idempg's queryReleaseKey).
-	queryUnlockLease = `UPDATE idempotency_keys SET locked_at = NULL
+	queryUnlockLease = `UPDATE idempotency_keys SET locked_at = NULL, lease_expires_at = NULL
 WHERE client_id = ?1 AND idempotency_key = ?2 AND status = 'started' AND lease_token = ?3 AND created_at = ?4
   AND recovery_point IS NOT NULL`
 

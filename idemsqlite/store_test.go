@@ -100,4 +100,4 @@ func TestMigrateUpAndDown(t *testing.T) {
 }
 
 // newestVersion is the number of the newest embedded migration.
-const newestVersion = 3
+const newestVersion = 4

@@ -20,6 +20,8 @@ func RunAdminTests(t *testing.T, h Harness) {
 	t.Run("ListKeysOmitsBodiesUnlessAsked", s.adminListOmitsBodies)
 	t.Run("ListKeysRejectsBadParams", s.adminListRejectsBadParams)
 	t.Run("ReleaseRefusesLiveLease", s.adminReleaseRefusesLiveLease)
+	t.Run("LeaseExpiryIsRecorded", s.adminLeaseExpiryIsRecorded)
+	t.Run("ReleaseJudgesRecordedExpiry", s.adminReleaseJudgesRecordedExpiry)
 	t.Run("ReleaseFreesStuckKeyForOneRetry", s.adminReleaseFreesStuckKey)
 	t.Run("ForcedReleaseFencesOutHolder", s.adminForcedRelease)
 	t.Run("ReleaseRefusesCompletedKey", s.adminReleaseRefusesCompleted)
@@ -116,7 +118,8 @@ func (s suite) adminListKeys(t *testing.T) {
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("ListKeys = %d records, %v; want 1", len(recs), err)
 	}
-	if r := recs[0]; r.Status != idem.StatusInFlight || !sameTime(r.LockedAt, epoch) || r.Token != 1 || r.Method != "POST" || r.Path != "/v1/payments" {
+	if r := recs[0]; r.Status != idem.StatusInFlight || !sameTime(r.LockedAt, epoch) || !sameTime(r.LeaseExpires, epoch.Add(lockTimeout)) ||
+		r.Token != 1 || r.Method != "POST" || r.Path != "/v1/payments" {
 		t.Errorf("listed %+v, want the started key with its lease", r)
 	}
 }
@@ -166,6 +169,81 @@ func (s suite) adminReleaseRefusesLiveLease(t *testing.T) {
 	}
 	// Refused means untouched: the holder still completes.
 	complete(t, l, sampleResponse("{}"))
+}
+
+// adminLeaseExpiryIsRecorded: the store records each lease's expiry, the
+// claim's time plus its lock timeout, when a request claims the key and
+// when one takes it over, and forgets it when the key is released.
+func (s suite) adminLeaseExpiryIsRecorded(t *testing.T) {
+	t.Parallel()
+	store, a := s.admin(t)
+	ctx := adminCtx(t)
+	scope := newScope("alice")
+	expiry := func(want time.Time) {
+		t.Helper()
+		rec, err := a.GetKey(ctx, scope)
+		if err != nil {
+			t.Fatalf("GetKey: %v", err)
+		}
+		if want.IsZero() != rec.LeaseExpires.IsZero() || !sameTime(rec.LeaseExpires, want) {
+			t.Errorf("GetKey: LeaseExpires = %v, want %v", rec.LeaseExpires, want)
+		}
+		recs, err := a.ListKeys(ctx, idem.ListKeysParams{ClientID: scope.ClientID})
+		if err != nil || len(recs) != 1 {
+			t.Fatalf("ListKeys = %d records, %v; want 1", len(recs), err)
+		}
+		if got := recs[0].LeaseExpires; want.IsZero() != got.IsZero() || !sameTime(got, want) {
+			t.Errorf("ListKeys: LeaseExpires = %v, want %v", got, want)
+		}
+	}
+	p := s.params(scope, "a", epoch)
+	p.LockTimeout = 10 * time.Minute
+	s.mustLease(t, store, p) // its process dies
+	expiry(epoch.Add(10 * time.Minute))
+
+	p.Now, p.LockTimeout = epoch.Add(11*time.Minute), 45*time.Second
+	taken := s.mustLease(t, store, p)
+	if !taken.Info().TakenOver {
+		t.Fatalf("claim after the lease expired: Info() = %+v, want a takeover", taken.Info())
+	}
+	expiry(epoch.Add(11*time.Minute + 45*time.Second))
+
+	if _, err := a.ReleaseKey(ctx, s.releaseParams(scope, epoch.Add(time.Hour), false)); err != nil {
+		t.Fatalf("ReleaseKey: %v", err)
+	}
+	expiry(time.Time{})
+}
+
+// adminReleaseJudgesRecordedExpiry: a release judges a lease by the expiry
+// the store recorded, not by the lock timeout it is given, which serves only
+// for keys without one: a 10-minute lease is live a minute in, whatever
+// the operator's flag says, and a 30-second one is not.
+func (s suite) adminReleaseJudgesRecordedExpiry(t *testing.T) {
+	t.Parallel()
+	store, a := s.admin(t)
+	ctx := adminCtx(t)
+	long, short := newScope("alice"), newScope("alice")
+	p := s.params(long, "a", epoch)
+	p.LockTimeout = 10 * time.Minute
+	s.mustLease(t, store, p)
+	s.mustLease(t, store, s.params(short, "a", epoch))
+
+	release := func(scope idem.Scope, now time.Time, flag time.Duration) error {
+		_, err := a.ReleaseKey(ctx, idem.ReleaseKeyParams{Scope: scope, Now: now, LockTimeout: flag})
+		return err
+	}
+	var live *idem.LeaseLiveError
+	err := release(long, epoch.Add(time.Minute), lockTimeout)
+	if !errors.As(err, &live) || !sameTime(live.Expires, epoch.Add(10*time.Minute)) || !sameTime(live.LockedAt, epoch) {
+		t.Fatalf("ReleaseKey of a 10-minute lease a minute in, given a %s lock timeout = %v; want a LeaseLiveError expiring at %s",
+			lockTimeout, err, epoch.Add(10*time.Minute))
+	}
+	if err := release(short, epoch.Add(time.Minute), time.Hour); err != nil {
+		t.Errorf("ReleaseKey of a %s lease a minute in, given a 1h lock timeout = %v; want it released", lockTimeout, err)
+	}
+	if err := release(long, epoch.Add(10*time.Minute), lockTimeout); err != nil {
+		t.Errorf("ReleaseKey of the 10-minute lease when it expired = %v; want it released", err)
+	}
 }
 
 func (s suite) adminReleaseFreesStuckKey(t *testing.T) {

@@ -54,7 +54,7 @@ func (s *MemoryStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.Claim
 		rec = &idem.Record{
 			Scope: p.Scope, Method: p.Method, Path: p.Path,
 			RequestHash: carve(&buf, p.RequestHash), RequestFields: carve(&buf, p.RequestFields),
-			Status: idem.StatusInFlight, CreatedAt: p.Now, LockedAt: p.Now, Token: token,
+			Status: idem.StatusInFlight, CreatedAt: p.Now, LockedAt: p.Now, LeaseExpires: p.LeaseExpires(), Token: token,
 		}
 		s.records[p.Scope] = rec
 		delete(s.recovery, p.Scope)
@@ -62,7 +62,7 @@ func (s *MemoryStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.Claim
 	}
 	if p.CanTakeOver(rec) {
 		rec.Token++
-		rec.LockedAt = p.Now
+		rec.LockedAt, rec.LeaseExpires = p.Now, p.LeaseExpires()
 		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: rec.Token, created: rec.CreatedAt, takenOver: true, mode: p.Mode}}, nil
 	}
 	return idem.ClaimResult{Record: cloneRecord(rec)}, nil
@@ -228,7 +228,7 @@ func (l *memoryLease) Release(ctx context.Context) error {
 	if rec := l.held(); rec != nil {
 		if _, passed := l.store.recovery[l.scope]; passed {
 			// Keep the recovery point; the key has no holder now.
-			rec.LockedAt = time.Time{}
+			rec.LockedAt, rec.LeaseExpires = time.Time{}, time.Time{}
 			return nil
 		}
 		delete(l.store.records, l.scope)

@@ -77,7 +77,7 @@ func (s *MemoryStore) ReleaseKey(ctx context.Context, p idem.ReleaseKeyParams) (
 	}
 	before := cloneRecord(rec)
 	rec.Token++
-	rec.LockedAt = time.Time{}
+	rec.LockedAt, rec.LeaseExpires = time.Time{}, time.Time{}
 	return before, nil
 }
 

@@ -36,6 +36,10 @@ key, and a key whose lease is live unless --force. delete removes a
 completed key, so that its next request runs again: it needs --i-know and a
 --reason, which is logged. Every command takes --db (env DATABASE_URL) and
 --json. Run "idem keys <command> -h" for its flags.
+
+A lease is live until the expiry its store recorded when its holder claimed
+the key (the service's lock timeout then). --lock-timeout serves only for
+leases without one, taken by a service built before the store recorded it.
 `
 
 // keysCommands are the subcommands of "idem keys".
@@ -83,7 +87,7 @@ func (c *cli) keysFlagSet(name, usage string) *keysFlags {
 	k := &keysFlags{fs: fs, name: name}
 	k.db = fs.String("db", env.String("DATABASE_URL", ""), "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
 	k.json = fs.Bool("json", false, "print JSON, for scripts")
-	k.lockTimeout = fs.Duration("lock-timeout", env.Duration("IDEM_LOCK_TIMEOUT", idem.LockTimeoutDefault), "the service's two-phase lease length (its -lock-timeout): a lease younger than this is live (env IDEM_LOCK_TIMEOUT)")
+	k.lockTimeout = fs.Duration("lock-timeout", env.Duration("IDEM_LOCK_TIMEOUT", idem.LockTimeoutDefault), "the service's two-phase lease length (its -lock-timeout), for a lease whose store recorded no expiry (taken by an older build): such a lease younger than this is live (env IDEM_LOCK_TIMEOUT)")
 	k.envErr = env.Err()
 	return k
 }
@@ -245,7 +249,7 @@ func runKeysShow(ctx context.Context, c *cli, args []string) int {
 	row("request", v.Method+" "+v.Path)
 	row("request hash", v.RequestHash)
 	row("created", fmt.Sprintf("%s (%s ago)", v.Created.Format(time.RFC3339Nano), roundDuration(now.Sub(v.Created))))
-	row("lease", v.leaseText(now))
+	row("lease", v.leaseText(now)+v.leaseSource(*k.lockTimeout))
 	row("token", strconv.FormatInt(v.Token, 10))
 	if v.State == string(idem.StatusCompleted) {
 		row("response status", strconv.Itoa(v.ResponseStatus))
@@ -409,6 +413,9 @@ type keyView struct {
 	AgeSeconds   float64    `json:"age_seconds"`
 	LockedAt     *time.Time `json:"locked_at,omitempty"`
 	LeaseExpires *time.Time `json:"lease_expires,omitempty"`
+	// LeaseRecorded is whether LeaseExpires is the expiry the store
+	// recorded with the lease; otherwise it is LockedAt plus --lock-timeout.
+	LeaseRecorded bool `json:"lease_expiry_recorded,omitempty"`
 	// LeaseLive is whether a started key's holder may still be running.
 	LeaseLive          bool                `json:"lease_live"`
 	Token              int64               `json:"token"`
@@ -425,8 +432,9 @@ func viewOf(rec *idem.Record, now time.Time, lockTimeout time.Duration, withBody
 		Created: rec.CreatedAt.UTC(), AgeSeconds: now.Sub(rec.CreatedAt).Seconds(), Token: rec.Token,
 	}
 	if rec.Status == idem.StatusInFlight && !rec.LockedAt.IsZero() {
-		locked, expires := rec.LockedAt.UTC(), rec.LockedAt.Add(lockTimeout).UTC()
+		locked, expires := rec.LockedAt.UTC(), rec.LeaseEnd(lockTimeout).UTC()
 		v.LockedAt, v.LeaseExpires = &locked, &expires
+		v.LeaseRecorded = !rec.LeaseExpires.IsZero()
 		v.LeaseLive = now.Before(expires)
 	}
 	if resp := rec.Response; resp != nil {
@@ -454,6 +462,17 @@ func (v keyView) leaseText(now time.Time) string {
 		return "live, " + roundDuration(v.LeaseExpires.Sub(now)) + " left"
 	}
 	return "expired " + roundDuration(now.Sub(*v.LeaseExpires)) + " ago"
+}
+
+// leaseSource says where a held lease's expiry comes from.
+func (v keyView) leaseSource(lockTimeout time.Duration) string {
+	switch {
+	case v.LeaseExpires == nil:
+		return ""
+	case v.LeaseRecorded:
+		return " (expires " + v.LeaseExpires.Format(time.RFC3339) + ", as the store recorded)"
+	}
+	return " (the store recorded no expiry: assumed from --lock-timeout " + lockTimeout.String() + ")"
 }
 
 func (c *cli) printJSON(v any) int {

@@ -93,6 +93,12 @@ func (e *keysEnv) post(t *testing.T, client, key, body string) *http.Response {
 // died after its claim committed.
 func (e *keysEnv) strand(t *testing.T, client, key, body string) {
 	t.Helper()
+	e.strandFor(t, client, key, body, 30*time.Second)
+}
+
+// strandFor is strand for a service whose lease is lockTimeout long.
+func (e *keysEnv) strandFor(t *testing.T, client, key, body string, lockTimeout time.Duration) {
+	t.Helper()
 	store, err := openStore(context.Background(), e.db, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +111,7 @@ func (e *keysEnv) strand(t *testing.T, client, key, body string) {
 	res, err := store.Store().Claim(context.Background(), idem.ClaimParams{
 		Scope: idem.Scope{ClientID: client, Key: key}, Method: "POST", Path: "/v1/payments",
 		RequestHash: fp.Hash, RequestFields: fp.Fields, Mode: idem.ModeTwoPhase,
-		Now: e.now, LockTimeout: 30 * time.Second, Retention: idem.RetentionDefault,
+		Now: e.now, LockTimeout: lockTimeout, Retention: idem.RetentionDefault,
 	})
 	if err != nil || res.Lease == nil {
 		t.Fatalf("claim: %v %+v", err, res)
@@ -182,6 +188,47 @@ func TestKeysFreeAStuckKey(t *testing.T) {
 			var v keyView
 			if err := json.Unmarshal([]byte(out), &v); code != exitOK || err != nil || v.ResponseBody == nil || !strings.Contains(*v.ResponseBody, "4242") {
 				t.Fatalf("show --with-body --json: exit %d %v\n%s", code, err, out)
+			}
+		})
+	}
+}
+
+// TestKeysJudgeLeaseByRecordedExpiry: a service with a 10-minute lease
+// claimed a key; an operator who forgets --lock-timeout (default 30s) must
+// not free it a minute later without --force: the lease is live until the
+// expiry the store recorded.
+func TestKeysJudgeLeaseByRecordedExpiry(t *testing.T) {
+	t.Parallel()
+	for kind, db := range databases(t) {
+		t.Run(kind, func(t *testing.T) {
+			e := newKeysEnv(t, db)
+			e.strandFor(t, "alice", "long-1", `{"amount":1}`, 10*time.Minute)
+			expires := e.now.Add(10 * time.Minute)
+			e.now = e.now.Add(time.Minute)
+
+			code, out, errOut := e.keys(t, "release", "alice", "long-1")
+			if code != exitFail || !strings.Contains(errOut, "refused: the lease is live until "+expires.Format(time.RFC3339)+" (in 9m0s)") {
+				t.Fatalf("release of a 10-minute lease a minute in, default --lock-timeout: exit %d\n%s%s", code, out, errOut)
+			}
+			code, out, _ = e.keys(t, "list", "--state", "started")
+			if code != exitOK || !strings.Contains(out, "live, 9m0s left") {
+				t.Errorf("list: exit %d\n%s", code, out)
+			}
+			code, out, _ = e.keys(t, "show", "alice", "long-1")
+			if code != exitOK || !strings.Contains(out, "live, 9m0s left (expires "+expires.Format(time.RFC3339)+", as the store recorded)") {
+				t.Errorf("show: exit %d\n%s", code, out)
+			}
+			code, out, _ = e.keys(t, "show", "alice", "long-1", "--json")
+			var v map[string]any
+			if err := json.Unmarshal([]byte(out), &v); code != exitOK || err != nil || v["lease_live"] != true ||
+				v["lease_expiry_recorded"] != true || v["lease_expires"] != expires.Format(time.RFC3339) {
+				t.Errorf("show --json: exit %d, %v\n%s", code, err, out)
+			}
+
+			e.now = expires
+			code, out, errOut = e.keys(t, "release", "alice", "long-1", "--reason", "INC-16")
+			if code != exitOK || !strings.Contains(out, "released alice long-1") {
+				t.Fatalf("release once the recorded lease expired: exit %d\n%s%s", code, out, errOut)
 			}
 		})
 	}

@@ -6,23 +6,31 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/database"
 )
 
-const purgeUsage = `Usage: idem purge --db URL [--older-than DURATION] [--batch N] [--dry-run]
+const purgeUsage = `Usage: idem purge --db URL [--retention D] [--older-than D] [--batch N] [--dry-run] [--i-know --reason TEXT]
 
-Purge deletes idempotency keys created more than --older-than ago (the
-retention you publish; default 24h), in batches, each its own short
-statement, skipping rows that requests in flight hold. It never deletes a
-key in flight: a key still started goes only once its lease was taken more
-than --older-than ago, and --older-than must be longer than the service's
-lease (--lock-timeout). Keys past retention are already treated as unused
-by every claim; purging keeps the table from growing without bound.
-paymentsd and any service that runs idem.Purger purge by themselves; use
-this command for one-off runs, or on a schedule when that service is off.
+Purge deletes idempotency keys created more than --older-than ago (default:
+--retention, the retention the service publishes, 24h unless you set it),
+in batches, each its own short statement, skipping rows that requests in
+flight hold. It never deletes a key in flight: a key still started goes
+only once its lease was taken more than --older-than ago, and --older-than
+must be longer than the service's lease (--lock-timeout). Keys past
+retention are already treated as unused by every claim; purging keeps the
+table from growing without bound. paymentsd and any service that runs
+idem.Purger purge by themselves; use this command for one-off runs, or on a
+schedule when that service is off.
+
+An --older-than shorter than --retention deletes completed keys that
+clients may still retry with, and each such retry runs its operation again
+(a second charge). Purge refuses it unless --i-know and a --reason, which is
+logged. Set --retention (or IDEM_RETENTION) to the service's -retention:
+nothing else tells this command what the service publishes.
 
 --dry-run counts the keys that would be deleted and deletes nothing.
 
@@ -39,10 +47,13 @@ func runPurge(ctx context.Context, c *cli, args []string) int {
 	}
 	env := c.env()
 	db := dbFlag(fs, env, "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
-	olderThan := fs.Duration("older-than", env.Duration("IDEM_PURGE_OLDER_THAN", idem.RetentionDefault), "delete keys created more than this `duration` ago (env IDEM_PURGE_OLDER_THAN)")
+	retention := fs.Duration("retention", env.Duration("IDEM_RETENTION", idem.RetentionDefault), "the retention the service publishes (its -retention, idem.Config.Retention): a shorter --older-than needs --i-know (env IDEM_RETENTION)")
+	olderThan := fs.Duration("older-than", env.Duration("IDEM_PURGE_OLDER_THAN", 0), "delete keys created more than this `duration` ago; 0 means --retention (env IDEM_PURGE_OLDER_THAN)")
 	batch := fs.Int("batch", idem.PurgeBatchSizeDefault, "keys deleted per statement")
 	lockTimeout := fs.Duration("lock-timeout", env.Duration("IDEM_LOCK_TIMEOUT", idem.LockTimeoutDefault), "the service's two-phase lease `duration`; --older-than must be longer (env IDEM_LOCK_TIMEOUT)")
 	dryRun := fs.Bool("dry-run", false, "count the keys that would be deleted; delete nothing")
+	iKnow := fs.Bool("i-know", false, "confirm an --older-than shorter than --retention: completed keys that clients may still retry with are deleted, and those retries run their operations again")
+	reason := fs.String("reason", "", "why, for the log (required with --i-know)")
 	if env.Err() != nil {
 		fmt.Fprintf(c.stderr, "idem purge: %v\n", env.Err())
 		return exitUsage
@@ -53,12 +64,20 @@ func runPurge(ctx context.Context, c *cli, args []string) int {
 		}
 		return exitUsage
 	}
-	if *db == "" || fs.NArg() > 0 || *olderThan <= 0 || *batch <= 0 {
-		fmt.Fprintln(c.stderr, "idem purge: --db is required, --older-than and --batch must be positive, and no arguments are taken")
+	if *db == "" || fs.NArg() > 0 || *olderThan < 0 || *retention <= 0 || *batch <= 0 {
+		fmt.Fprintln(c.stderr, "idem purge: --db is required, --retention and --batch must be positive, --older-than must not be negative, and no arguments are taken")
 		return exitUsage
+	}
+	if *olderThan == 0 {
+		*olderThan = *retention
 	}
 	if *olderThan <= *lockTimeout {
 		fmt.Fprintf(c.stderr, "idem purge: --older-than (%s) must be longer than the lease, --lock-timeout (%s): keys that young may be in flight\n", *olderThan, *lockTimeout)
+		return exitUsage
+	}
+	early := *olderThan < *retention // deletes keys that clients may still retry with
+	if early && !*dryRun && (!*iKnow || strings.TrimSpace(*reason) == "") {
+		fmt.Fprintf(c.stderr, "idem purge: refused: --older-than (%s) is shorter than the retention (%s, --retention): it deletes completed keys that clients may still retry with, and each such retry runs its operation again. Nothing was deleted. Pass --i-know and --reason \"why\" to purge anyway, or set --retention to the service's -retention.\n", *olderThan, *retention)
 		return exitUsage
 	}
 	store, err := openStore(ctx, *db, slog.New(slog.DiscardHandler))
@@ -75,9 +94,17 @@ func runPurge(ctx context.Context, c *cli, args []string) int {
 			return exitFail
 		}
 		fmt.Fprintf(c.stdout, "dry run: would delete %d keys created before %s\n", n, before.UTC().Format(time.RFC3339))
+		if early {
+			fmt.Fprintf(c.stdout, "--older-than (%s) is shorter than the retention (%s): a real run needs --i-know and --reason\n", *olderThan, *retention)
+		}
 		return exitOK
 	}
 	n, err := store.Purge(ctx, database.PurgeParams{Before: before, BatchSize: *batch})
+	if early {
+		operator, _ := c.lookupEnv("USER")
+		slog.New(slog.NewTextHandler(c.stderr, nil)).Warn("idem purge: purged keys younger than the retention",
+			"older_than", olderThan.String(), "retention", retention.String(), "deleted", n, "operator", operator, "reason", *reason)
+	}
 	if err != nil {
 		fmt.Fprintf(c.stderr, "idem purge: deleted %d keys, then: %v\n", n, err)
 		return exitFail

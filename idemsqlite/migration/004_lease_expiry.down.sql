@@ -1,0 +1,2 @@
+DROP TRIGGER idempotency_keys_reset_lease_expiry;
+ALTER TABLE idempotency_keys DROP COLUMN lease_expires_at;
