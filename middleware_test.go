@@ -401,6 +401,35 @@ func TestFormAndQueryAreCanonical(t *testing.T) {
 	}
 }
 
+// TestRepeatedFormValuesKeepTheirOrder: each amount goes with the dest
+// before it, so a retry with the amounts swapped pays A 1 and B 100 instead
+// of A 100 and B 1; it is another request (422), not the replay of the
+// first. Distinct names may still come in any order.
+func TestRepeatedFormValuesKeepTheirOrder(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	form := "application/x-www-form-urlencoded"
+	first := e.do(req{path: "/v1/transfers?leg=a&leg=b", body: "dest=A&amount=100&dest=B&amount=1", contentType: form, keys: []string{"split-1"}})
+	if first.status != http.StatusCreated {
+		t.Fatalf("first request: %d %s", first.status, first.body)
+	}
+	regrouped := e.do(req{path: "/v1/transfers?leg=a&leg=b", body: "amount=100&amount=1&dest=A&dest=B", contentType: form, keys: []string{"split-1"}})
+	if regrouped.status != http.StatusCreated || regrouped.header.Get(idem.HeaderReplayed) != "true" {
+		t.Fatalf("names regrouped, each name's values in order: %d replayed=%q, want the replay", regrouped.status, regrouped.header.Get(idem.HeaderReplayed))
+	}
+	swapped := e.do(req{path: "/v1/transfers?leg=a&leg=b", body: "dest=A&amount=1&dest=B&amount=100", contentType: form, keys: []string{"split-1"}})
+	if p := swapped.problem(t); swapped.status != http.StatusUnprocessableEntity || fmt.Sprint(p.Fields) != "[/amount]" {
+		t.Fatalf("amounts swapped: %d %+v, want 422 naming /amount", swapped.status, p)
+	}
+	query := e.do(req{path: "/v1/transfers?leg=b&leg=a", body: "dest=A&amount=100&dest=B&amount=1", contentType: form, keys: []string{"split-1"}})
+	if query.status != http.StatusUnprocessableEntity {
+		t.Fatalf("query values swapped: %d %s, want 422", query.status, query.body)
+	}
+	if n := e.runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+}
+
 func TestMismatchNamesFieldsWithoutValues(t *testing.T) {
 	t.Parallel()
 	e := setup(t, nil)
