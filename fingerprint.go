@@ -36,8 +36,11 @@ func (e *bodyError) Unwrap() error { return e.err }
 
 // FingerprintParams describe a request to [NewFingerprint].
 type FingerprintParams struct {
-	Method      string // the HTTP method, or any name of the operation
-	Path        string // the escaped path, or any name of the resource
+	Method string // the HTTP method, or any name of the operation
+	// Path is the escaped path, or any name of the resource. The
+	// middleware passes the request's path with each segment's escapes
+	// spelled one way, so that /v1/%70ayments is /v1/payments.
+	Path        string
 	RawQuery    string // the query string without "?"; may be empty
 	ContentType string // the media type of Body; not needed for an empty body
 	Body        []byte // the request body as received
