@@ -46,7 +46,7 @@ func (m *Middleware) answerExisting(c *call, rec *Record) {
 	r := c.r
 	if len(rec.RequestHash) > 0 && !bytes.Equal(rec.RequestHash, c.fp.sum[:]) {
 		p := ProblemKeyReused.Kind().New(m.cfg.ProblemTypeBase, "")
-		if rec.Method != r.Method || rec.Path != r.URL.EscapedPath() {
+		if rec.Method != r.Method || rec.Path != c.path {
 			p.OriginalRequest = rec.Method + " " + rec.Path
 			p.Detail = fmt.Sprintf("This key was first used for %s %s.", rec.Method, rec.Path)
 		} else if first := kindChange(rec.RequestFields, c.fp); first != "" {

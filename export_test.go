@@ -5,6 +5,7 @@ package idem
 var (
 	ParseKey      = parseKey
 	KeyFromHeader = keyFromHeader
+	KeyFromPath   = keyFromPath
 
 	ErrKeyEmpty     = errKeyEmpty
 	ErrKeyTooLong   = errKeyTooLong

@@ -36,8 +36,11 @@ func (e *bodyError) Unwrap() error { return e.err }
 
 // FingerprintParams describe a request to [NewFingerprint].
 type FingerprintParams struct {
-	Method      string // the HTTP method, or any name of the operation
-	Path        string // the escaped path, or any name of the resource
+	Method string // the HTTP method, or any name of the operation
+	// Path is the escaped path, or any name of the resource. The
+	// middleware passes the request's path with each segment's escapes
+	// spelled one way, so that /v1/%70ayments is /v1/payments.
+	Path        string
 	RawQuery    string // the query string without "?"; may be empty
 	ContentType string // the media type of Body; not needed for an empty body
 	Body        []byte // the request body as received
@@ -51,8 +54,9 @@ type FingerprintParams struct {
 
 // Fingerprint identifies a request for its key, in the form a store keeps:
 // the same logical request always has the same Hash, whatever the JSON
-// member order, whitespace, number spelling, or order of form and query
-// pairs.
+// member order, whitespace, number spelling, or order of the distinct names
+// of form and query pairs. The values of a repeated name keep their order,
+// as the elements of a JSON array do: a=1&a=2 and a=2&a=1 are two requests.
 //
 // The middleware computes it for every request. Code that claims keys
 // itself, such as a queue consumer that calls idempg's Store.ClaimTx,
@@ -75,7 +79,8 @@ type Fingerprint struct {
 // (application/json and any +json type) are canonicalised by RFC 8785, with
 // numbers that a double cannot hold kept exact, and a JSON object that names
 // a member twice is rejected; form bodies
-// (application/x-www-form-urlencoded) by sorted names and values. Both
+// (application/x-www-form-urlencoded), like the query, by sorted names,
+// each name's values in the order they came. Both
 // must be UTF-8: a charset parameter other than utf-8 (in any case) is an
 // unsupported media type, and with Raw such a body is hashed byte for byte.
 // An empty body needs no content type. The error says, in words safe to

@@ -13,8 +13,12 @@ import (
 const maxSplitPairs = 64
 
 // canonicalPairs parses URL-encoded pairs as url.ParseQuery does, and
-// appends them to dst with names sorted and, for each name, values sorted,
-// escaped as url.QueryEscape escapes them. With digests, it also leaves
+// appends them to dst with names sorted and, for each name, its values in
+// the order they came, escaped as url.QueryEscape escapes them: the order
+// of distinct names carries no meaning, that of a name's values does
+// (dest=A&amount=100&dest=B&amount=1 pairs each amount with a dest).
+// Pairs whose names are all distinct encode as they did when values were
+// sorted too, and so do repeated values that came sorted. With digests, it also leaves
 // in s the digests of the fields, one for each name that is not excluded
 // (see scratch.digests); excluded names are left out of the encoding too.
 func canonicalPairs[T string | []byte](s *scratch, dst []byte, raw T, exclude []string, digests bool) ([]byte, error) {
@@ -38,12 +42,7 @@ func canonicalPairs[T string | []byte](s *scratch, dst []byte, raw T, exclude []
 		return dst, err
 	}
 	pairs := s.pairs
-	slices.SortFunc(pairs, func(a, b formPair) int {
-		if c := bytes.Compare(a.name, b.name); c != 0 {
-			return c
-		}
-		return bytes.Compare(a.value, b.value)
-	})
+	slices.SortStableFunc(pairs, func(a, b formPair) int { return bytes.Compare(a.name, b.name) })
 	start := len(dst)
 	for i := 0; i < len(pairs); {
 		name := pairs[i].name
@@ -102,7 +101,8 @@ func splitPairs[T string | []byte](s *scratch, raw T, exclude []string) error {
 }
 
 // parsePairs reads the pairs of raw into s.pairs with url.ParseQuery,
-// leaving out excluded names.
+// leaving out excluded names. The pairs of a name are in the order they
+// came, those of distinct names in any order.
 func (s *scratch) parsePairs(raw string, exclude []string) error {
 	values, err := url.ParseQuery(raw)
 	if err != nil {

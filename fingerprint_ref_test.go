@@ -27,23 +27,31 @@ import (
 // refFingerprintOf computes the fingerprint of a request, as [NewFingerprint]
 // describes.
 func refFingerprintOf(p FingerprintParams) (fingerprint, error) {
-	query, err := refCanonicalPairs(p.RawQuery, nil)
+	f, _, err := refFingerprint(p, false)
+	return f, err
+}
+
+// refFingerprint computes the fingerprint of a request, with the values of
+// each form or query name in the order they came, or, with sortValues, sorted
+// as they were before their order became part of the request. moved reports
+// whether sorting put some name's values in another order.
+func refFingerprint(p FingerprintParams, sortValues bool) (f fingerprint, moved bool, err error) {
+	query, err := refCanonicalPairs(p.RawQuery, nil, sortValues)
 	if err != nil {
-		return fingerprint{}, &bodyError{err: errMalformedQuery, reason: "the query string does not parse"}
+		return fingerprint{}, false, &bodyError{err: errMalformedQuery, reason: "the query string does not parse"}
 	}
-	kind, body, fields, err := refCanonicalBody(p)
+	kind, body, fields, bodyMoved, err := refCanonicalBody(p, sortValues)
 	if err != nil {
-		return fingerprint{}, err
+		return fingerprint{}, false, err
 	}
 	h := sha256.New()
 	for _, part := range []string{"idem-fingerprint-v1", p.Method, p.Path, query.encoded, kind} {
 		refWritePart(h, []byte(part))
 	}
 	refWritePart(h, body)
-	var f fingerprint
 	h.Sum(f.sum[:0])
 	f.kind, f.fields = kind, fields
-	return f, nil
+	return f, query.moved || bodyMoved, nil
 }
 
 func refWritePart(h hash.Hash, b []byte) {
@@ -52,15 +60,15 @@ func refWritePart(h hash.Hash, b []byte) {
 	h.Write(b)
 }
 
-func refCanonicalBody(p FingerprintParams) (kind string, body []byte, fields []fieldDigest, err error) {
+func refCanonicalBody(p FingerprintParams, sortValues bool) (kind string, body []byte, fields []fieldDigest, moved bool, err error) {
 	if len(p.Body) == 0 {
-		return kindEmpty, nil, nil, nil
+		return kindEmpty, nil, nil, false, nil
 	}
 	media, charset := "", ""
 	if p.ContentType != "" {
 		m, params, perr := mime.ParseMediaType(p.ContentType)
 		if perr != nil && !p.Raw {
-			return "", nil, nil, &bodyError{err: errUnsupportedMediaType, reason: "the Content-Type header does not parse"}
+			return "", nil, nil, false, &bodyError{err: errUnsupportedMediaType, reason: "the Content-Type header does not parse"}
 		}
 		media, charset = m, params["charset"]
 	}
@@ -71,35 +79,35 @@ func refCanonicalBody(p FingerprintParams) (kind string, body []byte, fields []f
 		// decoded as UTF-8; a body in another charset would be compared, and
 		// handed to the handler, as bytes it does not hold.
 		if p.Raw {
-			return kindRaw, p.Body, nil, nil
+			return kindRaw, p.Body, nil, false, nil
 		}
-		return "", nil, nil, &bodyError{err: errUnsupportedMediaType, reason: fmt.Sprintf("charset %q is not supported; send the body in UTF-8 (charset=utf-8, or no charset)", charset)}
+		return "", nil, nil, false, &bodyError{err: errUnsupportedMediaType, reason: fmt.Sprintf("charset %q is not supported; send the body in UTF-8 (charset=utf-8, or no charset)", charset)}
 	}
 	switch {
 	case isJSON:
 		body, fields, err = refCanonicalJSON(p.Body, p.Exclude)
-		return kindJSON, body, fields, err
+		return kindJSON, body, fields, false, err
 	case isForm:
 		exclude := make(map[string]bool, len(p.Exclude))
 		for _, ptr := range p.Exclude {
 			exclude[refUnescapePointer(ptr)] = true
 		}
-		form, ferr := refCanonicalPairs(string(p.Body), exclude)
+		form, ferr := refCanonicalPairs(string(p.Body), exclude, sortValues)
 		if ferr != nil {
-			return "", nil, nil, &bodyError{err: errMalformedBody, reason: "the form body does not parse"}
+			return "", nil, nil, false, &bodyError{err: errMalformedBody, reason: "the form body does not parse"}
 		}
 		for _, d := range form.fields {
 			if !utf8.ValidString(d.pointer) {
-				return "", nil, nil, &bodyError{err: errMalformedBody, reason: "a form field name is not UTF-8 after percent-decoding"}
+				return "", nil, nil, false, &bodyError{err: errMalformedBody, reason: "a form field name is not UTF-8 after percent-decoding"}
 			}
 		}
-		return kindForm, []byte(form.encoded), form.fields, nil
+		return kindForm, []byte(form.encoded), form.fields, form.moved, nil
 	case p.Raw:
-		return kindRaw, p.Body, nil, nil
+		return kindRaw, p.Body, nil, false, nil
 	case media == "":
-		return "", nil, nil, &bodyError{err: errUnsupportedMediaType, reason: "the request has a body but no Content-Type; send application/json or application/x-www-form-urlencoded"}
+		return "", nil, nil, false, &bodyError{err: errUnsupportedMediaType, reason: "the request has a body but no Content-Type; send application/json or application/x-www-form-urlencoded"}
 	default:
-		return "", nil, nil, &bodyError{err: errUnsupportedMediaType, reason: fmt.Sprintf("content type %q is not supported; send application/json or application/x-www-form-urlencoded", media)}
+		return "", nil, nil, false, &bodyError{err: errUnsupportedMediaType, reason: fmt.Sprintf("content type %q is not supported; send application/json or application/x-www-form-urlencoded", media)}
 	}
 }
 
@@ -165,11 +173,12 @@ func refJsonError(err error) error {
 type refPairs struct {
 	encoded string
 	fields  []fieldDigest
+	moved   bool // sortValues put some name's values in another order
 }
 
 // refCanonicalPairs parses URL-encoded refPairs and encodes them with names sorted
-// and, for each name, values sorted.
-func refCanonicalPairs(raw string, exclude map[string]bool) (refPairs, error) {
+// and, for each name, values in the order they came, or sorted with sortValues.
+func refCanonicalPairs(raw string, exclude map[string]bool, sortValues bool) (refPairs, error) {
 	if raw == "" {
 		return refPairs{}, nil
 	}
@@ -186,9 +195,13 @@ func refCanonicalPairs(raw string, exclude map[string]bool) (refPairs, error) {
 	sort.Strings(names)
 	var b strings.Builder
 	fields := make([]fieldDigest, 0, len(names))
+	moved := false
 	for _, name := range names {
 		vs := slices.Clone(values[name])
-		sort.Strings(vs)
+		if sortValues {
+			sort.Strings(vs)
+			moved = moved || !slices.Equal(vs, values[name])
+		}
 		var fb strings.Builder
 		for _, v := range vs {
 			if b.Len() > 0 {
@@ -204,7 +217,7 @@ func refCanonicalPairs(raw string, exclude map[string]bool) (refPairs, error) {
 		fields = append(fields, refDigestField(ptr, []byte(fb.String())))
 	}
 	refSortFields(fields)
-	return refPairs{encoded: b.String(), fields: fields}, nil
+	return refPairs{encoded: b.String(), fields: fields, moved: moved}, nil
 }
 
 func refDigestField(ptr string, value []byte) fieldDigest {
@@ -275,6 +288,8 @@ func FuzzFingerprintMatchesReference(f *testing.F) {
 		{"", "application/x-www-form-urlencoded", fpPaymentForm, nil},
 		{"", "application/x-www-form-urlencoded", fpPaymentForm + "&client_ts=1", []string{"/client_ts"}},
 		{"a=1&a=2", "application/x-www-form-urlencoded; charset=utf-8", `amount=4200&currency=eur&metadata[note]=a+b%26c`, nil},
+		{"a=2&b=1&a=1", "application/x-www-form-urlencoded", `dest=A&amount=100&dest=B&amount=1`, nil},
+		{"", "application/x-www-form-urlencoded", `dest=A&amount=1&dest=B&amount=100&amount=1`, []string{"/dest"}},
 		{"", "application/x-www-form-urlencoded", `a=%zz`, nil},
 		{"", "application/x-www-form-urlencoded", `a%2Fb=1&c~d=2&&x&=y&z=&z=%3C%26%3E&%C3%A9=%E2%82%AC&%FF=1`, nil},
 		{"", "application/x-www-form-urlencoded", `a;b=1`, nil},
@@ -313,6 +328,16 @@ func FuzzFingerprintMatchesReference(f *testing.F) {
 		}
 		if enc, wantEnc := got.encodeFields(), refEncodeFields(want); !bytes.Equal(enc, wantEnc) {
 			t.Fatalf("encodeFields of %+v = %s, reference %s", p, enc, wantEnc)
+		}
+		// Stores hold fingerprints computed when a name's values were sorted:
+		// a request whose values sorting leaves in place keeps its
+		// fingerprint, and one whose values it moves gets another.
+		old, moved, _ := refFingerprint(p, true)
+		switch {
+		case !moved && (old.sum != want.sum || !slices.Equal(old.fields, want.fields)):
+			t.Fatalf("fingerprintOf(%+v) = %x %v, with sorted values %x %v: a request whose values came sorted changed its fingerprint", p, want.sum, want.fields, old.sum, old.fields)
+		case moved && old.sum == want.sum:
+			t.Fatalf("fingerprintOf(%+v) = %x, the same with its values sorted: their order is not part of the request", p, want.sum)
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -78,13 +79,13 @@ func TestNewFingerprintSameRequest(t *testing.T) {
 		{"JSONExcludedFieldWithSlash", exclude(fpJSON(`{"amount":1,"a/b":1}`), "/a~1b"), exclude(fpJSON(`{"amount":1,"a/b":2}`), "/a~1b")},
 		{"JSONExcludedFieldWithTilde", exclude(fpJSON(`{"amount":1,"a~b":1}`), "/a~0b"), exclude(fpJSON(`{"amount":1,"a~b":2}`), "/a~0b")},
 		{"FormPairOrder", fpForm(`amount=4200&currency=eur`), fpForm(`currency=eur&amount=4200`)},
-		{"FormRepeatedValueOrder", fpForm(`expand[]=a&expand[]=b`), fpForm(`expand[]=b&expand[]=a`)},
+		{"FormRepeatedNamesInterleaved", fpForm(`dest=A&amount=100&dest=B&amount=1`), fpForm(`amount=100&amount=1&dest=A&dest=B`)},
 		{"FormPercentEncoding", fpForm(`note=a+b&cur=eur`), fpForm(`cur=%65ur&note=a%20b`)},
 		{"FormCharsetParameter", fpForm(`amount=1`), fpWith(fpForm(`amount=1`), func(p *FingerprintParams) { p.ContentType = "application/x-www-form-urlencoded; charset=utf-8" })},
 		{"FormExcludedField", exclude(fpForm(`amount=1&client_ts=1`), "/client_ts"), exclude(fpForm(`client_ts=2&amount=1`), "/client_ts")},
 		{"FormExcludedFieldWithSlash", exclude(fpForm(`amount=1&a%2Fb=1`), "/a~1b"), exclude(fpForm(`amount=1&a%2Fb=2`), "/a~1b")},
 		{"QueryPairOrder", fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "expand=customer&dry_run=1" }), fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "dry_run=1&expand=customer" })},
-		{"QueryRepeatedValueOrder", fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "expand=a&expand=b" }), fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "expand=b&expand=a" })},
+		{"QueryRepeatedNamesInterleaved", fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "expand=b&dry_run=1&expand=a" }), fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "dry_run=1&expand=b&expand=a" })},
 		{"QueryPercentEncoding", fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "q=a+b" }), fpWith(fpJSON(`{}`), func(p *FingerprintParams) { p.RawQuery = "%71=a%20b" })},
 		{"EmptyBodyWithoutContentType", FingerprintParams{Method: "POST", Path: "/v1/payments/pi_1/capture"}, FingerprintParams{Method: "POST", Path: "/v1/payments/pi_1/capture", ContentType: "application/json"}},
 		{"EmptyBodyWithUnsupportedContentType", FingerprintParams{Method: "POST", Path: "/v1/payments/pi_1/capture", Body: []byte{}}, FingerprintParams{Method: "POST", Path: "/v1/payments/pi_1/capture", ContentType: "text/plain"}},
@@ -126,6 +127,8 @@ func TestNewFingerprintDifferentRequest(t *testing.T) {
 		{"QueryName", query("a=1"), query("b=1")},
 		{"QueryPresent", query(""), query("dry_run=1")},
 		{"QueryRepeatedValue", query("expand=a"), query("expand=a&expand=a")},
+		{"QueryRepeatedValueOrder", query("expand=a&expand=b"), query("expand=b&expand=a")},
+		{"QueryValuesSwappedBetweenRepeatedNames", query("dest=A&amount=100&dest=B&amount=1"), query("dest=A&amount=1&dest=B&amount=100")},
 		{"QueryMovedToBody", FingerprintParams{Method: "POST", Path: "/p", RawQuery: "amount=1"}, FingerprintParams{Method: "POST", Path: "/p", ContentType: "application/x-www-form-urlencoded", Body: []byte("amount=1")}},
 		{"JSONAmount", fpJSON(`{"amount":4200,"currency":"eur"}`), fpJSON(`{"amount":4201,"currency":"eur"}`)},
 		{"JSONSmallFraction", fpJSON(`{"amount":0.1}`), fpJSON(`{"amount":0.10000000000000002}`)},
@@ -151,6 +154,11 @@ func TestNewFingerprintDifferentRequest(t *testing.T) {
 		{"JSONNestedPointerNotExcluded", fpWith(fpJSON(`{"meta":{"ts":1}}`), func(p *FingerprintParams) { p.Exclude = []string{"/meta/ts"} }), fpWith(fpJSON(`{"meta":{"ts":2}}`), func(p *FingerprintParams) { p.Exclude = []string{"/meta/ts"} })},
 		{"FormValue", fpForm(`amount=4200&currency=eur`), fpForm(`amount=4201&currency=eur`)},
 		{"FormRepeatedValue", fpForm(`expand[]=a`), fpForm(`expand[]=a&expand[]=a`)},
+		{"FormRepeatedValueOrder", fpForm(`expand[]=a&expand[]=b`), fpForm(`expand[]=b&expand[]=a`)},
+		// Each amount goes with the dest before it: swapping the amounts
+		// pays A 1 and B 100 instead of A 100 and B 1.
+		{"FormValuesSwappedBetweenRepeatedNames", fpForm(`dest=A&amount=100&dest=B&amount=1`), fpForm(`dest=A&amount=1&dest=B&amount=100`)},
+		{"FormManyPairsRepeatedValueOrder", fpForm(strings.Repeat("x=1&", 70) + "a=1&a=2"), fpForm(strings.Repeat("x=1&", 70) + "a=2&a=1")},
 		{"FormValueWithAmpersand", fpForm(`a=1%262&b=3`), fpForm(`a=1&2&b=3`)},
 		{"RawBytes", FingerprintParams{Method: "POST", Path: "/upload", ContentType: "text/csv", Body: []byte("a,b\n1,2\n"), Raw: true}, FingerprintParams{Method: "POST", Path: "/upload", ContentType: "text/csv", Body: []byte("a,b\n1,3\n"), Raw: true}},
 		{"RawVersusJSON", FingerprintParams{Method: "POST", Path: "/p", ContentType: "text/plain", Body: []byte(`{}`), Raw: true}, FingerprintParams{Method: "POST", Path: "/p", ContentType: "application/json", Body: []byte(`{}`)}},
@@ -339,7 +347,7 @@ func TestFingerprintSumFormat(t *testing.T) {
 	}{
 		{
 			name:          "JSON",
-			p:             fpWith(fpJSON(`{ "currency": "eur", "amount": 4.2e3, "meta": {"z": [1.0, "\u00e9"], "a": null} }`), func(p *FingerprintParams) { p.RawQuery = "expand=b&dry_run=1&expand=a" }),
+			p:             fpWith(fpJSON(`{ "currency": "eur", "amount": 4.2e3, "meta": {"z": [1.0, "\u00e9"], "a": null} }`), func(p *FingerprintParams) { p.RawQuery = "expand=a&dry_run=1&expand=b" }),
 			wantQuery:     "dry_run=1&expand=a&expand=b",
 			wantKind:      "json",
 			wantCanonical: `{"amount":4200,"currency":"eur","meta":{"a":null,"z":[1,"é"]}}`,
@@ -352,9 +360,19 @@ func TestFingerprintSumFormat(t *testing.T) {
 		},
 		{
 			name:          "Form",
-			p:             fpForm(`note=a+b&amount=4200&expand[]=z&expand[]=a`),
+			p:             fpForm(`note=a+b&amount=4200&expand[]=a&expand[]=z`),
 			wantKind:      "form",
 			wantCanonical: `amount=4200&expand%5B%5D=a&expand%5B%5D=z&note=a+b`,
+		},
+		{
+			// The values of a repeated name keep their order: a request
+			// whose values came sorted, as every case above, has the
+			// fingerprint it had when they were sorted.
+			name:          "RepeatedNamesKeepTheirValuesOrder",
+			p:             fpWith(fpForm(`dest=B&amount=100&dest=A&amount=1`), func(p *FingerprintParams) { p.RawQuery = "expand=z&dry_run=1&expand=a" }),
+			wantQuery:     "dry_run=1&expand=z&expand=a",
+			wantKind:      "form",
+			wantCanonical: `amount=100&amount=1&dest=B&dest=A`,
 		},
 		{
 			name:     "Empty",
@@ -441,7 +459,8 @@ func TestFingerprintFieldDigests(t *testing.T) {
 		{"SameNestedValueOtherOrder", fpJSON(`{"meta":{"a":1,"b":2}}`), fpJSON(`{"meta":{"b":2,"a":1}}`), "/meta", "/meta", true},
 		{"OtherValue", fpJSON(`{"amount":4200}`), fpJSON(`{"amount":4300}`), "/amount", "/amount", false},
 		{"SameValueOtherField", fpJSON(`{"a":1,"b":1}`), fpJSON(`{"a":1,"b":1}`), "/a", "/b", false},
-		{"FormSameValuesOtherOrder", fpForm(`x=1&x=2`), fpForm(`x=2&x=1`), "/x", "/x", true},
+		{"FormSameValuesOtherOrder", fpForm(`x=1&x=2`), fpForm(`x=2&x=1`), "/x", "/x", false},
+		{"FormSameValuesInterleaved", fpForm(`x=1&y=0&x=2`), fpForm(`y=0&x=1&x=2`), "/x", "/x", true},
 		{"FormOtherValueSplit", fpForm(`x=1%262`), fpForm(`x=1&x=2`), "/x", "/x", false},
 	}
 	for _, tt := range tests {
@@ -684,7 +703,8 @@ func TestFingerprintRejectsFormFieldNameNotUTF8(t *testing.T) {
 // FuzzFingerprint checks that NewFingerprint never panics, that it fails only
 // with a *BodyError, and that the fingerprint of a JSON body does not change
 // when the body is reformatted by encoding/json or its top-level members are
-// reordered, nor that of a form body or query when its pairs are reordered.
+// reordered, nor that of a form body or query when its distinct names are
+// reordered.
 func FuzzFingerprint(f *testing.F) {
 	seeds := []struct {
 		query, contentType, body string
@@ -736,8 +756,8 @@ func FuzzFingerprint(f *testing.F) {
 		p = fpForm(string(body))
 		p.RawQuery = query
 		if want, err := fingerprintOf(p); err == nil {
-			fuzzCheckSame(t, p, want, func(p *FingerprintParams) { p.Body = []byte(fpReversePairs(string(p.Body))) })
-			fuzzCheckSame(t, p, want, func(p *FingerprintParams) { p.RawQuery = fpReversePairs(p.RawQuery) })
+			fuzzCheckSame(t, p, want, func(p *FingerprintParams) { p.Body = []byte(fpReverseNames(string(p.Body))) })
+			fuzzCheckSame(t, p, want, func(p *FingerprintParams) { p.RawQuery = fpReverseNames(p.RawQuery) })
 		}
 	})
 }
@@ -881,10 +901,16 @@ func fpRange(n int) []int {
 	return r
 }
 
-// fpReversePairs reverses the order of the "&"-separated pairs of s.
-func fpReversePairs(s string) string {
+// fpReverseNames returns the pairs of s with its distinct names in reverse
+// order, each name's values in their order: the same request.
+func fpReverseNames(s string) string {
 	pairs := strings.Split(s, "&")
-	slices.Reverse(pairs)
+	name := func(pair string) string {
+		n, _, _ := strings.Cut(pair, "=")
+		n, _ = url.QueryUnescape(n) // s parses: every name unescapes
+		return n
+	}
+	slices.SortStableFunc(pairs, func(a, b string) int { return strings.Compare(name(b), name(a)) })
 	return strings.Join(pairs, "&")
 }
 

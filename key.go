@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/idemkit/idem/internal/keyspec"
 )
@@ -73,6 +74,23 @@ func parseKey(field string) (string, error) {
 		return "", keyError(err)
 	}
 	return key, nil
+}
+
+// keyFromPath returns the key that a segment of a URL path names, decoded:
+// the key itself ("order-1", "a/b" sent as a%2Fb), or the sf-string that an
+// Idempotency-Key field carries ("\"order-1\"", sent as %22order-1%22),
+// parsed as parseKey parses the field. A segment that starts with '"' is
+// an sf-string, as a field that does is, so a key that itself starts with
+// '"' is named by its sf-string. The key in a path may hold any character
+// of a key, not only those of a bare field.
+func keyFromPath(segment string) (string, error) {
+	if strings.HasPrefix(segment, `"`) {
+		return parseKey(segment)
+	}
+	if err := keyspec.Check(segment); err != nil {
+		return "", keyError(err)
+	}
+	return segment, nil
 }
 
 // keyError turns a keyspec error into the error clients are shown.

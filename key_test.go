@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/keyspec"
 )
 
 func TestParseKeyAccepts(t *testing.T) {
@@ -450,4 +451,34 @@ func TestHeaderKeyIsCanonical(t *testing.T) {
 	if got := http.CanonicalHeaderKey(idem.HeaderKey); got != idem.HeaderKey {
 		t.Errorf("CanonicalHeaderKey(%q) = %q", idem.HeaderKey, got)
 	}
+}
+
+// FuzzKeyFromPath checks that a path segment names the key it is, or, when
+// it starts with '"', the key of the sf-string it is, as ParseKey reads the
+// field; and that every key it accepts is named by its sf-string too.
+func FuzzKeyFromPath(f *testing.F) {
+	for _, s := range []string{"", "k", "order-1", "a/b", "a b", `"k"`, `"a\"b\\c"`, `"k";v=1`, `"k`, `""`, `"k"x`, `k"`, "a\x01b", strings.Repeat("k", idem.MaxKeyLength+1)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, segment string) {
+		key, err := idem.KeyFromPath(segment)
+		if strings.HasPrefix(segment, `"`) {
+			want, wantErr := idem.ParseKey(segment)
+			if key != want || (err == nil) != (wantErr == nil) {
+				t.Fatalf("KeyFromPath(%q) = %q, %v; ParseKey %q, %v", segment, key, err, want, wantErr)
+			}
+		} else if checkErr := keyspec.Check(segment); (err == nil) != (checkErr == nil) || err == nil && key != segment {
+			t.Fatalf("KeyFromPath(%q) = %q, %v; want the segment itself, or an error as keyspec.Check says (%v)", segment, key, err, checkErr)
+		}
+		if err != nil {
+			var ke *idem.KeyError
+			if !errors.As(err, &ke) || ke.Reason == "" {
+				t.Fatalf("KeyFromPath(%q) error = %v: want a *KeyError with a reason for the client", segment, err)
+			}
+			return
+		}
+		if again, err := idem.KeyFromPath(keyspec.Quote(key)); err != nil || again != key {
+			t.Fatalf("KeyFromPath of the sf-string of %q = %q, %v", key, again, err)
+		}
+	})
 }

@@ -55,6 +55,7 @@ type call struct {
 	next http.Handler
 
 	scope Scope
+	path  string // the request's path as it is fingerprinted and recorded; see requestPath
 	body  []byte
 	// bodyHeld counts the runs of the handler that may still read the
 	// body: one that panicked, or whose reader was being read when it

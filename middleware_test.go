@@ -401,6 +401,135 @@ func TestFormAndQueryAreCanonical(t *testing.T) {
 	}
 }
 
+// TestRepeatedFormValuesKeepTheirOrder: each amount goes with the dest
+// before it, so a retry with the amounts swapped pays A 1 and B 100 instead
+// of A 100 and B 1; it is another request (422), not the replay of the
+// first. Distinct names may still come in any order.
+func TestRepeatedFormValuesKeepTheirOrder(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	form := "application/x-www-form-urlencoded"
+	first := e.do(req{path: "/v1/transfers?leg=a&leg=b", body: "dest=A&amount=100&dest=B&amount=1", contentType: form, keys: []string{"split-1"}})
+	if first.status != http.StatusCreated {
+		t.Fatalf("first request: %d %s", first.status, first.body)
+	}
+	regrouped := e.do(req{path: "/v1/transfers?leg=a&leg=b", body: "amount=100&amount=1&dest=A&dest=B", contentType: form, keys: []string{"split-1"}})
+	if regrouped.status != http.StatusCreated || regrouped.header.Get(idem.HeaderReplayed) != "true" {
+		t.Fatalf("names regrouped, each name's values in order: %d replayed=%q, want the replay", regrouped.status, regrouped.header.Get(idem.HeaderReplayed))
+	}
+	swapped := e.do(req{path: "/v1/transfers?leg=a&leg=b", body: "dest=A&amount=1&dest=B&amount=100", contentType: form, keys: []string{"split-1"}})
+	if p := swapped.problem(t); swapped.status != http.StatusUnprocessableEntity || fmt.Sprint(p.Fields) != "[/amount]" {
+		t.Fatalf("amounts swapped: %d %+v, want 422 naming /amount", swapped.status, p)
+	}
+	query := e.do(req{path: "/v1/transfers?leg=b&leg=a", body: "dest=A&amount=100&dest=B&amount=1", contentType: form, keys: []string{"split-1"}})
+	if query.status != http.StatusUnprocessableEntity {
+		t.Fatalf("query values swapped: %d %s, want 422", query.status, query.body)
+	}
+	if n := e.runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+}
+
+// TestPathSpellings: a retry that spells the path's escapes otherwise is
+// the same request, replayed, whether the middleware wraps a ServeMux route
+// or a handler without one; a "/" escaped inside a segment is another path,
+// as it is another route.
+func TestPathSpellings(t *testing.T) {
+	t.Parallel()
+	store, err := idemsqlite.Open(filepath.Join(t.TempDir(), "idem.db"), &idemsqlite.Config{Logger: quiet})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if err := store.Migrate(context.Background()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	mw, err := idem.New(store, &idem.Config{Logger: quiet, ClientID: func(*http.Request) (string, bool) { return "alice", true }})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	var runs atomic.Int64
+	handler := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "run %d: %s %s", n, r.Pattern, r.URL.EscapedPath())
+	}))
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/payments", handler)
+	mux.Handle("POST /v1/objects/{id}", handler)
+	mux.Handle("POST /v1/objects/{id}/{sub}", handler)
+	mux.Handle("POST /v1/files/{name...}", handler)
+	muxSrv := httptest.NewServer(mux)
+	t.Cleanup(muxSrv.Close)
+	bareSrv := httptest.NewServer(handler) // no mux: no pattern
+	t.Cleanup(bareSrv.Close)
+
+	post := func(t *testing.T, url, key string) (int, string, idem.Problem) {
+		t.Helper()
+		r, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"amount":1}`))
+		if err != nil {
+			t.Fatalf("NewRequest: %v", err)
+		}
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set(idem.HeaderKey, key)
+		res, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatalf("POST %s: %v", url, err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		var p idem.Problem
+		if res.StatusCode == http.StatusUnprocessableEntity {
+			json.Unmarshal(body, &p)
+		}
+		return res.StatusCode, string(body), p
+	}
+	for _, tt := range []struct {
+		name, url, first, retry string
+	}{
+		{"MuxRoute", muxSrv.URL, "/v1/payments", "/v1/%70ayments"},
+		{"MuxRouteEscapedFirst", muxSrv.URL, "/v1/%70ayment%73", "/v1/payments"},
+		{"MuxWildcard", muxSrv.URL, "/v1/objects/pay_1", "/v1/objects/pay%5F1"},
+		{"MuxWildcardEscapedSlash", muxSrv.URL, "/v1/objects/a%2Fb", "/v1/objects/a%2fb"},
+		{"NoMux", bareSrv.URL, "/v1/payments", "/v1/%70ayments"},
+		{"NoMuxHexCase", bareSrv.URL, "/v1/caf%C3%A9", "/v1/caf%c3%a9"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "spell-" + tt.name
+			code, first, _ := post(t, tt.url+tt.first, key)
+			if code != http.StatusCreated {
+				t.Fatalf("POST %s = %d %s, want 201", tt.first, code, first)
+			}
+			if code, again, p := post(t, tt.url+tt.retry, key); code != http.StatusCreated || again != first {
+				t.Errorf("retry as POST %s = %d %q %+v, want the replay of %q", tt.retry, code, again, p, first)
+			}
+		})
+	}
+	for _, tt := range []struct {
+		name, url, first, other, original string
+	}{
+		// Two routes: one segment "a/b", or two segments "a" and "b".
+		{"EscapedSlashIsAnotherRoute", muxSrv.URL, "/v1/objects/a%2Fb", "/v1/objects/a/b", "POST /v1/objects/a%2Fb"},
+		// One route, whose wildcard's value is "a/b" both ways: the
+		// handler may still read the path, which differs.
+		{"EscapedSlashInRestWildcard", muxSrv.URL, "/v1/files/a%2Fb", "/v1/files/a/b", "POST /v1/files/a%2Fb"},
+		{"EscapedSlashWithoutMux", bareSrv.URL, "/v1/a%2Fb", "/v1/a/b", "POST /v1/a%2Fb"},
+		{"DotSegmentWithoutMux", bareSrv.URL, "/v1/x/../payments", "/v1/payments", "POST /v1/x/../payments"},
+		{"DoubleSlashWithoutMux", bareSrv.URL, "/v1//payments", "/v1/payments", "POST /v1//payments"},
+		{"RecordedPathIsCanonical", muxSrv.URL, "/v1/%70ayments", "/v1/objects/x", "POST /v1/payments"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "other-" + tt.name
+			if code, body, _ := post(t, tt.url+tt.first, key); code != http.StatusCreated {
+				t.Fatalf("POST %s = %d %s, want 201", tt.first, code, body)
+			}
+			if code, body, p := post(t, tt.url+tt.other, key); code != http.StatusUnprocessableEntity || p.OriginalRequest != tt.original {
+				t.Errorf("POST %s with the key of POST %s = %d %s, want 422 naming %q", tt.other, tt.first, code, body, tt.original)
+			}
+		})
+	}
+}
+
 func TestMismatchNamesFieldsWithoutValues(t *testing.T) {
 	t.Parallel()
 	e := setup(t, nil)

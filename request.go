@@ -44,8 +44,9 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 	if len(contentType) == 1 {
 		mediaType = contentType[0]
 	}
+	path := requestPath(r)
 	fp, fields, err := encodedFingerprintOf(FingerprintParams{
-		Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
+		Method: r.Method, Path: path, RawQuery: r.URL.RawQuery,
 		ContentType: mediaType, Body: body,
 		Exclude: m.cfg.ExcludeFields, Raw: !required,
 	})
@@ -60,8 +61,8 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 	}
 	return &call{
 		w: w, r: r,
-		scope: Scope{ClientID: clientID, Key: key},
-		body:  body, fp: fp, fields: fields,
+		scope: Scope{ClientID: clientID, Key: key}, path: path,
+		body: body, fp: fp, fields: fields,
 		base: m.cfg.Logger,
 	}, nil
 }

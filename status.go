@@ -7,11 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/idemkit/idem/internal/keyspec"
 )
 
 // Key states reported by [StatusHandler].
@@ -66,8 +65,10 @@ const keyNotFoundDetail = "You have no idempotency key with this value: it was n
 
 // NewStatusHandler returns a handler that tells a client what became of one
 // of its keys, for GET /v1/idempotency-keys/{key}. It reads the key with
-// the pattern's "key" wildcard, or else the last segment of the path
-// (escape "/" in a key as %2F). It answers:
+// the pattern's "key" wildcard, or else the last segment of the path, as
+// the key itself (escape "/" in a key as %2F) or as the sf-string that the
+// Idempotency-Key field carries (%22order-1%22 names the key order-1). It
+// answers:
 //
 //   - 200 with a [KeyStatus] for a key of the calling client;
 //   - 404 ([ProblemKeyNotFound]) for a key that is unknown, past retention,
@@ -114,17 +115,14 @@ type statusHandler struct {
 }
 
 func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	key := r.PathValue("key")
-	if key == "" {
-		key = r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
-	}
 	client, ok := h.cfg.ClientID(r)
 	if !ok || client == "" {
 		h.problem(w, ProblemUnauthenticated, "The request carries no client identity.", 0)
 		return
 	}
-	if err := keyspec.Check(key); err != nil {
-		h.problem(w, ProblemKeyMalformed, "The key in the path is not a valid Idempotency-Key: "+err.Error()+".", 0)
+	key, err := statusKey(r)
+	if err != nil {
+		h.problem(w, ProblemKeyMalformed, "The key in the path is not a valid Idempotency-Key: "+reasonOf(err, "the key could not be parsed")+".", 0)
 		return
 	}
 	noteScope(r.Context(), Scope{ClientID: client, Key: key})
@@ -163,6 +161,22 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)+1))
 	w.WriteHeader(http.StatusOK)
 	w.Write(append(body, '\n'))
+}
+
+// statusKey returns the key that the request's path names (see
+// keyFromPath): the pattern's "key" wildcard, or else the last segment of
+// the path, split where the client wrote "/", so that a key with "/" sent
+// as %2F is one segment under a prefix pattern too.
+func statusKey(r *http.Request) (string, error) {
+	segment := r.PathValue("key")
+	if segment == "" {
+		escaped := r.URL.EscapedPath()
+		var err error
+		if segment, err = url.PathUnescape(escaped[strings.LastIndexByte(escaped, '/')+1:]); err != nil {
+			return "", &invalidKeyError{Err: errKeyMalformed, Reason: "the last segment of the path has a malformed percent-escape"}
+		}
+	}
+	return keyFromPath(segment)
 }
 
 func (h *statusHandler) problem(w http.ResponseWriter, code ProblemCode, detail string, retryAfter int) {

@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/keyspec"
 )
 
 // statusStores are the stores the key-status tests run on.
@@ -88,7 +89,7 @@ func (s *statusServer) post(t *testing.T, client, key, body string) *http.Respon
 	req, _ := http.NewRequest(http.MethodPost, s.url+"/v1/payments", strings.NewReader(body))
 	req.Header.Set("X-Client", client)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(idem.HeaderKey, `"`+key+`"`)
+	req.Header.Set(idem.HeaderKey, keyspec.Quote(key))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("POST: %v", err)
@@ -195,6 +196,80 @@ func TestKeyStatus(t *testing.T) {
 					}
 				}
 			})
+		})
+	}
+}
+
+// TestKeyStatusPathSpellings: the key in the path is read from the escaped
+// path, so that a "/" sent as %2F stays in the key under a prefix pattern
+// and without a mux, as it does under a {key} wildcard; and the quoted
+// spelling that the Idempotency-Key field carries names the same key.
+func TestKeyStatusPathSpellings(t *testing.T) {
+	t.Parallel()
+	for name, store := range statusStores(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := newStatusServer(t, store)
+			keys := []string{"order-1", "tenant/order-2", "k", `with "quotes" \ and space`}
+			for _, key := range append(keys, `"lead`) {
+				if resp := s.post(t, "alice", key, `{"amount":1}`); resp.StatusCode != http.StatusCreated {
+					t.Fatalf("POST with key %q = %d, want 201", key, resp.StatusCode)
+				}
+			}
+			status, err := idem.NewStatusHandler(store, &idem.StatusConfig{ClientID: func(*http.Request) (string, bool) { return "alice", true }, Logger: quiet, Now: s.clock.Now})
+			if err != nil {
+				t.Fatalf("NewStatusHandler: %v", err)
+			}
+			prefix := http.NewServeMux()
+			prefix.Handle("GET /v1/idempotency-keys/", status)
+			servers := map[string]string{"Wildcard": s.url}
+			for name, h := range map[string]http.Handler{"PrefixPattern": prefix, "NoMux": status} {
+				srv := httptest.NewServer(h)
+				t.Cleanup(srv.Close)
+				servers[name] = srv.URL
+			}
+			get := func(t *testing.T, url string) (int, idem.KeyStatus) {
+				t.Helper()
+				req, _ := http.NewRequest(http.MethodGet, url, nil)
+				req.Header.Set("X-Client", "alice")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatalf("GET %s: %v", url, err)
+				}
+				defer resp.Body.Close()
+				var st idem.KeyStatus
+				json.NewDecoder(resp.Body).Decode(&st)
+				return resp.StatusCode, st
+			}
+			for server, base := range servers {
+				for _, key := range keys {
+					quoted := keyspec.Quote(key)
+					for spelling, segment := range map[string]string{
+						"Bare":         url.PathEscape(key),
+						"Quoted":       url.PathEscape(quoted),
+						"QuotedParams": url.PathEscape(quoted + ";v=1"),
+					} {
+						code, st := get(t, base+"/v1/idempotency-keys/"+segment)
+						if code != http.StatusOK || st.Key != key || st.State != idem.KeyStateCompleted {
+							t.Errorf("%s: GET /v1/idempotency-keys/%s (key %q, %s) = %d %+v, want 200 completed for the key", server, segment, key, spelling, code, st)
+						}
+					}
+				}
+				// The key "b" is not the key "tenant/b"'s last segment.
+				if code, _ := get(t, base+"/v1/idempotency-keys/order-2"); code != http.StatusNotFound {
+					t.Errorf("%s: GET the key order-2 = %d, want 404: only tenant/order-2 was used", server, code)
+				}
+				// A key that starts with '"' is named by its sf-string, as in
+				// the Idempotency-Key field.
+				if code, st := get(t, base+"/v1/idempotency-keys/"+url.PathEscape(keyspec.Quote(`"lead`))); code != http.StatusOK || st.Key != `"lead` {
+					t.Errorf("%s: GET the sf-string of the key %q = %d %+v, want 200 for the key", server, `"lead`, code, st)
+				}
+				for _, bad := range []string{"%22lead", "%22unterminated", "%22%22", "%22k%22x"} {
+					if code, _ := get(t, base+"/v1/idempotency-keys/"+bad); code != http.StatusBadRequest {
+						t.Errorf("%s: GET /v1/idempotency-keys/%s = %d, want 400: a malformed sf-string", server, bad, code)
+					}
+				}
+			}
 		})
 	}
 }

@@ -68,7 +68,10 @@ type Response struct {
 type Record struct {
 	Scope  Scope
 	Method string
-	Path   string
+	// Path is the first request's, as the middleware fingerprints it: the
+	// escaped path with each segment's escapes spelled one way
+	// ("/v1/payments" for POST /v1/%70ayments).
+	Path string
 
 	// RequestHash is the [Fingerprint] Hash of the first request.
 	RequestHash []byte

@@ -26,7 +26,7 @@ func (m *Middleware) claimOnce(c *call) (ClaimResult, error) {
 	started := time.Now()
 	claimCtx := newDeadlineCtx(ctx, started.Add(m.cfg.StoreTimeout))
 	res, err := m.store.Claim(claimCtx, ClaimParams{
-		Scope: c.scope, Method: c.r.Method, Path: c.r.URL.EscapedPath(),
+		Scope: c.scope, Method: c.r.Method, Path: c.path,
 		RequestHash: c.fp.sum[:], RequestFields: c.fields,
 		Mode: m.cfg.Mode, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
 		Speculative: m.speculative(c),
