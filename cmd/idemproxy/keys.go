@@ -36,28 +36,36 @@ Flags:
 `
 
 // held rows select keys completed with the proxy's outcome-unknown problem
-// (hold routes) and keys left unknown on probe routes: started, at the
-// recovery point proxy.RecoveryOutcomeUnknown, with no holder (locked_at
-// NULL). A retry that claims such a key sets locked_at, so release never
-// deletes a key that a retry is probing or forwarding.
+// (hold routes), keys left unknown on probe routes (started, at the
+// recovery point proxy.RecoveryOutcomeUnknown), and hold routes' keys left
+// at proxy.RecoveryForwarded by a forward whose answer could not be stored
+// (their next retry is held): started, with no holder (locked_at NULL). A
+// retry that claims such a key sets locked_at, so release never deletes a
+// key that a retry is probing or forwarding.
 const (
 	heldMarker      = `"code":"` + string(proxy.ProblemOutcomeUnknown) + `"`
-	sqliteHeld      = `SELECT client_id, idempotency_key, request_method, request_path, created_at, status FROM idempotency_keys WHERE (status = 'completed' AND response_status IN (502, 504) AND instr(response_body, CAST(?1 AS BLOB)) > 0) OR (status = 'started' AND recovery_point = ?2 AND locked_at IS NULL) ORDER BY created_at`
-	sqliteRelease   = `DELETE FROM idempotency_keys WHERE client_id = ?1 AND idempotency_key = ?2 AND ((status = 'completed' AND response_status IN (502, 504) AND instr(response_body, CAST(?3 AS BLOB)) > 0) OR (status = 'started' AND recovery_point = ?4 AND locked_at IS NULL))`
-	postgresHeld    = `SELECT client_id, idempotency_key, request_method, request_path, created_at, status FROM idempotency_keys WHERE (status = 'completed' AND response_status IN (502, 504) AND position(convert_to($1, 'UTF8') in response_body) > 0) OR (status = 'started' AND recovery_point = $2 AND locked_at IS NULL) ORDER BY created_at`
-	postgresRelease = `DELETE FROM idempotency_keys WHERE client_id = $1 AND idempotency_key = $2 AND ((status = 'completed' AND response_status IN (502, 504) AND position(convert_to($3, 'UTF8') in response_body) > 0) OR (status = 'started' AND recovery_point = $4 AND locked_at IS NULL))`
+	holdMarker      = `"policy":"` + string(proxy.PolicyHold) + `"`
+	sqliteHeldWhere = `((status = 'completed' AND response_status IN (502, 504) AND instr(response_body, CAST(?1 AS BLOB)) > 0)
+   OR (status = 'started' AND locked_at IS NULL AND (recovery_point = ?2 OR (recovery_point = ?3 AND instr(recovery_state, CAST(?4 AS BLOB)) > 0))))`
+	sqliteHeld        = `SELECT client_id, idempotency_key, request_method, request_path, created_at, status, coalesce(recovery_point, '') FROM idempotency_keys WHERE ` + sqliteHeldWhere + ` ORDER BY created_at`
+	sqliteRelease     = `DELETE FROM idempotency_keys WHERE client_id = ?5 AND idempotency_key = ?6 AND ` + sqliteHeldWhere
+	postgresHeldWhere = `((status = 'completed' AND response_status IN (502, 504) AND position(convert_to($1, 'UTF8') in response_body) > 0)
+   OR (status = 'started' AND locked_at IS NULL AND (recovery_point = $2 OR (recovery_point = $3 AND position(convert_to($4, 'UTF8') in recovery_state) > 0))))`
+	postgresHeld    = `SELECT client_id, idempotency_key, request_method, request_path, created_at, status, coalesce(recovery_point, '') FROM idempotency_keys WHERE ` + postgresHeldWhere + ` ORDER BY created_at`
+	postgresRelease = `DELETE FROM idempotency_keys WHERE client_id = $5 AND idempotency_key = $6 AND ` + postgresHeldWhere
 )
 
 // heldKey is a key held after an unknown outcome.
 type heldKey struct {
 	clientID, key, method, path string
 	created                     time.Time
-	status                      string // completed (hold) or started (probe)
+	status                      string // completed (hold) or started
+	point                       string // the recovery point of a started key
 }
 
 // policy names the policy that holds the key.
 func (k heldKey) policy() string {
-	if k.status == "started" {
+	if k.status == "started" && k.point == proxy.RecoveryOutcomeUnknown {
 		return string(proxy.PolicyProbe)
 	}
 	return string(proxy.PolicyHold)
@@ -141,14 +149,14 @@ func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
 		db := d.SQLite.DB()
 		return &keySQL{
 			held: func(ctx context.Context) ([]heldKey, error) {
-				rows, err := db.QueryContext(ctx, sqliteHeld, heldMarker, proxy.RecoveryOutcomeUnknown)
+				rows, err := db.QueryContext(ctx, sqliteHeld, heldMarker, proxy.RecoveryOutcomeUnknown, proxy.RecoveryForwarded, holdMarker)
 				if err != nil {
 					return nil, fmt.Errorf("list held keys: %w", err)
 				}
 				return scanHeld(rows, func(micros int64) time.Time { return time.UnixMicro(micros) })
 			},
 			release: func(ctx context.Context, clientID, key string) (int64, error) {
-				res, err := db.ExecContext(ctx, sqliteRelease, clientID, key, heldMarker, proxy.RecoveryOutcomeUnknown)
+				res, err := db.ExecContext(ctx, sqliteRelease, heldMarker, proxy.RecoveryOutcomeUnknown, proxy.RecoveryForwarded, holdMarker, clientID, key)
 				if err != nil {
 					return 0, fmt.Errorf("release: %w", err)
 				}
@@ -160,7 +168,7 @@ func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
 	pool := d.Pool
 	return &keySQL{
 		held: func(ctx context.Context) ([]heldKey, error) {
-			rows, err := pool.Query(ctx, postgresHeld, heldMarker, proxy.RecoveryOutcomeUnknown)
+			rows, err := pool.Query(ctx, postgresHeld, heldMarker, proxy.RecoveryOutcomeUnknown, proxy.RecoveryForwarded, holdMarker)
 			if err != nil {
 				return nil, fmt.Errorf("list held keys: %w", err)
 			}
@@ -168,7 +176,7 @@ func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
 			var out []heldKey
 			for rows.Next() {
 				var k heldKey
-				if err := rows.Scan(&k.clientID, &k.key, &k.method, &k.path, &k.created, &k.status); err != nil {
+				if err := rows.Scan(&k.clientID, &k.key, &k.method, &k.path, &k.created, &k.status, &k.point); err != nil {
 					return nil, fmt.Errorf("list held keys: %w", err)
 				}
 				out = append(out, k)
@@ -176,7 +184,7 @@ func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
 			return out, rows.Err()
 		},
 		release: func(ctx context.Context, clientID, key string) (int64, error) {
-			tag, err := pool.Exec(ctx, postgresRelease, clientID, key, heldMarker, proxy.RecoveryOutcomeUnknown)
+			tag, err := pool.Exec(ctx, postgresRelease, heldMarker, proxy.RecoveryOutcomeUnknown, proxy.RecoveryForwarded, holdMarker, clientID, key)
 			if err != nil {
 				return 0, fmt.Errorf("release: %w", err)
 			}
@@ -192,7 +200,7 @@ func scanHeld(rows *sql.Rows, toTime func(int64) time.Time) ([]heldKey, error) {
 	for rows.Next() {
 		var k heldKey
 		var created int64
-		if err := rows.Scan(&k.clientID, &k.key, &k.method, &k.path, &created, &k.status); err != nil {
+		if err := rows.Scan(&k.clientID, &k.key, &k.method, &k.path, &created, &k.status, &k.point); err != nil {
 			return nil, fmt.Errorf("list held keys: %w", err)
 		}
 		k.created = toTime(created)

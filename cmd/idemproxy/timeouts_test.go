@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,9 +14,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/cmdrun"
+	"github.com/idemkit/idem/internal/database"
+	"github.com/idemkit/idem/internal/proxy"
 )
 
 // TestStalledBodyGets408: a client that sends its headers and stops in the
@@ -77,5 +81,55 @@ func TestReleaseExitCodes(t *testing.T) {
 	_, err = command("release", "-db", db, "-key", "k")
 	if err == nil || cmdrun.ExitCode(err) != 2 {
 		t.Errorf("release without -client-id: %v, exit code %d, want 2", err, cmdrun.ExitCode(err))
+	}
+}
+
+// TestHeldListsUnstoredHoldForwards: a hold route's key whose forward's
+// answer could not be stored is left at the recovery point forwarded with
+// no holder; its next retry is held, so "held" lists it and "release"
+// frees it. A retry route's key there is not held, and is not listed.
+func TestHeldListsUnstoredHoldForwards(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			_, db := refundProxy(t, kind, "http://127.0.0.1:1", "POST /v1/refunds hold") // migrates the store
+			d, err := database.Open(context.Background(), db, &database.Config{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			for key, policy := range map[string]proxy.Policy{"held-1": proxy.PolicyHold, "retried-1": proxy.PolicyRetry} {
+				ctx := context.Background()
+				res, err := d.Store().Claim(ctx, idem.ClaimParams{Scope: idem.Scope{ClientID: "header:acme", Key: key}, Method: "POST", Path: "/v1/refunds",
+					RequestHash: []byte("h"), Mode: idem.ModeTwoPhase, Now: time.Now(), LockTimeout: time.Minute, Retention: time.Hour})
+				if err != nil || res.Lease == nil {
+					t.Fatalf("claim %s: %v %+v", key, err, res)
+				}
+				l := res.Lease.(idem.RecoveryLease)
+				if err := l.Checkpoint(ctx, idem.Recovery{Point: proxy.RecoveryForwarded, State: idem.State{"key": key, "policy": string(policy)}}); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			held, err := command("held", "-db", db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(held, "held-1") || !strings.Contains(held, "hold") || strings.Contains(held, "retried-1") || !strings.Contains(held, "1 held key") {
+				t.Fatalf("held printed:\n%s", held)
+			}
+			if _, err := command("release", "-db", db, "-client-id", "header:acme", "-key", "retried-1"); err == nil {
+				t.Error("release freed a retry route's key")
+			}
+			if _, err := command("release", "-db", db, "-client-id", "header:acme", "-key", "held-1"); err != nil {
+				t.Fatal(err)
+			}
+			if held, _ := command("held", "-db", db); !strings.Contains(held, "0 held keys") {
+				t.Fatalf("held after the release printed:\n%s", held)
+			}
+		})
 	}
 }
