@@ -54,24 +54,54 @@ func (c *scopeContext) Value(key any) any {
 // digest: it does not reveal the client's key. It returns "" when the context
 // carries no key.
 //
-// A client's key reused after its retention is a new request, but it
-// derives the same key, which the other system may still remember: it
-// would answer with the first request's result, or refuse the new
-// parameters. Where reuse cannot be ruled out, put the id of what the
-// request creates into the purpose ("charge:" + the payment's id), made
-// before the call and committed with a recovery point, so that a rerun
-// repeats the call with the same key and a reuse makes a new one, as
-// paymentsd does.
+// In a phase of [Phases] that runs from a recovery point after the first,
+// it is also unique per claim of the client's key: derived from the
+// client, the key, the creation of the key's row and the purpose. The row
+// and its creation stay from the first recovery point until retention,
+// through every release, takeover and [Completer] run, so each of them
+// derives the first holder's key; a client's key reused after its
+// retention, or after a purge, makes a new row, a new operation, and
+// derives a new key, which the other system has not seen. The first
+// phase's recovery point saves the row's creation ([LeaseInfo.CreatedAt])
+// with the state, under the name "idem.claim_created".
+//
+// Everywhere else it is derived from the client, the key and the purpose
+// alone: in [ModeAtomic], in a two-phase handler that runs no phases, and in
+// the first phase. There a claim's row does not outlive a failure (a
+// rollback, or a release that deletes a key which passed no recovery
+// point), and the client's retry makes a new one: it must derive the key
+// of the attempt it repeats, which may have reached the other system. The
+// cost is that a key reused after its retention derives the first
+// request's key again, which the other system may still remember (it would
+// answer with the first request's result, or refuse the new parameters):
+// make the call in a later phase, or put the id of what the request
+// creates into the purpose ("charge:" + the payment's id), made and saved
+// by the first phase, as paymentsd does.
+//
+// Upgrades: operations whose first recovery point an earlier version saved
+// carry no "idem.claim_created", and their later phases derive as they did
+// then (client, key and purpose), so a resumed operation repeats its calls
+// with the keys it used. Do not go back to such a version while operations
+// that this one started are unfinished: it would derive their keys anew.
 func DeriveKey(ctx context.Context, purpose string) string {
 	s, ok := ScopeFromContext(ctx)
 	if !ok {
 		return ""
 	}
+	parts := []string{"idem-derive-v1", s.ClientID, s.Key, purpose}
+	if created, ok := ctx.Value(claimCreatedKey{}).(string); ok {
+		parts = []string{"idem-derive-v2", s.ClientID, s.Key, created, purpose}
+	}
 	h := sha256.New()
-	for _, part := range []string{"idem-derive-v1", s.ClientID, s.Key, purpose} {
+	for _, part := range parts {
 		writePart(h, []byte(part))
 	}
 	var sum [32]byte
 	h.Sum(sum[:0])
 	return "idk_" + base64.RawURLEncoding.EncodeToString(sum[:24])
 }
+
+// claimCreatedKey carries, in the context of a phase that runs after the
+// operation's first recovery point, the creation of the key's row as the
+// first recovery point saved it: see [DeriveKey].
+type claimCreatedKey struct{}

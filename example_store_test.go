@@ -77,7 +77,8 @@ func ExampleLease_takeover() {
 	fmt.Println("lease expired:", idem.LeaseExpired(start, p.Now, p.LockTimeout))
 	fmt.Println("key past retention:", idem.Expired(start, p.Now, p.Retention))
 	retry, _ := store.Claim(ctx, p)
-	fmt.Printf("retry: %+v\n", retry.Lease.Info())
+	info := retry.Lease.Info()
+	fmt.Printf("retry: token %d, taken over %t, row created %s\n", info.Token, info.TakenOver, info.CreatedAt.Format(time.TimeOnly))
 
 	err := slow.Lease.Complete(ctx, &idem.Response{StatusCode: http.StatusCreated})
 	fmt.Println("slow holder:", errors.Is(err, idem.ErrLeaseLost))
@@ -86,7 +87,7 @@ func ExampleLease_takeover() {
 	// Output:
 	// lease expired: true
 	// key past retention: false
-	// retry: {Token:2 TakenOver:true}
+	// retry: token 2, taken over true, row created 03:04:05
 	// slow holder: true
 	// mode: two-phase
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // Phase is one atomic phase of an operation, run from a recovery point. Its
@@ -97,6 +98,8 @@ func (ph Phases) run(ctx context.Context, host *phaseHost, w http.ResponseWriter
 		return fmt.Errorf("idem: run phases: read the recovery point: %w", err)
 	}
 	point, state := at.Point, at.State.Clone()
+	created := claimCreated(lease, point, state)
+	delete(state, stateClaimCreated) // the library's, not the phases'
 	// Each phase runs at most once per run: more steps than phases is a
 	// cycle.
 	for range len(ph) {
@@ -107,8 +110,12 @@ func (ph Phases) run(ctx context.Context, host *phaseHost, w http.ResponseWriter
 		if state == nil {
 			state = State{}
 		}
+		pctx := ctx
+		if point != RecoveryStarted && created != "" {
+			pctx = context.WithValue(ctx, claimCreatedKey{}, created)
+		}
 		buf := &recorder{header: make(http.Header)}
-		next, err := phase(ctx, buf, state)
+		next, err := phase(pctx, buf, state)
 		switch {
 		case err != nil:
 			return &PhaseError{Point: point, Err: err}
@@ -118,12 +125,42 @@ func (ph Phases) run(ctx context.Context, host *phaseHost, w http.ResponseWriter
 		case next == "" || next == point || next == RecoveryStarted:
 			return &PhaseError{Point: point, Err: fmt.Errorf("the phase returned recovery point %q, which is no step forward", next)}
 		}
-		if err := lease.Checkpoint(ctx, Recovery{Point: next, State: state.Clone()}); err != nil {
+		saved := state.Clone()
+		delete(saved, stateClaimCreated)
+		if created != "" {
+			if saved == nil {
+				saved = State{}
+			}
+			saved[stateClaimCreated] = created
+		}
+		if err := lease.Checkpoint(ctx, Recovery{Point: next, State: saved}); err != nil {
 			return fmt.Errorf("idem: run phases: checkpoint %q: %w", next, err)
 		}
 		point = next
 	}
 	return fmt.Errorf("idem: run phases: the phases from %q never reached %q", at.Point, RecoveryFinished)
+}
+
+// stateClaimCreated names the entry of an operation's state that holds
+// the creation of its key's row, saved with the first recovery point, from
+// which the later phases derive their keys (see [DeriveKey]).
+const stateClaimCreated = "idem.claim_created"
+
+// claimCreated returns what the later phases of an operation at recovery
+// point point, with state, derive their keys from: the creation of the
+// lease's row for an operation that has not passed its first recovery
+// point, which that point saves; what it saved for one that has; "" for an
+// operation whose first recovery point an earlier version saved, or whose
+// store does not report the creation, whose phases derive as before.
+func claimCreated(lease RecoveryLease, point string, state State) string {
+	if point != RecoveryStarted {
+		return state[stateClaimCreated]
+	}
+	created := lease.Info().CreatedAt
+	if created.IsZero() {
+		return ""
+	}
+	return created.UTC().Format(time.RFC3339Nano)
 }
 
 type phaseHostKey struct{}

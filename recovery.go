@@ -23,6 +23,9 @@ const (
 // operation need: a phase sets them, and they are saved on the key row
 // with the recovery point that follows it, in the phase's transaction.
 // Keep it to ids and short strings; request bodies belong in business rows.
+// Names that start with "idem." are the library's: [Phases] keeps the
+// creation of the key's row under "idem.claim_created" (see [DeriveKey]),
+// which phases never see.
 type State map[string]string
 
 // Recovery is how far a phased operation under a key has come: its last

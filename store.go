@@ -255,6 +255,14 @@ type LeaseInfo struct {
 	// TakenOver is true when the claim took the key over from a holder
 	// whose lease had expired.
 	TakenOver bool
+	// CreatedAt is the created_at of the key's row as the store keeps it
+	// (the Record's CreatedAt): the claim's Now for a row it made, the
+	// row's for a takeover. A takeover keeps it; a row made anew, after
+	// the key was released before any recovery point, purged, deleted or
+	// replaced past retention, has a new one. [Phases] derive the keys of
+	// their later phases from it (see [DeriveKey]). Zero when the store
+	// does not report it.
+	CreatedAt time.Time
 }
 
 // Store errors.

@@ -45,7 +45,8 @@
 // webhook-id (the event id), webhook-timestamp (Unix seconds of the attempt)
 // and webhook-signature ("v1," followed by the base64 HMAC-SHA256 of
 // id + "." + timestamp + "." + body, keyed by the secret). Secrets are
-// written "whsec_" followed by the base64 of the key bytes ([NewSecret]).
+// written "whsec_" followed by the base64 of 24 to 64 key bytes
+// ([NewSecret], [ParseSecret]).
 // Receivers check a request with [Verify] or [VerifyRequest], which compare
 // signatures in constant time and reject timestamps outside a tolerance.
 package idemoutbox

@@ -94,9 +94,11 @@ const eventPurposePrefix = "idemoutbox-event:"
 
 // EventID returns the id of the event with the given purpose for the
 // request whose context this is: "evt_" and a one-way digest of the client,
-// the idempotency key and the purpose. It is the same on every rerun and in
-// every process, and different from idem.DeriveKey(ctx, purpose). It
-// returns "" when the context carries no key.
+// the idempotency key and the purpose, and, in a phase after an
+// operation's first recovery point, the creation of the key's row, as
+// idem.DeriveKey derives. It is the same on every rerun and in every
+// process, and different from idem.DeriveKey(ctx, purpose). It returns ""
+// when the context carries no key.
 func EventID(ctx context.Context, purpose string) string {
 	k := idem.DeriveKey(ctx, eventPurposePrefix+purpose)
 	if k == "" {

@@ -27,13 +27,20 @@ const secretPrefix = "whsec_"
 // secretSize is the number of random bytes of a secret from NewSecret.
 const secretSize = 32
 
+// The sizes of a secret's key bytes that [ParseSecret] accepts, as
+// Standard Webhooks asks: a shorter key is too easy to guess.
+const (
+	SecretMinSize = 24
+	SecretMaxSize = 64
+)
+
 // ToleranceDefault is the default of [VerifyOpts.Tolerance].
 const ToleranceDefault = 5 * time.Minute
 
 // Errors of [ParseSecret], [Verify] and [VerifyRequest]. Verification
 // errors wrap ErrVerification, so a receiver answers all of them alike.
 var (
-	ErrInvalidSecret  = errors.New("idemoutbox: a secret is written whsec_ followed by base64")
+	ErrInvalidSecret  = errors.New("idemoutbox: a secret is written whsec_ followed by the base64 of 24 to 64 bytes")
 	ErrVerification   = errors.New("idemoutbox: webhook verification failed")
 	ErrMissingHeader  = fmt.Errorf("%w: missing webhook-id, webhook-timestamp or webhook-signature", ErrVerification)
 	ErrBadTimestamp   = fmt.Errorf("%w: webhook-timestamp is not a Unix time in seconds", ErrVerification)
@@ -49,12 +56,24 @@ func NewSecret() string {
 	return secretPrefix + base64.StdEncoding.EncodeToString(b)
 }
 
-// ParseSecret returns the key bytes of a secret written "whsec_" + base64.
-// The prefix is optional, as in the Standard Webhooks libraries.
+// ParseSecret returns the key bytes of a secret written "whsec_" followed
+// by the standard base64 of SecretMinSize to SecretMaxSize (24 to 64)
+// bytes, as Standard Webhooks asks. Any other secret is refused with an
+// error wrapping [ErrInvalidSecret] that says why, never repeating the
+// secret: one without the prefix (a bare base64 string is more likely a
+// value pasted from elsewhere than a secret), one that is not base64, and
+// one of fewer or more bytes. [NewSecret] makes a valid one.
 func ParseSecret(s string) ([]byte, error) {
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, secretPrefix))
-	if err != nil || len(key) == 0 {
-		return nil, ErrInvalidSecret
+	encoded, ok := strings.CutPrefix(s, secretPrefix)
+	if !ok {
+		return nil, fmt.Errorf("%w: it does not start with whsec_", ErrInvalidSecret)
+	}
+	key, err := base64.StdEncoding.DecodeString(encoded)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: what follows whsec_ is not standard base64", ErrInvalidSecret)
+	case len(key) < SecretMinSize || len(key) > SecretMaxSize:
+		return nil, fmt.Errorf("%w: it decodes to %d bytes", ErrInvalidSecret, len(key))
 	}
 	return key, nil
 }

@@ -1,6 +1,7 @@
 package idemoutbox_test
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -59,6 +60,50 @@ func TestParseSecret(t *testing.T) {
 	}
 }
 
+// TestParseSecretRefusesWeakOrUnprefixedSecrets holds the Standard
+// Webhooks rule: "whsec_" and the base64 of 24 to 64 bytes. Before, a
+// 1-byte secret and one without the prefix were accepted.
+func TestParseSecretRefusesWeakOrUnprefixedSecrets(t *testing.T) {
+	t.Parallel()
+	secret := func(n int) string {
+		return "whsec_" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0xa5}, n))
+	}
+	tests := []struct {
+		name   string
+		secret string
+		want   string // in the error; "" accepts
+	}{
+		{"RefusesOneByte", "whsec_AA==", "decodes to 1 bytes"},
+		{"RefusesEmptyKey", "whsec_", "decodes to 0 bytes"},
+		{"Refuses23Bytes", secret(23), "decodes to 23 bytes"},
+		{"Accepts24Bytes", secret(24), ""},
+		{"Accepts64Bytes", secret(64), ""},
+		{"Refuses65Bytes", secret(65), "decodes to 65 bytes"},
+		{"RefusesMissingPrefix", secret(32)[len("whsec_"):], "does not start with whsec_"},
+		{"RefusesOtherPrefix", "WHSEC_" + secret(32)[len("whsec_"):], "does not start with whsec_"},
+		{"RefusesURLEncoding", "whsec_" + base64.URLEncoding.EncodeToString(bytes.Repeat([]byte{0xff}, 32)), "not standard base64"},
+		{"AcceptsTheDocumentedVector", vectorSecret, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			key, err := idemoutbox.ParseSecret(tt.secret)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("ParseSecret = %v, want the key", err)
+				}
+				return
+			}
+			if !errors.Is(err, idemoutbox.ErrInvalidSecret) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("ParseSecret = %d bytes, %v; want ErrInvalidSecret saying %q", len(key), err, tt.want)
+			}
+			if enc := strings.TrimPrefix(tt.secret, "whsec_"); len(enc) > 4 && strings.Contains(err.Error(), enc) {
+				t.Errorf("the error %q repeats the secret", err)
+			}
+		})
+	}
+}
+
 func TestVerify(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(vectorTimestamp, 0)
@@ -84,7 +129,7 @@ func TestVerify(t *testing.T) {
 		want   error
 	}{
 		{"AcceptsValid", vectorSecret, header(nil), vectorBody, at(0), nil},
-		{"AcceptsSecretWithoutPrefix", vectorSecret[len("whsec_"):], header(nil), vectorBody, at(0), nil},
+		{"RejectsSecretWithoutPrefix", vectorSecret[len("whsec_"):], header(nil), vectorBody, at(0), idemoutbox.ErrInvalidSecret},
 		{"AcceptsOneMatchAmongSeveral", vectorSecret, header(func(h http.Header) {
 			h.Set(idemoutbox.HeaderSignature, "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc= v2,x "+vectorSignature)
 		}), vectorBody, at(0), nil},

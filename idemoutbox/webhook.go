@@ -26,8 +26,8 @@ type WebhookConfig struct {
 	// URL receives events whose Destination is "". Defaults to "": such
 	// events then fail and are retried until they are dead.
 	URL string
-	// Secret signs every request, written "whsec_" + base64 (see
-	// [NewSecret]). Required.
+	// Secret signs every request, written "whsec_" followed by the base64
+	// of 24 to 64 bytes (see [NewSecret] and [ParseSecret]). Required.
 	Secret string
 	// Timeout bounds one attempt, from sending the request to reading the
 	// response's status. Defaults to WebhookTimeoutDefault (10 s).

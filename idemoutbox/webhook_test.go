@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,10 +99,12 @@ func TestWebhookTimeout(t *testing.T) {
 func TestNewWebhookRejects(t *testing.T) {
 	t.Parallel()
 	for name, cfg := range map[string]*idemoutbox.WebhookConfig{
-		"Nil":             nil,
-		"NoSecret":        {URL: "http://x"},
-		"BadSecret":       {URL: "http://x", Secret: "whsec_???"},
-		"NegativeTimeout": {URL: "http://x", Secret: idemoutbox.NewSecret(), Timeout: -1},
+		"Nil":              nil,
+		"NoSecret":         {URL: "http://x"},
+		"BadSecret":        {URL: "http://x", Secret: "whsec_???"},
+		"ShortSecret":      {URL: "http://x", Secret: "whsec_AA=="},
+		"UnprefixedSecret": {URL: "http://x", Secret: strings.TrimPrefix(idemoutbox.NewSecret(), "whsec_")},
+		"NegativeTimeout":  {URL: "http://x", Secret: idemoutbox.NewSecret(), Timeout: -1},
 	} {
 		if _, err := idemoutbox.NewWebhook(cfg); err == nil {
 			t.Errorf("%s: NewWebhook succeeded", name)

@@ -281,6 +281,15 @@ type claimRow struct {
 	created  *time.Time // the claimed row's created_at; nil when no row changed
 }
 
+// createdOf returns the claimed row's created_at, zero when the claim
+// statement answered none.
+func createdOf(out claimRow) time.Time {
+	if out.created == nil {
+		return time.Time{}
+	}
+	return *out.created
+}
+
 // scanFrom has the claim statement's row, queued as qq, scanned into out.
 func (out *claimRow) scanFrom(qq *pgx.QueuedQuery) {
 	qq.QueryRow(func(row pgx.Row) error { return row.Scan(&out.acquired, &out.token, &out.ctid, &out.created) })
@@ -378,7 +387,7 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Reco
 		return readAgain(), nil // the row changed since seen
 	}
 
-	info := idem.LeaseInfo{Token: *out.token, TakenOver: takeover}
+	info := idem.LeaseInfo{Token: *out.token, TakenOver: takeover, CreatedAt: createdOf(out)}
 	if !atomicMode {
 		return answerLease(s.newLease(p, held{kind: byStartedRow, info: info, created: *out.created})), nil
 	}
@@ -459,6 +468,6 @@ func (s *Store) claimInCallerTx(ctx context.Context, tx pgx.Tx, p idem.ClaimPara
 	}
 	keep = true
 	return answerLease(s.newLease(p, held{
-		kind: byCallerTx, info: idem.LeaseInfo{Token: *out.token}, tx: sp, ctid: out.ctid,
+		kind: byCallerTx, info: idem.LeaseInfo{Token: *out.token, CreatedAt: createdOf(out)}, tx: sp, ctid: out.ctid,
 	})), nil
 }

@@ -129,6 +129,14 @@ func (s *Store) newLease(p idem.ClaimParams, h held) *lease {
 	if h.conn != nil || h.tx != nil {
 		l.tx.open(h.conn, h.tx)
 	}
+	// A claim that wrote no row yet (a session lock, a deferred claim)
+	// will write the claim's Now, which PostgreSQL keeps in microseconds.
+	if l.info.CreatedAt.IsZero() {
+		l.info.CreatedAt = h.created
+	}
+	if l.info.CreatedAt.IsZero() {
+		l.info.CreatedAt = p.Now.Truncate(time.Microsecond)
+	}
 	return l
 }
 

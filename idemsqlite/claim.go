@@ -196,6 +196,7 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams) (idem.ClaimResu
 	default:
 		return idem.ClaimResult{Record: rec}, nil
 	}
+	l.info.CreatedAt = time.UnixMicro(l.createdAt).UTC()
 	if p.Mode == idem.ModeAtomic {
 		keep = true
 		l.tx = &leaseTx{store: s, tx: tx}

@@ -188,7 +188,7 @@ func (l *memoryLease) Context(ctx context.Context) context.Context {
 }
 
 func (l *memoryLease) Info() idem.LeaseInfo {
-	return idem.LeaseInfo{Token: l.token, TakenOver: l.takenOver}
+	return idem.LeaseInfo{Token: l.token, TakenOver: l.takenOver, CreatedAt: l.created}
 }
 
 // held returns the record if this lease still owns it. The caller holds mu.

@@ -79,6 +79,7 @@ func RunStoreTests(t *testing.T, h Harness) {
 			t.Run("CancelledClaimLeavesNothing", s.cancelledClaim)
 			t.Run("CompletedLeaseHasEnded", s.completedLeaseHasEnded)
 			t.Run("ReleasedLeaseHasEnded", s.releasedLeaseHasEnded)
+			t.Run("LeaseCarriesTheRowsCreatedAt", s.leaseCarriesCreatedAt)
 			if mode == idem.ModeTwoPhase {
 				t.Run("TakesOverExpiredLease", s.takesOverExpiredLease)
 				t.Run("NoTakeoverWithDifferentRequest", s.noTakeoverWithDifferentRequest)

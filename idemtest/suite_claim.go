@@ -387,3 +387,60 @@ func (s suite) staleHolderOfExpiredKey(t *testing.T) {
 		t.Errorf("stored %q, want the new holder's response", rec.Response.Body)
 	}
 }
+
+// leaseCarriesCreatedAt: a lease's Info().CreatedAt is its row's
+// created_at as the store keeps it, which a takeover keeps and a row made
+// anew (past retention, or after a purge) renews. idem.Phases derive
+// their later phases' downstream keys from it: the same for every holder
+// of one row, new for a key reused after its retention.
+func (s suite) leaseCarriesCreatedAt(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	scope := newScope("alice")
+	// At a time below a microsecond, which some stores cannot keep.
+	wantAbout := func(what string, got, at time.Time) {
+		t.Helper()
+		if got.After(at) || at.Sub(got) >= time.Microsecond {
+			t.Fatalf("%s: CreatedAt = %v; want the claim's Now, %v, as the store keeps it", what, got, at)
+		}
+	}
+	stored := func(what string, at time.Time, want time.Time) {
+		t.Helper()
+		if rec := s.mustRecord(t, store, s.params(scope, "a", at)); !rec.CreatedAt.Equal(want) {
+			t.Fatalf("%s: the row's CreatedAt = %v; the lease's = %v", what, rec.CreatedAt, want)
+		}
+	}
+	t0 := epoch.Add(1234567 * time.Nanosecond)
+	first := s.mustLease(t, store, s.params(scope, "a", t0))
+	created := first.Info().CreatedAt
+	wantAbout("first claim", created, t0)
+	if s.mode == idem.ModeTwoPhase {
+		taken := s.mustLease(t, store, s.params(scope, "a", t0.Add(lockTimeout+time.Second)))
+		if got := taken.Info().CreatedAt; !got.Equal(created) {
+			t.Fatalf("takeover: CreatedAt = %v; want the row's, %v", got, created)
+		}
+		first = taken
+	}
+	complete(t, first, sampleResponse("{}"))
+	stored("completed", t0.Add(lockTimeout+2*time.Second), created)
+
+	t1 := t0.Add(retention + time.Hour)
+	replaced := s.mustLease(t, store, s.params(scope, "a", t1))
+	renewed := replaced.Info().CreatedAt
+	wantAbout("claim past retention", renewed, t1)
+	complete(t, replaced, sampleResponse("{}"))
+	stored("replaced", t1.Add(time.Second), renewed)
+
+	pg, ok := store.(purger)
+	if !ok {
+		return
+	}
+	t2 := t1.Add(retention + time.Hour)
+	if n, err := pg.Purge(context.Background(), idem.PurgeParams{Before: t2.Add(-retention)}); err != nil || n != 1 {
+		t.Fatalf("Purge = %d, %v; want the key", n, err)
+	}
+	again := s.mustLease(t, store, s.params(scope, "a", t2))
+	wantAbout("claim after the purge", again.Info().CreatedAt, t2)
+	complete(t, again, sampleResponse("{}"))
+	stored("claimed after the purge", t2.Add(time.Second), again.Info().CreatedAt)
+}

@@ -121,7 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	// Webhooks: events are enqueued with every payment; these deliver them.
 	o.webhookURL = env.String("PAYMENTSD_WEBHOOK_URL", "")
 	fs.Var((*cmdrun.Redacted)(&o.webhookURL), "webhook-url", "`URL` that receives every event as a signed Standard Webhooks POST; empty delivers nothing, events are still listed at GET /v1/events (env PAYMENTSD_WEBHOOK_URL)")
-	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "secret that signs webhooks, whsec_ followed by base64; required with -webhook-url (env PAYMENTSD_WEBHOOK_SECRET)")
+	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "secret that signs webhooks, whsec_ followed by the base64 of 24 to 64 bytes; required with -webhook-url (env PAYMENTSD_WEBHOOK_SECRET)")
 	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", env.Duration("PAYMENTSD_WEBHOOK_TIMEOUT", idemoutbox.WebhookTimeoutDefault), "time limit of one webhook delivery attempt (env PAYMENTSD_WEBHOOK_TIMEOUT)")
 	fs.DurationVar(&o.webhookRetry, "webhook-retry", env.Duration("PAYMENTSD_WEBHOOK_RETRY", idemoutbox.BackoffBase), "wait before the first retry of a failed webhook, doubling per attempt up to 1h, jittered (env PAYMENTSD_WEBHOOK_RETRY)")
 	fs.IntVar(&o.webhookTries, "webhook-max-attempts", env.Int("PAYMENTSD_WEBHOOK_MAX_ATTEMPTS", idemoutbox.MaxAttemptsDefault), "delivery attempts before an event is parked as dead (env PAYMENTSD_WEBHOOK_MAX_ATTEMPTS)")

@@ -265,12 +265,18 @@ func TestWebhookFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"-webhook-url", "http://127.0.0.1:1/hook", "-webhook-secret", "whsec_NOT*BASE64*" + secret[6:]}, "-webhook-secret"},
+		{[]string{"-webhook-url", "http://127.0.0.1:1/hook", "-webhook-secret", "whsec_AA=="}, "-webhook-secret: idemoutbox: a secret is written whsec_ followed by the base64 of 24 to 64 bytes: it decodes to 1 bytes"},
+		{[]string{"-webhook-url", "http://127.0.0.1:1/hook", "-webhook-secret", secret[6:]}, "does not start with whsec_"},
 		{[]string{"-webhook-url", "ftp://example.com/hook"}, "-webhook-url"},
 		{[]string{"-webhook-url", "http://127.0.0.1:1/hook", "-webhook-max-attempts", "0"}, "-webhook-max-attempts"},
 	} {
 		var stderr bytes.Buffer
 		args := append([]string{"-addr", "127.0.0.1:0", "-admin-addr", "off", "-tokens", "sk_a=alice", "-db", db}, tt.args...)
-		err := Run(context.Background(), args, &stderr, &stderr)
+		// A secret that is wrongly accepted starts the service: the
+		// deadline stops it, and Run's nil error fails the case.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := Run(ctx, args, &stderr, &stderr)
+		cancel()
 		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error()+stderr.String(), secret[6:]) {
 			t.Errorf("Run(%q) = %v (output %q); want an error naming %s without the secret", tt.args, err, stderr.String(), tt.want)
 		}

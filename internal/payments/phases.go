@@ -91,12 +91,17 @@ func (s *Service) hooked(point string, phase idem.Phase) idem.Phase {
 
 // ChargeKey is the processor's idempotency key for the payment id, in the
 // context of the request that created it: derived from the client's key
-// and the payment, which the first recovery point commits with the key. Every rerun and takeover charges with it, so the processor
-// charges once; a client's key reused after its retention makes a new
-// payment, and so a new charge. Derived from the client's key alone, it
-// would be the first payment's key again, which the processor remembers:
-// it would answer with the first payment's charge, or refuse other
-// parameters.
+// and the payment, which the first recovery point commits with the key.
+// Every rerun and takeover charges with it, so the processor charges
+// once; a client's key reused after its retention makes a new payment,
+// and so a new charge. Derived from the client's key alone, it would be
+// the first payment's key again, which the processor remembers: it would
+// answer with the first payment's charge, or refuse other parameters.
+//
+// It is made in the first phase, where idem.DeriveKey derives from the
+// client's key alone (a later phase's would be unique per claim of the key
+// without the payment's id), and recovery points already saved carry keys
+// made so: it stays as it is.
 func ChargeKey(ctx context.Context, paymentID string) string {
 	return idem.DeriveKey(ctx, "charge:"+paymentID)
 }
@@ -114,7 +119,9 @@ func (s *Service) charge(ctx context.Context, w http.ResponseWriter, st idem.Sta
 	if key == "" {
 		// The recovery point was saved by a version that derived the key
 		// from the client's key alone, and the processor may have charged
-		// with it: charge with that key again, never with a new one.
+		// with it: charge with that key again, never with a new one. Its
+		// state has no claim's creation either, so DeriveKey derives it
+		// as that version did.
 		key = idem.DeriveKey(ctx, "charge")
 	}
 	params := Params{Amount: p.Amount, Currency: p.Currency, Customer: p.Customer, Description: p.Description}

@@ -480,9 +480,10 @@ func TestRecoveryPointOfAnEarlierVersionKeepsItsChargeKey(t *testing.T) {
 		t.Fatalf("first attempt: %d %s; want 503", r.status, r.body)
 	}
 	// Make the recovery point the earlier version's, which had no charge
-	// key, and charge with that version's key, as it did before it died.
+	// key (nor the claim's creation, which idem.Phases save since), and
+	// charge with that version's key, as it did before it died.
 	res, err := f.db.Store().(*idemsqlite.Store).DB().Exec(
-		`UPDATE idempotency_keys SET recovery_state = json_remove(recovery_state, '$.charge_key') WHERE recovery_point = 'payment_created'`)
+		`UPDATE idempotency_keys SET recovery_state = json_remove(recovery_state, '$.charge_key', '$."idem.claim_created"') WHERE recovery_point = 'payment_created'`)
 	if n, _ := res.RowsAffected(); err != nil || n != 1 {
 		t.Fatalf("strip the charge key: %d rows, %v", n, err)
 	}
