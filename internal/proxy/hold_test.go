@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -210,24 +209,13 @@ func TestRetryRouteAfterFailedStore(t *testing.T) {
 func TestClientStopsReading(t *testing.T) {
 	t.Parallel()
 	const size = 64 << 20 // far more than the sockets' buffers hold
-	chunk := []byte(strings.Repeat("0123456789abcdef", 4096))
 	var mu sync.Mutex
 	charges := map[string]int{}
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
+	up := largeUpstream(t, size, func(r *http.Request) {
 		mu.Lock()
 		charges[r.Header.Get("X-Test-Key")]++
 		mu.Unlock()
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("Content-Length", strconv.Itoa(size))
-		w.WriteHeader(http.StatusCreated)
-		for sent := 0; sent < size; sent += len(chunk) {
-			if _, err := w.Write(chunk); err != nil {
-				return
-			}
-		}
-	}))
-	t.Cleanup(up.Close)
+	})
 	target, _ := url.Parse(up.URL)
 	id, _ := CredentialIdentity([]byte(testSecret))
 	p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, Logger: discard(),

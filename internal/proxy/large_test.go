@@ -22,22 +22,8 @@ import (
 // not-retained problem, and the upstream ran once.
 func TestLargeResponseStreams(t *testing.T) {
 	const size = 20 << 20
-	chunk := []byte(strings.Repeat("0123456789abcdef", 4096)) // 64 KiB
 	var calls atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("Content-Length", strconv.Itoa(size))
-		w.Header().Set("Location", "/v1/exports/exp_1")
-		w.WriteHeader(http.StatusCreated)
-		for sent := 0; sent < size; sent += len(chunk) {
-			if _, err := w.Write(chunk); err != nil {
-				return
-			}
-		}
-	}))
-	t.Cleanup(up.Close)
+	up := largeUpstream(t, size, func(*http.Request) { calls.Add(1) })
 	target, _ := url.Parse(up.URL)
 	id, _ := CredentialIdentity([]byte(testSecret))
 	p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id})
@@ -164,4 +150,26 @@ func TestBodyBreaksOff(t *testing.T) {
 			}
 		})
 	}
+}
+
+// largeUpstream answers every request with a 201 of size bytes, sent in
+// 64 KiB writes, after it counted the request with count.
+func largeUpstream(t *testing.T, size int, count func(*http.Request)) *httptest.Server {
+	t.Helper()
+	chunk := []byte(strings.Repeat("0123456789abcdef", 4096)) // 64 KiB
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		count(r)
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		w.Header().Set("Location", "/v1/exports/exp_1")
+		w.WriteHeader(http.StatusCreated)
+		for sent := 0; sent < size; sent += len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(up.Close)
+	return up
 }
