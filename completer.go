@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -28,17 +29,17 @@ type CompleterConfig struct {
 	// "POST /v1/payments". Each needs its phases after RecoveryStarted
 	// only: the completer never runs a key that no phase has passed, since
 	// it has no request to run it from; it releases such a key once its
-	// lease expired, so that the client's retry runs it fresh (a key
-	// created more than three intervals, or a minute, before its lease
-	// expired is left to its client and the purge). Keys of other operations are left alone.
-	// Required.
+	// lease expired, however old the key (within Retention), so that the
+	// client's retry runs it fresh. Keys of other operations are left
+	// alone. Required.
 	Operations map[string]Phases
 
 	// Interval is the pause between passes of Run. Defaults to
 	// CompleterIntervalDefault (10 s).
 	Interval time.Duration
 
-	// BatchSize is the most keys one pass works on. Defaults to
+	// BatchSize is the most keys each of a pass's two listings returns
+	// (recent keys, and a span of older ones). Defaults to
 	// CompleterBatchSizeDefault (100).
 	BatchSize int
 
@@ -129,11 +130,25 @@ type CompleterResult struct {
 // On a store that implements [Leader] (idempg), each pass holds the
 // database-wide lock [CompleterLockName]: with several instances, at most
 // one runs a pass at a time, and the others skip theirs.
+//
+// Keys that passed no recovery point are found in two listings a pass, each
+// a bounded range of the key table's index on creation time, never every
+// key within retention: the recent keys, created within three intervals (a
+// minute at least) before the lock timeout, which a live service's
+// abandoned keys are; and a sweep, which walks from the oldest key within
+// Retention to the recent ones, a span of creation times per pass (a 360th
+// of Retention, or the recent range if longer), so that a key left behind
+// by an outage, or taken over long after it was created, is released too,
+// within about 360 passes (an hour at the default interval and retention).
 type Completer struct {
 	store   RecoveryStore
 	cfg     *CompleterConfig
 	replay  []string
-	started []string // the operations' names, for UnfinishedParams.Started
+	started []string      // the operations' names, for UnfinishedParams.Started
+	span    time.Duration // the creation times one pass of the sweep reads
+
+	mu    sync.Mutex
+	sweep time.Time // the sweep's next span starts after it; zero: at Retention's start
 }
 
 // NewCompleter returns a completer for store, which must be the
@@ -153,7 +168,8 @@ func NewCompleter(store RecoveryStore, cfg *CompleterConfig) (*Completer, error)
 		}
 	}
 	started := slices.Sorted(maps.Keys(c.Operations))
-	return &Completer{store: store, cfg: c, replay: replay, started: started}, nil
+	span := max(startedWindow(c.Interval), c.Retention/sweepPasses)
+	return &Completer{store: store, cfg: c, replay: replay, started: started, span: span}, nil
 }
 
 func (c *CompleterConfig) withDefaults() *CompleterConfig {
@@ -240,14 +256,20 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
 	res.Led = true
 	now := c.cfg.Now()
 	lctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	recent := now.Add(-c.cfg.LockTimeout - startedWindow(c.cfg.Interval))
 	keys, err := c.store.Unfinished(lctx, UnfinishedParams{
 		Now: now, LockTimeout: c.cfg.LockTimeout, Retention: c.cfg.Retention, Limit: c.cfg.BatchSize,
-		Started: c.started, StartedAfter: now.Add(-c.cfg.LockTimeout - startedWindow(c.cfg.Interval)),
+		Started: c.started, StartedAfter: recent,
 	})
 	cancel()
 	if err != nil {
 		return res, fmt.Errorf("idem: completer: list unfinished keys: %w", err)
 	}
+	older, err := c.listSweep(ctx, now, recent)
+	if err != nil {
+		return res, fmt.Errorf("idem: completer: list unfinished keys: %w", err)
+	}
+	keys = appendNew(keys, older)
 	for _, rec := range keys {
 		if ctx.Err() != nil {
 			break
@@ -280,6 +302,65 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
 // pass reads a bounded range of recent keys.
 func startedWindow(interval time.Duration) time.Duration {
 	return max(3*interval, time.Minute)
+}
+
+// sweepPasses is how many passes the sweep takes to read the keys within
+// Retention, when that makes a span longer than the recent range.
+const sweepPasses = 360
+
+// listSweep lists the unfinished keys of the sweep's next span of creation
+// times, up to recent, and moves the sweep on: past the span, or past the
+// newest key listed when the listing was full; back to the start of
+// Retention once it reached recent. A failed listing leaves it where it
+// was.
+func (c *Completer) listSweep(ctx context.Context, now, recent time.Time) ([]*Record, error) {
+	floor := now.Add(-c.cfg.Retention)
+	c.mu.Lock()
+	after := c.sweep
+	c.mu.Unlock()
+	if after.Before(floor) || !after.Before(recent) {
+		after = floor
+	}
+	until := after.Add(c.span)
+	if until.After(recent) {
+		until = recent
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	defer cancel()
+	// Retention bounds the listing from below, at the span's start.
+	keys, err := c.store.Unfinished(ctx, UnfinishedParams{
+		Now: now, LockTimeout: c.cfg.LockTimeout, Retention: now.Sub(after), Limit: c.cfg.BatchSize,
+		Started: c.started, CreatedUntil: until,
+	})
+	if err != nil {
+		return nil, err
+	}
+	next := until
+	if len(keys) >= c.cfg.BatchSize && len(keys) > 0 {
+		next = keys[len(keys)-1].CreatedAt
+	}
+	c.mu.Lock()
+	c.sweep = next
+	c.mu.Unlock()
+	return keys, nil
+}
+
+// appendNew appends to keys the records of more that it does not hold.
+func appendNew(keys, more []*Record) []*Record {
+	type id struct {
+		scope   Scope
+		created int64
+	}
+	seen := make(map[id]bool, len(keys))
+	for _, k := range keys {
+		seen[id{k.Scope, k.CreatedAt.UnixNano()}] = true
+	}
+	for _, k := range more {
+		if !seen[id{k.Scope, k.CreatedAt.UnixNano()}] {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // report hands the result of a pass to the metrics.

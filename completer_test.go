@@ -91,11 +91,13 @@ func TestCompleterReleasesKeyThatPassedNoPoint(t *testing.T) {
 	}
 }
 
-// TestCompleterLooksBackABoundedWindow: a pass lists keys that passed no
-// recovery point only if they were created within three intervals (a
-// minute at least) before the lock timeout, so that each pass reads a
-// bounded range of recent keys; an older one is left to its client.
-func TestCompleterLooksBackABoundedWindow(t *testing.T) {
+// TestCompleterReleasesOldKeyThatPassedNoPoint: a key of a listed
+// operation created long before the recent range that a pass lists (two
+// hours, with a one-minute interval), whose holder is gone, as after an
+// outage, is released by the completer's sweep within a bounded number of
+// passes, and no listing of a pass reads more than a bounded span of
+// creation times.
+func TestCompleterReleasesOldKeyThatPassedNoPoint(t *testing.T) {
 	t.Parallel()
 	e := setupPhased(t, nil)
 	res, err := e.store.Claim(context.Background(), idem.ClaimParams{
@@ -106,11 +108,51 @@ func TestCompleterLooksBackABoundedWindow(t *testing.T) {
 	if err != nil || res.Lease == nil {
 		t.Fatalf("Claim = %+v, %v", res, err)
 	}
-	e.clock.Advance(idem.LockTimeoutDefault + time.Minute + time.Second) // 3 intervals are 30 s: the minute bounds
-	if res := runOnce(t, e.completer(t, nil)); res.Released+res.Completed+res.Failed+res.Skipped != 0 {
-		t.Errorf("pass = %+v; want the key, older than the window, not listed", res)
+	e.clock.Advance(2 * time.Hour)
+	spy := &listings{RecoveryStore: e.store}
+	c, err := idem.NewCompleter(spy, &idem.CompleterConfig{
+		Operations: map[string]idem.Phases{"POST /v1/payments": e.op.resume()},
+		Interval:   time.Minute, Logger: quiet, Now: e.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if rec, found := e.point(t, "k-old"); !found || rec.Status != idem.StatusInFlight {
-		t.Errorf("key = %+v, %v; want it left started", rec, found)
+	// A full sweep of the 24 h retention takes 360 spans of 4 minutes.
+	const maxPasses = 400
+	released := 0
+	for pass := 1; pass <= maxPasses && released == 0; pass++ {
+		released = runOnce(t, c).Released
+		e.clock.Advance(time.Minute)
 	}
+	if released != 1 {
+		t.Fatalf("after %d passes: key not released; want it released by the sweep", maxPasses)
+	}
+	if rec, found := e.point(t, "k-old"); found {
+		t.Errorf("released key = %+v; want it gone", rec)
+	}
+	// Each listing reads a bounded span of creation times: the recent
+	// range, or a span of the sweep.
+	const bound = 5 * time.Minute
+	for _, p := range spy.all {
+		if p.CreatedUntil.IsZero() {
+			if p.Now.Sub(p.StartedAfter) > idem.LockTimeoutDefault+3*time.Minute {
+				t.Errorf("recent listing from %v at %v; want at most the lock timeout and 3 intervals", p.StartedAfter, p.Now)
+			}
+			continue
+		}
+		if from := p.Now.Add(-p.Retention); p.CreatedUntil.Sub(from) > bound {
+			t.Errorf("sweep listing (%v, %v]; want a span of at most %v", from, p.CreatedUntil, bound)
+		}
+	}
+}
+
+// listings records the UnfinishedParams of every listing.
+type listings struct {
+	idem.RecoveryStore
+	all []idem.UnfinishedParams
+}
+
+func (l *listings) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*idem.Record, error) {
+	l.all = append(l.all, p)
+	return l.RecoveryStore.Unfinished(ctx, p)
 }
