@@ -14,8 +14,9 @@ import (
 
 // Defaults of [CompleterConfig].
 const (
-	CompleterIntervalDefault  = 10 * time.Second
-	CompleterBatchSizeDefault = 100
+	CompleterIntervalDefault    = 10 * time.Second
+	CompleterBatchSizeDefault   = 100
+	CompleterMaxAttemptsDefault = 10
 )
 
 // CompleterLockName is the name of the lock that a [Completer] takes
@@ -42,6 +43,16 @@ type CompleterConfig struct {
 	// (recent keys, and a span of older ones). Defaults to
 	// CompleterBatchSizeDefault (100).
 	BatchSize int
+
+	// MaxAttempts is the most times the completer runs a key's phases
+	// without finishing it. Then it gives up on the key: it logs "idem:
+	// completer gave up on a key" at Error once, leaves the key started
+	// at its recovery point for an operator (docs/operations.md, "Keys the
+	// completer gave up on"), and counts it in CompleterResult.GaveUp on
+	// every pass. The count is the completer's, kept in memory: a new
+	// process tries each key MaxAttempts times again. -1 never gives up.
+	// Defaults to CompleterMaxAttemptsDefault (10).
+	MaxAttempts int
 
 	// LockTimeout and Retention must be the middleware's ([Config]): a key
 	// whose lease is younger than LockTimeout has a holder, and a key
@@ -102,6 +113,10 @@ type CompleterResult struct {
 	// holder by the time they were claimed, or belong to no operation in
 	// CompleterConfig.Operations.
 	Completed, Released, Failed, Skipped int
+	// GaveUp is the number of listed keys that the completer gave up on,
+	// after CompleterConfig.MaxAttempts runs that did not finish them, and
+	// leaves to an operator: alert on it above 0.
+	GaveUp int
 	// Oldest is the age, at the pass's Now, of the oldest unfinished key
 	// that the pass left unfinished; 0 for none.
 	Oldest time.Duration
@@ -127,6 +142,11 @@ type CompleterResult struct {
 // the key anew at token 1: leases are fenced by their row's created_at
 // as well as their token.
 //
+// A key whose phases fail every time (a downstream that keeps failing) is
+// run at most CompleterConfig.MaxAttempts times by a completer, which then
+// gives up on it, says so at Error, and counts it in CompleterResult.GaveUp
+// for an alert: it stays started at its recovery point for an operator.
+//
 // On a store that implements [Leader] (idempg), each pass holds the
 // database-wide lock [CompleterLockName]: with several instances, at most
 // one runs a pass at a time, and the others skip theirs.
@@ -147,9 +167,18 @@ type Completer struct {
 	started []string      // the operations' names, for UnfinishedParams.Started
 	span    time.Duration // the creation times one pass of the sweep reads
 
-	mu    sync.Mutex
-	sweep time.Time // the sweep's next span starts after it; zero: at Retention's start
+	mu       sync.Mutex
+	sweep    time.Time          // the sweep's next span starts after it; zero: at Retention's start
+	attempts map[attemptKey]int // runs of each key's phases that did not finish it
 }
+
+// attemptKey names a key, made anew or not, in Completer.attempts.
+type attemptKey struct {
+	scope   Scope
+	created int64 // CreatedAt in Unix nanoseconds
+}
+
+func attemptKeyOf(rec *Record) attemptKey { return attemptKey{rec.Scope, rec.CreatedAt.UnixNano()} }
 
 // NewCompleter returns a completer for store, which must be the
 // middleware's.
@@ -169,7 +198,7 @@ func NewCompleter(store RecoveryStore, cfg *CompleterConfig) (*Completer, error)
 	}
 	started := slices.Sorted(maps.Keys(c.Operations))
 	span := max(startedWindow(c.Interval), c.Retention/sweepPasses)
-	return &Completer{store: store, cfg: c, replay: replay, started: started, span: span}, nil
+	return &Completer{store: store, cfg: c, replay: replay, started: started, span: span, attempts: map[attemptKey]int{}}, nil
 }
 
 func (c *CompleterConfig) withDefaults() *CompleterConfig {
@@ -182,6 +211,9 @@ func (c *CompleterConfig) withDefaults() *CompleterConfig {
 	}
 	if out.BatchSize == 0 {
 		out.BatchSize = CompleterBatchSizeDefault
+	}
+	if out.MaxAttempts == 0 {
+		out.MaxAttempts = CompleterMaxAttemptsDefault
 	}
 	if out.LockTimeout == 0 {
 		out.LockTimeout = LockTimeoutDefault
@@ -210,6 +242,9 @@ func (c *CompleterConfig) validate() error {
 	}
 	if c.Interval < 0 || c.BatchSize < 0 || c.LockTimeout < 0 || c.Retention < 0 || c.StoreTimeout < 0 {
 		return errors.New("idem: durations and sizes in CompleterConfig must not be negative")
+	}
+	if c.MaxAttempts < -1 {
+		return errors.New("idem: CompleterConfig.MaxAttempts must be -1 (never give up) or more")
 	}
 	for _, h := range c.ReplayHeaders {
 		if slices.Contains(forbiddenReplayHeaders, http.CanonicalHeaderKey(h)) {
@@ -257,15 +292,17 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
 	now := c.cfg.Now()
 	lctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
 	recent := now.Add(-c.cfg.LockTimeout - startedWindow(c.cfg.Interval))
+	// Keys given up on stay listed: a listing holds BatchSize others.
+	limit := c.cfg.BatchSize + c.gaveUp(now)
 	keys, err := c.store.Unfinished(lctx, UnfinishedParams{
-		Now: now, LockTimeout: c.cfg.LockTimeout, Retention: c.cfg.Retention, Limit: c.cfg.BatchSize,
+		Now: now, LockTimeout: c.cfg.LockTimeout, Retention: c.cfg.Retention, Limit: limit,
 		Started: c.started, StartedAfter: recent,
 	})
 	cancel()
 	if err != nil {
 		return res, fmt.Errorf("idem: completer: list unfinished keys: %w", err)
 	}
-	older, err := c.listSweep(ctx, now, recent)
+	older, err := c.listSweep(ctx, now, recent, limit)
 	if err != nil {
 		return res, fmt.Errorf("idem: completer: list unfinished keys: %w", err)
 	}
@@ -285,13 +322,15 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
 			res.Failed++
 		case keySkipped:
 			res.Skipped++
+		case keyGaveUp:
+			res.GaveUp++
 		}
 		res.Oldest = max(res.Oldest, now.Sub(rec.CreatedAt))
 	}
 	c.report(ctx, res)
 	if res.Completed > 0 || res.Released > 0 || res.Failed > 0 {
 		c.cfg.Logger.InfoContext(ctx, "idem: completer pass", "completed", res.Completed, "released", res.Released,
-			"failed", res.Failed, "skipped", res.Skipped, "oldest_unfinished", res.Oldest)
+			"failed", res.Failed, "skipped", res.Skipped, "gave_up", res.GaveUp, "oldest_unfinished", res.Oldest)
 	}
 	return res, nil
 }
@@ -313,7 +352,7 @@ const sweepPasses = 360
 // newest key listed when the listing was full; back to the start of
 // Retention once it reached recent. A failed listing leaves it where it
 // was.
-func (c *Completer) listSweep(ctx context.Context, now, recent time.Time) ([]*Record, error) {
+func (c *Completer) listSweep(ctx context.Context, now, recent time.Time, limit int) ([]*Record, error) {
 	floor := now.Add(-c.cfg.Retention)
 	c.mu.Lock()
 	after := c.sweep
@@ -329,20 +368,61 @@ func (c *Completer) listSweep(ctx context.Context, now, recent time.Time) ([]*Re
 	defer cancel()
 	// Retention bounds the listing from below, at the span's start.
 	keys, err := c.store.Unfinished(ctx, UnfinishedParams{
-		Now: now, LockTimeout: c.cfg.LockTimeout, Retention: now.Sub(after), Limit: c.cfg.BatchSize,
+		Now: now, LockTimeout: c.cfg.LockTimeout, Retention: now.Sub(after), Limit: limit,
 		Started: c.started, CreatedUntil: until,
 	})
 	if err != nil {
 		return nil, err
 	}
 	next := until
-	if len(keys) >= c.cfg.BatchSize && len(keys) > 0 {
+	if len(keys) >= limit && len(keys) > 0 {
 		next = keys[len(keys)-1].CreatedAt
 	}
 	c.mu.Lock()
 	c.sweep = next
 	c.mu.Unlock()
 	return keys, nil
+}
+
+// gaveUp forgets the attempts at keys past retention, which the purge
+// deletes, and returns the number of keys given up on.
+func (c *Completer) gaveUp(now time.Time) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for k, tries := range c.attempts {
+		switch {
+		case Expired(time.Unix(0, k.created), now, c.cfg.Retention):
+			delete(c.attempts, k)
+		case c.cfg.MaxAttempts >= 0 && tries >= c.cfg.MaxAttempts:
+			n++
+		}
+	}
+	return n
+}
+
+// attempt counts a run of rec's phases that did not finish it and reports
+// whether that was its last: the completer gives up on it.
+func (c *Completer) attempt(rec *Record) (tries int, last bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := attemptKeyOf(rec)
+	c.attempts[k]++
+	return c.attempts[k], c.cfg.MaxAttempts >= 0 && c.attempts[k] >= c.cfg.MaxAttempts
+}
+
+// givenUp reports whether the completer gave up on rec.
+func (c *Completer) givenUp(rec *Record) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg.MaxAttempts >= 0 && c.attempts[attemptKeyOf(rec)] >= c.cfg.MaxAttempts
+}
+
+// finished forgets the attempts at rec, which is finished or gone.
+func (c *Completer) finished(rec *Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.attempts, attemptKeyOf(rec))
 }
 
 // appendNew appends to keys the records of more that it does not hold.
@@ -378,6 +458,7 @@ const (
 	keyReleased
 	keyFailed
 	keySkipped
+	keyGaveUp
 )
 
 // complete claims one unfinished key and runs its operation from its
@@ -386,6 +467,9 @@ func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) ke
 	ops := c.cfg.Operations[rec.Method+" "+rec.Path]
 	if ops == nil {
 		return keySkipped
+	}
+	if c.givenUp(rec) {
+		return keyGaveUp
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
 	defer cancel()
@@ -426,12 +510,12 @@ func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) ke
 	if err := runPhases(kctx, ops, out); err != nil {
 		log.WarnContext(ctx, "idem: completer: the operation is still unfinished", "err", err)
 		c.release(finish, log, lease)
-		return keyFailed
+		return c.failed(ctx, log, rec)
 	}
 	if c.cfg.Outcome(out.statusCode()) == OutcomeRelease {
 		log.WarnContext(ctx, "idem: completer: the final response is not to be stored; the key stays unfinished", "status", out.statusCode())
 		c.release(finish, log, lease)
-		return keyFailed
+		return c.failed(ctx, log, rec)
 	}
 	if err := lease.Complete(finish, c.responseOf(out)); err != nil {
 		log.WarnContext(ctx, "idem: completer: storing the response failed", "err", err)
@@ -440,8 +524,19 @@ func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) ke
 		}
 		return keyFailed
 	}
+	c.finished(rec)
 	log.InfoContext(ctx, "idem: completer finished a key", "token", lease.Info().Token, "status", out.statusCode())
 	return keyCompleted
+}
+
+// failed counts a run of rec's phases that left it unfinished, and says so
+// at Error when the completer gives up on it.
+func (c *Completer) failed(ctx context.Context, log *slog.Logger, rec *Record) keyResult {
+	if tries, last := c.attempt(rec); last {
+		log.ErrorContext(ctx, "idem: completer gave up on a key; it stays unfinished at its recovery point until an operator resolves it",
+			"attempts", tries, "method", rec.Method, "path", rec.Path, "created_at", rec.CreatedAt)
+	}
+	return keyFailed
 }
 
 // runPhases runs ops, and turns a panic in a phase into an error: the

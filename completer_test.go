@@ -1,9 +1,12 @@
 package idem_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,4 +158,57 @@ type listings struct {
 func (l *listings) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*idem.Record, error) {
 	l.all = append(l.all, p)
 	return l.RecoveryStore.Unfinished(ctx, p)
+}
+
+// TestCompleterGivesUpAfterMaxAttempts: a key whose phase fails every time
+// is run MaxAttempts times, then left alone: the completer says so once at
+// Error, and counts it as given up on every pass after, for an alert. A
+// new completer (a restart, after an operator fixed the cause) finishes it.
+func TestCompleterGivesUpAfterMaxAttempts(t *testing.T) {
+	t.Parallel()
+	e := setupPhased(t, nil)
+	e.op.fail["created"] = 1
+	if w := e.post(t, "k1"); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("first attempt = %d %s; want 503, stopped at created", w.Code, w.Body)
+	}
+	e.op.fail["created"] = 1000
+	var logs bytes.Buffer
+	m := &passes{}
+	newCompleter := func() *idem.Completer {
+		c, err := idem.NewCompleter(e.store, &idem.CompleterConfig{
+			Operations:  map[string]idem.Phases{"POST /v1/payments": e.op.resume()},
+			MaxAttempts: 3, Metrics: m, Now: e.clock.Now,
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError})),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := newCompleter()
+	for pass := 1; pass <= 3; pass++ {
+		if res := runOnce(t, c); res.Failed != 1 || res.GaveUp != 0 {
+			t.Fatalf("pass %d = %+v; want the key failed", pass, res)
+		}
+	}
+	for pass := 4; pass <= 5; pass++ {
+		e.clock.Advance(time.Minute)
+		if res := runOnce(t, c); res.Failed != 0 || res.GaveUp != 1 || res.Oldest == 0 {
+			t.Fatalf("pass %d = %+v; want the key given up on and still unfinished", pass, res)
+		}
+	}
+	if n := e.op.count("created"); n != 1+3 {
+		t.Errorf("created ran %d times; want 4: the client's and 3 by the completer", n)
+	}
+	if got := strings.Count(logs.String(), "idem: completer gave up on a key"); got != 1 || !strings.Contains(logs.String(), "attempts=3") {
+		t.Errorf("error log:\n%s\nwant one line that the completer gave up after 3 attempts", logs.String())
+	}
+	if rec, found := e.point(t, "k1"); !found || rec.Status != idem.StatusInFlight {
+		t.Errorf("key = %+v, %v; want it left started for an operator", rec, found)
+	}
+
+	e.op.fail["created"] = 0
+	if res := runOnce(t, newCompleter()); res.Completed != 1 {
+		t.Errorf("a new completer's pass = %+v; want the key completed", res)
+	}
 }
