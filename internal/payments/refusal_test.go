@@ -2,18 +2,24 @@ package payments_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/bearer"
 	"github.com/idemkit/idem/internal/database"
 	"github.com/idemkit/idem/internal/payments"
+	"github.com/idemkit/idem/internal/processor"
 )
 
 // countingProcessor serves processord's handler at a new address and
@@ -116,4 +122,87 @@ func setupPhasedWith(t *testing.T, proc payments.Processor) *phasedFixture {
 	srv := httptest.NewServer(svc.Handler())
 	t.Cleanup(srv.Close)
 	return &phasedFixture{fixture: &fixture{url: srv.URL, repo: repo}, svc: svc, db: db}
+}
+
+// TestCompleterGivesUpOnUnansweredCharge: a processor that fails every
+// charge before charging (processord's 503 processor-busy) leaves the
+// charge unknown, so the payment stays pending; the completer runs it
+// MaxAttempts times, then gives up on it, says so at Error, counts it,
+// and asks the processor no more.
+func TestCompleterGivesUpOnUnansweredCharge(t *testing.T) {
+	t.Parallel()
+	pstore, err := idemsqlite.Open(filepath.Join(t.TempDir(), "processor.db"), &idemsqlite.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pstore.Close() })
+	if err := pstore.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ph, err := processor.NewHandler(context.Background(), processor.Config{
+		Store: pstore, Tokens: must(bearer.Parse("sk_pay=paymentsd")), FailRate: 1, Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var charges atomic.Int64
+	psrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			charges.Add(1)
+		}
+		ph.ServeHTTP(w, r)
+	}))
+	t.Cleanup(psrv.Close)
+	proc, err := payments.NewProcessorClient(psrv.URL, "sk_pay", &idemclient.Config{MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := setupPhasedWith(t, proc)
+	if r := f.post(t, "sk_alice", "k-busy", jsonType, `{"amount":4200,"currency":"usd","customer":"cus_1"}`); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("charge at a busy processor: %d %s; want 503 operation-unfinished", r.status, r.body)
+	}
+	var logs strings.Builder
+	var mu sync.Mutex
+	c, err := idem.NewCompleter(f.db.Store().(idem.RecoveryStore), &idem.CompleterConfig{
+		Operations:  map[string]idem.Phases{"POST /v1/payments": f.svc.ResumePhases()},
+		MaxAttempts: 2, Now: func() time.Time { return time.Now().Add(time.Hour) },
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelError})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var results []idem.CompleterResult
+	for range 4 {
+		res, err := c.RunOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		results = append(results, res)
+	}
+	if results[0].Failed != 1 || results[1].Failed != 1 || results[2].GaveUp != 1 || results[3].GaveUp != 1 || results[3].Failed != 0 {
+		t.Errorf("passes = %+v; want two failed, then the key given up on", results)
+	}
+	if n := charges.Load(); n != 1+2 {
+		t.Errorf("%d charge requests; want 3: the client's and the completer's 2", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Count(logs.String(), "idem: completer gave up on a key") != 1 {
+		t.Errorf("error log:\n%s\nwant one line that the completer gave up", logs.String())
+	}
+	if n, _ := f.repo.Count(context.Background(), "alice", "k-busy"); n != 1 {
+		t.Errorf("%d payments; want 1, pending", n)
+	}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
