@@ -8,13 +8,15 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 )
 
 // Defaults of [CompleterConfig].
 const (
-	CompleterIntervalDefault  = 10 * time.Second
-	CompleterBatchSizeDefault = 100
+	CompleterIntervalDefault    = 10 * time.Second
+	CompleterBatchSizeDefault   = 100
+	CompleterMaxAttemptsDefault = 10
 )
 
 // CompleterLockName is the name of the lock that a [Completer] takes
@@ -28,19 +30,29 @@ type CompleterConfig struct {
 	// "POST /v1/payments". Each needs its phases after RecoveryStarted
 	// only: the completer never runs a key that no phase has passed, since
 	// it has no request to run it from; it releases such a key once its
-	// lease expired, so that the client's retry runs it fresh (a key
-	// created more than three intervals, or a minute, before its lease
-	// expired is left to its client and the purge). Keys of other operations are left alone.
-	// Required.
+	// lease expired, however old the key (within Retention), so that the
+	// client's retry runs it fresh. Keys of other operations are left
+	// alone. Required.
 	Operations map[string]Phases
 
 	// Interval is the pause between passes of Run. Defaults to
 	// CompleterIntervalDefault (10 s).
 	Interval time.Duration
 
-	// BatchSize is the most keys one pass works on. Defaults to
+	// BatchSize is the most keys each of a pass's two listings returns
+	// (recent keys, and a span of older ones). Defaults to
 	// CompleterBatchSizeDefault (100).
 	BatchSize int
+
+	// MaxAttempts is the most times the completer runs a key's phases
+	// without finishing it. Then it gives up on the key: it logs "idem:
+	// completer gave up on a key" at Error once, leaves the key started
+	// at its recovery point for an operator (docs/operations.md, "Keys the
+	// completer gave up on"), and counts it in CompleterResult.GaveUp on
+	// every pass. The count is the completer's, kept in memory: a new
+	// process tries each key MaxAttempts times again. -1 never gives up.
+	// Defaults to CompleterMaxAttemptsDefault (10).
+	MaxAttempts int
 
 	// LockTimeout and Retention must be the middleware's ([Config]): a key
 	// whose lease is younger than LockTimeout has a holder, and a key
@@ -101,6 +113,10 @@ type CompleterResult struct {
 	// holder by the time they were claimed, or belong to no operation in
 	// CompleterConfig.Operations.
 	Completed, Released, Failed, Skipped int
+	// GaveUp is the number of listed keys that the completer gave up on,
+	// after CompleterConfig.MaxAttempts runs that did not finish them, and
+	// leaves to an operator: alert on it above 0.
+	GaveUp int
 	// Oldest is the age, at the pass's Now, of the oldest unfinished key
 	// that the pass left unfinished; 0 for none.
 	Oldest time.Duration
@@ -126,15 +142,43 @@ type CompleterResult struct {
 // the key anew at token 1: leases are fenced by their row's created_at
 // as well as their token.
 //
+// A key whose phases fail every time (a downstream that keeps failing) is
+// run at most CompleterConfig.MaxAttempts times by a completer, which then
+// gives up on it, says so at Error, and counts it in CompleterResult.GaveUp
+// for an alert: it stays started at its recovery point for an operator.
+//
 // On a store that implements [Leader] (idempg), each pass holds the
 // database-wide lock [CompleterLockName]: with several instances, at most
 // one runs a pass at a time, and the others skip theirs.
+//
+// Keys that passed no recovery point are found in two listings a pass, each
+// a bounded range of the key table's index on creation time, never every
+// key within retention: the recent keys, created within three intervals (a
+// minute at least) before the lock timeout, which a live service's
+// abandoned keys are; and a sweep, which walks from the oldest key within
+// Retention to the recent ones, a span of creation times per pass (a 360th
+// of Retention, or the recent range if longer), so that a key left behind
+// by an outage, or taken over long after it was created, is released too,
+// within about 360 passes (an hour at the default interval and retention).
 type Completer struct {
 	store   RecoveryStore
 	cfg     *CompleterConfig
 	replay  []string
-	started []string // the operations' names, for UnfinishedParams.Started
+	started []string      // the operations' names, for UnfinishedParams.Started
+	span    time.Duration // the creation times one pass of the sweep reads
+
+	mu       sync.Mutex
+	sweep    time.Time          // the sweep's next span starts after it; zero: at Retention's start
+	attempts map[attemptKey]int // runs of each key's phases that did not finish it
 }
+
+// attemptKey names a key, made anew or not, in Completer.attempts.
+type attemptKey struct {
+	scope   Scope
+	created int64 // CreatedAt in Unix nanoseconds
+}
+
+func attemptKeyOf(rec *Record) attemptKey { return attemptKey{rec.Scope, rec.CreatedAt.UnixNano()} }
 
 // NewCompleter returns a completer for store, which must be the
 // middleware's.
@@ -153,7 +197,8 @@ func NewCompleter(store RecoveryStore, cfg *CompleterConfig) (*Completer, error)
 		}
 	}
 	started := slices.Sorted(maps.Keys(c.Operations))
-	return &Completer{store: store, cfg: c, replay: replay, started: started}, nil
+	span := max(startedWindow(c.Interval), c.Retention/sweepPasses)
+	return &Completer{store: store, cfg: c, replay: replay, started: started, span: span, attempts: map[attemptKey]int{}}, nil
 }
 
 func (c *CompleterConfig) withDefaults() *CompleterConfig {
@@ -166,6 +211,9 @@ func (c *CompleterConfig) withDefaults() *CompleterConfig {
 	}
 	if out.BatchSize == 0 {
 		out.BatchSize = CompleterBatchSizeDefault
+	}
+	if out.MaxAttempts == 0 {
+		out.MaxAttempts = CompleterMaxAttemptsDefault
 	}
 	if out.LockTimeout == 0 {
 		out.LockTimeout = LockTimeoutDefault
@@ -194,6 +242,9 @@ func (c *CompleterConfig) validate() error {
 	}
 	if c.Interval < 0 || c.BatchSize < 0 || c.LockTimeout < 0 || c.Retention < 0 || c.StoreTimeout < 0 {
 		return errors.New("idem: durations and sizes in CompleterConfig must not be negative")
+	}
+	if c.MaxAttempts < -1 {
+		return errors.New("idem: CompleterConfig.MaxAttempts must be -1 (never give up) or more")
 	}
 	for _, h := range c.ReplayHeaders {
 		if slices.Contains(forbiddenReplayHeaders, http.CanonicalHeaderKey(h)) {
@@ -240,14 +291,22 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
 	res.Led = true
 	now := c.cfg.Now()
 	lctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	recent := now.Add(-c.cfg.LockTimeout - startedWindow(c.cfg.Interval))
+	// Keys given up on stay listed: a listing holds BatchSize others.
+	limit := c.cfg.BatchSize + c.gaveUp(now)
 	keys, err := c.store.Unfinished(lctx, UnfinishedParams{
-		Now: now, LockTimeout: c.cfg.LockTimeout, Retention: c.cfg.Retention, Limit: c.cfg.BatchSize,
-		Started: c.started, StartedAfter: now.Add(-c.cfg.LockTimeout - startedWindow(c.cfg.Interval)),
+		Now: now, LockTimeout: c.cfg.LockTimeout, Retention: c.cfg.Retention, Limit: limit,
+		Started: c.started, StartedAfter: recent,
 	})
 	cancel()
 	if err != nil {
 		return res, fmt.Errorf("idem: completer: list unfinished keys: %w", err)
 	}
+	older, err := c.listSweep(ctx, now, recent, limit)
+	if err != nil {
+		return res, fmt.Errorf("idem: completer: list unfinished keys: %w", err)
+	}
+	keys = appendNew(keys, older)
 	for _, rec := range keys {
 		if ctx.Err() != nil {
 			break
@@ -263,13 +322,15 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
 			res.Failed++
 		case keySkipped:
 			res.Skipped++
+		case keyGaveUp:
+			res.GaveUp++
 		}
 		res.Oldest = max(res.Oldest, now.Sub(rec.CreatedAt))
 	}
 	c.report(ctx, res)
 	if res.Completed > 0 || res.Released > 0 || res.Failed > 0 {
 		c.cfg.Logger.InfoContext(ctx, "idem: completer pass", "completed", res.Completed, "released", res.Released,
-			"failed", res.Failed, "skipped", res.Skipped, "oldest_unfinished", res.Oldest)
+			"failed", res.Failed, "skipped", res.Skipped, "gave_up", res.GaveUp, "oldest_unfinished", res.Oldest)
 	}
 	return res, nil
 }
@@ -280,6 +341,106 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
 // pass reads a bounded range of recent keys.
 func startedWindow(interval time.Duration) time.Duration {
 	return max(3*interval, time.Minute)
+}
+
+// sweepPasses is how many passes the sweep takes to read the keys within
+// Retention, when that makes a span longer than the recent range.
+const sweepPasses = 360
+
+// listSweep lists the unfinished keys of the sweep's next span of creation
+// times, up to recent, and moves the sweep on: past the span, or past the
+// newest key listed when the listing was full; back to the start of
+// Retention once it reached recent. A failed listing leaves it where it
+// was.
+func (c *Completer) listSweep(ctx context.Context, now, recent time.Time, limit int) ([]*Record, error) {
+	floor := now.Add(-c.cfg.Retention)
+	c.mu.Lock()
+	after := c.sweep
+	c.mu.Unlock()
+	if after.Before(floor) || !after.Before(recent) {
+		after = floor
+	}
+	until := after.Add(c.span)
+	if until.After(recent) {
+		until = recent
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	defer cancel()
+	// Retention bounds the listing from below, at the span's start.
+	keys, err := c.store.Unfinished(ctx, UnfinishedParams{
+		Now: now, LockTimeout: c.cfg.LockTimeout, Retention: now.Sub(after), Limit: limit,
+		Started: c.started, CreatedUntil: until,
+	})
+	if err != nil {
+		return nil, err
+	}
+	next := until
+	if len(keys) >= limit && len(keys) > 0 {
+		next = keys[len(keys)-1].CreatedAt
+	}
+	c.mu.Lock()
+	c.sweep = next
+	c.mu.Unlock()
+	return keys, nil
+}
+
+// gaveUp forgets the attempts at keys past retention, which the purge
+// deletes, and returns the number of keys given up on.
+func (c *Completer) gaveUp(now time.Time) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for k, tries := range c.attempts {
+		switch {
+		case Expired(time.Unix(0, k.created), now, c.cfg.Retention):
+			delete(c.attempts, k)
+		case c.cfg.MaxAttempts >= 0 && tries >= c.cfg.MaxAttempts:
+			n++
+		}
+	}
+	return n
+}
+
+// attempt counts a run of rec's phases that did not finish it and reports
+// whether that was its last: the completer gives up on it.
+func (c *Completer) attempt(rec *Record) (tries int, last bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := attemptKeyOf(rec)
+	c.attempts[k]++
+	return c.attempts[k], c.cfg.MaxAttempts >= 0 && c.attempts[k] >= c.cfg.MaxAttempts
+}
+
+// givenUp reports whether the completer gave up on rec.
+func (c *Completer) givenUp(rec *Record) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg.MaxAttempts >= 0 && c.attempts[attemptKeyOf(rec)] >= c.cfg.MaxAttempts
+}
+
+// finished forgets the attempts at rec, which is finished or gone.
+func (c *Completer) finished(rec *Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.attempts, attemptKeyOf(rec))
+}
+
+// appendNew appends to keys the records of more that it does not hold.
+func appendNew(keys, more []*Record) []*Record {
+	type id struct {
+		scope   Scope
+		created int64
+	}
+	seen := make(map[id]bool, len(keys))
+	for _, k := range keys {
+		seen[id{k.Scope, k.CreatedAt.UnixNano()}] = true
+	}
+	for _, k := range more {
+		if !seen[id{k.Scope, k.CreatedAt.UnixNano()}] {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // report hands the result of a pass to the metrics.
@@ -297,6 +458,7 @@ const (
 	keyReleased
 	keyFailed
 	keySkipped
+	keyGaveUp
 )
 
 // complete claims one unfinished key and runs its operation from its
@@ -305,6 +467,9 @@ func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) ke
 	ops := c.cfg.Operations[rec.Method+" "+rec.Path]
 	if ops == nil {
 		return keySkipped
+	}
+	if c.givenUp(rec) {
+		return keyGaveUp
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
 	defer cancel()
@@ -345,12 +510,12 @@ func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) ke
 	if err := runPhases(kctx, ops, out); err != nil {
 		log.WarnContext(ctx, "idem: completer: the operation is still unfinished", "err", err)
 		c.release(finish, log, lease)
-		return keyFailed
+		return c.failed(ctx, log, rec)
 	}
 	if c.cfg.Outcome(out.statusCode()) == OutcomeRelease {
 		log.WarnContext(ctx, "idem: completer: the final response is not to be stored; the key stays unfinished", "status", out.statusCode())
 		c.release(finish, log, lease)
-		return keyFailed
+		return c.failed(ctx, log, rec)
 	}
 	if err := lease.Complete(finish, c.responseOf(out)); err != nil {
 		log.WarnContext(ctx, "idem: completer: storing the response failed", "err", err)
@@ -359,8 +524,19 @@ func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) ke
 		}
 		return keyFailed
 	}
+	c.finished(rec)
 	log.InfoContext(ctx, "idem: completer finished a key", "token", lease.Info().Token, "status", out.statusCode())
 	return keyCompleted
+}
+
+// failed counts a run of rec's phases that left it unfinished, and says so
+// at Error when the completer gives up on it.
+func (c *Completer) failed(ctx context.Context, log *slog.Logger, rec *Record) keyResult {
+	if tries, last := c.attempt(rec); last {
+		log.ErrorContext(ctx, "idem: completer gave up on a key; it stays unfinished at its recovery point until an operator resolves it",
+			"attempts", tries, "method", rec.Method, "path", rec.Path, "created_at", rec.CreatedAt)
+	}
+	return keyFailed
 }
 
 // runPhases runs ops, and turns a panic in a phase into an error: the

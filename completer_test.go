@@ -1,9 +1,12 @@
 package idem_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,11 +94,13 @@ func TestCompleterReleasesKeyThatPassedNoPoint(t *testing.T) {
 	}
 }
 
-// TestCompleterLooksBackABoundedWindow: a pass lists keys that passed no
-// recovery point only if they were created within three intervals (a
-// minute at least) before the lock timeout, so that each pass reads a
-// bounded range of recent keys; an older one is left to its client.
-func TestCompleterLooksBackABoundedWindow(t *testing.T) {
+// TestCompleterReleasesOldKeyThatPassedNoPoint: a key of a listed
+// operation created long before the recent range that a pass lists (two
+// hours, with a one-minute interval), whose holder is gone, as after an
+// outage, is released by the completer's sweep within a bounded number of
+// passes, and no listing of a pass reads more than a bounded span of
+// creation times.
+func TestCompleterReleasesOldKeyThatPassedNoPoint(t *testing.T) {
 	t.Parallel()
 	e := setupPhased(t, nil)
 	res, err := e.store.Claim(context.Background(), idem.ClaimParams{
@@ -106,11 +111,104 @@ func TestCompleterLooksBackABoundedWindow(t *testing.T) {
 	if err != nil || res.Lease == nil {
 		t.Fatalf("Claim = %+v, %v", res, err)
 	}
-	e.clock.Advance(idem.LockTimeoutDefault + time.Minute + time.Second) // 3 intervals are 30 s: the minute bounds
-	if res := runOnce(t, e.completer(t, nil)); res.Released+res.Completed+res.Failed+res.Skipped != 0 {
-		t.Errorf("pass = %+v; want the key, older than the window, not listed", res)
+	e.clock.Advance(2 * time.Hour)
+	spy := &listings{RecoveryStore: e.store}
+	c, err := idem.NewCompleter(spy, &idem.CompleterConfig{
+		Operations: map[string]idem.Phases{"POST /v1/payments": e.op.resume()},
+		Interval:   time.Minute, Logger: quiet, Now: e.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if rec, found := e.point(t, "k-old"); !found || rec.Status != idem.StatusInFlight {
-		t.Errorf("key = %+v, %v; want it left started", rec, found)
+	// A full sweep of the 24 h retention takes 360 spans of 4 minutes.
+	const maxPasses = 400
+	released := 0
+	for pass := 1; pass <= maxPasses && released == 0; pass++ {
+		released = runOnce(t, c).Released
+		e.clock.Advance(time.Minute)
+	}
+	if released != 1 {
+		t.Fatalf("after %d passes: key not released; want it released by the sweep", maxPasses)
+	}
+	if rec, found := e.point(t, "k-old"); found {
+		t.Errorf("released key = %+v; want it gone", rec)
+	}
+	// Each listing reads a bounded span of creation times: the recent
+	// range, or a span of the sweep.
+	const bound = 5 * time.Minute
+	for _, p := range spy.all {
+		if p.CreatedUntil.IsZero() {
+			if p.Now.Sub(p.StartedAfter) > idem.LockTimeoutDefault+3*time.Minute {
+				t.Errorf("recent listing from %v at %v; want at most the lock timeout and 3 intervals", p.StartedAfter, p.Now)
+			}
+			continue
+		}
+		if from := p.Now.Add(-p.Retention); p.CreatedUntil.Sub(from) > bound {
+			t.Errorf("sweep listing (%v, %v]; want a span of at most %v", from, p.CreatedUntil, bound)
+		}
+	}
+}
+
+// listings records the UnfinishedParams of every listing.
+type listings struct {
+	idem.RecoveryStore
+	all []idem.UnfinishedParams
+}
+
+func (l *listings) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*idem.Record, error) {
+	l.all = append(l.all, p)
+	return l.RecoveryStore.Unfinished(ctx, p)
+}
+
+// TestCompleterGivesUpAfterMaxAttempts: a key whose phase fails every time
+// is run MaxAttempts times, then left alone: the completer says so once at
+// Error, and counts it as given up on every pass after, for an alert. A
+// new completer (a restart, after an operator fixed the cause) finishes it.
+func TestCompleterGivesUpAfterMaxAttempts(t *testing.T) {
+	t.Parallel()
+	e := setupPhased(t, nil)
+	e.op.fail["created"] = 1
+	if w := e.post(t, "k1"); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("first attempt = %d %s; want 503, stopped at created", w.Code, w.Body)
+	}
+	e.op.fail["created"] = 1000
+	var logs bytes.Buffer
+	m := &passes{}
+	newCompleter := func() *idem.Completer {
+		c, err := idem.NewCompleter(e.store, &idem.CompleterConfig{
+			Operations:  map[string]idem.Phases{"POST /v1/payments": e.op.resume()},
+			MaxAttempts: 3, Metrics: m, Now: e.clock.Now,
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError})),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := newCompleter()
+	for pass := 1; pass <= 3; pass++ {
+		if res := runOnce(t, c); res.Failed != 1 || res.GaveUp != 0 {
+			t.Fatalf("pass %d = %+v; want the key failed", pass, res)
+		}
+	}
+	for pass := 4; pass <= 5; pass++ {
+		e.clock.Advance(time.Minute)
+		if res := runOnce(t, c); res.Failed != 0 || res.GaveUp != 1 || res.Oldest == 0 {
+			t.Fatalf("pass %d = %+v; want the key given up on and still unfinished", pass, res)
+		}
+	}
+	if n := e.op.count("created"); n != 1+3 {
+		t.Errorf("created ran %d times; want 4: the client's and 3 by the completer", n)
+	}
+	if got := strings.Count(logs.String(), "idem: completer gave up on a key"); got != 1 || !strings.Contains(logs.String(), "attempts=3") {
+		t.Errorf("error log:\n%s\nwant one line that the completer gave up after 3 attempts", logs.String())
+	}
+	if rec, found := e.point(t, "k1"); !found || rec.Status != idem.StatusInFlight {
+		t.Errorf("key = %+v, %v; want it left started for an operator", rec, found)
+	}
+
+	e.op.fail["created"] = 0
+	if res := runOnce(t, newCompleter()); res.Completed != 1 {
+		t.Errorf("a new completer's pass = %+v; want the key completed", res)
 	}
 }

@@ -95,12 +95,18 @@ type UnfinishedParams struct {
 	// retention (no index holds started keys alone). Defaults to zero: no
 	// bound but retention.
 	StartedAfter time.Time
+	// CreatedUntil bounds the whole listing, past a recovery point or not,
+	// to keys created at or before it: with Retention as its lower bound,
+	// the completer lists a span of older keys through it, a bounded range
+	// per pass. Defaults to zero: no bound.
+	CreatedUntil time.Time
 }
 
 // Lists reports whether a store's Unfinished lists rec at p.Now, given its
 // recovery point ("" for none): the rule every store follows.
 func (p UnfinishedParams) Lists(rec *Record, point string) bool {
-	if rec.Status != StatusInFlight || Expired(rec.CreatedAt, p.Now, p.Retention) {
+	if rec.Status != StatusInFlight || Expired(rec.CreatedAt, p.Now, p.Retention) ||
+		!p.CreatedUntil.IsZero() && rec.CreatedAt.After(p.CreatedUntil) {
 		return false
 	}
 	if point == RecoveryStarted || point == "" {

@@ -45,26 +45,30 @@ SELECT idem_lease_held(count(*)) FROM saved`
 
 	// queryUnfinished lists started keys that passed a recovery point and
 	// have no live holder (locked at or before $1, or released), not past
-	// retention (created after $2; NULL for never), oldest first.
+	// retention (created after $2; NULL for never) and created at or before
+	// $4 (NULL for no bound), oldest first.
 	queryUnfinished = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
        lease_token, created_at, locked_at
 FROM idempotency_keys
 WHERE status = 'started' AND recovery_point IS NOT NULL
   AND (locked_at IS NULL OR locked_at <= $1::timestamptz)
   AND ($2::timestamptz IS NULL OR created_at > $2::timestamptz)
+  AND ($4::timestamptz IS NULL OR created_at <= $4::timestamptz)
 ORDER BY created_at
 LIMIT $3`
 
 	// queryUnfinishedStarted lists started keys of the operations in $4
-	// ("METHOD /path") that passed no recovery point, created after $1,
-	// whose lease expired (locked at or before $2), oldest first: a range
-	// scan of the created_at index over ($1, $2] only.
+	// ("METHOD /path") that passed no recovery point, created after $1 and
+	// at or before $5 (NULL for no bound), whose lease expired (locked at or
+	// before $2), oldest first: a range scan of the created_at index over
+	// ($1, $2] only.
 	queryUnfinishedStarted = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
        lease_token, created_at, locked_at
 FROM idempotency_keys
 WHERE created_at > $1::timestamptz AND created_at <= $2::timestamptz
   AND status = 'started' AND recovery_point IS NULL AND locked_at <= $2::timestamptz
   AND request_method || ' ' || request_path = ANY($4::text[])
+  AND ($5::timestamptz IS NULL OR created_at <= $5::timestamptz)
 ORDER BY created_at
 LIMIT $3`
 
@@ -212,7 +216,11 @@ func (s *Store) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*ide
 	}
 	defer conn.Release()
 	expired := p.Now.Add(-p.LockTimeout)
-	out, err := listUnfinished(ctx, conn, queryUnfinished, expired, cutoff, p.Limit)
+	var until *time.Time
+	if !p.CreatedUntil.IsZero() {
+		until = &p.CreatedUntil
+	}
+	out, err := listUnfinished(ctx, conn, queryUnfinished, expired, cutoff, p.Limit, until)
 	if err != nil || len(p.Started) == 0 {
 		return out, err
 	}
@@ -220,7 +228,7 @@ func (s *Store) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*ide
 	if cutoff != nil && cutoff.After(after) {
 		after = *cutoff
 	}
-	started, err := listUnfinished(ctx, conn, queryUnfinishedStarted, after, expired, p.Limit, p.Started)
+	started, err := listUnfinished(ctx, conn, queryUnfinishedStarted, after, expired, p.Limit, p.Started, until)
 	if err != nil {
 		return nil, err
 	}

@@ -19,10 +19,12 @@ var (
 //	idem_completer_passes_total{led}            counter; led is false for a pass skipped because another instance held the lock
 //	idem_completer_keys_total{outcome}          counter; completed, released (passed no recovery point), failed or skipped
 //	idem_completer_oldest_unfinished_seconds    gauge; age of the oldest key the last led pass left unfinished, 0 for none
+//	idem_completer_gave_up_keys                 gauge; keys the last led pass listed and left to an operator after MaxAttempts runs; alert above 0
 type CompleterMetrics struct {
 	passes *prometheus.CounterVec
 	keys   *prometheus.CounterVec
 	oldest prometheus.Gauge
+	gaveUp prometheus.Gauge
 }
 
 // NewCompleterMetrics builds the collectors of a completer. A nil cfg uses
@@ -48,6 +50,10 @@ func NewCompleterMetrics(cfg *Config) *CompleterMetrics {
 			Namespace: c.Namespace, Subsystem: "completer", Name: "oldest_unfinished_seconds", ConstLabels: c.ConstLabels,
 			Help: "Age of the oldest unfinished key that the last pass of the idem completer left unfinished; 0 for none.",
 		}),
+		gaveUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: c.Namespace, Subsystem: "completer", Name: "gave_up_keys", ConstLabels: c.ConstLabels,
+			Help: "Unfinished keys that the last pass of the idem completer listed and left to an operator, after its MaxAttempts runs did not finish them.",
+		}),
 	}
 	for _, led := range []string{"true", "false"} {
 		m.passes.WithLabelValues(led)
@@ -70,6 +76,7 @@ func (m *CompleterMetrics) CompleterPass(_ context.Context, r idem.CompleterResu
 	m.keys.WithLabelValues("failed").Add(float64(r.Failed))
 	m.keys.WithLabelValues("skipped").Add(float64(r.Skipped))
 	m.oldest.Set(r.Oldest.Seconds())
+	m.gaveUp.Set(float64(r.GaveUp))
 }
 
 // Describe implements prometheus.Collector.
@@ -77,6 +84,7 @@ func (m *CompleterMetrics) Describe(ch chan<- *prometheus.Desc) {
 	m.passes.Describe(ch)
 	m.keys.Describe(ch)
 	m.oldest.Describe(ch)
+	m.gaveUp.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -84,4 +92,5 @@ func (m *CompleterMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.passes.Collect(ch)
 	m.keys.Collect(ch)
 	m.oldest.Collect(ch)
+	m.gaveUp.Collect(ch)
 }

@@ -16,9 +16,12 @@ func TestCompleterMetrics(t *testing.T) {
 	t.Parallel()
 	m := idemprom.NewCompleterMetrics(nil)
 	ctx := context.Background()
-	m.CompleterPass(ctx, idem.CompleterResult{Led: true, Completed: 3, Released: 2, Failed: 1, Oldest: 90 * time.Second})
+	m.CompleterPass(ctx, idem.CompleterResult{Led: true, Completed: 3, Released: 2, Failed: 1, GaveUp: 4, Oldest: 90 * time.Second})
 	m.CompleterPass(ctx, idem.CompleterResult{Led: false})
 	want := `
+# HELP idem_completer_gave_up_keys Unfinished keys that the last pass of the idem completer listed and left to an operator, after its MaxAttempts runs did not finish them.
+# TYPE idem_completer_gave_up_keys gauge
+idem_completer_gave_up_keys 4
 # HELP idem_completer_keys_total Unfinished keys the idem completer worked on, by outcome (completed, released, failed, skipped).
 # TYPE idem_completer_keys_total counter
 idem_completer_keys_total{outcome="completed"} 3

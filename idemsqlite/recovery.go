@@ -31,27 +31,30 @@ WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_tok
 	// queryUnfinished lists started keys that passed a recovery point and
 	// have no live holder (locked at or before the first parameter, or
 	// released), not past retention (created after the second; NULL for
-	// never), oldest first.
+	// never) and created at or before the fourth (NULL for no bound),
+	// oldest first.
 	queryUnfinished = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
        lease_token, created_at, locked_at
 FROM idempotency_keys
 WHERE status = 'started' AND recovery_point IS NOT NULL
   AND (locked_at IS NULL OR locked_at <= ?1)
   AND (?2 IS NULL OR created_at > ?2)
+  AND (?4 IS NULL OR created_at <= ?4)
 ORDER BY created_at
 LIMIT ?3`
 
 	// queryUnfinishedStarted lists started keys of the operations in the
 	// JSON array ?4 ("METHOD /path") that passed no recovery point,
-	// created after ?1, whose lease expired (locked at or before ?2),
-	// oldest first: a range scan of the created_at index over (?1, ?2]
-	// only.
+	// created after ?1 and at or before ?5 (NULL for no bound), whose
+	// lease expired (locked at or before ?2), oldest first: a range scan of
+	// the created_at index over (?1, ?2] only.
 	queryUnfinishedStarted = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
        lease_token, created_at, locked_at
 FROM idempotency_keys
 WHERE created_at > ?1 AND created_at <= ?2
   AND status = 'started' AND recovery_point IS NULL AND locked_at <= ?2
   AND request_method || ' ' || request_path IN (SELECT value FROM json_each(?4))
+  AND (?5 IS NULL OR created_at <= ?5)
 ORDER BY created_at
 LIMIT ?3`
 )
@@ -163,7 +166,11 @@ func (s *Store) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*ide
 		cutoff = p.Now.Add(-p.Retention).UnixMicro()
 	}
 	expired := p.Now.Add(-p.LockTimeout).UnixMicro()
-	out, err := s.listUnfinished(ctx, queryUnfinished, expired, cutoff, p.Limit)
+	var until any
+	if !p.CreatedUntil.IsZero() {
+		until = p.CreatedUntil.UnixMicro()
+	}
+	out, err := s.listUnfinished(ctx, queryUnfinished, expired, cutoff, p.Limit, until)
 	if err != nil || len(p.Started) == 0 {
 		return out, err
 	}
@@ -175,7 +182,7 @@ func (s *Store) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*ide
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: list unfinished keys: %w", err)
 	}
-	started, err := s.listUnfinished(ctx, queryUnfinishedStarted, after.UnixMicro(), expired, p.Limit, string(ops))
+	started, err := s.listUnfinished(ctx, queryUnfinishedStarted, after.UnixMicro(), expired, p.Limit, string(ops), until)
 	if err != nil {
 		return nil, err
 	}

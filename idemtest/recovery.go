@@ -258,31 +258,37 @@ func (s suite) listsUnfinishedKeys(t *testing.T) {
 
 	// Started lists the expired keys of its operations that passed no
 	// recovery point too; other operations' stay unlisted.
-	// StartedAfter bounds them by creation time.
+	// StartedAfter bounds them by creation time; CreatedUntil bounds the
+	// whole listing.
 	for _, tt := range []struct {
 		started []string
 		after   time.Time
+		until   time.Time
 		limit   int
 		want    []idem.Scope
 	}{
-		{[]string{"POST /v1/refunds", "POST /v1/payments"}, time.Time{}, 10, []idem.Scope{nopoint, abandoned, released}},
-		{[]string{"POST /v1/payments"}, time.Time{}, 2, []idem.Scope{nopoint, abandoned}},
-		{[]string{"POST /v1/payments"}, now.Add(-2*lockTimeout - time.Second), 10, []idem.Scope{nopoint, abandoned, released}},
-		{[]string{"POST /v1/payments"}, now.Add(-2 * lockTimeout), 10, []idem.Scope{abandoned, released}},
-		{[]string{"POST /v1/refunds", "GET /v1/payments"}, time.Time{}, 10, []idem.Scope{abandoned, released}},
+		{[]string{"POST /v1/refunds", "POST /v1/payments"}, time.Time{}, time.Time{}, 10, []idem.Scope{nopoint, abandoned, released}},
+		{[]string{"POST /v1/payments"}, time.Time{}, time.Time{}, 2, []idem.Scope{nopoint, abandoned}},
+		{[]string{"POST /v1/payments"}, now.Add(-2*lockTimeout - time.Second), time.Time{}, 10, []idem.Scope{nopoint, abandoned, released}},
+		{[]string{"POST /v1/payments"}, now.Add(-2 * lockTimeout), time.Time{}, 10, []idem.Scope{abandoned, released}},
+		{[]string{"POST /v1/refunds", "GET /v1/payments"}, time.Time{}, time.Time{}, 10, []idem.Scope{abandoned, released}},
+		{[]string{"POST /v1/payments"}, time.Time{}, now.Add(-2 * lockTimeout), 10, []idem.Scope{nopoint}},
+		{[]string{"POST /v1/payments"}, time.Time{}, now.Add(-lockTimeout), 10, []idem.Scope{nopoint, abandoned}},
+		{nil, time.Time{}, now.Add(-lockTimeout - time.Second), 10, nil},
 	} {
 		keys, err := rs.Unfinished(context.Background(), idem.UnfinishedParams{
 			Now: now, LockTimeout: lockTimeout, Retention: retention, Limit: tt.limit, Started: tt.started, StartedAfter: tt.after,
+			CreatedUntil: tt.until,
 		})
 		if err != nil {
-			t.Fatalf("Unfinished with Started %q after %v: %v", tt.started, tt.after, err)
+			t.Fatalf("Unfinished with Started %q after %v until %v: %v", tt.started, tt.after, tt.until, err)
 		}
 		var got []idem.Scope
 		for _, k := range keys {
 			got = append(got, k.Scope)
 		}
 		if !slices.Equal(got, tt.want) {
-			t.Errorf("Unfinished with Started %q after %v, limit %d = %v; want %v", tt.started, tt.after, tt.limit, got, tt.want)
+			t.Errorf("Unfinished with Started %q after %v until %v, limit %d = %v; want %v", tt.started, tt.after, tt.until, tt.limit, got, tt.want)
 		}
 	}
 }

@@ -57,7 +57,11 @@ type PurgeParams struct {
 
 // Open opens the database named by url: sqlite:PATH or postgres://...
 // (postgresql:// too), and applies the key store's migrations when
-// cfg.Migrate is set.
+// cfg.Migrate is set. A postgres:// URL with pgx's default query mode is
+// refused with an error wrapping ErrStatementsNotKept when it reaches a
+// pooler that does not keep prepared statements (PgBouncer in transaction
+// mode before 1.21): with or without cfg.TransactionPooling, most
+// statements through it would fail.
 func Open(ctx context.Context, url string, cfg *Config) (*DB, error) {
 	var c Config
 	if cfg != nil {
@@ -104,6 +108,9 @@ func openPostgres(ctx context.Context, url string, c Config) (*DB, error) {
 	}
 	if !strings.Contains(url, "pool_max_conns") {
 		pc.MaxConns = PoolConnsDefault
+	}
+	if err := checkStatements(ctx, pc.ConnConfig); err != nil {
+		return nil, err
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 const (
 	EventPaymentSucceeded = "payment.succeeded"
 	EventPaymentDeclined  = "payment.declined"
+	EventPaymentFailed    = "payment.failed"
 )
 
 // Bounds of GET /v1/events.
@@ -36,16 +37,24 @@ var ErrDeclined = errors.New("payments: the card was declined")
 var ProblemDeclined = idem.ProblemKind{Code: "payment-declined", Status: http.StatusPaymentRequired, Title: "Payment declined",
 	About: "The card processor declined the charge. The payment was recorded with status \"declined\" (its address is in Location) and a payment.declined event was sent. A retry with the same Idempotency-Key replays this answer; a new attempt, with another card, needs a new key."}
 
+// ProblemFailed is the answer to a payment whose charge request the card
+// processor refused (a *RefusedError): stored with the key and replayed.
+var ProblemFailed = idem.ProblemKind{Code: "payment-failed", Status: http.StatusFailedDependency, Title: "Payment failed",
+	About: "The card processor refused the charge request itself; this is not a decline of the card. Nothing was charged. The payment was recorded with status \"failed\" (its address is in Location) and a payment.failed event was sent. A retry with the same Idempotency-Key replays this answer; try again later with a new key, and contact support if it persists: the operator is alerted."}
+
 // enqueuePaymentEvent writes the event that describes p in the request's
-// transaction: payment.succeeded or payment.declined, with the payment as
+// transaction: payment.succeeded, payment.declined or payment.failed, with the payment as
 // its data. The event commits with the payment or not at all, so a
 // request has one event whatever its outcome. The purpose names the
 // payment: a key reused after its retention makes a new payment, whose
 // event must not collide with the first payment's.
 func (s *Service) enqueuePaymentEvent(ctx context.Context, p *Payment) error {
 	typ := EventPaymentSucceeded
-	if p.Status == StatusDeclined {
+	switch p.Status {
+	case StatusDeclined:
 		typ = EventPaymentDeclined
+	case StatusFailed:
+		typ = EventPaymentFailed
 	}
 	return s.enqueueEvent(ctx, "payment-event:"+p.ID, typ, p)
 }
@@ -156,4 +165,7 @@ func decodeCursor(s string) (idemoutbox.Cursor, bool) {
 const (
 	StatusSucceeded = "succeeded"
 	StatusDeclined  = "declined"
+	// StatusFailed is a payment whose charge request the processor refused
+	// (a *RefusedError): nothing was charged.
+	StatusFailed = "failed"
 )

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -31,7 +32,8 @@ const (
 	statePayment   = "payment_id"
 	stateChargeKey = "charge_key" // the processor's idempotency key; see ChargeKey
 	stateCharge    = "charge_id"
-	stateOutcome   = "outcome" // StatusSucceeded or StatusDeclined
+	stateOutcome   = "outcome" // StatusSucceeded, StatusDeclined or StatusFailed
+	stateRefusal   = "refusal" // the processor's status that refused the request, for StatusFailed
 )
 
 // StatusPending is the status of a payment whose charge has not
@@ -107,8 +109,10 @@ func ChargeKey(ctx context.Context, paymentID string) string {
 }
 
 // charge charges the payment at the processor with the key its first
-// recovery point saved. A decline is an outcome; any other error leaves
-// the payment pending.
+// recovery point saved. A decline is an outcome, and so is a refusal of the
+// request itself (a *RefusedError: nothing was charged), which fails the
+// payment; any other error leaves the payment pending, and the phase is
+// run again.
 func (s *Service) charge(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
 	scope, _ := idem.ScopeFromContext(ctx)
 	p, err := s.cfg.Repo.Get(ctx, scope.ClientID, st[statePayment])
@@ -126,9 +130,14 @@ func (s *Service) charge(ctx context.Context, w http.ResponseWriter, st idem.Sta
 	}
 	params := Params{Amount: p.Amount, Currency: p.Currency, Customer: p.Customer, Description: p.Description}
 	id, err := s.cfg.Processor.Charge(ctx, key, params)
+	var refused *RefusedError
 	switch {
 	case errors.Is(err, ErrDeclined):
 		st[stateOutcome] = StatusDeclined
+	case errors.As(err, &refused):
+		s.cfg.Logger.ErrorContext(ctx, "payments: the processor refused the charge request; the payment failed, nothing was charged",
+			"client_id", scope.ClientID, "payment_id", p.ID, "status", refused.Status, "err", err)
+		st[stateOutcome], st[stateRefusal] = StatusFailed, strconv.Itoa(refused.Status)
 	case err != nil:
 		s.cfg.Logger.WarnContext(ctx, "payments: the processor did not confirm the charge; the payment stays pending", "client_id", scope.ClientID, "err", err)
 		return "", err
@@ -150,8 +159,14 @@ func (s *Service) settle(ctx context.Context, w http.ResponseWriter, st idem.Sta
 		return "", err
 	}
 	w.Header().Set("Location", "/v1/payments/"+p.ID)
-	if p.Status == StatusDeclined {
+	switch p.Status {
+	case StatusDeclined:
 		problem(w, ProblemDeclined, "The card processor declined the charge; payment "+p.ID+" was recorded as declined.")
+		return idem.RecoveryFinished, nil
+	case StatusFailed:
+		problem(w, ProblemFailed, "The card processor refused the charge request (it answered HTTP "+st[stateRefusal]+"), "+
+			"which is not a decline of the card: nothing was charged, and payment "+p.ID+" was recorded as failed. "+
+			"Try again later with a new Idempotency-Key; contact support if it persists.")
 		return idem.RecoveryFinished, nil
 	}
 	writeJSON(w, http.StatusCreated, p)

@@ -20,8 +20,10 @@ import (
 // Processor charges a card at a downstream processor. The key is derived
 // from the client's idempotency key, so a retried or taken-over request
 // charges once. An error wrapping ErrDeclined is a decline: the payment is
-// recorded as declined and answered 402; any other error is a failure to
-// get an answer.
+// recorded as declined and answered 402. An error wrapping ErrRefused (a
+// *RefusedError) is a refusal of the request itself, with nothing charged:
+// the payment is recorded as failed and answered 424 payment-failed. Any
+// other error is a failure to get an answer, and the charge is retried.
 type Processor interface {
 	Charge(ctx context.Context, key string, p Params) (chargeID string, err error)
 }
@@ -62,8 +64,9 @@ type Config struct {
 	// for tests that stop the process between two phases. Defaults to
 	// none.
 	BeforePhase func(ctx context.Context, point string)
-	// Outbox, when set, receives a payment.succeeded or payment.declined
-	// event in each payment's transaction, and serves GET /v1/events.
+	// Outbox, when set, receives a payment.succeeded, payment.declined or
+	// payment.failed event in each payment's transaction, and serves GET
+	// /v1/events.
 	// Defaults to none: no events, and GET /v1/events answers 404.
 	Outbox idemoutbox.Store
 	// Ledger, when set, serves accounts and transfers (POST /v1/accounts,
@@ -179,7 +182,7 @@ func (s *Service) Handler() http.Handler {
 	} else {
 		mux.Handle("GET /readyz", healthz)
 	}
-	mux.Handle("GET /problems/", idem.ProblemsHandler(ProblemInvalidCredentials, ProblemInvalidParameter, ProblemNotFound, ProblemInternal, ProblemDeclined, ProblemInsufficientFunds))
+	mux.Handle("GET /problems/", idem.ProblemsHandler(ProblemInvalidCredentials, ProblemInvalidParameter, ProblemNotFound, ProblemInternal, ProblemDeclined, ProblemFailed, ProblemInsufficientFunds))
 	mux.HandleFunc("GET /openapi.json", s.openAPI)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem(w, ProblemNotFound, fmt.Sprintf("There is no %s %s.", r.Method, r.URL.Path))
@@ -355,6 +358,7 @@ func (s *Service) openAPI(w http.ResponseWriter, r *http.Request) {
 					"401": map[string]any{"description": "Invalid credentials."},
 					"402": map[string]any{"description": "The card processor declined the charge (payment-declined); the declined payment is at Location. Stored and replayed like a 201."},
 					"409": map[string]any{"description": "A request with this key is still in progress; retry after Retry-After."},
+					"424": map[string]any{"description": "The card processor refused the charge request itself, which is not a decline of the card (payment-failed): nothing was charged, and the failed payment is at Location. Stored and replayed like a 201; a new attempt needs a new key."},
 					"413": map[string]any{"description": "The body is larger than the limit (problem+json, payload-too-large)."},
 					"415": map[string]any{"description": "The body is not application/json (problem+json)."},
 					"422": map[string]any{"description": "The key was used with a different request; \"fields\" names what differs."},
@@ -393,7 +397,7 @@ func (s *Service) openAPI(w http.ResponseWriter, r *http.Request) {
 				},
 			}},
 			"/v1/events": map[string]any{"get": map[string]any{
-				"summary": "List your events, newest first (payment.succeeded, payment.declined, transfer.created); served when the service keeps events",
+				"summary": "List your events, newest first (payment.succeeded, payment.declined, payment.failed, transfer.created); served when the service keeps events",
 				"parameters": []any{
 					map[string]any{"name": "limit", "in": "query", "schema": map[string]any{"type": "integer", "minimum": 1, "maximum": EventsLimitMax, "default": EventsLimitDefault}},
 					map[string]any{"name": "cursor", "in": "query", "description": "next_cursor of the previous page", "schema": map[string]any{"type": "string"}},
