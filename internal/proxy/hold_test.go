@@ -384,6 +384,26 @@ func TestRetryKeepsFirstSpelling(t *testing.T) {
 	}
 }
 
+// TestProbeKeepsFirstSpelling: the probe of a retry spelled otherwise asks
+// for the key as the first forward sent it, and finds the operation.
+func TestProbeKeepsFirstSpelling(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, true)
+	counts := newResultCounts()
+	base := setup(t, "sqlite", up, probing("/v1/requests/{key}", counts))
+	first := send(t, "POST", base+"/v1/bad-gateway", `"pq"`, `{"amount":9}`, "X-Test-Key", "", "X-Test-Key", "pq")
+	if first.status != http.StatusBadGateway {
+		t.Fatalf("first: %d %q, want 502", first.status, first.body)
+	}
+	retry := send(t, "POST", base+"/v1/bad-gateway", `pq`, `{"amount":9}`, "X-Test-Key", "", "X-Test-Key", "pq")
+	if retry.status != http.StatusOK || retry.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry: %d %q, want the operation's response from the status URL", retry.status, retry.body)
+	}
+	if most, keys := up.maxChargesPerClientKey(); most != 1 || keys != 1 || counts.probe(ProbeCompleted) != 1 {
+		t.Fatalf("upstream charged %d times under %d field values, probes %v; want once under one, one completed probe", most, keys, counts.probes)
+	}
+}
+
 // TestUpstreamUnavailable: the upstream's own 503 with Retry-After says it
 // did not handle the request: it is passed on with its body and
 // Retry-After, and the retry is forwarded, on a hold route too. A 503
