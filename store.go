@@ -139,6 +139,15 @@ type ClaimParams struct {
 	Speculative bool
 }
 
+// MayReplace reports whether the claim p may have the key instead of
+// answering with rec, the key it found: rec is past retention (see
+// [Expired]), so the claim replaces it as if it were new, or p takes it
+// over (see [ClaimParams.CanTakeOver]). Every store asks it, and answers
+// with rec when it is false.
+func (p ClaimParams) MayReplace(rec *Record) bool {
+	return Expired(rec.CreatedAt, p.Now, p.Retention) || p.CanTakeOver(rec)
+}
+
 // CanTakeOver reports whether the claim p takes over rec, the key it found:
 // in ModeTwoPhase, a started key whose lease expired at p.Now is taken over
 // by a claim of the same request (the same request hash), which gets the

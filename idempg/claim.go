@@ -96,7 +96,7 @@ func (s *Store) claimOnce(ctx context.Context, p idem.ClaimParams) (claimStep, e
 		if err != nil {
 			return claimStep{}, err
 		}
-		if rec != nil && !replaceable(rec, p) {
+		if rec != nil && !p.MayReplace(rec) {
 			return answerRecord(rec), nil
 		}
 		seen = rec
@@ -210,12 +210,6 @@ func (s *Store) sessionClaimQuery() string {
 // request is not visible, so only the status is known.
 func inFlight(scope idem.Scope) *idem.Record {
 	return &idem.Record{Scope: scope, Status: idem.StatusInFlight}
-}
-
-// replaceable reports whether a claim may replace rec (past retention) or
-// take it over (a two-phase lease that expired, for the same request).
-func replaceable(rec *idem.Record, p idem.ClaimParams) bool {
-	return idem.Expired(rec.CreatedAt, p.Now, p.Retention) || p.CanTakeOver(rec)
 }
 
 // probe is the fast path: it reads a key on a pooled connection, nil when
@@ -445,7 +439,7 @@ func (s *Store) claimInCallerTx(ctx context.Context, tx pgx.Tx, p idem.ClaimPara
 	if err != nil {
 		return claimStep{}, wrapErr(ctx, "claim: read key", err)
 	}
-	if seen != nil && !replaceable(seen, p) {
+	if seen != nil && !p.MayReplace(seen) {
 		return answerRecord(seen), nil
 	}
 	b := &pgx.Batch{}

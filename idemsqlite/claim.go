@@ -127,7 +127,7 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 	if err != nil {
 		return idem.ClaimResult{}, err
 	}
-	if rec != nil && !idem.Expired(rec.CreatedAt, p.Now, p.Retention) && !p.CanTakeOver(rec) {
+	if rec != nil && !p.MayReplace(rec) {
 		return idem.ClaimResult{Record: rec}, nil
 	}
 
