@@ -163,7 +163,7 @@ type CompleterResult struct {
 type Completer struct {
 	store   RecoveryStore
 	cfg     *CompleterConfig
-	replay  []string
+	replay  replayList
 	started []string      // the operations' names, for UnfinishedParams.Started
 	span    time.Duration // the creation times one pass of the sweep reads
 
@@ -190,12 +190,7 @@ func NewCompleter(store RecoveryStore, cfg *CompleterConfig) (*Completer, error)
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	replay := []string{"Content-Type", "Content-Language", "Location"}
-	for _, h := range c.ReplayHeaders {
-		if h = http.CanonicalHeaderKey(h); !slices.Contains(replay, h) {
-			replay = append(replay, h)
-		}
-	}
+	replay := newReplayList(c.ReplayHeaders)
 	started := slices.Sorted(maps.Keys(c.Operations))
 	span := max(startedWindow(c.Interval), c.Retention/sweepPasses)
 	return &Completer{store: store, cfg: c, replay: replay, started: started, span: span, attempts: map[attemptKey]int{}}, nil
@@ -246,10 +241,8 @@ func (c *CompleterConfig) validate() error {
 	if c.MaxAttempts < -1 {
 		return errors.New("idem: CompleterConfig.MaxAttempts must be -1 (never give up) or more")
 	}
-	for _, h := range c.ReplayHeaders {
-		if slices.Contains(forbiddenReplayHeaders, http.CanonicalHeaderKey(h)) {
-			return fmt.Errorf("idem: CompleterConfig.ReplayHeaders must not contain %q", h)
-		}
+	if err := checkReplayHeaders("CompleterConfig.ReplayHeaders", c.ReplayHeaders); err != nil {
+		return err
 	}
 	return nil
 }
@@ -517,7 +510,7 @@ func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) ke
 		c.release(finish, log, lease)
 		return c.failed(ctx, log, rec)
 	}
-	if err := lease.Complete(finish, c.responseOf(out)); err != nil {
+	if err := lease.Complete(finish, c.replay.response(out)); err != nil {
 		log.WarnContext(ctx, "idem: completer: storing the response failed", "err", err)
 		if !errors.Is(err, ErrLeaseLost) {
 			c.release(finish, log, lease)
@@ -555,15 +548,4 @@ func (c *Completer) release(ctx context.Context, log *slog.Logger, lease Lease) 
 	if err := lease.Release(ctx); err != nil {
 		log.WarnContext(ctx, "idem: completer: release failed; the key is free when its lease expires", "err", err)
 	}
-}
-
-// responseOf is what the store keeps of a final response.
-func (c *Completer) responseOf(out *recorder) *Response {
-	resp := &Response{StatusCode: out.statusCode(), Header: make(http.Header), Body: out.body.Bytes()}
-	for _, name := range c.replay {
-		if v := out.header.Values(name); len(v) > 0 {
-			resp.Header[name] = slices.Clone(v)
-		}
-	}
-	return resp
 }

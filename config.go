@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 )
@@ -24,13 +23,6 @@ const (
 // once, and when its response then cannot be stored, the client gets 503
 // and may retry with the same key.
 const NoConflictRetries = -1
-
-// Headers that are never stored or replayed, whatever the configuration.
-var forbiddenReplayHeaders = []string{
-	"Set-Cookie", "Authorization", "Proxy-Authorization", "Proxy-Authenticate",
-	"Www-Authenticate", "Cookie", "Content-Length", "Transfer-Encoding", "Connection",
-	"Idempotent-Replayed",
-}
 
 // Config configures the middleware.
 type Config struct {
@@ -168,10 +160,5 @@ func (c *Config) validate() error {
 			return fmt.Errorf("idem: Config.ExcludeFields entry %q must be a top-level JSON pointer such as \"/timestamp\"", ptr)
 		}
 	}
-	for _, h := range c.ReplayHeaders {
-		if slices.Contains(forbiddenReplayHeaders, http.CanonicalHeaderKey(h)) {
-			return fmt.Errorf("idem: Config.ReplayHeaders must not contain %q", h)
-		}
-	}
-	return nil
+	return checkReplayHeaders("Config.ReplayHeaders", c.ReplayHeaders)
 }

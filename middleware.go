@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"slices"
 	"time"
 )
 
@@ -16,7 +15,7 @@ import (
 type Middleware struct {
 	store         Store
 	cfg           *Config
-	replayHeaders []string
+	replayHeaders replayList
 	recent        *recentKeys // keys claimed here lately; see claimOnce
 }
 
@@ -30,13 +29,7 @@ func New(store Store, cfg *Config) (*Middleware, error) {
 		return nil, err
 	}
 	c.Metrics = resultNoter{c.Metrics} // the outcome of NewRequestLog's line
-	replay := []string{"Content-Type", "Content-Language", "Location"}
-	for _, h := range c.ReplayHeaders {
-		if h = http.CanonicalHeaderKey(h); !slices.Contains(replay, h) {
-			replay = append(replay, h)
-		}
-	}
-	return &Middleware{store: store, cfg: c, replayHeaders: replay, recent: newRecentKeys()}, nil
+	return &Middleware{store: store, cfg: c, replayHeaders: newReplayList(c.ReplayHeaders), recent: newRecentKeys()}, nil
 }
 
 // Wrap returns next behind the contract. Its method value is a

@@ -2,18 +2,51 @@ package idem
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"slices"
 )
 
-// responseOf is what the store keeps of a handler's response: the status,
-// the headers on the replay list and the body.
-func (m *Middleware) responseOf(rec *recorder) *Response {
-	if rec.stream != nil && rec.stream.overflow {
-		return m.notRetained(rec)
+// replayList is the response headers a stored response keeps: Content-Type,
+// Content-Language, Location, and the configured ones, canonical. The
+// middleware and the completer build theirs from their ReplayHeaders with
+// newReplayList, and store responses with its response.
+type replayList []string
+
+func newReplayList(extra []string) replayList {
+	l := replayList{"Content-Type", "Content-Language", "Location"}
+	for _, h := range extra {
+		if h = http.CanonicalHeaderKey(h); !slices.Contains(l, h) {
+			l = append(l, h)
+		}
 	}
+	return l
+}
+
+// forbiddenReplayHeaders are never stored or replayed, whatever the
+// configuration.
+var forbiddenReplayHeaders = []string{
+	"Set-Cookie", "Authorization", "Proxy-Authorization", "Proxy-Authenticate",
+	"Www-Authenticate", "Cookie", "Content-Length", "Transfer-Encoding", "Connection",
+	"Idempotent-Replayed",
+}
+
+// checkReplayHeaders refuses a configured replay list with a forbidden
+// header; field names the setting in the error.
+func checkReplayHeaders(field string, headers []string) error {
+	for _, h := range headers {
+		if slices.Contains(forbiddenReplayHeaders, http.CanonicalHeaderKey(h)) {
+			return fmt.Errorf("idem: %s must not contain %q", field, h)
+		}
+	}
+	return nil
+}
+
+// response is what the store keeps of a buffered response: the status,
+// the headers on the list and the body.
+func (l replayList) response(rec *recorder) *Response {
 	resp := &Response{StatusCode: rec.statusCode(), Body: rec.body.Bytes()}
-	if rec.stream == nil && m.replaysAll(rec.header) {
+	if rec.stream == nil && l.all(rec.header) {
 		// The handler is done with its header, and the client gets copies
 		// of its values (see writeTo): the response can hold the header
 		// itself. A streamed response's header went to the client as it
@@ -21,20 +54,28 @@ func (m *Middleware) responseOf(rec *recorder) *Response {
 		resp.Header = rec.header
 		return resp
 	}
-	resp.Header = make(http.Header, len(m.replayHeaders))
-	copyFields(resp.Header, rec.header, m.replayHeaders, 0)
+	resp.Header = make(http.Header, len(l))
+	copyFields(resp.Header, rec.header, l, 0)
 	return resp
 }
 
-// replaysAll reports whether every field of h is on the replay list and
-// has a value, so that the stored header is h itself.
-func (m *Middleware) replaysAll(h http.Header) bool {
+// all reports whether every field of h is on the list and has a value, so
+// that the stored header is h itself.
+func (l replayList) all(h http.Header) bool {
 	for name, values := range h {
-		if len(values) == 0 || !slices.Contains(m.replayHeaders, name) {
+		if len(values) == 0 || !slices.Contains(l, name) {
 			return false
 		}
 	}
 	return true
+}
+
+// responseOf is what the store keeps of a handler's response.
+func (m *Middleware) responseOf(rec *recorder) *Response {
+	if rec.stream != nil && rec.stream.overflow {
+		return m.notRetained(rec)
+	}
+	return m.replayHeaders.response(rec)
 }
 
 // recorder buffers a handler's response until the lease is finished, or

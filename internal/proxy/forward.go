@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -277,7 +275,7 @@ func (p *Proxy) notForwarded(w http.ResponseWriter, r *http.Request, err error) 
 func (p *Proxy) logger(r *http.Request, policy Policy) *slog.Logger {
 	log := p.cfg.Logger.With("method", r.Method, "path", r.URL.Path, "policy", string(policy))
 	if scope, ok := idem.ScopeFromContext(r.Context()); ok {
-		log = log.With("client_id", scope.ClientID, "key_digest", keyDigest(scope.Key))
+		log = log.With("client_id", scope.ClientID, "key_digest", idem.KeyDigest(scope.Key))
 	}
 	return log
 }
@@ -348,12 +346,6 @@ func (p *Proxy) outcomeUnknown(w http.ResponseWriter, r *http.Request, policy Po
 	idem.WriteProblem(w, prob, retryAfter)
 }
 
-// keyDigest is a short digest of a key for logs, as idem's middleware logs
-// it: logs never carry keys.
-func keyDigest(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:6])
-}
 
 func isTimeout(err error) bool {
 	var ne net.Error

@@ -151,7 +151,7 @@ func (p *Proxy) probeFirst(w http.ResponseWriter, r *http.Request) bool {
 		return false // nothing was sent under the key before, or it did not take effect
 	}
 	scope, _ := idem.ScopeFromContext(ctx)
-	log := p.cfg.Logger.With("method", r.Method, "path", r.URL.Path, "client_id", scope.ClientID, "key_digest", keyDigest(scope.Key))
+	log := p.cfg.Logger.With("method", r.Method, "path", r.URL.Path, "client_id", scope.ClientID, "key_digest", idem.KeyDigest(scope.Key))
 	pctx, cancel := context.WithTimeout(ctx, p.cfg.ProbeTimeout)
 	defer cancel()
 	// The key as the upstream received it: the field value the first
