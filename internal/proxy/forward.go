@@ -346,7 +346,6 @@ func (p *Proxy) outcomeUnknown(w http.ResponseWriter, r *http.Request, policy Po
 	idem.WriteProblem(w, prob, retryAfter)
 }
 
-
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
