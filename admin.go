@@ -129,6 +129,16 @@ func (p ReleaseKeyParams) Check(rec *Record) error {
 	return nil
 }
 
+// CheckDelete reports whether an operator may delete rec
+// ([KeyAdmin.DeleteKey]): only a completed key, never one in flight, whose
+// holder may still be running the request. Every store asks it.
+func CheckDelete(rec *Record) error {
+	if rec.Status != StatusCompleted {
+		return ErrKeyInFlight
+	}
+	return nil
+}
+
 // Errors of [KeyReader] and [KeyAdmin].
 var (
 	// ErrKeyNotFound means the store holds no key for the scope.

@@ -133,12 +133,7 @@ func (s *Store) ReleaseKey(ctx context.Context, p idem.ReleaseKeyParams) (*idem.
 
 // DeleteKey implements [idem.KeyAdmin], fenced as ReleaseKey is.
 func (s *Store) DeleteKey(ctx context.Context, scope idem.Scope) (*idem.Record, error) {
-	rec, err := s.changeKey(ctx, "delete key", scope, func(rec *idem.Record) error {
-		if rec.Status != idem.StatusCompleted {
-			return idem.ErrKeyInFlight
-		}
-		return nil
-	}, queryDeleteCompletedKey)
+	rec, err := s.changeKey(ctx, "delete key", scope, idem.CheckDelete, queryDeleteCompletedKey)
 	if rec != nil && rec.Response != nil {
 		rec.Response.Body = nil
 	}

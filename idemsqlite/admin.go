@@ -138,8 +138,9 @@ func (s *Store) DeleteKey(ctx context.Context, scope idem.Scope) (*idem.Record, 
 			return err
 		case rec == nil:
 			return idem.ErrKeyNotFound
-		case rec.Status != idem.StatusCompleted:
-			return idem.ErrKeyInFlight
+		}
+		if err := idem.CheckDelete(rec); err != nil {
+			return err
 		}
 		if _, err := tx.ExecContext(ctx, queryDeleteCompletedKey, scope.ClientID, scope.Key, rec.Token); err != nil {
 			return unavailable(err)

@@ -89,11 +89,11 @@ func (s *MemoryStore) DeleteKey(ctx context.Context, scope idem.Scope) (*idem.Re
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, ok := s.records[scope]
-	switch {
-	case !ok:
+	if !ok {
 		return nil, fmt.Errorf("idemtest: delete key: %w", idem.ErrKeyNotFound)
-	case rec.Status != idem.StatusCompleted:
-		return nil, fmt.Errorf("idemtest: delete key: %w", idem.ErrKeyInFlight)
+	}
+	if err := idem.CheckDelete(rec); err != nil {
+		return nil, fmt.Errorf("idemtest: delete key: %w", err)
 	}
 	delete(s.records, scope)
 	before := cloneRecord(rec)
