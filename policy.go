@@ -1,6 +1,10 @@
 package idem
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/idemkit/idem/internal/keyspec"
+)
 
 // Outcome says what the middleware does with a handler's response.
 type Outcome int
@@ -66,9 +70,7 @@ type RequirePolicy func(r *http.Request) bool
 
 // RequireNonIdempotent requires a key on POST and PATCH, the methods that
 // are not idempotent by definition.
-func RequireNonIdempotent(r *http.Request) bool {
-	return r.Method == http.MethodPost || r.Method == http.MethodPatch
-}
+func RequireNonIdempotent(r *http.Request) bool { return keyspec.NonIdempotent(r.Method) }
 
 // RequireNone requires no key: a request with a key is still handled
 // idempotently, a request without one passes through.

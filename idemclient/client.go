@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/internal/keyspec"
 )
 
 // Header names used by the Idempotency-Key protocol.
@@ -245,10 +247,9 @@ func Attempts(resp *http.Response) int {
 	return n
 }
 
-// needsKey reports whether method is one that idemclient keys and retries.
-func needsKey(method string) bool {
-	return method == http.MethodPost || method == http.MethodPatch
-}
+// needsKey reports whether method is one that idemclient keys and retries:
+// POST and PATCH, on which idem's middleware requires a key by default.
+func needsKey(method string) bool { return keyspec.NonIdempotent(method) }
 
 func closeBody(req *http.Request) {
 	if req.Body != nil {
