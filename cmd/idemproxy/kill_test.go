@@ -128,6 +128,7 @@ func TestHoldAfterSIGKILL(t *testing.T) {
 			if charges != 1 {
 				t.Fatalf("the upstream was sent the key %d times, want once", charges)
 			}
+			t.Logf("retry after SIGKILL got %d idempotency-outcome-unknown (held); upstream sent the key %d time", status, charges)
 		})
 	}
 }

@@ -97,9 +97,11 @@ func TestHoldAfterTakeover(t *testing.T) {
 			if again := send(t, "POST", dead+"/v1/hang", "hold-vanished", `{"amount":7}`); again.body != retry.body {
 				t.Fatalf("retry after the first request ended: %d %q, want the held problem", again.status, again.body)
 			}
-			if req, ch := up.count("hold-vanished"); req != 1 || ch != 1 {
+			req, ch := up.count("hold-vanished")
+			if req != 1 || ch != 1 {
 				t.Fatalf("upstream saw %d requests and %d charges, want 1 and 1", req, ch)
 			}
+			t.Logf("retries got %d %s, then its replay; upstream: %d request, %d charge", retry.status, retry.problemCode(t), req, ch)
 		})
 	}
 }
@@ -171,9 +173,11 @@ func TestHoldAfterFailedStore(t *testing.T) {
 				if again := send(t, "POST", base+"/v1/charges", "hold-unstored", `{"amount":7}`); again.body != retry.body || again.header.Get("Idempotent-Replayed") != "true" {
 					t.Fatalf("second retry: %d %q, want the held problem, replayed", again.status, again.body)
 				}
-				if req, ch := up.count("hold-unstored"); req != 1 || ch != 1 {
+				req, ch := up.count("hold-unstored")
+				if req != 1 || ch != 1 {
 					t.Fatalf("upstream saw %d requests and %d charges, want 1 and 1", req, ch)
 				}
+				t.Logf("first got %d; retries got %d %s; upstream: %d request, %d charge", first.status, retry.status, retry.problemCode(t), req, ch)
 			})
 		}
 	}
@@ -250,6 +254,7 @@ func TestClientStopsReading(t *testing.T) {
 	if charges["stalled"] != 1 {
 		t.Fatalf("upstream charged %d times, want once", charges["stalled"])
 	}
+	t.Logf("retry got %d %s (replayed); upstream charged %d time", retry.status, retry.problemCode(t), charges["stalled"])
 }
 
 // TestClientGivesUp: a client that gives up while the upstream works
@@ -330,6 +335,7 @@ func TestClientGivesUp(t *testing.T) {
 			if n := charges.Load(); n != 1 {
 				t.Fatalf("upstream charged %d times, want once", n)
 			}
+			t.Logf("retry got %d %s (replayed); upstream charged %d time", retry.status, retry.body, charges.Load())
 		})
 	}
 }
@@ -348,9 +354,11 @@ func TestDefaultNeverForwardsTwice(t *testing.T) {
 	for range 2 {
 		wantHeld(t, "retry", send(t, "POST", base+"/v1/reset", key, `{"amount":3}`))
 	}
-	if req, ch := up.count(key); req != 1 || ch != 1 {
+	req, ch := up.count(key)
+	if req != 1 || ch != 1 {
 		t.Fatalf("upstream saw %d requests and %d charges, want 1 and 1", req, ch)
 	}
+	t.Logf("first got %d; retries got the held 502; upstream: %d request, %d charge", resp.status, req, ch)
 }
 
 // TestRetryKeepsFirstSpelling: idem takes "kq" and kq for one key; an
