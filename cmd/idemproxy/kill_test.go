@@ -79,7 +79,7 @@ func TestHoldAfterSIGKILL(t *testing.T) {
 			t.Cleanup(up.Close)
 			t.Cleanup(func() { close(release) })
 			db := testDB(t, kind)
-			args := []string{"-upstream", up.URL, "-db", db, "-route", "POST /v1/refunds hold", "-upstream-timeout", "1s", "-lock-timeout", "2s"}
+			args := []string{"-upstream", up.URL, "-db", db, "-route", "POST /v1/refunds hold", "-upstream-timeout", "5s", "-lock-timeout", "6s"}
 			binary := idemproxyBinary(t)
 			first, victim := proxyProcess(t, binary, args...)
 			second, _ := proxyProcess(t, binary, args...)

@@ -158,7 +158,9 @@ func TestHoldAfterFailedStore(t *testing.T) {
 				store := &faultyStore{RecoveryStore: newStore(t, kind).(idem.RecoveryStore)}
 				base := setupOn(t, store, up, func(c *Config) {
 					holdRoute(c)
-					c.UpstreamTimeout, c.LockTimeout = 100*time.Millisecond, 300*time.Millisecond
+					// Generous: the first forward must be answered within it
+					// on a loaded machine; ReleaseFails waits out the lease.
+					c.UpstreamTimeout, c.LockTimeout = 2*time.Second, 3*time.Second
 				})
 				store.failComplete.Store(true)
 				store.failRelease.Store(releaseFails)
@@ -223,7 +225,7 @@ func TestClientStopsReading(t *testing.T) {
 	target, _ := url.Parse(up.URL)
 	id, _ := CredentialIdentity([]byte(testSecret))
 	p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, Logger: discard(),
-		UpstreamTimeout: 500 * time.Millisecond, LockTimeout: 3 * time.Second})
+		UpstreamTimeout: 2 * time.Second, LockTimeout: 6 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
