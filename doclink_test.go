@@ -1,6 +1,7 @@
 package idem_test
 
 import (
+	"errors"
 	"go/ast"
 	"go/build"
 	"go/doc"
@@ -12,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -120,14 +122,26 @@ func (ps *docPackages) load(importPath string) (*docPackage, error) {
 		}
 		return nil, err
 	}
+	// Only this module's comments are read; a large package of the
+	// standard library (net/http) parses in a fraction of the time
+	// without its comments, and in parallel.
+	mode := parser.SkipObjectResolution
+	if !filepath.IsAbs(dir) {
+		mode |= parser.ParseComments
+	}
 	fset := token.NewFileSet()
-	var files []*ast.File
-	for _, name := range append(bp.GoFiles, bp.CgoFiles...) {
-		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.ParseComments|parser.SkipObjectResolution)
-		if err != nil {
-			return nil, err
-		}
-		files = append(files, f)
+	names := append(bp.GoFiles, bp.CgoFiles...)
+	files := make([]*ast.File, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			files[i], errs[i] = parser.ParseFile(fset, filepath.Join(dir, name), nil, mode)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	d, err := doc.NewFromFiles(fset, files, importPath)
 	if err != nil {
