@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// KeyReader reads one key, for the key-status endpoint ([StatusHandler])
+// KeyReader reads one key, for the key-status handler ([NewStatusHandler])
 // and for operators. It is not part of [Store]: the request path never
 // needs it.
 type KeyReader interface {
@@ -173,7 +173,7 @@ func (e *LeaseLiveError) Unwrap() error { return ErrLeaseLive }
 // of the key: operators find a key's log lines by it.
 func KeyDigest(key string) string { return keyDigest(key) }
 
-// Readier reports whether a store can serve requests, for [ReadyHandler].
+// Readier reports whether a store can serve requests, for [NewReadyHandler].
 // idempg and idemsqlite implement it.
 type Readier interface {
 	// Ready returns nil when the store answers and its schema is at the

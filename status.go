@@ -13,16 +13,17 @@ import (
 	"time"
 )
 
-// Key states reported by [StatusHandler].
+// Key states reported by the handler of [NewStatusHandler].
 const (
 	KeyStateInProgress = "in_progress"
 	KeyStateCompleted  = "completed"
 )
 
-// KeyStatus is the JSON body of [StatusHandler]'s 200 answer.
+// KeyStatus is the JSON body of the 200 answer of the handler that
+// [NewStatusHandler] returns.
 type KeyStatus struct {
 	Key string `json:"key"`
-	// State is KeyStateInProgress or KeyStateCompleted.
+	// State is [KeyStateInProgress] or [KeyStateCompleted].
 	State string `json:"state"`
 	// Method and Path are the first request's, "POST" and "/v1/payments".
 	Method string `json:"method"`

@@ -7,10 +7,13 @@
 //
 // The commands are:
 //
-//	check   test a live endpoint against the Idempotency-Key contract
-//	keys    list, show, release or delete keys: find and free stuck keys
-//	outbox  show the outbox's backlog and dead events, and retry dead events
-//	chaos   run the payments service under kills, pauses and cuts, then audit every answer
+//	check     test a live endpoint against the Idempotency-Key contract
+//	bench     measure idem on the reference payments endpoint, as ratios to the bare endpoint
+//	migrate   move the key table's schema to the newest version, or to a given one
+//	purge     delete keys older than the retention period
+//	keys      list, show, release or delete keys: find and free stuck keys
+//	outbox    show the outbox's backlog and dead events, and retry dead events
+//	chaos     run the payments service under kills, pauses and cuts, then audit every answer
 //
 // "idem help <command>" or "idem <command> -h" prints a command's flags; most
 // flags have an environment-variable twin named in their help, such as

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"go/parser"
+	"go/token"
 	"strings"
 	"testing"
 )
@@ -77,5 +79,34 @@ func TestCommandsAreWellFormed(t *testing.T) {
 			t.Errorf("command %+v is incomplete, duplicate or reserved", cmd)
 		}
 		seen[cmd.name] = true
+	}
+}
+
+// TestDocListsEveryCommand keeps the command list in doc.go, which go doc
+// prints, the same as the one in usage, which idem -h prints.
+func TestDocListsEveryCommand(t *testing.T) {
+	t.Parallel()
+	f, err := parser.ParseFile(token.NewFileSet(), "doc.go", nil, parser.PackageClauseOnly|parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, list, ok := strings.Cut(f.Doc.Text(), "The commands are:\n\n")
+	if !ok {
+		t.Fatal(`doc.go has no "The commands are:" list`)
+	}
+	var documented []string
+	for _, line := range strings.Split(list, "\n") {
+		if !strings.HasPrefix(line, "\t") {
+			break
+		}
+		name, summary, _ := strings.Cut(strings.TrimSpace(line), " ")
+		documented = append(documented, name+": "+strings.TrimSpace(summary))
+	}
+	var want []string
+	for _, cmd := range commands() {
+		want = append(want, cmd.name+": "+cmd.summary)
+	}
+	if got, want := strings.Join(documented, "\n"), strings.Join(want, "\n"); got != want {
+		t.Errorf("doc.go lists the commands\n%s\nwant, as idem -h does,\n%s", got, want)
 	}
 }
