@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
 )
@@ -20,7 +21,7 @@ const claimAttempts = 3
 type claimStep struct {
 	next   nextStep
 	result idem.ClaimResult // the answer, when next is stepAnswer
-	seen   *idem.Record     // the key past retention, when next is stepReplace
+	seen   *idem.Record     // the key that the claim may have, when next is stepClaim; nil for none
 }
 
 // nextStep is what Claim does after a step.
@@ -32,9 +33,10 @@ const (
 	// stepReadAgain: the step claimed nothing, or the key changed under
 	// it; read the key and try again.
 	stepReadAgain
-	// stepReplace: the key is past retention; replace it (seen) in the
-	// claim's transaction.
-	stepReplace
+	// stepClaim: the claim may have the key (seen, nil for none: see
+	// readKey); insert, replace or take it over in the claim's
+	// transaction.
+	stepClaim
 )
 
 func answer(res idem.ClaimResult) claimStep { return claimStep{next: stepAnswer, result: res} }
@@ -81,41 +83,40 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 
 // claimOnce reads the key and claims it if it may: a two-phase claim by
 // claimStarted; an atomic one by claimSession when it holds the key by a
-// session-level lock, otherwise by a read without a lock (seenKey) and
+// session-level lock, otherwise by a read without a lock (readKey) and
 // then claimTx.
 func (s *Store) claimOnce(ctx context.Context, p idem.ClaimParams) (claimStep, error) {
 	if p.Mode == idem.ModeTwoPhase {
 		return s.claimStarted(ctx, p)
 	}
-	var seen *idem.Record
+	var (
+		step claimStep
+		err  error
+	)
 	if s.sessionClaims() {
-		step, err := s.claimSession(ctx, p)
-		if err != nil || step.next != stepReplace {
-			return step, err
-		}
-		seen = step.seen
+		step, err = s.claimSession(ctx, p)
 	} else {
-		rec, may, err := s.seenKey(ctx, p)
-		switch {
-		case err != nil:
-			return claimStep{}, err
-		case !may:
-			return answerRecord(rec), nil
-		}
-		seen = rec
+		step, err = s.readKey(ctx, p)
 	}
-	return s.claimTx(ctx, p, seen)
+	if err != nil || step.next != stepClaim {
+		return step, err
+	}
+	return s.claimTx(ctx, p, step.seen)
 }
 
-// seenKey reads the key of p's claim without a lock (probe): rec is the
-// key, nil for none, and may reports whether p may have it
-// (idem.ClaimParams.MayReplace), which the claim statement checks again.
-func (s *Store) seenKey(ctx context.Context, p idem.ClaimParams) (rec *idem.Record, may bool, err error) {
-	rec, err = s.probe(ctx, p.Scope)
-	if err != nil {
-		return nil, false, err
+// readKey reads the key of p's claim without a lock (probe). Its step
+// answers from the key unless p may have it (idem.ClaimParams.MayReplace),
+// which the claim statement checks again; otherwise it asks for the claim
+// (stepClaim), with seen nil when there is no key.
+func (s *Store) readKey(ctx context.Context, p idem.ClaimParams) (claimStep, error) {
+	rec, err := s.probe(ctx, p.Scope)
+	switch {
+	case err != nil:
+		return claimStep{}, err
+	case rec != nil && !p.MayReplace(rec):
+		return answerRecord(rec), nil
 	}
-	return rec, rec == nil || p.MayReplace(rec), nil
+	return claimStep{next: stepClaim, seen: rec}, nil
 }
 
 // inFlight is the answer for a key whose holder's transaction is open: its
@@ -214,19 +215,27 @@ func (out claimRow) unclaimed(p idem.ClaimParams) claimStep {
 	return readAgain()
 }
 
-// claimFailed is the step of a claim transaction whose round trip failed
-// with err (claimTx, claimStarted); the transaction was rolled back.
-func claimFailed(ctx context.Context, p idem.ClaimParams, err error) (claimStep, error) {
+// sendClaimTx sends b, the transaction of a claim (claimTx, claimStarted),
+// on conn, and returns it. When the round trip fails, the transaction is
+// rolled back, and step, with ok false, is what Claim does next.
+func sendClaimTx(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, p idem.ClaimParams) (tx pgx.Tx, ok bool, step claimStep, err error) {
+	br := conn.SendBatch(ctx, b)
+	tx = br.Tx()
+	err = br.Close()
+	if err == nil {
+		return tx, true, claimStep{}, nil
+	}
+	rollback(ctx, tx)
 	switch {
 	case ctx.Err() != nil:
-		return claimStep{}, wrapErr(ctx, "claim", err)
+		return nil, false, claimStep{}, wrapErr(ctx, "claim", err)
 	case pgCode(err) == codeLockNotAvailable:
 		// A statement that does not take the advisory lock holds the row
 		// for a moment, such as a response being stored right now.
-		return answerRecord(inFlight(p.Scope)), nil
+		return nil, false, answerRecord(inFlight(p.Scope)), nil
 	case isConflict(err):
 		// A serializable claim whose snapshot predates the row.
-		return readAgain(), nil
+		return nil, false, readAgain(), nil
 	}
-	return claimStep{}, wrapErr(ctx, "claim", err)
+	return nil, false, claimStep{}, wrapErr(ctx, "claim", err)
 }

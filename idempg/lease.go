@@ -230,6 +230,17 @@ func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, 
 	return conn, tx, committed, err
 }
 
+// commitUpdate stores the response by query, with args, the fenced update
+// of the started row that the lease holds, and commits, in one round trip
+// (commitRound).
+func (l *lease) commitUpdate(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, query string, args ...any) error {
+	conn, tx, committed, err := l.commitRound(ctx, conn, tx, "complete key", query, args, nil, nil)
+	if conn == nil {
+		return err // no connection could be had; nothing was sent
+	}
+	return l.settleCommit(ctx, conn, tx, committed, err, false, nil)
+}
+
 // settleCommit ends a Complete whose commitRound, on conn and tx, ended
 // with err. If the COMMIT failed, the server skipped the rest and the
 // transaction stays aborted: rollBack then ends it and gives the

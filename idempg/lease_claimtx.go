@@ -38,12 +38,10 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Reco
 	qq, takeover := claimStatement(b, p, seen, s.claimLockTimeout)
 	out.scanFrom(qq)
 	b.Queue(queryRestoreLockTimeout)
-	br := conn.SendBatch(ctx, b)
-	tx := br.Tx()
-	if err := br.Close(); err != nil {
-		rollback(ctx, tx)
+	tx, ok, step, err := sendClaimTx(ctx, conn, b, p)
+	if !ok {
 		conn.Release()
-		return claimFailed(ctx, p, err)
+		return step, err
 	}
 	if !out.claimed() {
 		err := tx.Rollback(ctx)
@@ -58,14 +56,10 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Reco
 }
 
 // complete updates the lease's started row, at ctid, and commits, in one
-// round trip (commitRound).
+// round trip (commitUpdate).
 func (h *claimTx) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idem.Response, header []byte) error {
-	args := []any{l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body(resp), l.completedAt(), h.ctid}
-	conn, tx, committed, err := l.commitRound(ctx, conn, tx, "complete key", queryCompleteOwnKey, args, nil, nil)
-	if conn == nil {
-		return err // no connection could be had; nothing was sent
-	}
-	return l.settleCommit(ctx, conn, tx, committed, err, false, nil)
+	return l.commitUpdate(ctx, conn, tx, queryCompleteOwnKey,
+		l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body(resp), l.completedAt(), h.ctid)
 }
 
 // end rolls the claim's transaction back, the claim with it.

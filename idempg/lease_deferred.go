@@ -26,27 +26,6 @@ func (s *Store) deferredClaims() bool {
 	return s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted
 }
 
-// claimDeferred returns a lease that has not claimed the key: it holds a
-// pooled connection, on which the claim goes out with the lease
-// transaction's first statement (leaseTx.begin), or with Complete or
-// Release if the handler sends none. No round trip is made here.
-func (s *Store) claimDeferred(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
-	conn, err := s.acquire(ctx, "claim")
-	if err != nil {
-		return idem.ClaimResult{}, err
-	}
-	dc := &deferredClaim{store: s, scope: p.Scope, lock: lockKey(p.Scope), row: newPendingRow(p)}
-	if p.Retention > 0 {
-		// Truncated as pgx sends it, so that Go and the server compare
-		// created_at with the same instant.
-		c := p.Now.Add(-p.Retention).Truncate(time.Microsecond)
-		dc.cutoff = &c
-	}
-	l := s.newLease(p, idem.LeaseInfo{Token: 1}, dc, conn, nil)
-	l.tx.claim = dc
-	return idem.ClaimResult{Lease: l}, nil
-}
-
 // claimState is how far a deferred claim got.
 type claimState int
 
@@ -84,6 +63,27 @@ type deferredClaim struct {
 	// stale reports that the guard found the key's row past retention,
 	// which Complete replaces; false when it found no row.
 	stale bool
+}
+
+// claimDeferred returns a lease that has not claimed the key: it holds a
+// pooled connection, on which the claim goes out with the lease
+// transaction's first statement (leaseTx.begin), or with Complete or
+// Release if the handler sends none. No round trip is made here.
+func (s *Store) claimDeferred(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	conn, err := s.acquire(ctx, "claim")
+	if err != nil {
+		return idem.ClaimResult{}, err
+	}
+	dc := &deferredClaim{store: s, scope: p.Scope, lock: lockKey(p.Scope), row: newPendingRow(p)}
+	if p.Retention > 0 {
+		// Truncated as pgx sends it, so that Go and the server compare
+		// created_at with the same instant.
+		c := p.Now.Add(-p.Retention).Truncate(time.Microsecond)
+		dc.cutoff = &c
+	}
+	l := s.newLease(p, idem.LeaseInfo{Token: 1}, dc, conn, nil)
+	l.tx.claim = dc
+	return idem.ClaimResult{Lease: l}, nil
 }
 
 // pending reports whether the claim of dc, if any, is still to be sent.

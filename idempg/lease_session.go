@@ -112,7 +112,7 @@ func (s *Store) claimSession(ctx context.Context, p idem.ClaimParams) (claimStep
 		case rec == nil:
 			return answerRecord(inFlight(p.Scope)), nil
 		case replace:
-			return claimStep{next: stepReplace, seen: rec}, nil
+			return claimStep{next: stepClaim, seen: rec}, nil
 		}
 		return answerRecord(rec), nil
 	}

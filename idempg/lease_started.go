@@ -66,19 +66,17 @@ func (s *Store) claimTwoPhaseNew(ctx context.Context, p idem.ClaimParams) (claim
 
 // claimStarted is the two-phase claim of a key that exists or whose lock
 // was taken when claimTwoPhaseNew tried it. It reads the key without a lock
-// (seenKey) and answers from it unless p may have it; then, in one round
+// (readKey) and answers from it unless p may have it; then, in one round
 // trip, a transaction inserts the started row (the key is gone), replaces
 // it (past retention) or takes it over (its lease expired: the token grows
 // by one), and commits. Its step asks Claim to start over when the key
 // changed since it was read.
 func (s *Store) claimStarted(ctx context.Context, p idem.ClaimParams) (claimStep, error) {
-	seen, may, err := s.seenKey(ctx, p)
-	switch {
-	case err != nil:
-		return claimStep{}, err
-	case !may:
-		return answerRecord(seen), nil
+	step, err := s.readKey(ctx, p)
+	if err != nil || step.next != stepClaim {
+		return step, err
 	}
+	seen := step.seen
 	conn, err := s.acquire(ctx, "claim")
 	if err != nil {
 		return claimStep{}, err
@@ -90,11 +88,8 @@ func (s *Store) claimStarted(ctx context.Context, p idem.ClaimParams) (claimStep
 	qq, takeover := claimStatement(b, p, seen, s.claimLockTimeout)
 	out.scanFrom(qq)
 	b.Queue(queryCommit)
-	br := conn.SendBatch(ctx, b)
-	tx := br.Tx()
-	if err := br.Close(); err != nil {
-		rollback(ctx, tx)
-		return claimFailed(ctx, p, err)
+	if _, ok, step, err := sendClaimTx(ctx, conn, b, p); !ok {
+		return step, err
 	}
 	if !out.claimed() {
 		return out.unclaimed(p), nil
@@ -103,16 +98,12 @@ func (s *Store) claimStarted(ctx context.Context, p idem.ClaimParams) (claimStep
 }
 
 // complete runs the fenced update of the started row (queryCompleteKey) in
-// the handler's transaction and commits, in one round trip (commitRound);
+// the handler's transaction and commits, in one round trip (commitUpdate);
 // a handler whose transaction never began gets one in that round trip. A
 // lease taken over since matches no row, and its writes roll back.
 func (h *startedRow) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idem.Response, header []byte) error {
-	args := []any{l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body(resp), l.completedAt(), h.created}
-	conn, tx, committed, err := l.commitRound(ctx, conn, tx, "complete key", queryCompleteKey, args, nil, nil)
-	if conn == nil {
-		return err // no connection could be had; nothing was sent
-	}
-	return l.settleCommit(ctx, conn, tx, committed, err, false, nil)
+	return l.commitUpdate(ctx, conn, tx, queryCompleteKey,
+		l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body(resp), l.completedAt(), h.created)
 }
 
 // end rolls back the handler's transaction, if it began; the started row
