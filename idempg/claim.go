@@ -2,12 +2,12 @@ package idempg
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
 )
@@ -21,7 +21,7 @@ const claimAttempts = 3
 type claimStep struct {
 	next   nextStep
 	result idem.ClaimResult // the answer, when next is stepAnswer
-	seen   *idem.Record     // the key past retention, when next is stepReplace
+	seen   *idem.Record     // the key that the claim may have, when next is stepClaim; nil for none
 }
 
 // nextStep is what Claim does after a step.
@@ -33,9 +33,10 @@ const (
 	// stepReadAgain: the step claimed nothing, or the key changed under
 	// it; read the key and try again.
 	stepReadAgain
-	// stepReplace: the key is past retention; replace it (seen) in the
-	// claim's transaction.
-	stepReplace
+	// stepClaim: the claim may have the key (seen, nil for none: see
+	// readKey); insert, replace or take it over in the claim's
+	// transaction.
+	stepClaim
 )
 
 func answer(res idem.ClaimResult) claimStep { return claimStep{next: stepAnswer, result: res} }
@@ -48,7 +49,7 @@ func readAgain() claimStep { return claimStep{next: stepReadAgain} }
 
 // Claim implements [idem.Store]. How each mode and isolation level claims
 // a key, and in how many round trips, is told in the package documentation
-// (Replays, Atomic mode, Two-phase mode).
+// (Round trips, Atomic mode, Two-phase mode).
 //
 // A key in flight whose row is not visible is answered with a Record whose
 // Status is idem.StatusInFlight and whose request hash is unknown.
@@ -80,130 +81,42 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 	return idem.ClaimResult{Record: inFlight(p.Scope)}, nil
 }
 
-// claimOnce reads the key and claims it if it may: by claimSession for an
-// atomic claim that holds the key by a session-level lock, otherwise by a
-// read without a lock (probe) and then claimTx.
+// claimOnce reads the key and claims it if it may: a two-phase claim by
+// claimStarted; an atomic one by claimSession when it holds the key by a
+// session-level lock, otherwise by a read without a lock (readKey) and
+// then claimTx.
 func (s *Store) claimOnce(ctx context.Context, p idem.ClaimParams) (claimStep, error) {
-	var seen *idem.Record
-	if p.Mode == idem.ModeAtomic && s.sessionClaims() {
-		step, err := s.claimSession(ctx, p)
-		if err != nil || step.next != stepReplace {
-			return step, err
-		}
-		seen = step.seen
+	if p.Mode == idem.ModeTwoPhase {
+		return s.claimStarted(ctx, p)
+	}
+	var (
+		step claimStep
+		err  error
+	)
+	if s.sessionClaims() {
+		step, err = s.claimSession(ctx, p)
 	} else {
-		rec, err := s.probe(ctx, p.Scope)
-		if err != nil {
-			return claimStep{}, err
-		}
-		if rec != nil && !p.MayReplace(rec) {
-			return answerRecord(rec), nil
-		}
-		seen = rec
+		step, err = s.readKey(ctx, p)
 	}
-	return s.claimTx(ctx, p, seen)
+	if err != nil || step.next != stepClaim {
+		return step, err
+	}
+	return s.claimTx(ctx, p, step.seen)
 }
 
-// sessionClaims reports whether atomic claims hold the key by a
-// session-level lock and write no row until Complete (claimSession). That
-// needs READ COMMITTED, because at REPEATABLE READ or SERIALIZABLE the
-// insert of the key row would enter the transaction's predicate locks and
-// requests for unrelated keys could fail each other, and a session that
-// stays on one server connection, which a pooler in transaction mode does
-// not promise. Otherwise atomic claims go through claimTx.
-func (s *Store) sessionClaims() bool {
-	return (s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted) && !s.cfg.TransactionPooling
-}
-
-// claimSession is the atomic claim at READ COMMITTED, in one round trip
-// outside any transaction (querySessionClaim, described in the package
-// documentation under Atomic mode). Its lease (bySessionLock) keeps the
-// connection, which never goes back to the pool holding the key's lock:
-// the lease unlocks the key when it ends (endSession), and closes the
-// connection if that fails, which frees the lock on the server.
-//
-// Its step answers with a lease or a record, or, for a key past retention
-// that the statement's clock and the middleware's disagree on at the
-// boundary, asks Claim to replace it the way of claimTx.
-func (s *Store) claimSession(ctx context.Context, p idem.ClaimParams) (claimStep, error) {
-	lock := lockKey(p.Scope)
-	var cutoff *time.Time // keys created at or before it are past retention
-	if p.Retention > 0 {
-		c := p.Now.Add(-p.Retention)
-		cutoff = &c
-	}
-	for attempt := 0; ; attempt++ {
-		conn, err := s.acquire(ctx, "claim")
-		if err != nil {
-			return claimStep{}, err
-		}
-		// querySessionClaim's snapshot is taken before it tries the lock,
-		// so a holder may commit the key and unlock in between, and the
-		// key look new. querySessionRecheck, in the same round trip, reads
-		// again with a snapshot taken after the lock.
-		var (
-			rec             *idem.Record
-			locked, current bool
-		)
-		b := &pgx.Batch{}
-		b.Queue(s.sessionClaimQuery(), p.Scope.ClientID, p.Scope.Key, lock, cutoff).QueryRow(func(row pgx.Row) (err error) {
-			rec, locked, err = scanKey(row, p.Scope)
-			return err
-		})
-		b.Queue(querySessionRecheck, p.Scope.ClientID, p.Scope.Key, cutoff).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&current)
-		})
-		if err := conn.SendBatch(ctx, b).Close(); err != nil {
-			// The lock may or may not be held: only closing the connection
-			// is sure to free it.
-			broken := conn.Conn().IsClosed()
-			closeConn(conn)
-			// A pooled connection that died while idle (the server
-			// restarted, say) is worth one more try on another.
-			if broken && attempt == 0 && ctx.Err() == nil {
-				continue
-			}
-			return claimStep{}, wrapErr(ctx, "claim", err)
-		}
-		expired := rec != nil && idem.Expired(rec.CreatedAt, p.Now, p.Retention)
-		switch {
-		case locked && current && (rec == nil || expired):
-			// A key was committed after the read began, by the lock's
-			// previous holder: unlock, and read the key again, which
-			// answers from its row.
-			_ = endSession(ctx, conn, lock) // on failure it closes the connection, which unlocks
-			return readAgain(), nil
-		case locked && (rec == nil || expired):
-			row := &pendingRow{method: p.Method, path: p.Path, hash: p.RequestHash, fields: p.RequestFields, replaceToken: -1}
-			token := int64(1)
-			if rec != nil { // Complete replaces it, if it is still there
-				token = rec.Token + 1
-				row.replaceToken, row.replaceCreated = rec.Token, rec.CreatedAt
-			}
-			return answerLease(s.newLease(p, held{
-				kind: bySessionLock, info: idem.LeaseInfo{Token: token}, conn: conn, pending: row,
-			})), nil
-		case locked: // the clocks disagree at the retention boundary
-			_ = endSession(ctx, conn, lock) // on failure it closes the connection, which unlocks
-			return answerRecord(rec), nil
-		}
-		conn.Release()
-		switch {
-		case rec == nil:
-			return answerRecord(inFlight(p.Scope)), nil
-		case expired:
-			return claimStep{next: stepReplace, seen: rec}, nil
-		}
+// readKey reads the key of p's claim without a lock (probe). Its step
+// answers from the key unless p may have it (idem.ClaimParams.MayReplace),
+// which the claim statement checks again; otherwise it asks for the claim
+// (stepClaim), with seen nil when there is no key.
+func (s *Store) readKey(ctx context.Context, p idem.ClaimParams) (claimStep, error) {
+	rec, err := s.probe(ctx, p.Scope)
+	switch {
+	case err != nil:
+		return claimStep{}, err
+	case rec != nil && !p.MayReplace(rec):
 		return answerRecord(rec), nil
 	}
-}
-
-// sessionClaimQuery is querySessionClaim, unless a test replaced it.
-func (s *Store) sessionClaimQuery() string {
-	if q := s.testHooks.sessionClaimQuery; q != "" {
-		return q
-	}
-	return querySessionClaim
+	return claimStep{next: stepClaim, seen: rec}, nil
 }
 
 // inFlight is the answer for a key whose holder's transaction is open: its
@@ -289,179 +202,40 @@ func (out *claimRow) scanFrom(qq *pgx.QueuedQuery) {
 	qq.QueryRow(func(row pgx.Row) error { return row.Scan(&out.acquired, &out.token, &out.ctid, &out.created) })
 }
 
-// claimTwoPhaseNew is the first try of a two-phase claim, sent before any
-// read of the key: in one round trip and one implicit transaction, it
-// takes the key's advisory lock without waiting and, only if it got it,
-// inserts a started row unless the key exists (ON CONFLICT DO NOTHING,
-// which leaves no dead row behind for a retry); the insert commits at once.
-// Its step asks Claim to read the key and go on from there whenever it
-// claimed nothing: the key exists, its lock is taken, a row lock held it
-// past ClaimLockTimeout, or the pooled connection turned out to be dead (it
-// died while idle).
-func (s *Store) claimTwoPhaseNew(ctx context.Context, p idem.ClaimParams) (claimStep, error) {
-	conn, err := s.acquire(ctx, "claim")
-	if err != nil {
-		return claimStep{}, err
+// claimed reports whether the claim statement claimed the key.
+func (out claimRow) claimed() bool { return out.acquired && out.token != nil }
+
+// unclaimed is the step of a claim statement that claimed nothing: the key
+// is in flight if its lock was taken, else its row changed since it was
+// read, and Claim reads it again.
+func (out claimRow) unclaimed(p idem.ClaimParams) claimStep {
+	if !out.acquired {
+		return answerRecord(inFlight(p.Scope))
 	}
-	defer conn.Release()
-	b := &pgx.Batch{}
-	var out claimRow
-	qq, _ := claimStatement(b, p, nil, s.claimLockTimeout)
-	out.scanFrom(qq)
-	err = conn.SendBatch(ctx, b).Close()
-	switch {
-	case err == nil && out.token != nil:
-		return answerLease(s.newLease(p, held{kind: byStartedRow, info: idem.LeaseInfo{Token: *out.token}, created: *out.created})), nil
-	case err == nil, pgCode(err) == codeLockNotAvailable, ctx.Err() == nil && conn.Conn().IsClosed():
-		return readAgain(), nil
-	}
-	return claimStep{}, wrapErr(ctx, "claim", err)
+	return readAgain()
 }
 
-// claimTx runs the claim's transaction, in one round trip: it inserts,
-// replaces or takes over the key that Claim read (seen, nil for none). Its
-// step asks Claim to start over when the key changed since seen was read.
-func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Record) (claimStep, error) {
-	conn, err := s.acquire(ctx, "claim")
-	if err != nil {
-		return claimStep{}, err
-	}
-	atomicMode := p.Mode == idem.ModeAtomic
-	keep := false
-	defer func() {
-		if !keep {
-			conn.Release()
-		}
-	}()
-
-	// Two-phase claims commit in the same round trip; an atomic claim's
-	// transaction stays open for the handler, with its lock_timeout back
-	// to what it was.
-	b := &pgx.Batch{}
-	if atomicMode {
-		b.BeginTx(pgx.TxOptions{IsoLevel: s.cfg.IsoLevel})
-		b.Queue(querySaveLockTimeout)
-	} else {
-		b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	}
-	var out claimRow
-	qq, takeover := claimStatement(b, p, seen, s.claimLockTimeout)
-	out.scanFrom(qq)
-	if atomicMode {
-		b.Queue(queryRestoreLockTimeout)
-	} else {
-		b.Queue(queryCommit)
-	}
+// sendClaimTx sends b, the transaction of a claim (claimTx, claimStarted),
+// on conn, and returns it. When the round trip fails, the transaction is
+// rolled back, and step, with ok false, is what Claim does next.
+func sendClaimTx(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, p idem.ClaimParams) (tx pgx.Tx, ok bool, step claimStep, err error) {
 	br := conn.SendBatch(ctx, b)
-	tx := br.Tx()
-	if err := br.Close(); err != nil {
-		rollback(ctx, tx)
-		switch {
-		case ctx.Err() != nil:
-			return claimStep{}, wrapErr(ctx, "claim", err)
-		case pgCode(err) == codeLockNotAvailable:
-			// A statement that does not take the advisory lock holds the row
-			// for a moment, such as a response being stored right now.
-			return answerRecord(inFlight(p.Scope)), nil
-		case isConflict(err):
-			// A serializable claim whose snapshot predates the row.
-			return readAgain(), nil
-		}
-		return claimStep{}, wrapErr(ctx, "claim", err)
+	tx = br.Tx()
+	err = br.Close()
+	if err == nil {
+		return tx, true, claimStep{}, nil
 	}
-	if !out.acquired || out.token == nil {
-		if atomicMode {
-			if err := tx.Rollback(ctx); err != nil {
-				return claimStep{}, wrapErr(ctx, "claim: roll back", err)
-			}
-		}
-		if !out.acquired {
-			return answerRecord(inFlight(p.Scope)), nil
-		}
-		return readAgain(), nil // the row changed since seen
-	}
-
-	info := idem.LeaseInfo{Token: *out.token, TakenOver: takeover, CreatedAt: createdOf(out)}
-	if !atomicMode {
-		return answerLease(s.newLease(p, held{kind: byStartedRow, info: info, created: *out.created})), nil
-	}
-	keep = true
-	return answerLease(s.newLease(p, held{kind: byClaimTx, info: info, conn: conn, tx: tx, ctid: out.ctid})), nil
-}
-
-// ClaimTx claims a key inside tx, a transaction of the caller's, for work
-// that must commit in the caller's transaction. The claim is atomic:
-// p.Mode must be idem.ModeAtomic.
-//
-// ClaimTx opens a savepoint in tx for the lease. The lease's Context carries
-// that savepoint for [TxFromContext]; Complete stores the response in it and
-// releases it, without committing: the caller commits tx, and until it does
-// the key is in flight to everyone else. Release rolls back to the savepoint,
-// undoing the claim and every write made through the lease since, and leaves
-// tx open and usable. If tx rolls back, so does the key.
-//
-// Existing keys are read through tx, so a caller's REPEATABLE READ or
-// SERIALIZABLE snapshot may miss a key committed after it was taken; the
-// claim then fails with the serialization error and the caller must run its
-// transaction again.
-func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (idem.ClaimResult, error) {
-	if err := ctx.Err(); err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
-	}
-	if tx == nil {
-		return idem.ClaimResult{}, errors.New("idempg: ClaimTx needs a transaction")
-	}
-	if p.Mode != idem.ModeAtomic {
-		return idem.ClaimResult{}, fmt.Errorf("idempg: ClaimTx claims atomically; got mode %s", p.Mode)
-	}
-	for range claimAttempts {
-		step, err := s.claimInCallerTx(ctx, tx, p)
-		if err != nil || step.next == stepAnswer {
-			return step.result, err
-		}
-	}
-	return idem.ClaimResult{Record: inFlight(p.Scope)}, nil
-}
-
-// claimInCallerTx is one attempt of ClaimTx, in a savepoint of tx.
-func (s *Store) claimInCallerTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (claimStep, error) {
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return claimStep{}, wrapErr(ctx, "claim: savepoint", err)
-	}
-	keep := false
-	defer func() {
-		if !keep {
-			_ = sp.Rollback(context.WithoutCancel(ctx))
-		}
-	}()
-	seen, err := loadKey(ctx, sp, p.Scope)
-	if err != nil {
-		return claimStep{}, wrapErr(ctx, "claim: read key", err)
-	}
-	if seen != nil && !p.MayReplace(seen) {
-		return answerRecord(seen), nil
-	}
-	b := &pgx.Batch{}
-	b.Queue(querySaveLockTimeout)
-	var out claimRow
-	qq, _ := claimStatement(b, p, seen, s.claimLockTimeout)
-	out.scanFrom(qq)
-	b.Queue(queryRestoreLockTimeout)
-	if err := sp.SendBatch(ctx, b).Close(); err != nil {
-		if pgCode(err) == codeLockNotAvailable && ctx.Err() == nil {
-			return answerRecord(inFlight(p.Scope)), nil
-		}
-		return claimStep{}, wrapErr(ctx, "claim", err)
-	}
+	rollback(ctx, tx)
 	switch {
-	case !out.acquired:
-		return answerRecord(inFlight(p.Scope)), nil
-	case out.token == nil:
-		return readAgain(), nil
+	case ctx.Err() != nil:
+		return nil, false, claimStep{}, wrapErr(ctx, "claim", err)
+	case pgCode(err) == codeLockNotAvailable:
+		// A statement that does not take the advisory lock holds the row
+		// for a moment, such as a response being stored right now.
+		return nil, false, answerRecord(inFlight(p.Scope)), nil
+	case isConflict(err):
+		// A serializable claim whose snapshot predates the row.
+		return nil, false, readAgain(), nil
 	}
-	keep = true
-	return answerLease(s.newLease(p, held{
-		kind: byCallerTx, info: idem.LeaseInfo{Token: *out.token, CreatedAt: createdOf(out)}, tx: sp, ctid: out.ctid,
-	})), nil
+	return nil, false, claimStep{}, wrapErr(ctx, "claim", err)
 }

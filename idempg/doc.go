@@ -23,11 +23,14 @@
 // # Round trips
 //
 // This section is the one account of what each claim sends; the code's
-// comments point here.
+// comments point here. Each way of holding a key is a type of its own, in
+// the file that each paragraph names: its claim, Complete, Release and, for
+// a two-phase lease, its recovery points.
 //
 // The middleware's atomic claim at READ COMMITTED (the default) is
-// deferred: it asks for it with idem.ClaimParams.Speculative, and Claim
-// takes a pooled connection and returns a lease without any round trip.
+// deferred (lease_deferred.go): it asks for it with
+// idem.ClaimParams.Speculative, and Claim takes a pooled connection and
+// returns a lease without any round trip.
 // The claim goes out in front of the handler's first statement, in one
 // round trip with one Sync: idem_claim_guard (migrations 004 and 005),
 // which takes the key's transaction-scoped advisory lock without waiting
@@ -79,44 +82,51 @@
 // then answered in one round trip without running its handler; one that
 // reaches another process claims speculatively there, in two.
 //
-// An atomic claim at READ COMMITTED that is not deferred is one round
-// trip on a pooled connection, outside any transaction. Its first
-// statement reads the key by its primary key and, only when there is none
-// (or it is past retention), tries the key's advisory lock. A completed key is replayed from that
-// read; a key whose lock a request in flight holds is answered 409 from it,
-// at once. The read uses the statement's snapshot, taken before the lock is
-// tried, so a holder can commit the key and unlock it in between, and the
-// key would look new. A second statement in the same round trip therefore
-// reads again, with a snapshot of its own taken after the lock; a claim
-// that took the lock of a key that now exists unlocks it and starts over,
-// which answers from the key's row: two more round trips, in that race
-// only. (Each statement takes its own snapshot at READ COMMITTED: with
-// Config.IsoLevel empty, the server's default_transaction_isolation must
-// be read committed, as it is unless configured.) A new key costs three
-// round trips: the claim, the handler's first statement with its BEGIN,
-// and Complete, which inserts the completed row, commits and unlocks. A
-// replay costs one.
+// An atomic claim at READ COMMITTED that is not deferred (lease_session.go)
+// is one round trip on a pooled connection, outside any transaction. Its
+// first statement reads the key by its primary key and, only when there is
+// none (or it is past retention), tries the key's advisory lock. A
+// completed key is replayed from that read; a key whose lock a request in
+// flight holds is answered 409 from it, at once. The read uses the
+// statement's snapshot, taken before the lock is tried, so a holder can
+// commit the key and unlock it in between, and the key would look new. A
+// second statement in the same round trip therefore reads again, with a
+// snapshot of its own taken after the lock; a claim that took the lock of a
+// key that now exists unlocks it and starts over, which answers from the
+// key's row: two more round trips, in that race only. (Each statement takes
+// its own snapshot at READ COMMITTED: with Config.IsoLevel empty, the
+// server's default_transaction_isolation must be read committed, as it is
+// unless configured.) A new key costs three round trips: the claim, the
+// handler's first statement with its BEGIN, and Complete, which inserts the
+// completed row, commits and unlocks. A replay costs one.
 //
 // Behind a pooler in transaction mode (Config.TransactionPooling) when the
 // claim is not deferred, and at REPEATABLE READ or SERIALIZABLE (where a
 // deferred claim's statements would share one snapshot, and the BEGIN that
-// sets the level must come first), an atomic claim reads the key first, in
-// one round trip, and only for a key that is absent, past retention or
-// replaceable sends a second: the transaction that takes the key's lock and
-// inserts (INSERT ... ON CONFLICT DO NOTHING) or replaces the started row,
-// left open for the handler. A new key costs four round trips, a replay
-// one.
+// sets the level must come first), an atomic claim (lease_claimtx.go) reads
+// the key first, in one round trip, and only for a key that is absent, past
+// retention or replaceable sends a second: the transaction that takes the
+// key's lock and inserts (INSERT ... ON CONFLICT DO NOTHING) or replaces
+// the started row, left open for the handler. A new key costs four round
+// trips, a replay one.
 //
-// A two-phase claim, which must commit its row before the handler runs,
-// first tries the lock and inserts the started row, in one round trip and
-// one implicit transaction. For a key that exists the insert (INSERT ...
-// ON CONFLICT DO NOTHING) inserts nothing and claims nothing, without an
-// error; such a key, or one whose lock is held, is then read without a
-// lock and answered from the read, so a two-phase replay costs two round
-// trips. Only an expired lease or a key past retention goes on to one more
-// round trip, a transaction that takes the lock and takes over or replaces
-// the row. A new key costs three round trips: the claim, the handler's
-// first statement with its BEGIN, and Complete.
+// A two-phase claim (lease_started.go), which must commit its row before
+// the handler runs, first tries the lock and inserts the started row, in
+// one round trip and one implicit transaction. For a key that exists the
+// insert (INSERT ... ON CONFLICT DO NOTHING) inserts nothing and claims
+// nothing, without an error; such a key, or one whose lock is held, is then
+// read without a lock and answered from the read, so a two-phase replay
+// costs two round trips. Only an expired lease or a key past retention goes
+// on to one more round trip, a transaction that takes the lock and takes
+// over or replaces the row. A new key costs three round trips: the claim,
+// the handler's first statement with its BEGIN, and Complete.
+//
+// A claim of [Store.ClaimTx] (lease_callertx.go) runs in the caller's
+// transaction: a savepoint, a read of the key, then one round trip that
+// takes the key's lock and inserts the started row, or replaces one past
+// retention. Complete updates the row and releases the savepoint, two round
+// trips; the caller commits. A replay costs three: the savepoint, the read
+// and the rollback to the savepoint.
 //
 // Replays must come from the primary, never from an asynchronous read
 // replica: a replica that lags shows a finished key as new, and the request

@@ -42,7 +42,7 @@ LEFT JOIN idempotency_keys k ON k.client_id = $1 AND k.idempotency_key = $2`
     WHERE client_id = $1 AND idempotency_key = $2 AND ($3::timestamptz IS NULL OR created_at > $3::timestamptz))`
 
 	// queryClaimGuard is the first statement of a deferred atomic claim
-	// (deferred.go): it takes the key's transaction-scoped lock and raises
+	// (lease_deferred.go): it takes the key's transaction-scoped lock and raises
 	// IDEM2 or IDEM3 unless the key is free; it returns whether the key's
 	// row is past retention (false for no row; see migrations 004 and 005).
 	// $4 is the retention cutoff, NULL for none.

@@ -5,19 +5,16 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
 )
 
 var (
-	_ idem.RecoveryLease = (*lease)(nil)
 	_ idem.RecoveryStore = (*Store)(nil)
 	_ idem.Leader        = (*Store)(nil)
 )
@@ -76,49 +73,6 @@ LIMIT $3`
 	queryTryXactLock = `SELECT pg_try_advisory_xact_lock($1::bigint)`
 )
 
-// Recovery implements [idem.RecoveryLease]. A key that this lease claimed
-// new has no recovery point, and Recovery answers without a round trip; a
-// key it took over is read once.
-func (l *lease) Recovery(ctx context.Context) (idem.Recovery, error) {
-	if l.kind != byStartedRow {
-		return idem.Recovery{}, fmt.Errorf("idempg: read recovery point: %w", idem.ErrNoRecovery)
-	}
-	if l.tx.ended.Load() {
-		return idem.Recovery{}, fmt.Errorf("idempg: read recovery point: %w", ErrLeaseEnded)
-	}
-	if l.recovery == nil && !l.info.TakenOver {
-		l.recovery = &idem.Recovery{Point: idem.RecoveryStarted}
-	}
-	if l.recovery == nil {
-		r, err := l.loadRecovery(ctx)
-		if err != nil {
-			return idem.Recovery{}, err
-		}
-		l.recovery = &r
-	}
-	return idem.Recovery{Point: l.recovery.Point, State: l.recovery.State.Clone()}, nil
-}
-
-func (l *lease) loadRecovery(ctx context.Context) (idem.Recovery, error) {
-	conn, err := l.store.acquire(ctx, "read recovery point")
-	if err != nil {
-		return idem.Recovery{}, err
-	}
-	defer conn.Release()
-	var (
-		point *string
-		state []byte
-	)
-	err = conn.QueryRow(ctx, queryLoadRecovery, l.scope.ClientID, l.scope.Key, l.info.Token, l.createdAt).Scan(&point, &state)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return idem.Recovery{}, fmt.Errorf("idempg: read recovery point (token %d): %w", l.info.Token, idem.ErrLeaseLost)
-	case err != nil:
-		return idem.Recovery{}, wrapErr(ctx, "read recovery point", err)
-	}
-	return decodeRecovery(point, state)
-}
-
 // decodeRecovery makes a Recovery of the columns.
 func decodeRecovery(point *string, state []byte) (idem.Recovery, error) {
 	if point == nil {
@@ -131,73 +85,6 @@ func decodeRecovery(point *string, state []byte) (idem.Recovery, error) {
 		}
 	}
 	return r, nil
-}
-
-// Checkpoint implements [idem.RecoveryLease]: in one round trip it sends
-// the fenced update of the recovery point and COMMIT in the lease's
-// transaction (begun in the same round trip if the phase wrote nothing),
-// and gives the connection back; the next TxFromContext begins a new
-// transaction. Only two-phase leases keep recovery points.
-func (l *lease) Checkpoint(ctx context.Context, r idem.Recovery) error {
-	if l.kind != byStartedRow {
-		return fmt.Errorf("idempg: checkpoint: %w", idem.ErrNoRecovery)
-	}
-	var state []byte
-	if len(r.State) > 0 {
-		var err error
-		if state, err = json.Marshal(r.State); err != nil {
-			return fmt.Errorf("idempg: checkpoint: encode state: %w", err)
-		}
-	}
-	conn, tx, ended := l.tx.detach()
-	if ended {
-		return fmt.Errorf("idempg: checkpoint: %w", ErrLeaseEnded)
-	}
-	if err := l.commitPhase(ctx, conn, tx, r.Point, state); err != nil {
-		return err
-	}
-	l.recovery = &idem.Recovery{Point: r.Point, State: r.State.Clone()}
-	return nil
-}
-
-// commitPhase commits the phase's transaction (tx on conn; nil when it
-// never began) with the fenced update of the recovery point.
-func (l *lease) commitPhase(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, point string, state []byte) error {
-	conn, tx, _, err := l.commitRound(ctx, conn, tx, "checkpoint", queryCheckpoint,
-		[]any{l.scope.ClientID, l.scope.Key, l.info.Token, point, state, l.createdAt}, nil)
-	if conn == nil {
-		return err // no connection could be had; nothing was sent
-	}
-	switch {
-	case err == nil:
-		conn.Release()
-		return nil
-	case commitOutcomeUnknown(err):
-		closeConn(conn)
-		return errOutcomeUnknown("checkpoint", err)
-	}
-	if isConflict(err) {
-		l.tx.conflicted.Store(true)
-	}
-	rollback(ctx, tx)
-	conn.Release()
-	if pgCode(err) == codeLeaseLost {
-		return fmt.Errorf("idempg: checkpoint %q (token %d): %w", point, l.info.Token, idem.ErrLeaseLost)
-	}
-	return wrapErr(ctx, "checkpoint", err)
-}
-
-// detach takes the transaction out and leaves the lease holding none, so
-// that the next use begins a new one.
-func (lt *leaseTx) detach() (conn *pgxpool.Conn, tx pgx.Tx, ended bool) {
-	lt.mu.Lock()
-	defer lt.mu.Unlock()
-	if lt.ended.Load() {
-		return nil, nil, true
-	}
-	conn, tx = lt.conn, lt.tx
-	lt.conn, lt.tx, lt.view = nil, nil, nil
-	return conn, tx, false
 }
 
 // Unfinished implements [idem.RecoveryStore], for the completer: the keys

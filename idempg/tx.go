@@ -63,9 +63,9 @@ type leaseTx struct {
 	ended      atomic.Bool
 	conflicted atomic.Bool
 
-	// claim is the claim of a byDeferredClaim lease, which begin sends in
-	// front of BEGIN; nil for other leases. Guarded by mu until the lease
-	// ends.
+	// claim is the claim of a deferred lease (lease_deferred.go), which
+	// begin sends in front of BEGIN while it is pending; nil for other
+	// leases. Guarded by mu until the lease ends.
 	claim *deferredClaim
 }
 
@@ -113,11 +113,11 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 		return pgconn.CommandTag{}, false, pgx.ErrTxClosed
 	}
 	dc := lt.claim
-	if dc != nil && dc.state == claimRefused {
+	if refusal := dc.refused(); refusal != nil {
 		// Nothing runs for a request whose claim was refused.
-		return pgconn.CommandTag{}, sql != "", dc.refusal
+		return pgconn.CommandTag{}, sql != "", refusal
 	}
-	claiming := dc != nil && dc.state == claimPending
+	claiming := dc.pending()
 	b := &pgx.Batch{}
 	if claiming {
 		dc.queue(b, true) // the claim, then BEGIN: one round trip
@@ -182,6 +182,19 @@ func (lt *leaseTx) end() (conn *pgxpool.Conn, tx pgx.Tx, ended bool) {
 		return nil, nil, true
 	}
 	lt.ended.Store(true)
+	conn, tx = lt.conn, lt.tx
+	lt.conn, lt.tx, lt.view = nil, nil, nil
+	return conn, tx, false
+}
+
+// detach takes the transaction out and leaves the lease holding none, so
+// that the next use begins a new one.
+func (lt *leaseTx) detach() (conn *pgxpool.Conn, tx pgx.Tx, ended bool) {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	if lt.ended.Load() {
+		return nil, nil, true
+	}
 	conn, tx = lt.conn, lt.tx
 	lt.conn, lt.tx, lt.view = nil, nil, nil
 	return conn, tx, false
@@ -446,12 +459,9 @@ func ClaimKey(ctx context.Context) error {
 		return ErrNoTx
 	}
 	lt.mu.Lock()
-	dc, view := lt.claim, lt.view
-	pending := dc != nil && dc.state == claimPending && view != nil
-	var refusal error
-	if dc != nil && dc.state == claimRefused {
-		refusal = dc.refusal
-	}
+	view := lt.view
+	pending := lt.claim.pending() && view != nil
+	refusal := lt.claim.refused()
 	lt.mu.Unlock()
 	if !pending {
 		// Nothing to send: in particular no connection is taken for a

@@ -26,28 +26,6 @@ func (s *Store) deferredClaims() bool {
 	return s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted
 }
 
-// claimDeferred returns a lease that has not claimed the key: it holds a
-// pooled connection, on which the claim goes out with the lease
-// transaction's first statement (leaseTx.begin), or with Complete or
-// Release if the handler sends none. No round trip is made here.
-func (s *Store) claimDeferred(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
-	conn, err := s.acquire(ctx, "claim")
-	if err != nil {
-		return idem.ClaimResult{}, err
-	}
-	dc := &deferredClaim{store: s, scope: p.Scope, lock: lockKey(p.Scope)}
-	if p.Retention > 0 {
-		// Truncated as pgx sends it, so that Go and the server compare
-		// created_at with the same instant.
-		c := p.Now.Add(-p.Retention).Truncate(time.Microsecond)
-		dc.cutoff = &c
-	}
-	row := &pendingRow{method: p.Method, path: p.Path, hash: p.RequestHash, fields: p.RequestFields, replaceToken: -1}
-	return idem.ClaimResult{Lease: s.newLease(p, held{
-		kind: byDeferredClaim, info: idem.LeaseInfo{Token: 1}, conn: conn, pending: row, claim: dc,
-	})}, nil
-}
-
 // claimState is how far a deferred claim got.
 type claimState int
 
@@ -62,20 +40,62 @@ const (
 	claimRefused
 )
 
-// deferredClaim is the claim of a byDeferredClaim lease. Its two statements
-// (queue) go out at the front of the lease's first round trip; how they
-// hold the key is told in the package documentation (Round trips).
+// deferredClaim holds a key by a speculative atomic claim at READ
+// COMMITTED: the lease holds a connection and nothing else until its claim
+// goes out with its transaction's first statement (queue, in front of the
+// lease's first round trip), or with Complete or Release. Once the claim
+// passed, the transaction holds the key's transaction-scoped lock, and no
+// row exists yet: Complete inserts the completed row and commits, which
+// unlocks; Release rolls back. How the claim holds the key is told in the
+// package documentation (Round trips). The lease's leaseTx asks it, under
+// its lock, whether the claim is pending or refused; its state is read and
+// written in this file only.
 type deferredClaim struct {
+	atomicLease
 	store  *Store
 	scope  idem.Scope
 	lock   int64
 	cutoff *time.Time // keys created at or before it are past retention; nil for none
+	row    pendingRow // what Complete inserts
 
 	state   claimState
 	refusal error // wraps ErrNotClaimed and an *idem.ExistsError, once refused
 	// stale reports that the guard found the key's row past retention,
 	// which Complete replaces; false when it found no row.
 	stale bool
+}
+
+// claimDeferred returns a lease that has not claimed the key: it holds a
+// pooled connection, on which the claim goes out with the lease
+// transaction's first statement (leaseTx.begin), or with Complete or
+// Release if the handler sends none. No round trip is made here.
+func (s *Store) claimDeferred(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	conn, err := s.acquire(ctx, "claim")
+	if err != nil {
+		return idem.ClaimResult{}, err
+	}
+	dc := &deferredClaim{store: s, scope: p.Scope, lock: lockKey(p.Scope), row: newPendingRow(p)}
+	if p.Retention > 0 {
+		// Truncated as pgx sends it, so that Go and the server compare
+		// created_at with the same instant.
+		c := p.Now.Add(-p.Retention).Truncate(time.Microsecond)
+		dc.cutoff = &c
+	}
+	l := s.newLease(p, idem.LeaseInfo{Token: 1}, dc, conn, nil)
+	l.tx.claim = dc
+	return idem.ClaimResult{Lease: l}, nil
+}
+
+// pending reports whether the claim of dc, if any, is still to be sent.
+func (dc *deferredClaim) pending() bool { return dc != nil && dc.state == claimPending }
+
+// refused returns the refusal of the claim of dc, if any, once refused;
+// nil otherwise.
+func (dc *deferredClaim) refused() error {
+	if dc == nil || dc.state != claimRefused {
+		return nil
+	}
+	return dc.refusal
 }
 
 // queue queues the claim's guard on b, which must be empty; with begin,
@@ -168,12 +188,55 @@ func (dc *deferredClaim) checkFree(ctx context.Context, conn *pgxpool.Conn) erro
 	return nil
 }
 
-// release ends a byDeferredClaim lease without storing a response: a
-// refused claim returns its refusal, a held one rolls back (which frees
-// the lock), and one never sent is checked (checkFree), so that the
-// caller answers a key that exists from it rather than with the handler's
-// response.
-func (dc *deferredClaim) release(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx) error {
+// complete inserts the completed row and commits, in one round trip
+// (commitRound), which carries the claim in front if it is still pending.
+// A claim that was refused stores nothing and returns its refusal.
+func (dc *deferredClaim) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idem.Response, header []byte) error {
+	if dc.state == claimRefused {
+		conn.Release()
+		return dc.refusal
+	}
+	var (
+		query string
+		args  []any
+	)
+	if dc.state == claimHeld && !dc.stale {
+		// The claim's guard found no row for the key: a plain insert, as
+		// for a session-locked lease that saw none.
+		query, args = dc.row.insertNew(l, 1, resp, header)
+	} else {
+		r := dc.row
+		query, args = queryInsertCompletedDeferred, []any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, r.fields,
+			resp.StatusCode, header, body(resp), l.claimedAt, l.completedAt(), dc.cutoff}
+	}
+	var claim *deferredClaim // the claim to send in front, if pending
+	if dc.state == claimPending {
+		claim = dc
+		if conn != nil && conn.Conn().IsClosed() {
+			// The connection died under the handler's first round trip:
+			// nothing is held on the server. commitRound takes another.
+			conn.Release()
+			conn, tx = nil, nil
+		}
+	}
+	conn, tx, committed, err := l.commitRound(ctx, conn, tx, "complete key", query, args, claim, nil)
+	if conn == nil {
+		return err // no connection could be had; nothing was sent
+	}
+	if claim != nil {
+		if refusal := dc.settle(ctx, conn, err, false); refusal != nil {
+			conn.Release() // the server rolled the round trip back
+			return refusal
+		}
+	}
+	return l.settleCommit(ctx, conn, tx, committed, err, true, nil)
+}
+
+// end ends the lease without storing a response: a refused claim returns
+// its refusal, a held one rolls back (which frees the lock), and one never
+// sent is checked (checkFree), so that the caller answers a key that
+// exists from it rather than with the handler's response.
+func (dc *deferredClaim) end(ctx context.Context, _ *lease, conn *pgxpool.Conn, tx pgx.Tx) error {
 	switch {
 	case dc.state == claimRefused:
 		conn.Release()
