@@ -69,10 +69,14 @@ const (
 	// ProblemUnavailable: 503, the store failed; the detail says whether
 	// the request was processed.
 	ProblemUnavailable ProblemCode = "store-unavailable"
-	// ProblemOutcomeUnknown: 503, the connection to the store failed after
-	// the result's commit was sent, so the request may or may not have taken
-	// effect ([ErrOutcomeUnknown]). Retrying with the same key is safe and
-	// finds out.
+	// ProblemOutcomeUnknown: whether the request took effect is unknown,
+	// because the answer of what acts on it was lost. The middleware
+	// answers it with 503 when the connection to the store failed after
+	// the result's commit was sent ([ErrOutcomeUnknown]): retrying with
+	// the same key is safe and finds out. idemproxy answers it with 502 or
+	// 504 when its upstream's answer was lost; what a retry gets then
+	// depends on the route's policy, which the detail says. One code, so
+	// that a client handles the case once, whoever answers.
 	ProblemOutcomeUnknown ProblemCode = "outcome-unknown"
 	// ProblemKeyNotFound: 404, from [NewStatusHandler]: the calling client
 	// has no key with this value (never used, past retention, or another
@@ -109,7 +113,7 @@ var problemKinds = [...]ProblemKind{
 	{ProblemUnavailable, http.StatusServiceUnavailable, "Idempotency store unavailable",
 		"The service cannot reach its idempotency store. The detail says whether the request was processed. Retry with the same key after Retry-After."},
 	{ProblemOutcomeUnknown, http.StatusServiceUnavailable, "Outcome unknown",
-		"The connection to the idempotency store was lost after the result was sent to be committed, so whether the request took effect is unknown. Retry with the same Idempotency-Key after Retry-After, never with a new one: if it took effect the retry returns its result, and if not the retry runs it."},
+		"The answer of what acts on the request was lost, so whether the request took effect is unknown. A service answers 503 when the connection to its idempotency store was lost after the result was sent to be committed: retry with the same Idempotency-Key after Retry-After, and the retry returns the result if it took effect, and runs the request if not. A proxy answers 502 or 504 when its upstream's answer was lost: the detail says what a retry with the same key gets. Never retry with a new key: that could do it twice."},
 	{ProblemResponseNotRetained, http.StatusOK, "Response not retained",
 		"The first request with this key was processed, and its response, streamed to the client, was larger than the service stores for replay, or broke off. The status member and original_status are the original status code, and location its Location header if it had one. The request is not run again: fetch the result another way, such as from the Location."},
 	{ProblemKeyNotFound, http.StatusNotFound, "Idempotency-Key not found",

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/cmdrun"
 	"github.com/idemkit/idem/internal/database"
 	"github.com/idemkit/idem/internal/proxy"
@@ -21,7 +22,7 @@ const keysUsage = `Usage:
   idemproxy release [-db URL] -client-id ID -key KEY  free a held key
 
 Under the hold policy, a key whose forward had an unknown outcome answers
-every retry with the same idempotency-outcome-unknown problem, and nothing is
+every retry with the same outcome-unknown problem, and nothing is
 forwarded. Find out from the upstream whether the operation happened; if it
 did not, release the key: the client's next retry with it is forwarded. If it
 did, leave the key held (it expires with the retention period) and tell the
@@ -41,18 +42,21 @@ Flags:
 // at proxy.RecoveryForwarded by a forward whose answer could not be stored
 // (their next retry is held): started, with no holder (locked_at NULL). A
 // retry that claims such a key sets locked_at, so release never deletes a
-// key that a retry is probing or forwarding.
+// key that a retry is probing or forwarding. A held answer stored by an
+// earlier version carries the proxy's former code for the problem,
+// legacyHeldMarker's.
 const (
-	heldMarker      = `"code":"` + string(proxy.ProblemOutcomeUnknown) + `"`
-	holdMarker      = `"policy":"` + string(proxy.PolicyHold) + `"`
-	sqliteHeldWhere = `((status = 'completed' AND response_status IN (502, 504) AND instr(response_body, CAST(?1 AS BLOB)) > 0)
+	heldMarker       = `"code":"` + string(idem.ProblemOutcomeUnknown) + `"`
+	legacyHeldMarker = `"code":"idempotency-outcome-unknown"`
+	holdMarker       = `"policy":"` + string(proxy.PolicyHold) + `"`
+	sqliteHeldWhere  = `((status = 'completed' AND response_status IN (502, 504) AND (instr(response_body, CAST(?1 AS BLOB)) > 0 OR instr(response_body, CAST(?5 AS BLOB)) > 0))
    OR (status = 'started' AND locked_at IS NULL AND (recovery_point = ?2 OR (recovery_point = ?3 AND instr(recovery_state, CAST(?4 AS BLOB)) > 0))))`
 	sqliteHeld        = `SELECT client_id, idempotency_key, request_method, request_path, created_at, status, coalesce(recovery_point, '') FROM idempotency_keys WHERE ` + sqliteHeldWhere + ` ORDER BY created_at`
-	sqliteRelease     = `DELETE FROM idempotency_keys WHERE client_id = ?5 AND idempotency_key = ?6 AND ` + sqliteHeldWhere
-	postgresHeldWhere = `((status = 'completed' AND response_status IN (502, 504) AND position(convert_to($1, 'UTF8') in response_body) > 0)
+	sqliteRelease     = `DELETE FROM idempotency_keys WHERE client_id = ?6 AND idempotency_key = ?7 AND ` + sqliteHeldWhere
+	postgresHeldWhere = `((status = 'completed' AND response_status IN (502, 504) AND (position(convert_to($1, 'UTF8') in response_body) > 0 OR position(convert_to($5, 'UTF8') in response_body) > 0))
    OR (status = 'started' AND locked_at IS NULL AND (recovery_point = $2 OR (recovery_point = $3 AND position(convert_to($4, 'UTF8') in recovery_state) > 0))))`
 	postgresHeld    = `SELECT client_id, idempotency_key, request_method, request_path, created_at, status, coalesce(recovery_point, '') FROM idempotency_keys WHERE ` + postgresHeldWhere + ` ORDER BY created_at`
-	postgresRelease = `DELETE FROM idempotency_keys WHERE client_id = $5 AND idempotency_key = $6 AND ` + postgresHeldWhere
+	postgresRelease = `DELETE FROM idempotency_keys WHERE client_id = $6 AND idempotency_key = $7 AND ` + postgresHeldWhere
 )
 
 // heldKey is a key held after an unknown outcome.
@@ -149,14 +153,14 @@ func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
 		db := d.SQLite.DB()
 		return &keySQL{
 			held: func(ctx context.Context) ([]heldKey, error) {
-				rows, err := db.QueryContext(ctx, sqliteHeld, heldMarker, proxy.RecoveryOutcomeUnknown, proxy.RecoveryForwarded, holdMarker)
+				rows, err := db.QueryContext(ctx, sqliteHeld, heldMarker, proxy.RecoveryOutcomeUnknown, proxy.RecoveryForwarded, holdMarker, legacyHeldMarker)
 				if err != nil {
 					return nil, fmt.Errorf("list held keys: %w", err)
 				}
 				return scanHeld(rows, func(micros int64) time.Time { return time.UnixMicro(micros) })
 			},
 			release: func(ctx context.Context, clientID, key string) (int64, error) {
-				res, err := db.ExecContext(ctx, sqliteRelease, heldMarker, proxy.RecoveryOutcomeUnknown, proxy.RecoveryForwarded, holdMarker, clientID, key)
+				res, err := db.ExecContext(ctx, sqliteRelease, heldMarker, proxy.RecoveryOutcomeUnknown, proxy.RecoveryForwarded, holdMarker, legacyHeldMarker, clientID, key)
 				if err != nil {
 					return 0, fmt.Errorf("release: %w", err)
 				}
@@ -168,7 +172,7 @@ func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
 	pool := d.Pool
 	return &keySQL{
 		held: func(ctx context.Context) ([]heldKey, error) {
-			rows, err := pool.Query(ctx, postgresHeld, heldMarker, proxy.RecoveryOutcomeUnknown, proxy.RecoveryForwarded, holdMarker)
+			rows, err := pool.Query(ctx, postgresHeld, heldMarker, proxy.RecoveryOutcomeUnknown, proxy.RecoveryForwarded, holdMarker, legacyHeldMarker)
 			if err != nil {
 				return nil, fmt.Errorf("list held keys: %w", err)
 			}
@@ -184,7 +188,7 @@ func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
 			return out, rows.Err()
 		},
 		release: func(ctx context.Context, clientID, key string) (int64, error) {
-			tag, err := pool.Exec(ctx, postgresRelease, heldMarker, proxy.RecoveryOutcomeUnknown, proxy.RecoveryForwarded, holdMarker, clientID, key)
+			tag, err := pool.Exec(ctx, postgresRelease, heldMarker, proxy.RecoveryOutcomeUnknown, proxy.RecoveryForwarded, holdMarker, legacyHeldMarker, clientID, key)
 			if err != nil {
 				return 0, fmt.Errorf("release: %w", err)
 			}

@@ -117,7 +117,7 @@ func TestHoldAfterSIGKILL(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond) // a poll's pause
 			}
-			if status != http.StatusBadGateway || !strings.Contains(body, "idempotency-outcome-unknown") || !strings.Contains(body, "The key is held") {
+			if status != http.StatusBadGateway || !strings.Contains(body, `"code":"outcome-unknown"`) || !strings.Contains(body, "The key is held") {
 				t.Fatalf("retry after the kill: %d %q, want the held 502", status, body)
 			}
 			if again, _, b := postRefund(t, second); again != status || b != body {
@@ -128,7 +128,7 @@ func TestHoldAfterSIGKILL(t *testing.T) {
 			if charges != 1 {
 				t.Fatalf("the upstream was sent the key %d times, want once", charges)
 			}
-			t.Logf("retry after SIGKILL got %d idempotency-outcome-unknown (held); upstream sent the key %d time", status, charges)
+			t.Logf("retry after SIGKILL got %d outcome-unknown (held); upstream sent the key %d time", status, charges)
 		})
 	}
 }

@@ -51,7 +51,7 @@ the value of -client-header set by a trusted gateway.
 
 When a forward fails after the request was sent (a timeout, a reset, or a
 502/503/504 from a gateway in between), the client gets a 502 or 504 problem
-idempotency-outcome-unknown, and the route's policy decides what a retry
+outcome-unknown, and the route's policy decides what a retry
 with that key gets: hold, the default (the same problem, and nothing is sent
 upstream again, until an operator releases the key with "idemproxy
 release"; "idemproxy held" lists such keys, "idemproxy held -h" says

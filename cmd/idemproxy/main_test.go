@@ -228,7 +228,7 @@ func TestHoldAndRelease(t *testing.T) {
 				return status, body
 			}
 			for range 3 {
-				if status, body := post(); status != http.StatusBadGateway || !strings.Contains(body, "idempotency-outcome-unknown") {
+				if status, body := post(); status != http.StatusBadGateway || !strings.Contains(body, `"code":"outcome-unknown"`) {
 					t.Fatalf("%d %q, want the held 502", status, body)
 				}
 			}

@@ -39,7 +39,7 @@ func TestProbeFromFlags(t *testing.T) {
 			"-client-header", "X-Client-Id", "-route", "POST /v1/refunds probe"},
 		map[string]string{"IDEMPROXY_PROBE_URL": "/v1/requests/{key}"})
 	post := func() (int, http.Header, string) { return postRefund(t, addr) }
-	if status, _, body := post(); status != http.StatusBadGateway || !strings.Contains(body, "idempotency-outcome-unknown") {
+	if status, _, body := post(); status != http.StatusBadGateway || !strings.Contains(body, `"code":"outcome-unknown"`) {
 		t.Fatalf("first: %d %q, want the 502 problem", status, body)
 	}
 	for i := range 2 {
@@ -90,7 +90,7 @@ func TestProbeHeldAndRelease(t *testing.T) {
 				return status, body
 			}
 			for range 3 {
-				if status, body := post(); status != http.StatusBadGateway || !strings.Contains(body, "idempotency-outcome-unknown") {
+				if status, body := post(); status != http.StatusBadGateway || !strings.Contains(body, `"code":"outcome-unknown"`) {
 					t.Fatalf("%d %q, want the 502 problem", status, body)
 				}
 			}

@@ -133,3 +133,38 @@ func TestHeldListsUnstoredHoldForwards(t *testing.T) {
 		})
 	}
 }
+
+// TestHeldKeysOfEarlierVersions: a held answer stored before the proxy's
+// problem took idem's code outcome-unknown carries the former code
+// idempotency-outcome-unknown; "held" still lists it and "release" frees
+// it.
+func TestHeldKeysOfEarlierVersions(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			_, db := refundProxy(t, kind, "http://127.0.0.1:1", "POST /v1/refunds hold") // migrates the store
+			d, err := database.Open(context.Background(), db, &database.Config{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			ctx := context.Background()
+			res, err := d.Store().Claim(ctx, idem.ClaimParams{Scope: idem.Scope{ClientID: "header:acme", Key: "old-1"}, Method: "POST", Path: "/v1/refunds",
+				RequestHash: []byte("h"), Mode: idem.ModeTwoPhase, Now: time.Now(), LockTimeout: time.Minute, Retention: time.Hour})
+			if err != nil || res.Lease == nil {
+				t.Fatalf("claim: %v %+v", err, res)
+			}
+			body := `{"type":"/idemproxy/problems/idempotency-outcome-unknown","title":"Outcome unknown","status":502,"detail":"...","code":"idempotency-outcome-unknown"}`
+			if err := res.Lease.Complete(ctx, &idem.Response{StatusCode: 502, Header: http.Header{"Content-Type": {"application/problem+json"}}, Body: []byte(body)}); err != nil {
+				t.Fatal(err)
+			}
+			if held, err := command("held", "-db", db); err != nil || !strings.Contains(held, "old-1") || !strings.Contains(held, "1 held key") {
+				t.Fatalf("held: %v\n%s", err, held)
+			}
+			if _, err := command("release", "-db", db, "-client-id", "header:acme", "-key", "old-1"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -9,7 +9,7 @@
 // [HeaderIdentity] (a header set by a trusted gateway).
 //
 // A forward that fails after the request was sent has an unknown outcome:
-// the client gets [ProblemOutcomeUnknown], and the route's [Policy] decides
+// the client gets [idem.ProblemOutcomeUnknown], and the route's [Policy] decides
 // whether the key is released ([PolicyRetry]), held ([PolicyHold]), or kept
 // unknown until a retry asks the upstream's status URL ([PolicyProbe]: the
 // probe contract is [ProbeStatusHeader]'s). A

@@ -18,9 +18,6 @@ import (
 
 // Problem codes of the proxy, beside idem's own.
 const (
-	// ProblemOutcomeUnknown: 502 or 504, the request reached the upstream
-	// and no usable answer came back, so whether it took effect is unknown.
-	ProblemOutcomeUnknown idem.ProblemCode = "idempotency-outcome-unknown"
 	// ProblemUpstreamUnavailable: 503, the upstream could not be reached and
 	// the request was not sent; the key is free.
 	ProblemUpstreamUnavailable idem.ProblemCode = "upstream-unavailable"
@@ -34,8 +31,6 @@ const (
 
 // problemKinds are the proxy's problems, served with idem's at the type base.
 var problemKinds = []idem.ProblemKind{
-	{Code: ProblemOutcomeUnknown, Status: http.StatusBadGateway, Title: "Outcome unknown",
-		About: "The request was sent to the upstream service and no usable answer came back (a timeout, a reset connection, or a 502, 503 or 504 from a gateway in between), so whether it took effect is unknown. Never retry with a new key. Depending on the route's policy, a retry with the same key gets this same answer, and nothing is sent upstream, until an operator resolves the key (hold, the default), is forwarded again with the same Idempotency-Key (retry), or asks the upstream service what became of the request and gets its response, is forwarded if the upstream never received it, or gets this answer again while that is unknown (probe)."},
 	{Code: ProblemUpstreamUnavailable, Status: http.StatusServiceUnavailable, Title: "Upstream unavailable",
 		About: "The upstream service could not be reached, and the request was not sent to it. The key is free: retry with the same key."},
 	{Code: ProblemBadTarget, Status: http.StatusBadRequest, Title: "Request-target invalid",
@@ -43,6 +38,11 @@ var problemKinds = []idem.ProblemKind{
 	{Code: ProblemUpstreamFailed, Status: http.StatusBadGateway, Title: "Upstream failed",
 		About: "A request that needs no Idempotency-Key got no answer from the upstream service: it could not be reached, or failed before it answered. Whether the request took effect is unknown."},
 }
+
+// outcomeUnknownKind is idem's outcome-unknown problem as the proxy
+// answers it: 502 or 504 (the status is set per answer), with the proxy's
+// account of what a retry gets in its detail.
+var outcomeUnknownKind = idem.ProblemOutcomeUnknown.Kind()
 
 // kindOf describes one of the proxy's problem codes.
 func kindOf(code idem.ProblemCode) idem.ProblemKind {
@@ -247,7 +247,7 @@ func (p *Proxy) begin(w http.ResponseWriter, r *http.Request, policy Policy) boo
 	}
 	p.logger(r, policy).WarnContext(ctx, "idemproxy: hold: an earlier forward of the key may have reached the upstream; holding it, nothing is sent", "recovery_point", pr.point)
 	p.cfg.Forwards.Forward(ctx, a.route, ForwardHeld)
-	prob := kindOf(ProblemOutcomeUnknown).New(p.cfg.ProblemTypeBase, "")
+	prob := outcomeUnknownKind.New(p.cfg.ProblemTypeBase, "")
 	prob.Status = http.StatusBadGateway
 	prob.Detail = "An earlier request with this key was sent to the upstream service, and its answer was not recorded (the proxy that sent it stopped, or could not store the answer), so whether it took effect is unknown. " + holdAdvice
 	idem.WriteProblem(w, prob, 0)
@@ -323,7 +323,7 @@ func (p *Proxy) forwardFailed(w http.ResponseWriter, r *http.Request, policy Pol
 func (p *Proxy) outcomeUnknown(w http.ResponseWriter, r *http.Request, policy Policy, status int, what string) {
 	a := attemptOf(r)
 	p.cfg.Forwards.Forward(r.Context(), a.route, ForwardOutcomeUnknown)
-	prob := kindOf(ProblemOutcomeUnknown).New(p.cfg.ProblemTypeBase, "")
+	prob := outcomeUnknownKind.New(p.cfg.ProblemTypeBase, "")
 	prob.Status = status
 	retryAfter := 0
 	switch policy {

@@ -53,8 +53,8 @@ func waitRequests(t *testing.T, up *upstream, key string, n int) {
 // wantHeld checks that resp is the held outcome-unknown problem.
 func wantHeld(t *testing.T, what string, resp exchange) {
 	t.Helper()
-	if resp.status != http.StatusBadGateway || resp.problemCode(t) != string(ProblemOutcomeUnknown) || !strings.Contains(resp.body, "The key is held") {
-		t.Fatalf("%s: %d %q, want the held 502 %s", what, resp.status, resp.body, ProblemOutcomeUnknown)
+	if resp.status != http.StatusBadGateway || resp.problemCode(t) != string(idem.ProblemOutcomeUnknown) || !strings.Contains(resp.body, "The key is held") {
+		t.Fatalf("%s: %d %q, want the held 502 %s", what, resp.status, resp.body, idem.ProblemOutcomeUnknown)
 	}
 }
 
@@ -350,8 +350,8 @@ func TestDefaultNeverForwardsTwice(t *testing.T) {
 	up := newUpstream(t, false)
 	base := setup(t, "sqlite", up, nil)
 	key, resp := resetOnReusedConn(t, up, base, "default", `{"amount":3}`)
-	if resp.status != http.StatusBadGateway || resp.problemCode(t) != string(ProblemOutcomeUnknown) {
-		t.Fatalf("client got %d %q, want 502 %s", resp.status, resp.body, ProblemOutcomeUnknown)
+	if resp.status != http.StatusBadGateway || resp.problemCode(t) != string(idem.ProblemOutcomeUnknown) {
+		t.Fatalf("client got %d %q, want 502 %s", resp.status, resp.body, idem.ProblemOutcomeUnknown)
 	}
 	for range 2 {
 		wantHeld(t, "retry", send(t, "POST", base+"/v1/reset", key, `{"amount":3}`))

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // reuseAttempts bounds the tries to get a request onto a reused upstream
@@ -73,8 +75,8 @@ func TestOutcomeUnknownAfterReset(t *testing.T) {
 				up := newUpstream(t, true)
 				base := setup(t, kind, up, retrying)
 				key, resp := resetOnReusedConn(t, up, base, "retry", b[0], b[1:]...)
-				if resp.status != http.StatusBadGateway || resp.problemCode(t) != string(ProblemOutcomeUnknown) {
-					t.Fatalf("client got %d %q, want 502 %s", resp.status, resp.body, ProblemOutcomeUnknown)
+				if resp.status != http.StatusBadGateway || resp.problemCode(t) != string(idem.ProblemOutcomeUnknown) {
+					t.Fatalf("client got %d %q, want 502 %s", resp.status, resp.body, idem.ProblemOutcomeUnknown)
 				}
 				if req, ch := up.count(key); req != 1 || ch != 1 {
 					t.Fatalf("upstream saw %d requests and %d charges, want 1 and 1: nothing re-sent behind the proxy's back", req, ch)
@@ -96,8 +98,8 @@ func TestOutcomeUnknownAfterReset(t *testing.T) {
 				up := newUpstream(t, false)
 				base := setup(t, kind, up, func(c *Config) { c.DropKey = true })
 				key, resp := resetOnReusedConn(t, up, base, "hold", b[0], b[1:]...)
-				if resp.status != http.StatusBadGateway || resp.problemCode(t) != string(ProblemOutcomeUnknown) {
-					t.Fatalf("client got %d %q, want 502 %s", resp.status, resp.body, ProblemOutcomeUnknown)
+				if resp.status != http.StatusBadGateway || resp.problemCode(t) != string(idem.ProblemOutcomeUnknown) {
+					t.Fatalf("client got %d %q, want 502 %s", resp.status, resp.body, idem.ProblemOutcomeUnknown)
 				}
 				for range 3 {
 					retry := send(t, "POST", base+"/v1/reset", key, b[0], b[1:]...)
@@ -128,8 +130,8 @@ func TestOutcomeUnknownAfterTimeout(t *testing.T) {
 			up := newUpstream(t, true)
 			base := setup(t, kind, up, func(c *Config) { short(c); retrying(c) })
 			resp := send(t, "POST", base+"/v1/slow", "k-slow", `{"amount":1}`)
-			if resp.status != http.StatusGatewayTimeout || resp.problemCode(t) != string(ProblemOutcomeUnknown) {
-				t.Fatalf("client got %d %q, want 504 %s", resp.status, resp.body, ProblemOutcomeUnknown)
+			if resp.status != http.StatusGatewayTimeout || resp.problemCode(t) != string(idem.ProblemOutcomeUnknown) {
+				t.Fatalf("client got %d %q, want 504 %s", resp.status, resp.body, idem.ProblemOutcomeUnknown)
 			}
 			// The upstream still works on it: it answers 409, which frees the key.
 			if busy := send(t, "POST", base+"/v1/slow", "k-slow", `{"amount":1}`); busy.status != http.StatusConflict {
@@ -158,8 +160,8 @@ func TestOutcomeUnknownAfterTimeout(t *testing.T) {
 			up := newUpstream(t, false)
 			base := setup(t, kind, up, func(c *Config) { short(c); c.Routes = []Route{{Method: "POST", Path: "/v1/*", Policy: PolicyHold}} })
 			resp := send(t, "POST", base+"/v1/slow", "k-slow", `{"amount":1}`)
-			if resp.status != http.StatusGatewayTimeout || resp.problemCode(t) != string(ProblemOutcomeUnknown) {
-				t.Fatalf("client got %d %q, want 504 %s", resp.status, resp.body, ProblemOutcomeUnknown)
+			if resp.status != http.StatusGatewayTimeout || resp.problemCode(t) != string(idem.ProblemOutcomeUnknown) {
+				t.Fatalf("client got %d %q, want 504 %s", resp.status, resp.body, idem.ProblemOutcomeUnknown)
 			}
 			up.releaseSlow()
 			for range 3 {
@@ -179,8 +181,8 @@ func TestGatewayErrorIsOutcomeUnknown(t *testing.T) {
 	up := newUpstream(t, true)
 	base := setup(t, "sqlite", up, retrying)
 	resp := send(t, "POST", base+"/v1/bad-gateway", "k-502", `{}`)
-	if resp.status != http.StatusBadGateway || resp.problemCode(t) != string(ProblemOutcomeUnknown) || strings.Contains(resp.body, "bad gateway") {
-		t.Fatalf("client got %d %q, want the proxy's 502 %s", resp.status, resp.body, ProblemOutcomeUnknown)
+	if resp.status != http.StatusBadGateway || resp.problemCode(t) != string(idem.ProblemOutcomeUnknown) || strings.Contains(resp.body, "bad gateway") {
+		t.Fatalf("client got %d %q, want the proxy's 502 %s", resp.status, resp.body, idem.ProblemOutcomeUnknown)
 	}
 	if retry := send(t, "POST", base+"/v1/bad-gateway", "k-502", `{}`); retry.status != http.StatusCreated {
 		t.Fatalf("retry: %d %q, want the upstream's answer", retry.status, retry.body)

@@ -240,7 +240,7 @@ func (p *Proxy) replayProbe(w http.ResponseWriter, resp *http.Response) {
 // its recovery point RecoveryOutcomeUnknown for the next retry to probe.
 func (p *Proxy) stillUnknown(w http.ResponseWriter, r *http.Request, retryAfter int, why string) {
 	status, keep := p.markUnknown(r.Context(), attemptOf(r), http.StatusBadGateway)
-	prob := kindOf(ProblemOutcomeUnknown).New(p.cfg.ProblemTypeBase, "")
+	prob := outcomeUnknownKind.New(p.cfg.ProblemTypeBase, "")
 	prob.Status = status
 	prob.Detail = "An earlier request with this key was sent to the upstream service and its outcome is unknown, and it still is: " + why +
 		". Nothing was sent upstream. Retry with the same Idempotency-Key after Retry-After, never a new one: the retry asks the upstream again."

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // resultCounts counts forwards and probes by result.
@@ -61,8 +63,8 @@ func probing(tmpl string, counts *resultCounts) func(*Config) {
 func unknownFirst(t *testing.T, base, path, key string) exchange {
 	t.Helper()
 	resp := send(t, "POST", base+path, key, `{"amount":100}`)
-	if resp.status != http.StatusBadGateway || resp.problemCode(t) != string(ProblemOutcomeUnknown) || resp.header.Get("Retry-After") != "1" {
-		t.Fatalf("first request: %d %v %q, want 502 %s with Retry-After: 1", resp.status, resp.header, resp.body, ProblemOutcomeUnknown)
+	if resp.status != http.StatusBadGateway || resp.problemCode(t) != string(idem.ProblemOutcomeUnknown) || resp.header.Get("Retry-After") != "1" {
+		t.Fatalf("first request: %d %v %q, want 502 %s with Retry-After: 1", resp.status, resp.header, resp.body, idem.ProblemOutcomeUnknown)
 	}
 	if !strings.Contains(resp.body, "asks the upstream") {
 		t.Fatalf("first request: %q does not say that the retry probes", resp.body)
@@ -149,12 +151,12 @@ func TestProbe(t *testing.T) {
 				c.UpstreamTimeout, c.LockTimeout = 50*time.Millisecond, 20*time.Second
 			})
 			first := send(t, "POST", base+"/v1/slow", "probe-slow", `{"amount":1}`)
-			if first.status != http.StatusGatewayTimeout || first.problemCode(t) != string(ProblemOutcomeUnknown) {
-				t.Fatalf("first: %d %q, want 504 %s", first.status, first.body, ProblemOutcomeUnknown)
+			if first.status != http.StatusGatewayTimeout || first.problemCode(t) != string(idem.ProblemOutcomeUnknown) {
+				t.Fatalf("first: %d %q, want 504 %s", first.status, first.body, idem.ProblemOutcomeUnknown)
 			}
 			for i := range 2 {
 				retry := send(t, "POST", base+"/v1/slow", "probe-slow", `{"amount":1}`)
-				if retry.status != http.StatusGatewayTimeout || retry.problemCode(t) != string(ProblemOutcomeUnknown) ||
+				if retry.status != http.StatusGatewayTimeout || retry.problemCode(t) != string(idem.ProblemOutcomeUnknown) ||
 					retry.header.Get("Retry-After") != "3" || retry.header.Get("Idempotent-Replayed") != "" || !strings.Contains(retry.body, "still working on it") {
 					t.Fatalf("retry %d while the upstream works: %d %v %q, want the 504 problem again with the status URL's Retry-After", i, retry.status, retry.header, retry.body)
 				}
@@ -192,7 +194,7 @@ func TestProbe(t *testing.T) {
 			unknownFirst(t, base, "/v1/reset", "probe-down")
 			for i := range 3 {
 				retry := send(t, "POST", base+"/v1/reset", "probe-down", `{"amount":100}`)
-				if retry.status != http.StatusBadGateway || retry.problemCode(t) != string(ProblemOutcomeUnknown) || retry.header.Get("Retry-After") != "1" ||
+				if retry.status != http.StatusBadGateway || retry.problemCode(t) != string(idem.ProblemOutcomeUnknown) || retry.header.Get("Retry-After") != "1" ||
 					!strings.Contains(retry.body, "did not answer") || !strings.Contains(retry.body, "Nothing was sent upstream") {
 					t.Fatalf("retry %d: %d %v %q, want the 502 problem again", i, retry.status, retry.header, retry.body)
 				}
@@ -219,7 +221,7 @@ func TestProbe(t *testing.T) {
 				{catchAll, "probe-catch-all", "did not say whether it received it"},
 			} {
 				retry := send(t, "POST", c.base+"/v1/drop", c.key, `{"amount":100}`)
-				if retry.status != http.StatusBadGateway || retry.problemCode(t) != string(ProblemOutcomeUnknown) || !strings.Contains(retry.body, c.says) {
+				if retry.status != http.StatusBadGateway || retry.problemCode(t) != string(idem.ProblemOutcomeUnknown) || !strings.Contains(retry.body, c.says) {
 					t.Fatalf("%s: retry: %d %q, want the 502 problem again, saying %q", c.key, retry.status, retry.body, c.says)
 				}
 				if req, _ := up.count(c.key); req != 1 {

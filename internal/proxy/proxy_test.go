@@ -238,7 +238,7 @@ func TestContract(t *testing.T) {
 				}
 			})
 			t.Run("ProblemPages", func(t *testing.T) {
-				resp := send(t, "GET", base+ProblemTypeBaseDefault+string(ProblemOutcomeUnknown), "", "")
+				resp := send(t, "GET", base+ProblemTypeBaseDefault+string(idem.ProblemOutcomeUnknown), "", "")
 				if resp.status != http.StatusOK || !strings.Contains(resp.body, "Outcome unknown") || !strings.Contains(resp.body, "keys for 1 day after") {
 					t.Fatalf("%d %q", resp.status, resp.body)
 				}
