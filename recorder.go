@@ -13,8 +13,15 @@ import (
 // newReplayList, and store responses with its response.
 type replayList []string
 
-func newReplayList(extra []string) replayList {
-	l := replayList{"Content-Type", "Content-Language", "Location"}
+func newReplayList(extra []string) replayList { return StoredHeaders(extra) }
+
+// StoredHeaders returns the response headers that a stored response keeps
+// and a replay sends: Content-Type, Content-Language and Location, then
+// extra (a Config's ReplayHeaders), canonical and each once. A front that
+// answers for the middleware, as a proxy's replay of an upstream's answer
+// does, writes these and no others.
+func StoredHeaders(extra []string) []string {
+	l := []string{"Content-Type", "Content-Language", "Location"}
 	for _, h := range extra {
 		if h = http.CanonicalHeaderKey(h); !slices.Contains(l, h) {
 			l = append(l, h)

@@ -220,9 +220,9 @@ func classify(resp *http.Response, err error) ProbeResult {
 // (streamed, as a forward's response is).
 func (p *Proxy) replayProbe(w http.ResponseWriter, resp *http.Response) {
 	defer resp.Body.Close()
-	for _, name := range append([]string{"Content-Type", "Content-Language", "Location"}, p.cfg.ReplayHeaders...) {
+	for _, name := range idem.StoredHeaders(p.cfg.ReplayHeaders) {
 		if v := resp.Header.Values(name); len(v) > 0 {
-			w.Header()[http.CanonicalHeaderKey(name)] = v
+			w.Header()[name] = v
 		}
 	}
 	w.Header().Set(idem.HeaderReplayed, "true")
