@@ -128,9 +128,10 @@ func saysNothing(resp *http.Response) bool {
 // re-sent after a reused connection fails (header names are
 // case-insensitive, RFC 9110 section 5.1). Every failure therefore reaches
 // forwardFailed, which tells a request never sent from one whose outcome is
-// unknown. Before anything is sent, the key's recovery point
-// RecoveryForwarded is saved, so that no later holder of the key forwards
-// it again on a hold route. The forward does not depend on the client: a
+// unknown. On hold and probe routes, the key's recovery point
+// RecoveryForwarded is saved before anything is sent, so that no later
+// holder of the key forwards it again unchecked; a retry route saves it
+// only when it releases the key after an unknown outcome. The forward does not depend on the client: a
 // client that goes away or stops reading cancels nothing, and the answer is
 // stored for its retry. Responses stream to the client
 // (idem.StreamResponse) and are stored up to MaxStoredBytes.
@@ -166,7 +167,7 @@ func (p *Proxy) forwarder(policy Policy) http.Handler {
 			if outcome(resp.StatusCode) == idem.OutcomeRelease {
 				// The upstream says it did not process the request: the
 				// retry may be forwarded, whatever the policy.
-				if err := p.save(ctx, RecoveryNotProcessed, a.key, policy); err != nil {
+				if err := p.save(ctx, a, RecoveryNotProcessed); err != nil {
 					p.cfg.Logger.ErrorContext(ctx, "idemproxy: could not record that the upstream did not process the request; a retry is treated as after an unknown outcome",
 						"upstream_status", resp.StatusCode, "err", err)
 				}
@@ -201,11 +202,15 @@ func (p *Proxy) forwarder(policy Policy) http.Handler {
 			return
 		}
 		a := attemptOf(r)
-		if err := p.save(r.Context(), RecoveryForwarded, a.key, policy); err != nil {
-			p.notForwarded(w, r, err)
-			return
+		if policy != PolicyRetry {
+			// Before anything is sent: a later holder of the key must know
+			// that this forward may have reached the upstream.
+			if err := p.save(r.Context(), a, RecoveryForwarded); err != nil {
+				p.notForwarded(w, r, err)
+				return
+			}
+			a.point = RecoveryForwarded
 		}
-		a.point = RecoveryForwarded
 		// Writes to the client end well before the lease does: a client that
 		// stops reading is written to no more (see idem.StreamResponse), and
 		// the rest of the answer is stored for its retry.
@@ -300,7 +305,7 @@ func (p *Proxy) forwardFailed(w http.ResponseWriter, r *http.Request, policy Pol
 	case !a.sent.Load():
 		log.WarnContext(ctx, "idemproxy: upstream unreachable; the request was not sent", "err", err)
 		p.cfg.Forwards.Forward(ctx, a.route, ForwardNotSent)
-		if serr := p.save(ctx, RecoveryNotProcessed, a.key, policy); serr != nil && policy == PolicyHold {
+		if serr := p.save(ctx, a, RecoveryNotProcessed); serr != nil && policy == PolicyHold {
 			log.ErrorContext(ctx, "idemproxy: could not record that the request was not sent; the key will be held", "err", serr)
 			idem.WriteProblem(w, kindOf(ProblemUpstreamUnavailable).New(p.cfg.ProblemTypeBase,
 				"The upstream service could not be reached and the request was not sent to it, but the idempotency store failed to record that: a retry with this key is answered as an unknown outcome until an operator releases the key."), 0)
@@ -337,6 +342,11 @@ func (p *Proxy) outcomeUnknown(w http.ResponseWriter, r *http.Request, policy Po
 	case PolicyHold:
 		prob.Detail = what + ", so whether it took effect is unknown. " + holdAdvice
 	default:
+		// The key is released for the retry: keep the field value it was
+		// forwarded with, for the retry's forward.
+		if err := p.save(r.Context(), a, RecoveryForwarded); err != nil {
+			p.logger(r, policy).ErrorContext(r.Context(), "idemproxy: could not keep the key's field value; the retry is forwarded with its own", "err", err)
+		}
 		prob.Detail = what + ", so whether it took effect is unknown. Retry with the same Idempotency-Key, never a new one: the retry is sent upstream again with the same key."
 		if p.cfg.DropKey {
 			prob.Detail = what + ", so whether it took effect is unknown. A retry with the same Idempotency-Key is sent upstream again, and the upstream does not receive the key: it may repeat the operation."

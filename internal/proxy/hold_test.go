@@ -112,6 +112,7 @@ func TestHoldAfterTakeover(t *testing.T) {
 type faultyStore struct {
 	idem.RecoveryStore
 	failComplete, failRelease atomic.Bool
+	checkpoints               atomic.Int64 // recovery points saved
 }
 
 func (s *faultyStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
@@ -134,6 +135,11 @@ func (l *faultyLease) Complete(ctx context.Context, resp *idem.Response) error {
 		return errStoreDown
 	}
 	return l.RecoveryLease.Complete(ctx, resp)
+}
+
+func (l *faultyLease) Checkpoint(ctx context.Context, r idem.Recovery) error {
+	l.s.checkpoints.Add(1)
+	return l.RecoveryLease.Checkpoint(ctx, r)
 }
 
 func (l *faultyLease) Release(ctx context.Context) error {
@@ -204,6 +210,27 @@ func TestRetryRouteAfterFailedStore(t *testing.T) {
 	}
 	if req, ch := up.count("retry-unstored"); req != 2 || ch != 1 {
 		t.Fatalf("upstream saw %d requests and %d charges, want 2 and 1", req, ch)
+	}
+}
+
+// TestStoreWritesPerForward: a hold route saves its recovery point before
+// each forward, one store write; a retry route, whose forward may be
+// repeated, saves none for a forward that is answered.
+func TestStoreWritesPerForward(t *testing.T) {
+	t.Parallel()
+	for policy, want := range map[Policy]int64{PolicyHold: 1, PolicyRetry: 0} {
+		t.Run(string(policy), func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, false)
+			store := &faultyStore{RecoveryStore: newStore(t, "sqlite").(idem.RecoveryStore)}
+			base := setupOn(t, store, up, func(c *Config) { c.DefaultPolicy = policy })
+			if resp := send(t, "POST", base+"/v1/charges", "k-writes", `{}`); resp.status != http.StatusCreated {
+				t.Fatalf("%d %q", resp.status, resp.body)
+			}
+			if n := store.checkpoints.Load(); n != want {
+				t.Fatalf("%d recovery points saved for one answered forward, want %d", n, want)
+			}
+		})
 	}
 }
 

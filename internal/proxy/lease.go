@@ -19,9 +19,12 @@ import (
 // ("key") and the route's policy ("policy").
 const (
 	// RecoveryForwarded: a forward was about to be sent, and may have
-	// reached the upstream. A hold route's key there is never forwarded
-	// again; a probe route's retry probes first; a retry route's retry is
-	// forwarded again with the first forward's key.
+	// reached the upstream. Hold and probe routes save it before they send;
+	// a retry route, whose forward may be repeated, saves it only when its
+	// key is released after an unknown outcome, to keep the key's field
+	// value, so that its forwards cost no store write. A hold route's key
+	// there is never forwarded again; a probe route's retry probes first; a
+	// retry route's retry is forwarded again with the first forward's key.
 	RecoveryForwarded = "forwarded"
 	// RecoveryNotProcessed: the last forward never reached the upstream, or
 	// the upstream answered that it did not process it (a status of
@@ -111,11 +114,11 @@ func (p *Proxy) prior(ctx context.Context, l *keyLease) (prior, error) {
 	return pr, nil
 }
 
-// save saves the key's recovery point with the first forward's key and the
-// route's policy, and extra state.
-func (p *Proxy) save(ctx context.Context, point, key string, policy Policy, extra ...string) error {
+// save saves the key's recovery point with the attempt's key (the first
+// forward's) and its route's policy, and extra state.
+func (p *Proxy) save(ctx context.Context, a *attempt, point string, extra ...string) error {
 	l := keyLeaseOf(ctx)
-	st := idem.State{"key": key, "policy": string(policy)}
+	st := idem.State{"key": a.key, "policy": string(a.policy)}
 	for i := 0; i+1 < len(extra); i += 2 {
 		st[extra[i]] = extra[i+1]
 	}

@@ -130,7 +130,7 @@ func (p *Proxy) markUnknown(ctx context.Context, a *attempt, status int) (_ int,
 	if a.point == RecoveryOutcomeUnknown {
 		return a.status, false
 	}
-	if err := p.save(ctx, RecoveryOutcomeUnknown, a.key, PolicyProbe, "status", strconv.Itoa(status)); err != nil {
+	if err := p.save(ctx, a, RecoveryOutcomeUnknown, "status", strconv.Itoa(status)); err != nil {
 		p.cfg.Logger.ErrorContext(ctx, "idemproxy: could not mark the key unknown; it stays held until its lease expires, and the retry that takes it over probes", "err", err)
 		keyLeaseOf(ctx).keep.Store(true)
 		return status, true
