@@ -172,14 +172,6 @@ type Completer struct {
 	attempts map[attemptKey]int // runs of each key's phases that did not finish it
 }
 
-// attemptKey names a key, made anew or not, in Completer.attempts.
-type attemptKey struct {
-	scope   Scope
-	created int64 // CreatedAt in Unix nanoseconds
-}
-
-func attemptKeyOf(rec *Record) attemptKey { return attemptKey{rec.Scope, rec.CreatedAt.UnixNano()} }
-
 // NewCompleter returns a completer for store, which must be the
 // middleware's.
 func NewCompleter(store RecoveryStore, cfg *CompleterConfig) (*Completer, error) {
@@ -326,114 +318,6 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
 			"failed", res.Failed, "skipped", res.Skipped, "gave_up", res.GaveUp, "oldest_unfinished", res.Oldest)
 	}
 	return res, nil
-}
-
-// startedWindow is how far back before the lock timeout a pass looks for
-// keys that passed no recovery point: three intervals, a minute at least,
-// so that a pass that was skipped or failed does not lose them, while each
-// pass reads a bounded range of recent keys.
-func startedWindow(interval time.Duration) time.Duration {
-	return max(3*interval, time.Minute)
-}
-
-// sweepPasses is how many passes the sweep takes to read the keys within
-// Retention, when that makes a span longer than the recent range.
-const sweepPasses = 360
-
-// listSweep lists the unfinished keys of the sweep's next span of creation
-// times, up to recent, and moves the sweep on: past the span, or past the
-// newest key listed when the listing was full; back to the start of
-// Retention once it reached recent. A failed listing leaves it where it
-// was.
-func (c *Completer) listSweep(ctx context.Context, now, recent time.Time, limit int) ([]*Record, error) {
-	floor := now.Add(-c.cfg.Retention)
-	c.mu.Lock()
-	after := c.sweep
-	c.mu.Unlock()
-	if after.Before(floor) || !after.Before(recent) {
-		after = floor
-	}
-	until := after.Add(c.span)
-	if until.After(recent) {
-		until = recent
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
-	defer cancel()
-	// Retention bounds the listing from below, at the span's start.
-	keys, err := c.store.Unfinished(ctx, UnfinishedParams{
-		Now: now, LockTimeout: c.cfg.LockTimeout, Retention: now.Sub(after), Limit: limit,
-		Started: c.started, CreatedUntil: until,
-	})
-	if err != nil {
-		return nil, err
-	}
-	next := until
-	if len(keys) >= limit && len(keys) > 0 {
-		next = keys[len(keys)-1].CreatedAt
-	}
-	c.mu.Lock()
-	c.sweep = next
-	c.mu.Unlock()
-	return keys, nil
-}
-
-// gaveUp forgets the attempts at keys past retention, which the purge
-// deletes, and returns the number of keys given up on.
-func (c *Completer) gaveUp(now time.Time) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for k, tries := range c.attempts {
-		switch {
-		case Expired(time.Unix(0, k.created), now, c.cfg.Retention):
-			delete(c.attempts, k)
-		case c.cfg.MaxAttempts >= 0 && tries >= c.cfg.MaxAttempts:
-			n++
-		}
-	}
-	return n
-}
-
-// attempt counts a run of rec's phases that did not finish it and reports
-// whether that was its last: the completer gives up on it.
-func (c *Completer) attempt(rec *Record) (tries int, last bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	k := attemptKeyOf(rec)
-	c.attempts[k]++
-	return c.attempts[k], c.cfg.MaxAttempts >= 0 && c.attempts[k] >= c.cfg.MaxAttempts
-}
-
-// givenUp reports whether the completer gave up on rec.
-func (c *Completer) givenUp(rec *Record) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cfg.MaxAttempts >= 0 && c.attempts[attemptKeyOf(rec)] >= c.cfg.MaxAttempts
-}
-
-// finished forgets the attempts at rec, which is finished or gone.
-func (c *Completer) finished(rec *Record) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.attempts, attemptKeyOf(rec))
-}
-
-// appendNew appends to keys the records of more that it does not hold.
-func appendNew(keys, more []*Record) []*Record {
-	type id struct {
-		scope   Scope
-		created int64
-	}
-	seen := make(map[id]bool, len(keys))
-	for _, k := range keys {
-		seen[id{k.Scope, k.CreatedAt.UnixNano()}] = true
-	}
-	for _, k := range more {
-		if !seen[id{k.Scope, k.CreatedAt.UnixNano()}] {
-			keys = append(keys, k)
-		}
-	}
-	return keys
 }
 
 // report hands the result of a pass to the metrics.
