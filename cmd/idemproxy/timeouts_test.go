@@ -93,20 +93,10 @@ func TestHeldListsUnstoredHoldForwards(t *testing.T) {
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			_, db := refundProxy(t, kind, "http://127.0.0.1:1", "POST /v1/refunds hold") // migrates the store
-			d, err := database.Open(context.Background(), db, &database.Config{Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
+			db, store := refundStore(t, kind)
 			for key, policy := range map[string]proxy.Policy{"held-1": proxy.PolicyHold, "retried-1": proxy.PolicyRetry} {
 				ctx := context.Background()
-				res, err := d.Store().Claim(ctx, idem.ClaimParams{Scope: idem.Scope{ClientID: "header:acme", Key: key}, Method: "POST", Path: "/v1/refunds",
-					RequestHash: []byte("h"), Mode: idem.ModeTwoPhase, Now: time.Now(), LockTimeout: time.Minute, Retention: time.Hour})
-				if err != nil || res.Lease == nil {
-					t.Fatalf("claim %s: %v %+v", key, err, res)
-				}
-				l := res.Lease.(idem.RecoveryLease)
+				l := claimRefund(t, store, key).(idem.RecoveryLease)
 				if err := l.Checkpoint(ctx, idem.Recovery{Point: proxy.RecoveryForwarded, State: idem.State{"key": key, "policy": string(policy)}}); err != nil {
 					t.Fatal(err)
 				}
@@ -143,20 +133,11 @@ func TestHeldKeysOfEarlierVersions(t *testing.T) {
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			_, db := refundProxy(t, kind, "http://127.0.0.1:1", "POST /v1/refunds hold") // migrates the store
-			d, err := database.Open(context.Background(), db, &database.Config{Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
+			db, store := refundStore(t, kind)
 			ctx := context.Background()
-			res, err := d.Store().Claim(ctx, idem.ClaimParams{Scope: idem.Scope{ClientID: "header:acme", Key: "old-1"}, Method: "POST", Path: "/v1/refunds",
-				RequestHash: []byte("h"), Mode: idem.ModeTwoPhase, Now: time.Now(), LockTimeout: time.Minute, Retention: time.Hour})
-			if err != nil || res.Lease == nil {
-				t.Fatalf("claim: %v %+v", err, res)
-			}
+			lease := claimRefund(t, store, "old-1")
 			body := `{"type":"/idemproxy/problems/idempotency-outcome-unknown","title":"Outcome unknown","status":502,"detail":"...","code":"idempotency-outcome-unknown"}`
-			if err := res.Lease.Complete(ctx, &idem.Response{StatusCode: 502, Header: http.Header{"Content-Type": {"application/problem+json"}}, Body: []byte(body)}); err != nil {
+			if err := lease.Complete(ctx, &idem.Response{StatusCode: 502, Header: http.Header{"Content-Type": {"application/problem+json"}}, Body: []byte(body)}); err != nil {
 				t.Fatal(err)
 			}
 			if held, err := command("held", "-db", db); err != nil || !strings.Contains(held, "old-1") || !strings.Contains(held, "1 held key") {
@@ -167,4 +148,28 @@ func TestHeldKeysOfEarlierVersions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// refundStore starts idemproxy on a new store of kind, which migrates it,
+// and opens the store beside it. It returns the store's URL and the store.
+func refundStore(t *testing.T, kind string) (string, idem.Store) {
+	t.Helper()
+	_, db := refundProxy(t, kind, "http://127.0.0.1:1", "POST /v1/refunds hold")
+	d, err := database.Open(context.Background(), db, &database.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	return db, d.Store()
+}
+
+// claimRefund claims client acme's refund key as the proxy does, two-phase.
+func claimRefund(t *testing.T, store idem.Store, key string) idem.Lease {
+	t.Helper()
+	res, err := store.Claim(context.Background(), idem.ClaimParams{Scope: idem.Scope{ClientID: "header:acme", Key: key}, Method: "POST", Path: "/v1/refunds",
+		RequestHash: []byte("h"), Mode: idem.ModeTwoPhase, Now: time.Now(), LockTimeout: time.Minute, Retention: time.Hour})
+	if err != nil || res.Lease == nil {
+		t.Fatalf("claim %s: %v %+v", key, err, res)
+	}
+	return res.Lease
 }
