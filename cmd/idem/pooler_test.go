@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net/url"
 	"strings"
 	"testing"
 
@@ -14,7 +13,7 @@ import (
 // in transaction mode that does not keep pgx's prepared statements.
 func TestRefusesPoolerThatDropsStatements(t *testing.T) {
 	t.Parallel()
-	bare := bouncerWithoutQueryMode(t)
+	bare := pgtest.StartBouncerDroppingStatements(t)
 	for _, args := range [][]string{
 		{"migrate", "--db", bare},
 		{"keys", "list", "--db", bare},
@@ -27,18 +26,4 @@ func TestRefusesPoolerThatDropsStatements(t *testing.T) {
 				args[0], code, stderr.String(), exitFail)
 		}
 	}
-}
-
-// bouncerWithoutQueryMode starts PgBouncer in front of a new database and
-// returns the URL through it with pgx's default query mode.
-func bouncerWithoutQueryMode(t *testing.T) string {
-	t.Helper()
-	u, err := url.Parse(pgtest.StartBouncer(t, pgtest.NewDatabase(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Del("default_query_exec_mode")
-	u.RawQuery = q.Encode()
-	return u.String()
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -17,16 +16,10 @@ import (
 // statements, instead of failing most requests with 503.
 func TestRunRefusesPoolerThatDropsStatements(t *testing.T) {
 	t.Parallel()
-	u, err := url.Parse(pgtest.StartBouncer(t, pgtest.NewDatabase(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Del("default_query_exec_mode")
-	u.RawQuery = q.Encode()
+	db := pgtest.StartBouncerDroppingStatements(t)
 	for _, args := range [][]string{
-		{"-db", u.String(), "-transaction-pooling", "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"},
-		{"-db", u.String(), "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"},
+		{"-db", db, "-transaction-pooling", "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"},
+		{"-db", db, "-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"},
 	} {
 		// A service that starts serves until the deadline and returns nil.
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

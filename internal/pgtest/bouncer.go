@@ -3,6 +3,7 @@ package pgtest
 import (
 	"context"
 	"errors"
+	"net/url"
 	"testing"
 
 	"github.com/idemkit/idem/internal/pgcluster"
@@ -26,4 +27,20 @@ func StartBouncer(t testing.TB, connString string) string {
 	}
 	t.Cleanup(func() { b.Close() })
 	return via
+}
+
+// StartBouncerDroppingStatements starts PgBouncer as StartBouncer does, on
+// a new database, and returns its URL with pgx's default query mode, which
+// prepares statements by name: PgBouncer in transaction mode before 1.21
+// does not keep them, and the binaries must refuse such a URL at start.
+func StartBouncerDroppingStatements(t testing.TB) string {
+	t.Helper()
+	u, err := url.Parse(StartBouncer(t, NewDatabase(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Del("default_query_exec_mode")
+	u.RawQuery = q.Encode()
+	return u.String()
 }
