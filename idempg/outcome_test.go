@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/pgproxy"
 	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/internal/pgtest/pgproxy"
 )
 
 // TestCutCommitIsNeverCalledRolledBack cuts the connection to PostgreSQL

@@ -9,7 +9,7 @@ import (
 	"runtime/pprof"
 	"strings"
 
-	"github.com/idemkit/idem/internal/bench"
+	"github.com/idemkit/idem/cmd/internal/bench"
 )
 
 const benchUsage = `Usage: idem bench --db URL [flags]

@@ -9,7 +9,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 
-	"github.com/idemkit/idem/internal/chaos"
+	"github.com/idemkit/idem/cmd/internal/chaos"
 )
 
 const chaosUsage = `Usage: idem chaos [flags]

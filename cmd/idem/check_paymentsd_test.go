@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/payments"
 	"github.com/idemkit/idem/internal/bearer"
-	"github.com/idemkit/idem/internal/database"
-	"github.com/idemkit/idem/internal/payments"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 

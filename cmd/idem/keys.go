@@ -16,7 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/database"
+	"github.com/idemkit/idem/cmd/internal/database"
 )
 
 const keysUsage = `Usage: idem keys <list|show|release|delete> [flags] [CLIENT KEY]

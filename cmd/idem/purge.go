@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/database"
+	"github.com/idemkit/idem/cmd/internal/database"
 )
 
 const purgeUsage = `Usage: idem purge --db URL [--retention D] [--older-than D] [--batch N] [--dry-run] [--i-know --reason TEXT]

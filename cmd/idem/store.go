@@ -4,7 +4,7 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/idemkit/idem/internal/database"
+	"github.com/idemkit/idem/cmd/internal/database"
 )
 
 // openStore opens the key store of a database URL: sqlite:PATH or

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/proxy"
 	"github.com/idemkit/idem/internal/cmdrun"
-	"github.com/idemkit/idem/internal/database"
-	"github.com/idemkit/idem/internal/proxy"
 )
 
 const keysUsage = `Usage:

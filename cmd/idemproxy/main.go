@@ -31,10 +31,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/proxy"
 	"github.com/idemkit/idem/idemprom"
 	"github.com/idemkit/idem/internal/cmdrun"
-	"github.com/idemkit/idem/internal/database"
-	"github.com/idemkit/idem/internal/proxy"
 )
 
 func main() { cmdrun.Main("idemproxy", Run) }

@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 
-	"github.com/idemkit/idem/internal/database"
+	"github.com/idemkit/idem/cmd/internal/database"
 )
 
 // ping checks that the key store answers, for /readyz.

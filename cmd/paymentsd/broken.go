@@ -6,13 +6,13 @@ import (
 	"os"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/brokenstore"
-	"github.com/idemkit/idem/internal/database"
-	"github.com/idemkit/idem/internal/payments"
+	"github.com/idemkit/idem/cmd/internal/brokenstore"
+	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/payments"
 )
 
 // Built only for the chaos harness's tests: IDEM_CHAOS_BREAK breaks the
-// store on purpose (see internal/brokenstore).
+// store on purpose (see cmd/internal/brokenstore).
 func init() {
 	breakStore = func(db *database.DB, store idem.Store, repo payments.Repo) (idem.Store, payments.Repo, error) {
 		return brokenstore.Wrap(store, repo, db.Pool, os.Getenv)

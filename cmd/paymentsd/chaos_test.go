@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/internal/payments"
+	"github.com/idemkit/idem/cmd/internal/processor"
 	"github.com/idemkit/idem/idemclient"
-	"github.com/idemkit/idem/internal/payments"
-	"github.com/idemkit/idem/internal/processor"
 )
 
 // TestLossyProcessorChargesEveryKeyOnce runs 200 payments from 8

@@ -16,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/internal/payments"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemsqlite"
-	"github.com/idemkit/idem/internal/payments"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 

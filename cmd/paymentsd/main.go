@@ -41,20 +41,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/payments"
+	"github.com/idemkit/idem/cmd/internal/processor"
 	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/idemprom"
 	"github.com/idemkit/idem/internal/bearer"
 	"github.com/idemkit/idem/internal/cmdrun"
-	"github.com/idemkit/idem/internal/database"
-	"github.com/idemkit/idem/internal/payments"
-	"github.com/idemkit/idem/internal/processor"
 )
 
 func main() { cmdrun.Main("paymentsd", Run) }
 
 // breakStore, set only in builds with the chaosbroken tag, breaks the key
 // store and the payments repository on purpose, for the chaos harness's
-// tests (see internal/brokenstore).
+// tests (see cmd/internal/brokenstore).
 var breakStore func(*database.DB, idem.Store, payments.Repo) (idem.Store, payments.Repo, error)
 
 // beforePhase, set only in builds with the crashpoint tag, runs as each

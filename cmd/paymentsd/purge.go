@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/internal/database"
 	"github.com/idemkit/idem/internal/cmdrun"
-	"github.com/idemkit/idem/internal/database"
 )
 
 // purgeOptions are the flags of the purge service.

@@ -33,10 +33,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/processor"
 	"github.com/idemkit/idem/internal/bearer"
 	"github.com/idemkit/idem/internal/cmdrun"
-	"github.com/idemkit/idem/internal/database"
-	"github.com/idemkit/idem/internal/processor"
 )
 
 func main() { cmdrun.Main("processord", Run) }

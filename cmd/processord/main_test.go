@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/cmd/internal/processor"
 	"github.com/idemkit/idem/internal/pgtest"
-	"github.com/idemkit/idem/internal/processor"
 )
 
 // output collects what Run writes and hands over the listening address.

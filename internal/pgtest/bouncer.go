@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/idemkit/idem/internal/pgcluster"
+	"github.com/idemkit/idem/internal/pgtest/pgcluster"
 )
 
 // StartBouncer starts PgBouncer with pool_mode = transaction in front of

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/idemkit/idem/internal/pgcluster"
+	"github.com/idemkit/idem/internal/pgtest/pgcluster"
 )
 
 // Cluster is a throwaway PostgreSQL cluster in a temporary directory,

@@ -37,7 +37,7 @@
 //
 // # Throwaway clusters
 //
-// [StartCluster] always starts a new cluster (an internal/pgcluster
+// [StartCluster] always starts a new cluster (an internal/pgtest/pgcluster
 // cluster whose methods fail the test instead of returning errors), separate from the shared
 // server, for tests that stop or restart PostgreSQL while clients are
 // connected. The cluster keeps its port and data directory across

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/pgcluster"
+	"github.com/idemkit/idem/internal/pgtest/pgcluster"
 )
 
 // fakeWorld answers a resolver from fixed data and records what it was asked.

@@ -20,8 +20,8 @@ import (
 
 	"github.com/stripe/stripe-go/v84"
 
+	"github.com/idemkit/idem/cmd/internal/proxy"
 	"github.com/idemkit/idem/idemsqlite"
-	"github.com/idemkit/idem/internal/proxy"
 )
 
 // startStripeMock starts stripe-mock on a port the system chooses and

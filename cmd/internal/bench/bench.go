@@ -1,0 +1,441 @@
+// Package bench measures the cost of idem on the reference payments
+// endpoint: POST /v1/payments over real HTTP on loopback, with the
+// middleware in each mode and switched off, in one process on one database,
+// interleaved in rounds so that a noisy machine affects every variant alike.
+// Results are throughput ratios to the bare endpoint.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/payments"
+)
+
+// Variants, in the order they run in each round.
+const (
+	Bare     = "bare"      // the endpoint without the middleware
+	BareTx   = "bare-tx"   // the same, its insert in a transaction of its own
+	Atomic   = "atomic"    // new keys, ModeAtomic
+	TwoPhase = "two-phase" // new keys, ModeTwoPhase
+	Replay   = "replay"    // retries of completed keys
+)
+
+// AllVariants lists every variant but the floors.
+var AllVariants = []string{Bare, BareTx, Atomic, TwoPhase, Replay, Conflict}
+
+// Config configures a run.
+type Config struct {
+	// DatabaseURL is postgres://... or sqlite:PATH. Use a scratch database:
+	// the run adds payment and key rows. Required.
+	DatabaseURL string
+	// Duration is how long each variant runs in each round. Defaults to 3 s.
+	// Ignored when Requests is set.
+	Duration time.Duration
+	// Requests, when above 0, is how many requests each variant sends in
+	// each round, in place of a Duration: a run of fixed size, whatever the
+	// speed of the machine. Defaults to 0 (run for Duration).
+	Requests int64
+	// Rounds is how many times the variants are interleaved. Defaults to 3.
+	Rounds int
+	// Concurrency is the number of clients sending at once. Defaults to 8.
+	Concurrency int
+	// Variants to run. Defaults to AllVariants; Bare always runs.
+	Variants []string
+	// BouncerURL reaches the same database as DatabaseURL through
+	// PgBouncer in pool_mode = transaction, for BouncerVariants. Defaults
+	// to none.
+	BouncerURL string
+	// Progress receives a line per variant and round. Defaults to io.Discard.
+	Progress io.Writer
+}
+
+// Result is one variant's total over all rounds.
+type Result struct {
+	Variant  string
+	Requests int64
+	Errors   int64 // answers other than the expected status
+	// FirstError is what the first of them got: the status and the start
+	// of the body, or the transport's error; empty when none failed.
+	FirstError string
+	Elapsed    time.Duration
+	PerSecond  float64
+	// Ratio is PerSecond divided by the bare endpoint's.
+	Ratio float64
+	// RatioTx is PerSecond divided by that of the bare endpoint with its
+	// insert in a transaction of its own; 0 when that variant did not run.
+	RatioTx  float64
+	P50, P99 time.Duration
+	// CPU is the CPU time per request of this process: HTTP clients,
+	// server, middleware and database driver. On Linux only, else 0.
+	CPU time.Duration
+	// DBCPU is the CPU time per request of the PostgreSQL processes on
+	// this machine, when they can be read (Linux, a local server); else 0.
+	// SQLite runs inside this process, in CPU.
+	DBCPU time.Duration
+}
+
+// Run runs the benchmark.
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	if cfg.DatabaseURL == "" {
+		return nil, errors.New("bench: a database URL is required")
+	}
+	if cfg.Duration <= 0 {
+		cfg.Duration = 3 * time.Second
+	}
+	if cfg.Rounds <= 0 {
+		cfg.Rounds = 3
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 8
+	}
+	if len(cfg.Variants) == 0 {
+		cfg.Variants = AllVariants
+	}
+	known := slices.Concat(AllVariants, FloorVariants, BouncerVariants, []string{ReplayCold})
+	for _, v := range cfg.Variants {
+		if !slices.Contains(known, v) {
+			return nil, fmt.Errorf("bench: unknown variant %q; want one of %s", v, strings.Join(known, ", "))
+		}
+	}
+	if !slices.Contains(cfg.Variants, Bare) {
+		cfg.Variants = append([]string{Bare}, cfg.Variants...)
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+
+	db, err := database.Open(ctx, cfg.DatabaseURL, &database.Config{Migrate: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	repo, err := payments.NewRepo(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+
+	// Replays are retries sent to the atomic endpoint, which creates the keys.
+	endpoints := slices.Clone(cfg.Variants)
+	replays := slices.Contains(endpoints, Replay) || slices.Contains(endpoints, ReplayCold)
+	if replays && !slices.Contains(endpoints, Atomic) {
+		endpoints = append(endpoints, Atomic)
+	}
+	servers := map[string]*httptest.Server{}
+	holder := &holdRepo{Repo: repo}
+	bouncer := &bouncerDB{url: cfg.BouncerURL}
+	defer bouncer.close()
+	for _, v := range endpoints {
+		if v == Replay {
+			continue
+		}
+		variantRepo := repo
+		if v == Conflict {
+			variantRepo = holder
+		}
+		var h http.Handler
+		switch {
+		case slices.Contains(BouncerVariants, v):
+			h, err = bouncer.handler(ctx, v)
+		case v == ReplayCold:
+			// A second instance of the atomic endpoint, as another process
+			// behind a load balancer is: its middleware claimed none of
+			// the keys.
+			h, err = variantHandler(db, variantRepo, Atomic)
+		default:
+			h, err = variantHandler(db, variantRepo, v)
+		}
+		if err != nil {
+			return nil, err
+		}
+		srv := httptest.NewServer(labeled(v, h))
+		defer srv.Close()
+		servers[v] = srv
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}}
+
+	// Keys that the replay variants retry, created once up front.
+	var replayKeys []string
+	if replays {
+		for i := range 256 {
+			key := fmt.Sprintf("bench-replay-%d-%d", time.Now().UnixNano(), i)
+			if status, said, err := send(ctx, client, servers[Atomic].URL, key, http.StatusCreated); err != nil || status != http.StatusCreated {
+				return nil, fmt.Errorf("bench: create replay key: %s: %v", said, err)
+			}
+			replayKeys = append(replayKeys, key)
+		}
+	}
+
+	var coldKey func(seq int64) string
+	if slices.Contains(cfg.Variants, ReplayCold) {
+		n := int64(coldPerRound)
+		if cfg.Requests > 0 {
+			n = cfg.Requests
+		}
+		if coldKey, err = coldKeys(ctx, db, replayKeys[0], n*int64(cfg.Rounds)); err != nil {
+			return nil, err
+		}
+	}
+	var coldSeq atomic.Int64
+
+	totals := map[string]*tally{}
+	for _, v := range cfg.Variants {
+		totals[v] = &tally{}
+	}
+	var seq atomic.Int64
+	width := nameWidth(cfg.Variants)
+	for round := 1; round <= cfg.Rounds; round++ {
+		for _, v := range cfg.Variants {
+			var url string
+			var next func() string
+			want := http.StatusCreated
+			finish := func() error { return nil }
+			switch v {
+			case Replay:
+				url = servers[Atomic].URL
+				next = func() string { return replayKeys[int(seq.Add(1))%len(replayKeys)] }
+			case ReplayCold:
+				url = servers[v].URL
+				next = func() string { return coldKey(coldSeq.Add(1) - 1) }
+			case Conflict:
+				url = servers[v].URL
+				key, f, err := holder.hold(ctx, client, url, seq.Add(1))
+				if err != nil {
+					return nil, err
+				}
+				finish, want = f, http.StatusConflict
+				next = func() string { return key }
+			default:
+				url = servers[v].URL
+				next = newKey
+			}
+			t := measure(ctx, client, url, cfg, next, want)
+			if err := finish(); err != nil {
+				return nil, err
+			}
+			totals[v].add(t)
+			fmt.Fprintf(cfg.Progress, "round %d %-*s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n",
+				round, width, v, float64(t.n)/t.elapsed.Seconds(), ms(t.quantile(0.50)), ms(t.quantile(0.99)), t.errors)
+			if t.firstError != "" {
+				fmt.Fprintf(cfg.Progress, "round %d %-*s the first error: %s\n", round, width, v, t.firstError)
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	bare := totals[Bare].rate()
+	var out []Result
+	for _, v := range cfg.Variants {
+		t := totals[v]
+		r := Result{
+			Variant: v, Requests: t.n, Errors: t.errors, FirstError: t.firstError, Elapsed: t.elapsed,
+			PerSecond: t.rate(), Ratio: t.rate() / bare,
+			P50: t.quantile(0.50), P99: t.quantile(0.99),
+			CPU: t.perRequest(t.cpu), DBCPU: t.perRequest(t.dbCPU),
+		}
+		if tx, ok := totals[BareTx]; ok && tx.rate() > 0 {
+			r.RatioTx = t.rate() / tx.rate()
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// newKey returns a new idempotency key: random, as clients' keys are (a
+// version 4 UUID, most often), so that the key indexes take them all over
+// rather than at one end.
+func newKey() string { return "bench-" + rand.Text() }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// WriteTable writes results as a table: ratios to the bare endpoint, and to
+// the bare endpoint with a transaction of its own when that variant ran.
+func WriteTable(w io.Writer, results []Result) {
+	withTx := slices.ContainsFunc(results, func(r Result) bool { return r.RatioTx > 0 })
+	var names []string
+	for _, r := range results {
+		names = append(names, r.Variant)
+	}
+	width := nameWidth(names)
+	fmt.Fprintf(w, "%-*s %10s %10s %8s", width, "variant", "requests", "req/s", "ratio")
+	if withTx {
+		fmt.Fprintf(w, " %9s", "vs tx")
+	}
+	fmt.Fprintf(w, " %9s %9s %7s %11s %10s\n", "p50 ms", "p99 ms", "errors", "app us/req", "db us/req")
+	for _, r := range results {
+		fmt.Fprintf(w, "%-*s %10d %10.0f %7.2fx", width, r.Variant, r.Requests, r.PerSecond, r.Ratio)
+		if withTx {
+			fmt.Fprintf(w, " %8.2fx", r.RatioTx)
+		}
+		fmt.Fprintf(w, " %9.2f %9.2f %7d %11.0f %10.0f\n", ms(r.P50), ms(r.P99), r.Errors, us(r.CPU), us(r.DBCPU))
+	}
+	for _, r := range results {
+		if r.FirstError != "" {
+			fmt.Fprintf(w, "%s: %d errors; the first got: %s\n", r.Variant, r.Errors, r.FirstError)
+		}
+	}
+}
+
+// nameWidth is the width of a column of variant names: the longest name's,
+// and no less than 10, so that the columns after it line up.
+func nameWidth(names []string) int {
+	width := 10
+	for _, n := range names {
+		width = max(width, len(n))
+	}
+	return width
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+type tally struct {
+	n, errors  int64
+	firstError string // what the first failed request got
+	elapsed    time.Duration
+	cpu, dbCPU time.Duration
+	latencies  []time.Duration
+}
+
+func (t *tally) add(o *tally) {
+	t.n += o.n
+	t.errors += o.errors
+	if t.firstError == "" {
+		t.firstError = o.firstError
+	}
+	t.elapsed += o.elapsed
+	t.cpu += o.cpu
+	t.dbCPU += o.dbCPU
+	t.latencies = append(t.latencies, o.latencies...)
+}
+
+// perRequest divides d among the tally's requests.
+func (t *tally) perRequest(d time.Duration) time.Duration {
+	if t.n == 0 {
+		return 0
+	}
+	return d / time.Duration(t.n)
+}
+
+func (t *tally) rate() float64 {
+	if t.elapsed <= 0 {
+		return 0
+	}
+	return float64(t.n) / t.elapsed.Seconds()
+}
+
+func (t *tally) quantile(q float64) time.Duration {
+	if len(t.latencies) == 0 {
+		return 0
+	}
+	s := slices.Clone(t.latencies)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))]
+}
+
+// measure runs cfg.Concurrency clients against url for cfg.Duration, or
+// until they have sent cfg.Requests requests when that is set.
+func measure(ctx context.Context, client *http.Client, url string, cfg Config, nextKey func() string, want int) *tally {
+	// more reports whether a client may send another request: always until
+	// the deadline, or while requests of the fixed count remain.
+	more := func() bool { return true }
+	if cfg.Requests > 0 {
+		var left atomic.Int64
+		left.Store(cfg.Requests)
+		more = func() bool { return left.Add(-1) >= 0 }
+	} else {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
+		defer cancel()
+	}
+	var mu sync.Mutex
+	total := &tally{}
+	var wg sync.WaitGroup
+	cpu0, db0 := processCPU(), map[int]time.Duration(nil)
+	if strings.HasPrefix(cfg.DatabaseURL, "postgres") {
+		db0 = serverCPU() // SQLite runs in this process, in its CPU
+	}
+	begin := time.Now()
+	for range cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := &tally{}
+			for ctx.Err() == nil && more() {
+				t0 := time.Now()
+				status, said, err := send(ctx, client, url, nextKey(), want)
+				if ctx.Err() != nil {
+					break // cut off by the end of the run
+				}
+				local.n++
+				local.latencies = append(local.latencies, time.Since(t0))
+				if err != nil || status != want {
+					local.errors++
+					if local.firstError == "" {
+						local.firstError = said
+						if err != nil {
+							local.firstError = err.Error()
+						}
+					}
+				}
+			}
+			mu.Lock()
+			total.add(local)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	total.elapsed = time.Since(begin)
+	total.cpu = processCPU() - cpu0
+	if db0 != nil {
+		// By process: backends that exited in between are left out, and
+		// new ones count from zero.
+		for pid, used := range serverCPU() {
+			total.dbCPU += used - db0[pid]
+		}
+	}
+	return total
+}
+
+const body = `{"amount":4200,"currency":"usd","customer":"cus_bench"}`
+
+// send sends one payment request with key and returns the answer's status.
+// When the status is not want, it also returns what the answer said: the
+// status and the start of its body, such as a problem's title and detail.
+func send(ctx context.Context, client *http.Client, base, key string, want int) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/payments", strings.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Authorization", "Bearer sk_bench")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer res.Body.Close()
+	if res.StatusCode == want {
+		io.Copy(io.Discard, res.Body)
+		return res.StatusCode, "", nil
+	}
+	said, _ := io.ReadAll(io.LimitReader(res.Body, maxSaid))
+	io.Copy(io.Discard, res.Body)
+	return res.StatusCode, fmt.Sprintf("%d %s", res.StatusCode, strings.Join(strings.Fields(string(said)), " ")), nil
+}
+
+// maxSaid bounds how much of a failed answer's body send reports.
+const maxSaid = 300

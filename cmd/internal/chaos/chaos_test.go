@@ -1,0 +1,232 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/pgtest/pgcluster"
+)
+
+func TestSchedule(t *testing.T) {
+	t.Parallel()
+	f := Config{}.withDefaults().Faults
+	lease := time.Second
+	a := Schedule(42, 10*time.Minute, f, 3, lease)
+	if b := Schedule(42, 10*time.Minute, f, 3, lease); !slices.Equal(a, b) {
+		t.Fatal("the same seed gave two schedules")
+	}
+	if c := Schedule(43, 10*time.Minute, f, 3, lease); slices.Equal(a, c) {
+		t.Fatal("two seeds gave the same schedule")
+	}
+	n := map[FaultKind]int{}
+	for i, e := range a {
+		n[e.Kind]++
+		if e.At < 0 || e.At >= 10*time.Minute || (i > 0 && e.At < a[i-1].At) {
+			t.Fatalf("event %d at %s: out of order or out of the run", i, e.At)
+		}
+		if e.Instance < 0 || e.Instance >= 3 {
+			t.Fatalf("event %d names instance %d of 3", i, e.Instance)
+		}
+		if e.Kind == Pause && e.Hold <= lease {
+			t.Errorf("pause %d holds %s, not past the %s lease", i, e.Hold, lease)
+		}
+		if e.Kind == DBRestart && (e.Hold <= 0 || e.Hold > f.DBDown) {
+			t.Errorf("outage %d lasts %s, want (0, %s]", i, e.Hold, f.DBDown)
+		}
+	}
+	// Gaps are at most 1.5 times the mean, so a run of d has at least
+	// d/(1.5·every) - 1 faults of each kind.
+	for k, every := range map[FaultKind]time.Duration{Kill: f.KillEvery, Pause: f.PauseEvery, DBRestart: f.DBRestartEvery, CommitCut: f.CutEvery} {
+		if least := int(10*time.Minute/(every*3/2)) - 1; n[k] < least {
+			t.Errorf("%d %s faults in 10 minutes, want at least %d", n[k], k, least)
+		}
+	}
+	off := f
+	off.KillEvery = -1
+	for _, e := range Schedule(42, 10*time.Minute, off, 3, lease) {
+		if e.Kind == Kill {
+			t.Fatal("a disabled kind was scheduled")
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]Config{
+		"NegativeDuration": {Duration: -time.Second},
+		"TooManyInstances": {Instances: 33},
+		"LongLease":        {LockTimeout: time.Minute},
+		"NoWorkload":       {Workloads: []Weighted{{Storm{}, 0}}},
+	} {
+		if err := c.withDefaults().validate(); err == nil {
+			t.Errorf("%s: validate accepted %+v", name, c)
+		}
+	}
+	if err := (Config{}).withDefaults().validate(); err != nil {
+		t.Errorf("the defaults do not validate: %v", err)
+	}
+}
+
+func TestSummaryJSONNamesEveryField(t *testing.T) {
+	t.Parallel()
+	b, err := json.Marshal(&Summary{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"seed", "operations", "attempts", "acknowledged", "lost", "duplicated",
+		"mismatched_replays", "cross_tenant", "stuck_keys", "kills", "pauses", "db_restarts",
+		"commit_cuts", "bank_total_ok", "unexpected_5xx", "events_delivered", "events_missing",
+		"events_unknown", "events_invalid_signature", "events_duplicate_ids"} {
+		if _, ok := m[f]; !ok {
+			t.Errorf("the JSON summary has no %q", f)
+		}
+	}
+}
+
+// setupRun skips in -short mode and when this machine cannot run a
+// cluster (failing instead under CI=true), and returns the module to build.
+func setupRun(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a chaos run takes a minute or more")
+	}
+	if err := pgcluster.Available(); err != nil {
+		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	src, err := ModuleDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+// TestRun is the run CI makes: a fixed seed, every kind of fault, and not
+// one violation, the outbox's events included.
+func TestRun(t *testing.T) {
+	t.Parallel()
+	src := setupRun(t)
+	sum, err := Run(context.Background(), Config{
+		Duration: 60 * time.Second, Seed: 20261201, SourceDir: src,
+		Faults:         Faults{DBRestartEvery: 20 * time.Second},
+		ViolationsFile: filepath.Join(t.TempDir(), "violations.jsonl"),
+		Progress:       testWriter{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	sum.WriteText(&text)
+	t.Log("\n" + text.String())
+	if sum.Violations > 0 {
+		b, _ := os.ReadFile(sum.ViolationsFile)
+		t.Fatalf("%d violations; history of the offending keys:\n%.8000s", sum.Violations, b)
+	}
+	if sum.Acknowledged == 0 || sum.Kills == 0 || sum.Pauses == 0 || sum.DBRestarts == 0 || sum.CommitCuts == 0 {
+		t.Errorf("a run that proves nothing: %d acknowledged, %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts",
+			sum.Acknowledged, sum.Kills, sum.Pauses, sum.DBRestarts, sum.CommitCuts)
+	}
+	// Violations above counts these too; they are asserted by name so that
+	// a checker that stops counting them fails here.
+	if sum.EventsMissing != 0 || sum.EventsUnknown != 0 || sum.EventsInvalidSignature != 0 {
+		t.Errorf("events: %d missing, %d unknown, %d invalid signatures", sum.EventsMissing, sum.EventsUnknown, sum.EventsInvalidSignature)
+	}
+	if sum.EventsDelivered == 0 || sum.EventsRefused == 0 {
+		t.Errorf("events that prove nothing: %d delivered, %d deliveries refused and retried", sum.EventsDelivered, sum.EventsRefused)
+	}
+}
+
+// TestCheckerCatchesBrokenBuilds runs paymentsd built with the chaosbroken
+// tag, broken three ways, and wants each break reported with the keys it
+// hurt. Duplicate storms and frequent pauses make a lease lost to a
+// takeover near certain within the run. skip-fencing commits a stale
+// holder's phases anyway: its payment is settled and acknowledged outside
+// the payment's transaction, without its event, while the key's new holder
+// finds no pending payment to settle and leaves the key unfinished, or
+// makes a second payment. shared-cache replays one client's answer to
+// another that used the same key.
+func TestCheckerCatchesBrokenBuilds(t *testing.T) {
+	t.Parallel()
+	src := setupRun(t)
+	for _, tt := range []struct {
+		brk  string
+		want func(*Summary) int
+	}{
+		{"skip-fencing", func(s *Summary) int { return min(s.Duplicated+s.Lost, s.EventsMissing) }},
+		{"release-after-commit", func(s *Summary) int { return s.Duplicated + s.Lost }},
+		{"shared-cache", func(s *Summary) int { return s.CrossTenant }},
+	} {
+		t.Run(tt.brk, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "violations.jsonl")
+			sum, err := Run(context.Background(), Config{
+				Duration: 20 * time.Second, Seed: 7, SourceDir: src,
+				BuildTags: "chaosbroken", Env: []string{"IDEM_CHAOS_BREAK=" + tt.brk},
+				Workloads:      []Weighted{{Storm{}, 1}},
+				ProcessorDelay: 150 * time.Millisecond,
+				Faults:         Faults{PauseEvery: time.Second, DBRestartEvery: -1},
+				ViolationsFile: file,
+				Progress:       testWriter{t},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.LogDir != "" {
+				t.Cleanup(func() { os.RemoveAll(sum.LogDir) })
+			}
+			var text strings.Builder
+			sum.WriteText(&text)
+			t.Log("\n" + text.String())
+			if tt.want(sum) == 0 || len(sum.OffendingKeys) == 0 {
+				t.Fatalf("the checker missed %s", tt.brk)
+			}
+			f, err := os.Open(file)
+			if err != nil {
+				t.Fatalf("no history of the offending keys: %v", err)
+			}
+			defer f.Close()
+			inFile := map[string]bool{}
+			sc := bufio.NewScanner(f)
+			sc.Buffer(nil, 64<<20)
+			for sc.Scan() {
+				var rec struct {
+					Client, Key string
+					Attempts    []Attempt
+				}
+				if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+					t.Fatalf("violations file: %v", err)
+				}
+				if rec.Key != "" && len(rec.Attempts) == 0 {
+					t.Errorf("%s/%s is listed without its attempts", rec.Client, rec.Key)
+				}
+				inFile[rec.Client+"/"+rec.Key] = true
+			}
+			for _, k := range sum.OffendingKeys {
+				if !inFile[k] {
+					t.Errorf("offending key %s is not in %s", k, file)
+				}
+			}
+		})
+	}
+}
+
+// testWriter sends progress lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

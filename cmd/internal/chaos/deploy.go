@@ -1,0 +1,181 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/idemoutbox"
+	"github.com/idemkit/idem/internal/pgtest/pgcluster"
+	"github.com/idemkit/idem/internal/pgtest/pgproxy"
+)
+
+// deploy builds the binaries and starts every process.
+func (h *harness) deploy(ctx context.Context) error {
+	fmt.Fprintf(h.cfg.Progress, "chaos: seed %d: building paymentsd and processord\n", h.cfg.Seed)
+	bin := filepath.Join(h.dir, "bin")
+	paymentsd, err := build(ctx, h.cfg.SourceDir, bin, "paymentsd", h.cfg.BuildTags)
+	if err != nil {
+		return err
+	}
+	processord, err := build(ctx, h.cfg.SourceDir, bin, "processord", "")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(h.cfg.Progress, "chaos: starting PostgreSQL, processord and %d paymentsd instances\n", h.cfg.Instances)
+	if h.cluster, err = pgcluster.New(ctx); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	if h.dbURL, err = h.cluster.CreateDatabase(ctx, "chaos"); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	proxy, proxiedURL, err := pgproxy.StartFor(h.dbURL)
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	h.proxy = proxy
+	h.client = &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost: h.cfg.Clients * 4,
+		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
+	}}
+
+	addrs, err := freeAddrs(h.cfg.Instances + 1)
+	if err != nil {
+		return err
+	}
+	h.processor = &process{
+		name: "processord", path: processord, addr: addrs[0],
+		args:    processordArgs(addrs[0], filepath.Join(h.dir, "processord.db"), h.cfg.ProcessorDelay, h.cfg.ProcessorFaults, h.cfg.Seed),
+		logPath: filepath.Join(h.dir, "processord.log"),
+	}
+	h.processor.supervise()
+	secret := idemoutbox.NewSecret()
+	if h.receiver, err = startReceiver(secret, h.cfg.Seed); err != nil {
+		return err
+	}
+	for i := range h.cfg.Instances {
+		db := h.dbURL
+		if i == 0 {
+			db = proxiedURL // commit cuts fall between instance 0 and PostgreSQL
+		}
+		p := &process{
+			name: fmt.Sprintf("paymentsd-%d", i), path: paymentsd, addr: addrs[i+1],
+			args:    paymentsdArgs(addrs[i+1], db, "http://"+addrs[0], h.cfg.LockTimeout, h.receiver.url, secret),
+			env:     h.cfg.Env,
+			logPath: filepath.Join(h.dir, fmt.Sprintf("paymentsd-%d.log", i)),
+		}
+		h.instances = append(h.instances, p)
+		p.supervise()
+	}
+	return h.waitReady(ctx)
+}
+
+// waitReady waits until processord and every instance answer /healthz.
+func (h *harness) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	for _, p := range append([]*process{h.processor}, h.instances...) {
+		if err := p.waitReady(ctx, h.client); err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+	}
+	return nil
+}
+
+// close stops every process the harness started and removes the cluster.
+func (h *harness) close() {
+	var wg sync.WaitGroup
+	for _, p := range h.instances {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.stop() }()
+	}
+	wg.Wait()
+	if h.processor != nil {
+		h.processor.stop()
+	}
+	if h.receiver != nil {
+		h.receiver.close()
+	}
+	if h.proxy != nil {
+		h.proxy.Close()
+	}
+	if h.cluster != nil {
+		h.cluster.Close()
+	}
+	if h.client != nil {
+		h.client.CloseIdleConnections()
+	}
+}
+
+// build compiles ./cmd/name of the module at src into dir.
+func build(ctx context.Context, src, dir, name, tags string) (string, error) {
+	out := filepath.Join(dir, name)
+	args := []string{"build", "-o", out}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	args = append(args, "./cmd/"+name)
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = src
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("chaos: go build ./cmd/%s: %v\n%s", name, err, b)
+	}
+	return out, nil
+}
+
+// ModuleDir returns the root of the checkout that holds dir, where
+// cmd/paymentsd is built from: the directory of its go.work, or of the
+// first go.mod above dir whose directory has cmd/paymentsd.
+func ModuleDir(dir string) (string, error) {
+	for _, v := range []string{"GOWORK", "GOMOD"} {
+		cmd := exec.Command("go", "env", v)
+		cmd.Dir = dir
+		b, err := cmd.Output()
+		file := strings.TrimSpace(string(b))
+		if err != nil || file == "" || file == "off" || file == os.DevNull {
+			continue
+		}
+		for root := filepath.Dir(file); ; root = filepath.Dir(root) {
+			if _, err := os.Stat(filepath.Join(root, "cmd", "paymentsd")); err == nil {
+				return root, nil
+			}
+			if filepath.Dir(root) == root {
+				break
+			}
+		}
+	}
+	return "", fmt.Errorf("chaos: %s is not inside a checkout of idem (no cmd/paymentsd above it)", dir)
+}
+
+// freeAddrs returns n loopback addresses whose ports were free a moment
+// ago. The listeners are all open at once, so the ports differ.
+func freeAddrs(n int) ([]string, error) {
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("chaos: pick a free port: %w", err)
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs, nil
+}
+
+// openDB opens a small pool on the run's database, bypassing the proxy.
+func (h *harness) openDB(ctx context.Context) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.New(ctx, h.dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: open the database: %w", err)
+	}
+	return pool, nil
+}

@@ -1,0 +1,226 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem/internal/pgtest/pgproxy"
+)
+
+// FaultKind is a kind of fault the harness injects.
+type FaultKind int
+
+const (
+	// Kill sends SIGKILL to a paymentsd instance, which is restarted.
+	Kill FaultKind = iota
+	// Pause stops an instance with SIGSTOP for longer than the lease, then
+	// continues it with SIGCONT: a stale holder that wakes up.
+	Pause
+	// DBRestart stops PostgreSQL as pg_ctl stop -m immediate does, then
+	// starts it again (crash recovery).
+	DBRestart
+	// CommitCut cuts the connection between instance 0 and PostgreSQL
+	// right after a COMMIT went out (the service cannot know whether it
+	// committed) or, one time in four, just before.
+	CommitCut
+	faultKinds
+)
+
+func (k FaultKind) String() string {
+	return [...]string{"kill", "pause", "db-restart", "commit-cut"}[k]
+}
+
+// Faults sets how often each fault falls: the mean time between two
+// faults of a kind; the gaps are drawn from the seed. 0 means the default,
+// a negative value disables the kind.
+type Faults struct {
+	KillEvery      time.Duration // Defaults to 5s.
+	PauseEvery     time.Duration // Defaults to 12s.
+	DBRestartEvery time.Duration // Defaults to 60s.
+	CutEvery       time.Duration // Defaults to 6s.
+	// DBDown is the longest PostgreSQL stays down; each outage lasts
+	// between a third of it and all of it. Defaults to 3s.
+	DBDown time.Duration
+}
+
+// ProcessorFaults are the rates, 0 to 1, at which processord fails a
+// charge before making it (503), makes it and loses the answer (the
+// connection closes), or makes it and answers only after the caller gave
+// up. A negative rate turns that fault off; 0 means the default.
+type ProcessorFaults struct {
+	FailRate    float64 `json:"fail_rate"`    // Defaults to 0.02.
+	LoseRate    float64 `json:"lose_rate"`    // Defaults to 0.02.
+	TimeoutRate float64 `json:"timeout_rate"` // Defaults to 0.01.
+}
+
+// Fault defaults.
+const (
+	KillEveryDefault      = 5 * time.Second
+	PauseEveryDefault     = 12 * time.Second
+	DBRestartEveryDefault = 60 * time.Second
+	CutEveryDefault       = 6 * time.Second
+	DBDownDefault         = 3 * time.Second
+
+	ProcessorFailRateDefault    = 0.02
+	ProcessorLoseRateDefault    = 0.02
+	ProcessorTimeoutRateDefault = 0.01
+)
+
+func (f Faults) every(k FaultKind) time.Duration {
+	return [...]time.Duration{f.KillEvery, f.PauseEvery, f.DBRestartEvery, f.CutEvery}[k]
+}
+
+// Event is one scheduled fault.
+type Event struct {
+	At       time.Duration // since the start of traffic
+	Kind     FaultKind
+	Instance int           // for Kill and Pause
+	Hold     time.Duration // how long a pause or an outage lasts
+	After    bool          // for CommitCut: after the COMMIT (else before)
+}
+
+// Schedule returns the faults of a run of length d, drawn from seed: the
+// same seed and settings give the same schedule.
+func Schedule(seed uint64, d time.Duration, f Faults, instances int, lease time.Duration) []Event {
+	var events []Event
+	for k := range faultKinds {
+		every := f.every(k)
+		if every <= 0 {
+			continue // disabled
+		}
+		rnd := rand.New(rand.NewPCG(seed, uint64(k)+1))
+		at := time.Duration(0)
+		for {
+			// Uniform gaps in [every/2, 3·every/2): faults come at a steady
+			// pace, never in a burst that a short run might lack.
+			at += every/2 + time.Duration(rnd.Int64N(int64(every)))
+			if at >= d {
+				break
+			}
+			e := Event{At: at, Kind: k, Instance: rnd.IntN(instances)}
+			switch k {
+			case Pause:
+				// Always past the lease. Half the pauses end before the
+				// client's attempt times out: the client still waits while
+				// its duplicates take the key over elsewhere, and the holder
+				// wakes up to finish a request it no longer owns. The other
+				// half outlast the attempt: the client gives up, retries
+				// elsewhere and takes the key over itself.
+				if rnd.IntN(2) == 0 {
+					e.Hold = lease + lease/2 + time.Duration(rnd.Int64N(int64(attemptTimeout-2*lease)))
+				} else {
+					e.Hold = attemptTimeout + lease + time.Duration(rnd.Int64N(int64(lease)+1))
+				}
+			case DBRestart:
+				e.Hold = f.DBDown/3 + time.Duration(rnd.Int64N(int64(f.DBDown-f.DBDown/3)+1))
+			case CommitCut:
+				e.After = rnd.IntN(4) != 0
+			}
+			events = append(events, e)
+		}
+	}
+	sort.SliceStable(events, func(i, j int) bool { return events[i].At < events[j].At })
+	return events
+}
+
+// faultCounts are the faults injected so far.
+type faultCounts struct {
+	kills, pauses, dbRestarts atomic.Int64
+}
+
+// inject runs the schedule from start until ctx is done, one goroutine per
+// kind so that faults overlap, and returns when every fault it began has
+// been undone: paused instances continued, PostgreSQL started again.
+func (h *harness) inject(ctx context.Context, start time.Time, events []Event) error {
+	byKind := make([][]Event, faultKinds)
+	for _, e := range events {
+		byKind[e.Kind] = append(byKind[e.Kind], e)
+	}
+	errs := make(chan error, faultKinds)
+	for k := range faultKinds {
+		go func() {
+			errs <- h.injectKind(ctx, start, byKind[k])
+		}()
+	}
+	var first error
+	for range faultKinds {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// injectKind applies the events of one kind in order. Pauses of different
+// instances overlap; the other kinds fall one after the other.
+func (h *harness) injectKind(ctx context.Context, start time.Time, events []Event) error {
+	var pauses sync.WaitGroup
+	defer pauses.Wait()
+	for _, e := range events {
+		t := time.NewTimer(time.Until(start.Add(e.At)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		if e.Kind == Pause {
+			pauses.Add(1)
+			go func() {
+				defer pauses.Done()
+				h.apply(e)
+			}()
+			continue
+		}
+		if err := h.apply(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply injects one fault and, for pauses and outages, undoes it after its
+// hold time, whatever ctx says: a run never ends with a stopped process.
+func (h *harness) apply(e Event) error {
+	switch e.Kind {
+	case Kill:
+		if h.instances[e.Instance].kill() {
+			h.faults.kills.Add(1)
+		}
+	case Pause:
+		resume, ok := h.instances[e.Instance].pause()
+		if !ok {
+			return nil
+		}
+		h.faults.pauses.Add(1)
+		time.Sleep(e.Hold)
+		resume()
+	case DBRestart:
+		if err := h.cluster.Crash(); err != nil {
+			return fmt.Errorf("chaos: stop PostgreSQL: %w", err)
+		}
+		h.faults.dbRestarts.Add(1)
+		time.Sleep(e.Hold)
+		var err error
+		for range 3 {
+			if err = h.cluster.Start(context.Background()); err == nil {
+				return nil
+			}
+		}
+		return fmt.Errorf("chaos: start PostgreSQL again: %w", err)
+	case CommitCut:
+		if h.proxy.Armed() == 0 {
+			when := pgproxy.Before
+			if e.After {
+				when = pgproxy.After
+			}
+			h.proxy.CutNext(pgproxy.IsCommit, when)
+		}
+	}
+	return nil
+}
