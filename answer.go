@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // unavailableRetryAfter is the Retry-After of 503 answers, in seconds.
@@ -42,7 +44,7 @@ func (m *Middleware) unavailable(c *call, detail string) {
 }
 
 // answerExisting answers a request whose key is already held or completed.
-func (m *Middleware) answerExisting(c *call, rec *Record) {
+func (m *Middleware) answerExisting(c *call, rec *idemstore.Record) {
 	r := c.r
 	if len(rec.RequestHash) > 0 && !bytes.Equal(rec.RequestHash, c.fp.sum[:]) {
 		p := ProblemKeyReused.Kind().New(m.cfg.ProblemTypeBase, "")
@@ -62,7 +64,7 @@ func (m *Middleware) answerExisting(c *call, rec *Record) {
 		WriteProblem(c.w, p, 0)
 		return
 	}
-	if rec.Status == StatusCompleted && rec.Response != nil {
+	if rec.Status == idemstore.StatusCompleted && rec.Response != nil {
 		m.cfg.Metrics.Request(r.Context(), ResultReplayed)
 		m.replay(c.w, rec.Response)
 		return
@@ -79,7 +81,7 @@ func (m *Middleware) answerExisting(c *call, rec *Record) {
 // key while this request's claim waited, after this request's first
 // reading. What is left of a lease is never more than the lock timeout,
 // even when the holder's clock is ahead of this one.
-func (m *Middleware) inFlightRetryAfter(rec *Record) int {
+func (m *Middleware) inFlightRetryAfter(rec *idemstore.Record) int {
 	if m.cfg.Mode != ModeTwoPhase || rec.LockedAt.IsZero() {
 		return 1
 	}
@@ -94,7 +96,7 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-func (m *Middleware) replay(w http.ResponseWriter, resp *Response) {
+func (m *Middleware) replay(w http.ResponseWriter, resp *idemstore.Response) {
 	h := w.Header()
 	// The replay header and Content-Length share the values' allocation.
 	values := copyFields(h, resp.Header, nil, 2)

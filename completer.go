@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Defaults of [CompleterConfig].
@@ -161,7 +163,7 @@ type CompleterResult struct {
 // by an outage, or taken over long after it was created, is released too,
 // within about 360 passes (an hour at the default interval and retention).
 type Completer struct {
-	store   RecoveryStore
+	store   idemstore.RecoveryStore
 	cfg     *CompleterConfig
 	replay  replayList
 	started []string      // the operations' names, for UnfinishedParams.Started
@@ -174,7 +176,7 @@ type Completer struct {
 
 // NewCompleter returns a completer for store, which must be the
 // middleware's.
-func NewCompleter(store RecoveryStore, cfg *CompleterConfig) (*Completer, error) {
+func NewCompleter(store idemstore.RecoveryStore, cfg *CompleterConfig) (*Completer, error) {
 	if store == nil {
 		return nil, errors.New("idem: a RecoveryStore is required")
 	}
@@ -279,7 +281,7 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterResult, error) {
 	recent := now.Add(-c.cfg.LockTimeout - startedWindow(c.cfg.Interval))
 	// Keys given up on stay listed: a listing holds BatchSize others.
 	limit := c.cfg.BatchSize + c.gaveUp(now)
-	keys, err := c.store.Unfinished(lctx, UnfinishedParams{
+	keys, err := c.store.Unfinished(lctx, idemstore.UnfinishedParams{
 		Now: now, LockTimeout: c.cfg.LockTimeout, Retention: c.cfg.Retention, Limit: limit,
 		Started: c.started, StartedAfter: recent,
 	})
@@ -340,7 +342,7 @@ const (
 
 // complete claims one unfinished key and runs its operation from its
 // recovery point.
-func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) keyResult {
+func (c *Completer) complete(ctx context.Context, rec *idemstore.Record, now time.Time) keyResult {
 	ops := c.cfg.Operations[rec.Method+" "+rec.Path]
 	if ops == nil {
 		return keySkipped
@@ -351,10 +353,10 @@ func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) ke
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
 	defer cancel()
 	log := c.cfg.Logger.With("client_id", rec.Scope.ClientID, "key_digest", keyDigest(rec.Scope.Key))
-	claimed, err := c.store.Claim(ctx, ClaimParams{
+	claimed, err := c.store.Claim(ctx, idemstore.ClaimParams{
 		Scope: rec.Scope, Method: rec.Method, Path: rec.Path,
 		RequestHash: rec.RequestHash, RequestFields: rec.RequestFields,
-		Mode: ModeTwoPhase, Now: now, LockTimeout: c.cfg.LockTimeout, Retention: c.cfg.Retention,
+		TwoPhase: true, Now: now, LockTimeout: c.cfg.LockTimeout, Retention: c.cfg.Retention,
 	})
 	switch {
 	case err != nil:
@@ -367,8 +369,8 @@ func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) ke
 	finish := context.WithoutCancel(ctx)
 	host := &phaseHost{lease: lease, base: ProblemTypeBaseDefault}
 	kctx := contextWithPhaseHost(ContextWithScope(lease.Context(ctx), rec.Scope), host)
-	if rl, ok := lease.(RecoveryLease); ok {
-		if at, err := rl.Recovery(kctx); err == nil && at.Point == RecoveryStarted {
+	if rl, ok := lease.(idemstore.RecoveryLease); ok {
+		if at, err := rl.Recovery(kctx); err == nil && at.Point == idemstore.RecoveryStarted {
 			// Nothing committed: release the key, which deletes it. A key
 			// that went between the listing and the claim, for which the
 			// claim made a new one, is no takeover.
@@ -396,7 +398,7 @@ func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) ke
 	}
 	if err := lease.Complete(finish, c.replay.response(out)); err != nil {
 		log.WarnContext(ctx, "idem: completer: storing the response failed", "err", err)
-		if !errors.Is(err, ErrLeaseLost) {
+		if !errors.Is(err, idemstore.ErrLeaseLost) {
 			c.release(finish, log, lease)
 		}
 		return keyFailed
@@ -408,7 +410,7 @@ func (c *Completer) complete(ctx context.Context, rec *Record, now time.Time) ke
 
 // failed counts a run of rec's phases that left it unfinished, and says so
 // at Error when the completer gives up on it.
-func (c *Completer) failed(ctx context.Context, log *slog.Logger, rec *Record) keyResult {
+func (c *Completer) failed(ctx context.Context, log *slog.Logger, rec *idemstore.Record) keyResult {
 	if tries, last := c.attempt(rec); last {
 		log.ErrorContext(ctx, "idem: completer gave up on a key; it stays unfinished at its recovery point until an operator resolves it",
 			"attempts", tries, "method", rec.Method, "path", rec.Path, "created_at", rec.CreatedAt)
@@ -428,7 +430,7 @@ func runPhases(ctx context.Context, ops Phases, w http.ResponseWriter) (err erro
 }
 
 // release frees the key, which keeps its recovery point.
-func (c *Completer) release(ctx context.Context, log *slog.Logger, lease Lease) {
+func (c *Completer) release(ctx context.Context, log *slog.Logger, lease idemstore.Lease) {
 	if err := lease.Release(ctx); err != nil {
 		log.WarnContext(ctx, "idem: completer: release failed; the key is free when its lease expires", "err", err)
 	}

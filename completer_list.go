@@ -3,6 +3,8 @@ package idem
 import (
 	"context"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // startedWindow is how far back before the lock timeout a pass looks for
@@ -22,7 +24,7 @@ const sweepPasses = 360
 // newest key listed when the listing was full; back to the start of
 // Retention once it reached recent. A failed listing leaves it where it
 // was.
-func (c *Completer) listSweep(ctx context.Context, now, recent time.Time, limit int) ([]*Record, error) {
+func (c *Completer) listSweep(ctx context.Context, now, recent time.Time, limit int) ([]*idemstore.Record, error) {
 	floor := now.Add(-c.cfg.Retention)
 	c.mu.Lock()
 	after := c.sweep
@@ -37,7 +39,7 @@ func (c *Completer) listSweep(ctx context.Context, now, recent time.Time, limit 
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
 	defer cancel()
 	// Retention bounds the listing from below, at the span's start.
-	keys, err := c.store.Unfinished(ctx, UnfinishedParams{
+	keys, err := c.store.Unfinished(ctx, idemstore.UnfinishedParams{
 		Now: now, LockTimeout: c.cfg.LockTimeout, Retention: now.Sub(after), Limit: limit,
 		Started: c.started, CreatedUntil: until,
 	})
@@ -55,9 +57,9 @@ func (c *Completer) listSweep(ctx context.Context, now, recent time.Time, limit 
 }
 
 // appendNew appends to keys the records of more that it does not hold.
-func appendNew(keys, more []*Record) []*Record {
+func appendNew(keys, more []*idemstore.Record) []*idemstore.Record {
 	type id struct {
-		scope   Scope
+		scope   idemstore.Scope
 		created int64
 	}
 	seen := make(map[id]bool, len(keys))

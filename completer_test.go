@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // TestCompleterReleasesKeyThatPassedNoPoint: a holder that dies before its
@@ -31,11 +32,11 @@ func TestCompleterReleasesKeyThatPassedNoPoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claim := func(key, path string) idem.Lease {
+	claim := func(key, path string) idemstore.Lease {
 		t.Helper()
-		res, err := e.store.Claim(ctx, idem.ClaimParams{
-			Scope: idem.Scope{ClientID: "alice", Key: key}, Method: http.MethodPost, Path: path,
-			RequestHash: fp.Hash, Mode: idem.ModeTwoPhase, Now: e.clock.Now(),
+		res, err := e.store.Claim(ctx, idemstore.ClaimParams{
+			Scope: idemstore.Scope{ClientID: "alice", Key: key}, Method: http.MethodPost, Path: path,
+			RequestHash: fp.Hash, TwoPhase: true, Now: e.clock.Now(),
 			LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
 		})
 		if err != nil || res.Lease == nil {
@@ -59,20 +60,20 @@ func TestCompleterReleasesKeyThatPassedNoPoint(t *testing.T) {
 	if rec, found := e.point(t, "k1"); found {
 		t.Fatalf("released key = %+v; want it gone", rec)
 	}
-	if rec, found := e.point(t, "k2"); !found || rec.Status != idem.StatusInFlight {
+	if rec, found := e.point(t, "k2"); !found || rec.Status != idemstore.StatusInFlight {
 		t.Errorf("other operation's key = %+v, %v; want it left started", rec, found)
 	}
 	checkpoint := func() error {
-		return dead.(idem.RecoveryLease).Checkpoint(ctx, idem.Recovery{Point: "created", State: idem.State{"payment_id": "pay_9"}})
+		return dead.(idemstore.RecoveryLease).Checkpoint(ctx, idemstore.Recovery{Point: "created", State: idem.State{"payment_id": "pay_9"}})
 	}
-	if err := checkpoint(); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := checkpoint(); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Errorf("dead holder's checkpoint = %v; want ErrLeaseLost", err)
 	}
 	retry := claim("k1", "/v1/payments")
 	if info := retry.Info(); info.TakenOver || info.Token != 1 {
 		t.Errorf("claim after the release = %+v; want a new key at token 1", info)
 	}
-	if err := checkpoint(); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := checkpoint(); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Errorf("dead holder's checkpoint while a retry holds the key = %v; want ErrLeaseLost", err)
 	}
 	if err := retry.Release(ctx); err != nil {
@@ -83,7 +84,7 @@ func TestCompleterReleasesKeyThatPassedNoPoint(t *testing.T) {
 	if w.Code != http.StatusCreated || w.Header().Get(idem.HeaderReplayed) == "true" {
 		t.Fatalf("client's retry = %d %s; want a fresh 201", w.Code, w.Body)
 	}
-	if n := e.op.count(idem.RecoveryStarted); n != 1 {
+	if n := e.op.count(idemstore.RecoveryStarted); n != 1 {
 		t.Errorf("first phase ran %d times; want 1, by the retry", n)
 	}
 	if res := runOnce(t, c); res.Released+res.Completed+res.Failed+res.Skipped != 0 {
@@ -103,9 +104,9 @@ func TestCompleterReleasesKeyThatPassedNoPoint(t *testing.T) {
 func TestCompleterReleasesOldKeyThatPassedNoPoint(t *testing.T) {
 	t.Parallel()
 	e := setupPhased(t, nil)
-	res, err := e.store.Claim(context.Background(), idem.ClaimParams{
-		Scope: idem.Scope{ClientID: "alice", Key: "k-old"}, Method: http.MethodPost, Path: "/v1/payments",
-		RequestHash: []byte("h"), Mode: idem.ModeTwoPhase, Now: e.clock.Now(),
+	res, err := e.store.Claim(context.Background(), idemstore.ClaimParams{
+		Scope: idemstore.Scope{ClientID: "alice", Key: "k-old"}, Method: http.MethodPost, Path: "/v1/payments",
+		RequestHash: []byte("h"), TwoPhase: true, Now: e.clock.Now(),
 		LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
 	})
 	if err != nil || res.Lease == nil {
@@ -151,11 +152,11 @@ func TestCompleterReleasesOldKeyThatPassedNoPoint(t *testing.T) {
 
 // listings records the UnfinishedParams of every listing.
 type listings struct {
-	idem.RecoveryStore
-	all []idem.UnfinishedParams
+	idemstore.RecoveryStore
+	all []idemstore.UnfinishedParams
 }
 
-func (l *listings) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*idem.Record, error) {
+func (l *listings) Unfinished(ctx context.Context, p idemstore.UnfinishedParams) ([]*idemstore.Record, error) {
 	l.all = append(l.all, p)
 	return l.RecoveryStore.Unfinished(ctx, p)
 }
@@ -203,7 +204,7 @@ func TestCompleterGivesUpAfterMaxAttempts(t *testing.T) {
 	if got := strings.Count(logs.String(), "idem: completer gave up on a key"); got != 1 || !strings.Contains(logs.String(), "attempts=3") {
 		t.Errorf("error log:\n%s\nwant one line that the completer gave up after 3 attempts", logs.String())
 	}
-	if rec, found := e.point(t, "k1"); !found || rec.Status != idem.StatusInFlight {
+	if rec, found := e.point(t, "k1"); !found || rec.Status != idemstore.StatusInFlight {
 		t.Errorf("key = %+v, %v; want it left started for an operator", rec, found)
 	}
 

@@ -4,29 +4,31 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 type scopeKey struct{}
 
 // ScopeFromContext returns the scope of the key that the middleware claimed
 // for the request whose context this is.
-func ScopeFromContext(ctx context.Context) (Scope, bool) {
-	s, ok := ctx.Value(scopeKey{}).(*Scope)
+func ScopeFromContext(ctx context.Context) (idemstore.Scope, bool) {
+	s, ok := ctx.Value(scopeKey{}).(*idemstore.Scope)
 	if !ok {
-		return Scope{}, false
+		return idemstore.Scope{}, false
 	}
 	return *s, true
 }
 
 // ContextWithScope returns a context that carries s, as the middleware does
 // for its handler. Use it to test handlers that call [DeriveKey].
-func ContextWithScope(ctx context.Context, s Scope) context.Context {
+func ContextWithScope(ctx context.Context, s idemstore.Scope) context.Context {
 	return contextWithScope(ctx, &s)
 }
 
 // contextWithScope returns a context that carries *s, which must not
 // change: the middleware's, which does not copy the scope for it.
-func contextWithScope(ctx context.Context, s *Scope) context.Context {
+func contextWithScope(ctx context.Context, s *idemstore.Scope) context.Context {
 	return context.WithValue(ctx, scopeKey{}, s)
 }
 
@@ -34,7 +36,7 @@ func contextWithScope(ctx context.Context, s *Scope) context.Context {
 // middleware allocates together with what else a run of the handler needs.
 type scopeContext struct {
 	context.Context
-	scope *Scope // must not change
+	scope *idemstore.Scope // must not change
 }
 
 func (c *scopeContext) Value(key any) any {
@@ -62,7 +64,7 @@ func (c *scopeContext) Value(key any) any {
 // derives the first holder's key; a client's key reused after its
 // retention, or after a purge, makes a new row, a new operation, and
 // derives a new key, which the other system has not seen. The first
-// phase's recovery point saves the row's creation ([LeaseInfo.CreatedAt])
+// phase's recovery point saves the row's creation ([idemstore.LeaseInfo.CreatedAt])
 // with the state, under the name "idem.claim_created".
 //
 // Everywhere else it is derived from the client, the key and the purpose

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // TestScopeContext checks that scopeContext is context.WithValue for the
@@ -12,13 +14,13 @@ import (
 func TestScopeContext(t *testing.T) {
 	t.Parallel()
 	type otherKey struct{}
-	scope := Scope{ClientID: "client-1", Key: "key-1"}
+	scope := idemstore.Scope{ClientID: "client-1", Key: "key-1"}
 	boom := errors.New("boom")
 	parent, cancel := context.WithCancelCause(context.WithValue(context.Background(), otherKey{}, "v"))
 	ctx := &scopeContext{Context: parent, scope: &scope}
 	child, stop := context.WithCancel(context.WithValue(ctx, otherKey{}, "w"))
 	defer stop()
-	inner := ContextWithScope(ctx, Scope{ClientID: "client-2"})
+	inner := ContextWithScope(ctx, idemstore.Scope{ClientID: "client-2"})
 
 	if got, ok := ScopeFromContext(ctx); !ok || got != scope {
 		t.Errorf("ScopeFromContext = %+v, %t; want %+v", got, ok, scope)

@@ -10,24 +10,25 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 func TestScopeFromContext(t *testing.T) {
 	t.Parallel()
 
 	type otherKey struct{}
-	outer := idem.Scope{ClientID: "acct_1", Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"}
-	inner := idem.Scope{ClientID: "acct_2", Key: "key-2"}
+	outer := idemstore.Scope{ClientID: "acct_1", Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"}
+	inner := idemstore.Scope{ClientID: "acct_2", Key: "key-2"}
 	tests := []struct {
 		name   string
 		ctx    context.Context
-		want   idem.Scope
+		want   idemstore.Scope
 		wantOK bool
 	}{
-		{"Background", context.Background(), idem.Scope{}, false},
-		{"OtherValue", context.WithValue(context.Background(), otherKey{}, outer), idem.Scope{}, false},
+		{"Background", context.Background(), idemstore.Scope{}, false},
+		{"OtherValue", context.WithValue(context.Background(), otherKey{}, outer), idemstore.Scope{}, false},
 		{"WithScope", idem.ContextWithScope(context.Background(), outer), outer, true},
-		{"WithEmptyScope", idem.ContextWithScope(context.Background(), idem.Scope{}), idem.Scope{}, true},
+		{"WithEmptyScope", idem.ContextWithScope(context.Background(), idemstore.Scope{}), idemstore.Scope{}, true},
 		{"InnerScopeWins", idem.ContextWithScope(idem.ContextWithScope(context.Background(), outer), inner), inner, true},
 		{"SurvivesDerivedContexts", context.WithValue(idem.ContextWithScope(context.Background(), outer), otherKey{}, "x"), outer, true},
 	}
@@ -45,8 +46,8 @@ func TestScopeFromContext(t *testing.T) {
 func TestDeriveKey(t *testing.T) {
 	t.Parallel()
 
-	base := idem.Scope{ClientID: "acct_1MqDcVKa5ka2AbCd", Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"}
-	derive := func(s idem.Scope, purpose string) string {
+	base := idemstore.Scope{ClientID: "acct_1MqDcVKa5ka2AbCd", Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"}
+	derive := func(s idemstore.Scope, purpose string) string {
 		return idem.DeriveKey(idem.ContextWithScope(context.Background(), s), purpose)
 	}
 
@@ -60,7 +61,7 @@ func TestDeriveKey(t *testing.T) {
 	t.Run("Stable", func(t *testing.T) {
 		t.Parallel()
 		first := derive(base, "charge")
-		copied := idem.Scope{ClientID: strings.Clone(base.ClientID), Key: strings.Clone(base.Key)}
+		copied := idemstore.Scope{ClientID: strings.Clone(base.ClientID), Key: strings.Clone(base.Key)}
 		for i := 0; i < 3; i++ {
 			if got := derive(copied, "charge"); got != first {
 				t.Fatalf("DeriveKey call %d = %q, want %q", i, got, first)
@@ -90,19 +91,19 @@ func TestDeriveKey(t *testing.T) {
 
 	differs := []struct {
 		name     string
-		scope    idem.Scope
+		scope    idemstore.Scope
 		purpose  string
-		other    idem.Scope
+		other    idemstore.Scope
 		otherPur string
 	}{
 		{"ByPurpose", base, "charge", base, "refund"},
 		{"ByEmptyPurpose", base, "", base, "charge"},
 		{"ByPurposeCase", base, "charge", base, "Charge"},
-		{"ByClient", base, "charge", idem.Scope{ClientID: "acct_2", Key: base.Key}, "charge"},
-		{"ByKey", base, "charge", idem.Scope{ClientID: base.ClientID, Key: "8e03978e-40d5-43e8-bc93-6894a57f9325"}, "charge"},
-		{"ByClientAndKeyBoundary", idem.Scope{ClientID: "ab", Key: "c"}, "charge", idem.Scope{ClientID: "a", Key: "bc"}, "charge"},
-		{"ByKeyAndPurposeBoundary", idem.Scope{ClientID: "a", Key: "bc"}, "d", idem.Scope{ClientID: "a", Key: "b"}, "cd"},
-		{"ByEmptyScope", idem.Scope{}, "charge", base, "charge"},
+		{"ByClient", base, "charge", idemstore.Scope{ClientID: "acct_2", Key: base.Key}, "charge"},
+		{"ByKey", base, "charge", idemstore.Scope{ClientID: base.ClientID, Key: "8e03978e-40d5-43e8-bc93-6894a57f9325"}, "charge"},
+		{"ByClientAndKeyBoundary", idemstore.Scope{ClientID: "ab", Key: "c"}, "charge", idemstore.Scope{ClientID: "a", Key: "bc"}, "charge"},
+		{"ByKeyAndPurposeBoundary", idemstore.Scope{ClientID: "a", Key: "bc"}, "d", idemstore.Scope{ClientID: "a", Key: "b"}, "cd"},
+		{"ByEmptyScope", idemstore.Scope{}, "charge", base, "charge"},
 	}
 	for _, tt := range differs {
 		t.Run("Differs"+tt.name, func(t *testing.T) {
@@ -116,13 +117,13 @@ func TestDeriveKey(t *testing.T) {
 
 	shape := []struct {
 		name    string
-		scope   idem.Scope
+		scope   idemstore.Scope
 		purpose string
 	}{
 		{"UUIDKey", base, "charge"},
-		{"LongKey", idem.Scope{ClientID: "acct_1", Key: strings.Repeat("k", idem.MaxKeyLength)}, "refund"},
-		{"KeyWithSpecialCharacters", idem.Scope{ClientID: "acct_1", Key: `order "42"; retry \ 1`}, "charge"},
-		{"EmptyScope", idem.Scope{}, ""},
+		{"LongKey", idemstore.Scope{ClientID: "acct_1", Key: strings.Repeat("k", idem.MaxKeyLength)}, "refund"},
+		{"KeyWithSpecialCharacters", idemstore.Scope{ClientID: "acct_1", Key: `order "42"; retry \ 1`}, "charge"},
+		{"EmptyScope", idemstore.Scope{}, ""},
 	}
 	for _, tt := range shape {
 		t.Run("Shape"+tt.name, func(t *testing.T) {

@@ -2,7 +2,7 @@
 //
 // A client that times out on POST /v1/payments cannot know whether the charge
 // happened. With idem the client sends an Idempotency-Key header; the
-// middleware returned by [New] claims the key in a [Store] before the handler
+// middleware returned by [New] claims the key in a [idemstore.Store] before the handler
 // runs, stores the handler's response, and replays that response byte for
 // byte when the same client retries with the same key and the same request.
 //
@@ -27,7 +27,7 @@
 // Stores that share a database with the business data run the handler inside
 // the key's transaction ([ModeAtomic]), so the business writes and the stored
 // response commit together or not at all. A store may claim the key only with
-// the handler's first statement ([ClaimParams.Speculative]; idempg does), so
+// the handler's first statement ([idemstore.ClaimParams.Speculative]; idempg does), so
 // atomic-mode handlers must not have effects outside the transaction: the
 // code before the first statement can run and be discarded, when the claim
 // finds the key held or completed and the request is answered from it. Handlers that call other systems use
@@ -47,27 +47,27 @@
 // them with [StreamResponse] (and [BreakResponse] when one breaks off).
 // Dashboards read [Metrics] and [Results].
 //
-// Store authors implement [Store] and [Lease] over [ClaimParams],
-// [ClaimResult], [Record] and [Response], decide expiry and takeover with
-// [Expired] and [ClaimParams.CanTakeOver], return [ErrLeaseLost],
-// [ErrLeaseEnded] and [ErrUnavailable], check a purge's [PurgeParams] with
-// Validate and decide what it deletes with [PurgeParams.Purges], implement
-// [PurgeStore] and [PurgeLock] (and [KeyStatsStore]) for the [Purger], and
+// Store authors implement [idemstore.Store] and [idemstore.Lease] over [idemstore.ClaimParams],
+// [idemstore.ClaimResult], [idemstore.Record] and [idemstore.Response], decide expiry and takeover with
+// [idemstore.Expired] and [idemstore.ClaimParams.CanTakeOver], return [idemstore.ErrLeaseLost],
+// [idemstore.ErrLeaseEnded] and [idemstore.ErrUnavailable], check a purge's [idemstore.PurgeParams] with
+// Validate and decide what it deletes with [idemstore.PurgeParams.Purges], implement
+// [idemstore.PurgeStore] and [idemstore.PurgeLock] (and [idemstore.KeyStatsStore]) for the [Purger], and
 // run idemtest.RunStoreTests.
 //
 // Operators and services add [NewStatusHandler] (what became of a client's
-// key), [NewReadyHandler] over a [Readier] (readiness),
+// key), [NewReadyHandler] over a [idemstore.Readier] (readiness),
 // [NewRequestLog] (one log line per request, with [RequestIDFromContext]),
 // and a [Purger] ([NewPurger]) that deletes keys past retention, one
 // instance at a time, reporting through [PurgeMetrics] and
 // [KeyStatsMetrics];
-// stores implement [KeyAdmin] for the idem keys command and run
+// stores implement [idemstore.KeyAdmin] for the idem keys command and run
 // idemtest.RunAdminTests.
 //
 // Handlers that call other systems between database writes split the work
 // into [Phases] with recovery points, and a [Completer] finishes the ones
-// whose client went away; stores support them through [RecoveryLease] and
-// [RecoveryStore].
+// whose client went away; stores support them through [idemstore.RecoveryLease] and
+// [idemstore.RecoveryStore].
 //
 // Code that claims keys itself, outside the middleware (a queue consumer
 // calling idempg's Store.ClaimTx), builds the request hash with

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // fencedStore stands for a store whose final fence, a unique key, refuses
@@ -16,23 +17,23 @@ import (
 // says so with a CompletedError that carries the stored row.
 type fencedStore struct{}
 
-func (fencedStore) Claim(_ context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
-	return idem.ClaimResult{Lease: fencedLease{p}}, nil
+func (fencedStore) Claim(_ context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
+	return idemstore.ClaimResult{Lease: fencedLease{p}}, nil
 }
 
-type fencedLease struct{ p idem.ClaimParams }
+type fencedLease struct{ p idemstore.ClaimParams }
 
 func (l fencedLease) Context(ctx context.Context) context.Context { return ctx }
-func (l fencedLease) Info() idem.LeaseInfo                        { return idem.LeaseInfo{Token: 1} }
+func (l fencedLease) Info() idemstore.LeaseInfo                   { return idemstore.LeaseInfo{Token: 1} }
 func (l fencedLease) Release(context.Context) error               { return nil }
 
-func (l fencedLease) Complete(context.Context, *idem.Response) error {
-	stored := &idem.Record{
+func (l fencedLease) Complete(context.Context, *idemstore.Response) error {
+	stored := &idemstore.Record{
 		Scope: l.p.Scope, Method: l.p.Method, Path: l.p.Path, RequestHash: l.p.RequestHash,
-		Status:   idem.StatusCompleted,
-		Response: &idem.Response{StatusCode: http.StatusCreated, Header: http.Header{}, Body: []byte(`{"id":"ch_1"}`)},
+		Status:   idemstore.StatusCompleted,
+		Response: &idemstore.Response{StatusCode: http.StatusCreated, Header: http.Header{}, Body: []byte(`{"id":"ch_1"}`)},
 	}
-	return fmt.Errorf("mystore: complete: %w", &idem.CompletedError{Record: stored})
+	return fmt.Errorf("mystore: complete: %w", &idemstore.CompletedError{Record: stored})
 }
 
 // When Complete finds that another request completed the key first, the

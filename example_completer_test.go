@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -24,7 +25,7 @@ func ExampleCompleter() {
 	clock := func() time.Time { return now }
 	timeouts := 2 // the card processor is down for a while
 	payment := idem.Phases{
-		idem.RecoveryStarted: func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+		idemstore.RecoveryStarted: func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
 			st["payment_id"] = "pay_1"
 			return "payment_created", nil
 		},
@@ -36,7 +37,7 @@ func ExampleCompleter() {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusCreated)
 			fmt.Fprintf(w, `{"id":%q,"charge":"ch_1"}`, st["payment_id"])
-			return idem.RecoveryFinished, nil
+			return idemstore.RecoveryFinished, nil
 		},
 	}
 	store := idemtest.NewMemoryStore()

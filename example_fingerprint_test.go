@@ -5,12 +5,13 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // A retry whose JSON body is formatted differently is the same request; a
 // retry that changes the amount is not. Code that claims keys itself, such
 // as a queue consumer calling idempg's Store.ClaimTx, puts Hash and Fields
-// in its idem.ClaimParams; the stored fields name top-level members, never
+// in its idemstore.ClaimParams; the stored fields name top-level members, never
 // their values.
 func ExampleNewFingerprint() {
 	request := func(body string) idem.FingerprintParams {
@@ -42,8 +43,8 @@ func ExampleNewFingerprint() {
 		fmt.Println(err)
 		return
 	}
-	p := idem.ClaimParams{
-		Scope:         idem.Scope{ClientID: "alice", Key: "order-7"},
+	p := idemstore.ClaimParams{
+		Scope:         idemstore.Scope{ClientID: "alice", Key: "order-7"},
 		Method:        "POST",
 		Path:          "/v1/payments",
 		RequestHash:   first.Hash,

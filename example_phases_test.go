@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -25,7 +26,7 @@ func ExamplePhases() {
 	var chargeKeys []string
 	timeouts := 1 // the card processor's first answer is lost
 	payment := idem.Phases{
-		idem.RecoveryStarted: func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+		idemstore.RecoveryStarted: func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
 			fmt.Println("create payment")
 			st["payment_id"] = "pay_1" // and insert it, in the store's transaction
 			return "payment_created", nil
@@ -45,7 +46,7 @@ func ExamplePhases() {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusCreated)
 			fmt.Fprintf(w, `{"id":%q,"charge":%q}`, st["payment_id"], st["charge_id"])
-			return idem.RecoveryFinished, nil
+			return idemstore.RecoveryFinished, nil
 		},
 	}
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -32,13 +33,13 @@ func ExamplePurger() {
 	store := idemtest.NewMemoryStore()
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for i, age := range []time.Duration{48 * time.Hour, 30 * time.Hour, time.Hour} {
-		res, _ := store.Claim(context.Background(), idem.ClaimParams{
-			Scope:  idem.Scope{ClientID: "alice", Key: fmt.Sprint("order-", i)},
+		res, _ := store.Claim(context.Background(), idemstore.ClaimParams{
+			Scope:  idemstore.Scope{ClientID: "alice", Key: fmt.Sprint("order-", i)},
 			Method: "POST", Path: "/v1/payments", RequestHash: []byte("fingerprint"),
-			Mode: idem.ModeTwoPhase, Now: now.Add(-age),
+			TwoPhase: true, Now: now.Add(-age),
 			LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
 		})
-		res.Lease.Complete(context.Background(), &idem.Response{StatusCode: 201})
+		res.Lease.Complete(context.Background(), &idemstore.Response{StatusCode: 201})
 	}
 
 	ctx, stop := context.WithCancel(context.Background())

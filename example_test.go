@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -63,7 +64,7 @@ func Example() {
 // key. A handler's context carries the scope; a test of the handler builds
 // one with ContextWithScope.
 func ExampleDeriveKey() {
-	ctx := idem.ContextWithScope(context.Background(), idem.Scope{ClientID: "alice", Key: "order-7"})
+	ctx := idem.ContextWithScope(context.Background(), idemstore.Scope{ClientID: "alice", Key: "order-7"})
 	scope, ok := idem.ScopeFromContext(ctx)
 	fmt.Println(scope.ClientID, scope.Key, ok)
 	charge := idem.DeriveKey(ctx, "charge")

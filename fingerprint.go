@@ -61,16 +61,16 @@ type FingerprintParams struct {
 // The middleware computes it for every request. Code that claims keys
 // itself, such as a queue consumer that calls idempg's Store.ClaimTx,
 // computes it with [NewFingerprint] and passes Hash and Fields in
-// [ClaimParams].
+// [idemstore.ClaimParams].
 type Fingerprint struct {
 	// Hash is SHA-256 over the method, the path, the canonical query, the
 	// body kind and the canonical body, each length-prefixed: the
-	// [ClaimParams] RequestHash.
+	// [idemstore.ClaimParams] RequestHash.
 	Hash []byte
 	// Fields are digests of the body's top-level fields, and whether the
 	// body is JSON or form data, so that a mismatch can name the fields or
 	// the media type that differ without storing or echoing any value: the
-	// [ClaimParams] RequestFields. Nil for a body that is empty, or neither
+	// [idemstore.ClaimParams] RequestFields. Nil for a body that is empty, or neither
 	// a JSON object nor a form.
 	Fields []byte
 }

@@ -9,18 +9,20 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Middleware enforces the Idempotency-Key contract in front of a handler.
 type Middleware struct {
-	store         Store
+	store         idemstore.Store
 	cfg           *Config
 	replayHeaders replayList
 	recent        *recentKeys // keys claimed here lately; see claimOnce
 }
 
 // New returns the middleware for a store. cfg.ClientID is required.
-func New(store Store, cfg *Config) (*Middleware, error) {
+func New(store idemstore.Store, cfg *Config) (*Middleware, error) {
 	if store == nil {
 		return nil, errors.New("idem: a Store is required")
 	}
@@ -47,7 +49,7 @@ type call struct {
 	r    *http.Request
 	next http.Handler
 
-	scope Scope
+	scope idemstore.Scope
 	path  string // the request's path as it is fingerprinted and recorded; see requestPath
 	body  []byte
 	// bodyHeld counts the runs of the handler that may still read the
@@ -134,7 +136,7 @@ func (m *Middleware) claimAndRun(c *call) {
 // key, and nil when it has answered the request itself: with the stored
 // response, a 409 or 422 for a key that exists, or a 503 when the store
 // failed.
-func (m *Middleware) claim(c *call) Lease {
+func (m *Middleware) claim(c *call) idemstore.Lease {
 	ctx := c.r.Context()
 	res, err := m.claimWaiting(c)
 	switch {
@@ -176,7 +178,7 @@ func (m *Middleware) finishContext(c *call) *deadlineCtx {
 // run runs the handler under the lease, then stores its response or
 // releases the key, and answers. It answers nothing and reports conflicted
 // when the lease's transaction hit a conflict and attempt may be rerun.
-func (m *Middleware) run(c *call, lease Lease, attempt int) runOutcome {
+func (m *Middleware) run(c *call, lease idemstore.Lease, attempt int) runOutcome {
 	rec := m.execute(c, lease)
 	if rec.streamed() {
 		c.w = &discardWriter{} // the client has the response; see StreamResponse
@@ -209,16 +211,16 @@ func (m *Middleware) run(c *call, lease Lease, attempt int) runOutcome {
 
 // reportsConflict reports whether the lease's transaction hit a
 // serialization failure or deadlock.
-func reportsConflict(lease Lease) bool {
-	cr, ok := lease.(ConflictReporter)
+func reportsConflict(lease idemstore.Lease) bool {
+	cr, ok := lease.(idemstore.ConflictReporter)
 	return ok && cr.Conflicted()
 }
 
 // release frees the key of a response that is not to be stored, and
 // answers with that response.
-func (m *Middleware) release(ctx context.Context, c *call, lease Lease, rec *recorder) {
+func (m *Middleware) release(ctx context.Context, c *call, lease idemstore.Lease, rec *recorder) {
 	err := lease.Release(ctx)
-	var exists *ExistsError
+	var exists *idemstore.ExistsError
 	if errors.As(err, &exists) && exists.Record != nil {
 		// A speculative claim found the key: the handler's response is
 		// not this key's.
@@ -236,7 +238,7 @@ func (m *Middleware) release(ctx context.Context, c *call, lease Lease, rec *rec
 
 // answerComplete answers after Complete returned err: with the handler's
 // response once it is stored, or with the problem that says why it is not.
-func (m *Middleware) answerComplete(ctx context.Context, c *call, lease Lease, rec *recorder, err error) {
+func (m *Middleware) answerComplete(ctx context.Context, c *call, lease idemstore.Lease, rec *recorder, err error) {
 	if err == nil {
 		m.cfg.Metrics.Request(c.r.Context(), ResultExecuted)
 		rec.writeTo(c.w)
@@ -248,10 +250,10 @@ func (m *Middleware) answerComplete(ctx context.Context, c *call, lease Lease, r
 // answerNotStored answers after Complete failed with err. It is apart from
 // answerComplete so that the targets of its errors.As, which escape, are
 // allocated only when Complete fails.
-func (m *Middleware) answerNotStored(ctx context.Context, c *call, lease Lease, err error) {
+func (m *Middleware) answerNotStored(ctx context.Context, c *call, lease idemstore.Lease, err error) {
 	var (
-		completed *CompletedError
-		exists    *ExistsError
+		completed *idemstore.CompletedError
+		exists    *idemstore.ExistsError
 	)
 	switch {
 	case errors.As(err, &exists) && exists.Record != nil:
@@ -264,11 +266,11 @@ func (m *Middleware) answerNotStored(ctx context.Context, c *call, lease Lease, 
 		// found its row would, with the replay or 422.
 		c.logger().WarnContext(ctx, "idem: another request completed the key first; the handler's writes were rolled back")
 		m.answerExisting(c, completed.Record)
-	case errors.Is(err, ErrLeaseLost):
+	case errors.Is(err, idemstore.ErrLeaseLost):
 		c.logger().WarnContext(ctx, "idem: lease lost; the handler's writes were rolled back")
 		m.cfg.Metrics.Request(c.r.Context(), ResultLeaseLost)
 		WriteProblem(c.w, ProblemKeyInFlight.Kind().New(m.cfg.ProblemTypeBase, "Another request took this key over; retry with the same key to get its result."), 1)
-	case errors.Is(err, ErrOutcomeUnknown):
+	case errors.Is(err, idemstore.ErrOutcomeUnknown):
 		c.logger().ErrorContext(ctx, "idem: the commit of the result was sent and its answer lost; the outcome is unknown", "err", err)
 		if m.cfg.Mode == ModeTwoPhase {
 			// Release frees the key only if the commit did not happen: it
@@ -299,7 +301,7 @@ func (m *Middleware) answerNotStored(ctx context.Context, c *call, lease Lease, 
 // execute runs the handler under the lease and buffers its response. When
 // the handler panics, it releases the lease, which rolls back the handler's
 // writes and frees the key, and lets the panic go on to the server.
-func (m *Middleware) execute(c *call, lease Lease) *recorder {
+func (m *Middleware) execute(c *call, lease idemstore.Lease) *recorder {
 	finished := false
 	defer func() {
 		if finished {
@@ -308,7 +310,7 @@ func (m *Middleware) execute(c *call, lease Lease) *recorder {
 		ctx := m.finishContext(c)
 		defer ctx.stop()
 		m.cfg.Metrics.Request(ctx, ResultReleased)
-		var exists *ExistsError
+		var exists *idemstore.ExistsError
 		if err := lease.Release(ctx); err != nil && !errors.As(err, &exists) {
 			c.logger().ErrorContext(ctx, "idem: release after panic failed", "err", err)
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -100,7 +101,7 @@ var benchHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request)
 
 // benchMiddleware returns benchHandler behind the middleware on store, with
 // the defaults and a logger that writes JSON, as a service's does.
-func benchMiddleware(b *testing.B, store idem.Store) http.Handler {
+func benchMiddleware(b *testing.B, store idemstore.Store) http.Handler {
 	b.Helper()
 	mw, err := idem.New(store, &idem.Config{
 		ClientID: func(*http.Request) (string, bool) { return "client-1", true },
@@ -170,7 +171,7 @@ func benchNewKey(b *testing.B, body benchBody) {
 		b.Fatal(err)
 	}
 	h := mw.Wrap(benchHandler)
-	purge := idem.PurgeParams{Before: time.Now().Add(time.Hour)}
+	purge := idemstore.PurgeParams{Before: time.Now().Add(time.Hour)}
 	b.ReportAllocs()
 	b.ResetTimer()
 	start, _ := processCPU()

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -31,12 +32,12 @@ type faultyStore struct {
 	conflict bool
 }
 
-func (s *faultyStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *faultyStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	switch s.fail {
 	case "Claim":
-		return idem.ClaimResult{}, errBoom
+		return idemstore.ClaimResult{}, errBoom
 	case "NoLease":
-		return idem.ClaimResult{}, nil // a broken store: neither a lease nor a record
+		return idemstore.ClaimResult{}, nil // a broken store: neither a lease nor a record
 	}
 	res, err := s.inner.Claim(ctx, p)
 	if res.Lease != nil {
@@ -46,11 +47,11 @@ func (s *faultyStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.Claim
 }
 
 type faultyLease struct {
-	idem.Lease
+	idemstore.Lease
 	store *faultyStore
 }
 
-func (l *faultyLease) Complete(ctx context.Context, resp *idem.Response) error {
+func (l *faultyLease) Complete(ctx context.Context, resp *idemstore.Response) error {
 	if l.store.fail == "Complete" {
 		return errBoom
 	}
@@ -64,7 +65,7 @@ func (l *faultyLease) Release(ctx context.Context) error {
 	return l.Lease.Release(ctx)
 }
 
-// Conflicted implements idem.ConflictReporter.
+// Conflicted implements idemstore.ConflictReporter.
 func (l *faultyLease) Conflicted() bool { return l.store.conflict }
 
 // lockedBuffer collects log output from concurrent handlers.
@@ -272,10 +273,10 @@ func TestConflictRerunsValidated(t *testing.T) {
 // given to Complete as it is, without a copy, as a store may.
 type keepingStore struct {
 	inner *idemtest.MemoryStore
-	kept  *idem.Response
+	kept  *idemstore.Response
 }
 
-func (s *keepingStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *keepingStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	res, err := s.inner.Claim(ctx, p)
 	if res.Lease != nil {
 		res.Lease = &keepingLease{Lease: res.Lease, store: s}
@@ -284,11 +285,11 @@ func (s *keepingStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.Clai
 }
 
 type keepingLease struct {
-	idem.Lease
+	idemstore.Lease
 	store *keepingStore
 }
 
-func (l *keepingLease) Complete(ctx context.Context, resp *idem.Response) error {
+func (l *keepingLease) Complete(ctx context.Context, resp *idemstore.Response) error {
 	l.store.kept = resp
 	return l.Lease.Complete(ctx, resp)
 }

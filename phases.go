@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Phase is one atomic phase of an operation, run from a recovery point. Its
@@ -15,7 +17,7 @@ import (
 // running the phase again after a crash does the work there once.
 //
 // The final phase writes the operation's answer to w and returns
-// [RecoveryFinished]; its writes commit with the stored response. What a
+// [idemstore.RecoveryFinished]; its writes commit with the stored response. What a
 // phase that does not finish writes to w is discarded.
 //
 // An error leaves the key at the phase's recovery point with its writes
@@ -26,7 +28,7 @@ import (
 type Phase func(ctx context.Context, w http.ResponseWriter, state State) (next string, err error)
 
 // Phases is an operation made of atomic phases, each keyed by the recovery
-// point it runs from; the first runs from [RecoveryStarted]:
+// point it runs from; the first runs from [idemstore.RecoveryStarted]:
 //
 //	idem.Phases{
 //		idem.RecoveryStarted: createPayment, // -> "payment_created"
@@ -58,7 +60,7 @@ const unfinishedRetryAfter = 1
 
 // Run runs the operation from the key's last committed recovery point to
 // the end: each phase, then a checkpoint that commits its writes with the
-// recovery point it returned, until a phase returns [RecoveryFinished]. A
+// recovery point it returned, until a phase returns [idemstore.RecoveryFinished]. A
 // phase that has committed is never run again for the key, by this request,
 // a retry, a takeover or a [Completer].
 //
@@ -67,8 +69,8 @@ const unfinishedRetryAfter = 1
 // Run has answered w with 503 [ProblemOperationUnfinished] and Retry-After,
 // the middleware releases the key without storing that answer, keeping its
 // recovery point, and the client's retry with the same key resumes it.
-// The error is a [*PhaseError], or wraps [ErrNoRecovery], [ErrLeaseLost] or
-// [ErrOutcomeUnknown].
+// The error is a [*PhaseError], or wraps [idemstore.ErrNoRecovery], [idemstore.ErrLeaseLost] or
+// [idemstore.ErrOutcomeUnknown].
 func (ph Phases) Run(ctx context.Context, w http.ResponseWriter) error {
 	host, _ := ctx.Value(phaseHostKey{}).(*phaseHost)
 	err := ph.run(ctx, host, w)
@@ -87,17 +89,17 @@ func (ph Phases) Run(ctx context.Context, w http.ResponseWriter) error {
 
 func (ph Phases) run(ctx context.Context, host *phaseHost, w http.ResponseWriter) error {
 	if host == nil {
-		return fmt.Errorf("idem: run phases: not behind the middleware in ModeTwoPhase, nor run by a Completer: %w", ErrNoRecovery)
+		return fmt.Errorf("idem: run phases: not behind the middleware in ModeTwoPhase, nor run by a Completer: %w", idemstore.ErrNoRecovery)
 	}
-	lease, ok := host.lease.(RecoveryLease)
+	lease, ok := host.lease.(idemstore.RecoveryLease)
 	if !ok {
-		return fmt.Errorf("idem: run phases: the store's lease (%T) does not keep recovery points: %w", host.lease, ErrNoRecovery)
+		return fmt.Errorf("idem: run phases: the store's lease (%T) does not keep recovery points: %w", host.lease, idemstore.ErrNoRecovery)
 	}
 	at, err := lease.Recovery(ctx)
 	if err != nil {
 		return fmt.Errorf("idem: run phases: read the recovery point: %w", err)
 	}
-	point, state := at.Point, at.State.Clone()
+	point, state := at.Point, State(at.State).Clone()
 	created := claimCreated(lease, point, state)
 	delete(state, stateClaimCreated) // the library's, not the phases'
 	// Each phase runs at most once per run: more steps than phases is a
@@ -111,7 +113,7 @@ func (ph Phases) run(ctx context.Context, host *phaseHost, w http.ResponseWriter
 			state = State{}
 		}
 		pctx := ctx
-		if point != RecoveryStarted && created != "" {
+		if point != idemstore.RecoveryStarted && created != "" {
 			pctx = context.WithValue(ctx, claimCreatedKey{}, created)
 		}
 		buf := &recorder{header: make(http.Header)}
@@ -119,10 +121,10 @@ func (ph Phases) run(ctx context.Context, host *phaseHost, w http.ResponseWriter
 		switch {
 		case err != nil:
 			return &PhaseError{Point: point, Err: err}
-		case next == RecoveryFinished:
+		case next == idemstore.RecoveryFinished:
 			buf.writeTo(w)
 			return nil
-		case next == "" || next == point || next == RecoveryStarted:
+		case next == "" || next == point || next == idemstore.RecoveryStarted:
 			return &PhaseError{Point: point, Err: fmt.Errorf("the phase returned recovery point %q, which is no step forward", next)}
 		}
 		saved := state.Clone()
@@ -133,12 +135,12 @@ func (ph Phases) run(ctx context.Context, host *phaseHost, w http.ResponseWriter
 			}
 			saved[stateClaimCreated] = created
 		}
-		if err := lease.Checkpoint(ctx, Recovery{Point: next, State: saved}); err != nil {
+		if err := lease.Checkpoint(ctx, idemstore.Recovery{Point: next, State: saved}); err != nil {
 			return fmt.Errorf("idem: run phases: checkpoint %q: %w", next, err)
 		}
 		point = next
 	}
-	return fmt.Errorf("idem: run phases: the phases from %q never reached %q", at.Point, RecoveryFinished)
+	return fmt.Errorf("idem: run phases: the phases from %q never reached %q", at.Point, idemstore.RecoveryFinished)
 }
 
 // stateClaimCreated names the entry of an operation's state that holds
@@ -152,8 +154,8 @@ const stateClaimCreated = "idem.claim_created"
 // point, which that point saves; what it saved for one that has; "" for an
 // operation whose first recovery point an earlier version saved, or whose
 // store does not report the creation, whose phases derive as before.
-func claimCreated(lease RecoveryLease, point string, state State) string {
-	if point != RecoveryStarted {
+func claimCreated(lease idemstore.RecoveryLease, point string, state State) string {
+	if point != idemstore.RecoveryStarted {
 		return state[stateClaimCreated]
 	}
 	created := lease.Info().CreatedAt
@@ -168,7 +170,7 @@ type phaseHostKey struct{}
 // phaseHost is what Run needs from the code that holds the lease: the
 // middleware or a Completer.
 type phaseHost struct {
-	lease Lease
+	lease idemstore.Lease
 	base  string // ProblemTypeBase
 	// unfinished is set when Run returned an error: the holder releases the
 	// key, keeping its recovery point, whatever the response's status.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -69,7 +70,7 @@ func (o *phased) resume() idem.Phases {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusCreated)
 			json.NewEncoder(w).Encode(map[string]string{"id": st["payment_id"], "charge": st["charge_id"]})
-			return idem.RecoveryFinished, nil
+			return idemstore.RecoveryFinished, nil
 		},
 	}
 }
@@ -77,8 +78,8 @@ func (o *phased) resume() idem.Phases {
 // all returns every phase, the first from the request.
 func (o *phased) all(id string) idem.Phases {
 	ph := o.resume()
-	ph[idem.RecoveryStarted] = func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
-		if fail, _ := o.ran(idem.RecoveryStarted); fail {
+	ph[idemstore.RecoveryStarted] = func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+		if fail, _ := o.ran(idemstore.RecoveryStarted); fail {
 			return "", errLost
 		}
 		st["payment_id"] = id
@@ -127,9 +128,9 @@ func (e *phasedEnv) post(t *testing.T, key string) *httptest.ResponseRecorder {
 	return w
 }
 
-func (e *phasedEnv) point(t *testing.T, key string) (idem.Record, bool) {
+func (e *phasedEnv) point(t *testing.T, key string) (idemstore.Record, bool) {
 	t.Helper()
-	return e.store.Get(idem.Scope{ClientID: "alice", Key: key})
+	return e.store.Get(idemstore.Scope{ClientID: "alice", Key: key})
 }
 
 func TestPhasesRunEachPhaseOnce(t *testing.T) {
@@ -143,7 +144,7 @@ func TestPhasesRunEachPhaseOnce(t *testing.T) {
 	if replay.Code != http.StatusCreated || replay.Body.String() != w.Body.String() || replay.Header().Get(idem.HeaderReplayed) != "true" {
 		t.Errorf("retry = %d %q; want the replay of %q", replay.Code, replay.Body, w.Body)
 	}
-	for _, p := range []string{idem.RecoveryStarted, "created", "charged"} {
+	for _, p := range []string{idemstore.RecoveryStarted, "created", "charged"} {
 		if n := e.op.count(p); n != 1 {
 			t.Errorf("phase %q ran %d times; want 1", p, n)
 		}
@@ -166,7 +167,7 @@ func TestUnfinishedPhaseAnswers503AndTheRetryResumes(t *testing.T) {
 				p.Code != string(idem.ProblemOperationUnfinished) || w.Header().Get("Retry-After") == "" {
 				t.Fatalf("first answer = %d %s (Retry-After %q); want 503 operation-unfinished with Retry-After", w.Code, w.Body, w.Header().Get("Retry-After"))
 			}
-			if rec, ok := e.point(t, "k1"); !ok || rec.Status != idem.StatusInFlight {
+			if rec, ok := e.point(t, "k1"); !ok || rec.Status != idemstore.StatusInFlight {
 				t.Fatalf("key after the unfinished run: %+v, %v; want it kept, started", rec, ok)
 			}
 			// The retry comes at once: the key has no holder, so it need not
@@ -175,7 +176,7 @@ func TestUnfinishedPhaseAnswers503AndTheRetryResumes(t *testing.T) {
 			if w.Code != http.StatusCreated {
 				t.Fatalf("retry = %d %s; want 201", w.Code, w.Body)
 			}
-			want := map[string]int{idem.RecoveryStarted: 1, "created": 1, "charged": 2}
+			want := map[string]int{idemstore.RecoveryStarted: 1, "created": 1, "charged": 2}
 			for p, n := range want {
 				if got := e.op.count(p); got != n {
 					t.Errorf("phase %q ran %d times; want %d", p, got, n)
@@ -188,7 +189,7 @@ func TestUnfinishedPhaseAnswers503AndTheRetryResumes(t *testing.T) {
 func TestUnfinishedFirstPhaseFreesTheKey(t *testing.T) {
 	t.Parallel()
 	e := setupPhased(t, nil)
-	e.op.fail[idem.RecoveryStarted] = 1
+	e.op.fail[idemstore.RecoveryStarted] = 1
 	if w := e.post(t, "k1"); w.Code != http.StatusServiceUnavailable {
 		t.Fatalf("answer = %d; want 503", w.Code)
 	}
@@ -201,10 +202,10 @@ func TestUnfinishedFirstPhaseFreesTheKey(t *testing.T) {
 // store without them would.
 type plainStore struct{ inner *idemtest.MemoryStore }
 
-func (s plainStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s plainStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	res, err := s.inner.Claim(ctx, p)
 	if res.Lease != nil {
-		res.Lease = struct{ idem.Lease }{res.Lease}
+		res.Lease = struct{ idemstore.Lease }{res.Lease}
 	}
 	return res, err
 }
@@ -226,10 +227,10 @@ func TestPhasesNeedARecoveryLease(t *testing.T) {
 	r.Header.Set(idem.HeaderKey, "k")
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
-	if !errors.Is(runErr, idem.ErrNoRecovery) || w.Code != http.StatusServiceUnavailable {
+	if !errors.Is(runErr, idemstore.ErrNoRecovery) || w.Code != http.StatusServiceUnavailable {
 		t.Errorf("Run = %v, answer %d; want ErrNoRecovery and 503", runErr, w.Code)
 	}
-	if err := newPhased().all("x").Run(context.Background(), httptest.NewRecorder()); !errors.Is(err, idem.ErrNoRecovery) {
+	if err := newPhased().all("x").Run(context.Background(), httptest.NewRecorder()); !errors.Is(err, idemstore.ErrNoRecovery) {
 		t.Errorf("Run outside the middleware = %v; want ErrNoRecovery", err)
 	}
 }
@@ -241,8 +242,8 @@ func TestPhaseThatGoesNowhereIsAnError(t *testing.T) {
 	mw, _ := idem.New(e.store, &e.cfg)
 	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runErr = idem.Phases{
-			idem.RecoveryStarted: func(context.Context, http.ResponseWriter, idem.State) (string, error) { return "a", nil },
-			"a":                  func(context.Context, http.ResponseWriter, idem.State) (string, error) { return "a", nil },
+			idemstore.RecoveryStarted: func(context.Context, http.ResponseWriter, idem.State) (string, error) { return "a", nil },
+			"a":                       func(context.Context, http.ResponseWriter, idem.State) (string, error) { return "a", nil },
 		}.Run(r.Context(), w)
 	}))
 	r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{}`))
@@ -305,14 +306,14 @@ func TestCompleterFinishesAbandonedKey(t *testing.T) {
 	if res := runOnce(t, c); res.Completed != 1 {
 		t.Fatalf("pass = %+v; want the released key completed", res)
 	}
-	if rec, _ := e.point(t, "k1"); rec.Status != idem.StatusCompleted || rec.Response.StatusCode != http.StatusCreated {
+	if rec, _ := e.point(t, "k1"); rec.Status != idemstore.StatusCompleted || rec.Response.StatusCode != http.StatusCreated {
 		t.Fatalf("key after the completer: %+v; want completed with 201", rec)
 	}
 	w := e.post(t, "k1")
 	if w.Code != http.StatusCreated || w.Header().Get(idem.HeaderReplayed) != "true" || !strings.Contains(w.Body.String(), "ch_pay_1") {
 		t.Errorf("client's return = %d %s; want the completer's 201, replayed", w.Code, w.Body)
 	}
-	if n := e.op.count(idem.RecoveryStarted); n != 1 {
+	if n := e.op.count(idemstore.RecoveryStarted); n != 1 {
 		t.Errorf("first phase ran %d times; want 1", n)
 	}
 	if res := runOnce(t, c); res.Completed+res.Failed+res.Skipped != 0 {
@@ -327,9 +328,9 @@ func TestCompleterWaitsForTheLease(t *testing.T) {
 	t.Parallel()
 	e := setupPhased(t, nil)
 	ctx := context.Background()
-	p := idem.ClaimParams{
-		Scope: idem.Scope{ClientID: "alice", Key: "k1"}, Method: http.MethodPost, Path: "/v1/payments",
-		RequestHash: []byte("h"), Mode: idem.ModeTwoPhase, Now: e.clock.Now(),
+	p := idemstore.ClaimParams{
+		Scope: idemstore.Scope{ClientID: "alice", Key: "k1"}, Method: http.MethodPost, Path: "/v1/payments",
+		RequestHash: []byte("h"), TwoPhase: true, Now: e.clock.Now(),
 		LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
 	}
 	res, err := e.store.Claim(ctx, p)
@@ -337,7 +338,7 @@ func TestCompleterWaitsForTheLease(t *testing.T) {
 		t.Fatalf("Claim = %+v, %v", res, err)
 	}
 	// The holder passes "created", then dies holding its lease.
-	if err := res.Lease.(idem.RecoveryLease).Checkpoint(ctx, idem.Recovery{Point: "created", State: idem.State{"payment_id": "pay_9"}}); err != nil {
+	if err := res.Lease.(idemstore.RecoveryLease).Checkpoint(ctx, idemstore.Recovery{Point: "created", State: idem.State{"payment_id": "pay_9"}}); err != nil {
 		t.Fatal(err)
 	}
 	c := e.completer(t, nil)
@@ -350,7 +351,7 @@ func TestCompleterWaitsForTheLease(t *testing.T) {
 	if res := runOnce(t, c); res.Failed != 1 || res.Oldest != idem.LockTimeoutDefault {
 		t.Fatalf("pass with the processor down = %+v; want one failed key, %s old", res, idem.LockTimeoutDefault)
 	}
-	if rec, _ := e.point(t, "k1"); rec.Status != idem.StatusInFlight {
+	if rec, _ := e.point(t, "k1"); rec.Status != idemstore.StatusInFlight {
 		t.Fatalf("key after a failed pass: %q; want it still started", rec.Status)
 	}
 	e.clock.Advance(idem.CompleterIntervalDefault)
@@ -364,7 +365,7 @@ func TestCompleterWaitsForTheLease(t *testing.T) {
 		t.Errorf("phase \"charged\" ran %d times; want 2", got)
 	}
 	// The dead holder wakes up: its lease is gone.
-	if err := res.Lease.Complete(ctx, &idem.Response{StatusCode: 201}); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := res.Lease.Complete(ctx, &idemstore.Response{StatusCode: 201}); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Errorf("stale holder's Complete = %v; want ErrLeaseLost", err)
 	}
 }
@@ -389,7 +390,7 @@ func TestCompleterSkipsPassWithoutTheLock(t *testing.T) {
 	if res := runOnce(t, c); res.Led || res.Completed != 0 {
 		t.Errorf("pass = %+v; want nothing done without the lock", res)
 	}
-	if rec, _ := e.point(t, "k1"); rec.Status != idem.StatusInFlight {
+	if rec, _ := e.point(t, "k1"); rec.Status != idemstore.StatusInFlight {
 		t.Errorf("key = %q; want it left started", rec.Status)
 	}
 }
@@ -456,7 +457,7 @@ func TestCompleterSurvivesAPanickingPhase(t *testing.T) {
 	if res := runOnce(t, c); res.Failed != 1 {
 		t.Fatalf("pass with a panicking phase = %+v; want one failed key", res)
 	}
-	if rec, _ := e.point(t, "k1"); rec.Status != idem.StatusInFlight {
+	if rec, _ := e.point(t, "k1"); rec.Status != idemstore.StatusInFlight {
 		t.Fatalf("key = %q; want it still started", rec.Status)
 	}
 	e.op.crash = ""

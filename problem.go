@@ -50,7 +50,7 @@ const (
 	// ProblemKeyReused: 422, the key was first used with another request.
 	ProblemKeyReused ProblemCode = "idempotency-key-reused"
 	// ProblemKeyInFlight: 409, the first request with the key is still in
-	// flight (a record with [StatusInFlight], counted as [ResultInFlight]),
+	// flight (a record with [idemstore.StatusInFlight], counted as [ResultInFlight]),
 	// or another request took the key over.
 	ProblemKeyInFlight ProblemCode = "idempotency-key-in-use"
 	// ProblemBodyMalformed: 400, the body or query string does not parse,
@@ -72,7 +72,7 @@ const (
 	// ProblemOutcomeUnknown: whether the request took effect is unknown,
 	// because the answer of what acts on it was lost. The middleware
 	// answers it with 503 when the connection to the store failed after
-	// the result's commit was sent ([ErrOutcomeUnknown]): retrying with
+	// the result's commit was sent ([idemstore.ErrOutcomeUnknown]): retrying with
 	// the same key is safe and finds out. idemproxy answers it with 502 or
 	// 504 when its upstream's answer was lost; what a retry gets then
 	// depends on the route's policy, which the detail says. One code, so

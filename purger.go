@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Defaults of [PurgerConfig].
@@ -24,45 +26,6 @@ const (
 	PurgeBatchTimeoutDefault = 30 * time.Second
 )
 
-// Errors of the purge lock.
-var (
-	// ErrPurgeLocked means another instance holds the purge lock: it is
-	// the one that purges, and this one waits for its turn.
-	ErrPurgeLocked = errors.New("idem: another instance holds the purge lock")
-
-	// ErrPurgeLockLost means the purge lock was lost, as when the
-	// connection that held it broke; the batch that reports it deleted
-	// nothing.
-	ErrPurgeLockLost = errors.New("idem: the purge lock was lost")
-)
-
-// PurgeStore is a store that a [Purger] can run on. Stores that keep keys
-// in a database shared by several processes make sure that one instance at
-// a time holds the lock; the idempg, idemsqlite and idemtest stores
-// implement it.
-type PurgeStore interface {
-	// LockPurge takes the purge lock without waiting. It returns an error
-	// wrapping ErrPurgeLocked when another instance holds it. The lock
-	// ends with PurgeLock.Unlock or when this process dies, so that
-	// another instance can take over.
-	LockPurge(ctx context.Context) (PurgeLock, error)
-}
-
-// PurgeLock is the purge lock, held by this instance.
-type PurgeLock interface {
-	// PurgeBatch deletes at most p.BatchSize keys created before
-	// p.Before, and returns how many it deleted. It never deletes a key in
-	// flight: a started key only goes once its lease was taken before
-	// p.Before, which is long expired since retention is longer than the
-	// lease, and rows that a request holds locked are skipped, never
-	// waited for. It fails with an error wrapping ErrPurgeLockLost, having
-	// deleted nothing, when the lock was lost.
-	PurgeBatch(ctx context.Context, p PurgeParams) (int64, error)
-
-	// Unlock gives the lock up. The lock must not be used after.
-	Unlock(ctx context.Context) error
-}
-
 // PurgeMetrics is implemented by a [Metrics] that also reports what a
 // [Purger] does; the idemprom package's Metrics does. It is a separate
 // interface so that a Metrics of one's own need not implement it.
@@ -77,35 +40,11 @@ type PurgeMetrics interface {
 	PurgeLeader(ctx context.Context, leading bool)
 }
 
-// KeyStats are counts of a store's started keys at one time, for
-// dashboards and alerts on stuck keys.
-type KeyStats struct {
-	// Started is the number of keys started and not completed: in flight,
-	// or left by a holder that died.
-	Started int64
-	// Stuck is the number of started keys whose lease expired: their
-	// holder died or overran, and the client's next retry takes them over.
-	Stuck int64
-	// OldestStarted is when the oldest started key was claimed (its lease
-	// taken); zero when there is none.
-	OldestStarted time.Time
-}
-
-// KeyStatsStore is a store that counts its started keys. A [Purger] on
-// such a store reads the counts after each run, on the instance that
-// holds the purge lock, and reports them when its Metrics implements
-// KeyStatsMetrics.
-type KeyStatsStore interface {
-	// KeyStats counts the started keys; a lease taken before now minus
-	// lockTimeout has expired.
-	KeyStats(ctx context.Context, now time.Time, lockTimeout time.Duration) (KeyStats, error)
-}
-
-// KeyStatsMetrics is implemented by a [Metrics] that reports [KeyStats];
+// KeyStatsMetrics is implemented by a [Metrics] that reports [idemstore.KeyStats];
 // the idemprom package's Metrics does.
 type KeyStatsMetrics interface {
 	// KeyStats reports the counts read at now.
-	KeyStats(ctx context.Context, s KeyStats, now time.Time)
+	KeyStats(ctx context.Context, s idemstore.KeyStats, now time.Time)
 }
 
 // PurgerConfig configures a [Purger]. A nil *PurgerConfig is the zero
@@ -206,13 +145,13 @@ func (c *PurgerConfig) validate() error {
 // an Interval later. Keys past retention are already treated as unused by
 // every claim: the purge only keeps the table from growing without bound.
 type Purger struct {
-	store   PurgeStore
+	store   idemstore.PurgeStore
 	cfg     *PurgerConfig
 	metrics PurgeMetrics
 
 	// stats and statsMetrics are set when the store counts its keys and
 	// the metrics report the counts.
-	stats        KeyStatsStore
+	stats        idemstore.KeyStatsStore
 	statsMetrics KeyStatsMetrics
 }
 
@@ -224,7 +163,7 @@ type PurgeResult struct {
 }
 
 // NewPurger returns a Purger on store. A nil cfg uses the defaults.
-func NewPurger(store PurgeStore, cfg *PurgerConfig) (*Purger, error) {
+func NewPurger(store idemstore.PurgeStore, cfg *PurgerConfig) (*Purger, error) {
 	if store == nil {
 		return nil, errors.New("idem: a PurgeStore is required")
 	}
@@ -236,7 +175,7 @@ func NewPurger(store PurgeStore, cfg *PurgerConfig) (*Purger, error) {
 	if m, ok := c.Metrics.(PurgeMetrics); ok {
 		p.metrics = m
 	}
-	ks, okStore := store.(KeyStatsStore)
+	ks, okStore := store.(idemstore.KeyStatsStore)
 	km, okMetrics := c.Metrics.(KeyStatsMetrics)
 	if okStore && okMetrics {
 		p.stats, p.statsMetrics = ks, km
@@ -249,7 +188,7 @@ func NewPurger(store PurgeStore, cfg *PurgerConfig) (*Purger, error) {
 // counted, never returned: the next run tries again, after the lock is
 // taken again, since a failed batch may mean that its connection broke.
 func (p *Purger) Run(ctx context.Context) error {
-	var lock PurgeLock
+	var lock idemstore.PurgeLock
 	defer func() {
 		if lock != nil {
 			p.unlock(context.WithoutCancel(ctx), lock)
@@ -284,10 +223,10 @@ func (p *Purger) Run(ctx context.Context) error {
 
 // lock tries to take the purge lock and returns it, or nil when another
 // instance holds it or the store failed.
-func (p *Purger) lock(ctx context.Context) PurgeLock {
+func (p *Purger) lock(ctx context.Context) idemstore.PurgeLock {
 	lock, err := p.store.LockPurge(ctx)
 	switch {
-	case errors.Is(err, ErrPurgeLocked):
+	case errors.Is(err, idemstore.ErrPurgeLocked):
 		p.cfg.Logger.Debug("idem: purge: another instance holds the purge lock")
 		return nil
 	case err != nil:
@@ -301,7 +240,7 @@ func (p *Purger) lock(ctx context.Context) PurgeLock {
 	return lock
 }
 
-func (p *Purger) unlock(ctx context.Context, lock PurgeLock) {
+func (p *Purger) unlock(ctx context.Context, lock idemstore.PurgeLock) {
 	p.metrics.PurgeLeader(ctx, false)
 	if err := lock.Unlock(ctx); err != nil && ctx.Err() == nil {
 		p.cfg.Logger.Warn("idem: purge: unlock", "err", err)
@@ -309,8 +248,8 @@ func (p *Purger) unlock(ctx context.Context, lock PurgeLock) {
 }
 
 // run deletes batches until one is not full.
-func (p *Purger) run(ctx context.Context, lock PurgeLock) (PurgeResult, error) {
-	params := PurgeParams{Before: p.cfg.Now().Add(-p.cfg.Retention), BatchSize: p.cfg.BatchSize}
+func (p *Purger) run(ctx context.Context, lock idemstore.PurgeLock) (PurgeResult, error) {
+	params := idemstore.PurgeParams{Before: p.cfg.Now().Add(-p.cfg.Retention), BatchSize: p.cfg.BatchSize}
 	var res PurgeResult
 	start := time.Now()
 	err := func() error {
@@ -337,7 +276,7 @@ func (p *Purger) run(ctx context.Context, lock PurgeLock) (PurgeResult, error) {
 		"before", params.Before.UTC().Format(time.RFC3339),
 	}
 	switch {
-	case errors.Is(err, ErrPurgeLockLost) && ctx.Err() == nil:
+	case errors.Is(err, idemstore.ErrPurgeLockLost) && ctx.Err() == nil:
 		p.cfg.Logger.Info("idem: purge: lost the purge lock; another instance may purge", append(attrs, "err", err)...)
 	case err != nil && ctx.Err() == nil:
 		p.cfg.Logger.Error("idem: purge failed", append(attrs, "err", err)...)
@@ -347,7 +286,7 @@ func (p *Purger) run(ctx context.Context, lock PurgeLock) (PurgeResult, error) {
 	return res, err
 }
 
-func (p *Purger) batch(ctx context.Context, lock PurgeLock, params PurgeParams) (int64, error) {
+func (p *Purger) batch(ctx context.Context, lock idemstore.PurgeLock, params idemstore.PurgeParams) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.BatchTimeout)
 	defer cancel()
 	start := time.Now()
@@ -379,17 +318,3 @@ type noPurgeMetrics struct{}
 func (noPurgeMetrics) PurgeBatch(context.Context, int64, time.Duration, error) {}
 func (noPurgeMetrics) PurgeRun(context.Context, int64, time.Duration, error)   {}
 func (noPurgeMetrics) PurgeLeader(context.Context, bool)                       {}
-
-// Purges reports whether a purge with p deletes rec, a key as its store
-// keeps it: a key created before p.Before that is completed, started with
-// a lease taken before p.Before (and so expired, since retention is longer
-// than the lease), or started with no holder at all (LockedAt zero: it was
-// released at a recovery point and its client never came back). Claims
-// already treat such a key as absent. Stores use it for the rule of
-// [PurgeLock.PurgeBatch].
-func (p PurgeParams) Purges(rec *Record) bool {
-	if !rec.CreatedAt.Before(p.Before) {
-		return false
-	}
-	return rec.Status == StatusCompleted || rec.LockedAt.IsZero() || rec.LockedAt.Before(p.Before)
-}

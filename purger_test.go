@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -61,16 +62,16 @@ var purgeEpoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 func storeKeys(t *testing.T, store *idemtest.MemoryStore, n int, created time.Time) {
 	t.Helper()
 	for i := range n {
-		res, err := store.Claim(context.Background(), idem.ClaimParams{
-			Scope:  idem.Scope{ClientID: "alice", Key: fmt.Sprintf("k-%s-%d", created.Format(time.RFC3339), i)},
+		res, err := store.Claim(context.Background(), idemstore.ClaimParams{
+			Scope:  idemstore.Scope{ClientID: "alice", Key: fmt.Sprintf("k-%s-%d", created.Format(time.RFC3339), i)},
 			Method: "POST", Path: "/v1/payments", RequestHash: []byte("h"),
-			Mode: idem.ModeTwoPhase, Now: created,
+			TwoPhase: true, Now: created,
 			LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
 		})
 		if err != nil || res.Lease == nil {
 			t.Fatalf("Claim: %v (lease %v)", err, res.Lease != nil)
 		}
-		if err := res.Lease.Complete(context.Background(), &idem.Response{StatusCode: 201}); err != nil {
+		if err := res.Lease.Complete(context.Background(), &idemstore.Response{StatusCode: 201}); err != nil {
 			t.Fatalf("Complete: %v", err)
 		}
 	}
@@ -272,7 +273,7 @@ type failingStore struct {
 	fail int
 }
 
-func (s *failingStore) LockPurge(ctx context.Context) (idem.PurgeLock, error) {
+func (s *failingStore) LockPurge(ctx context.Context) (idemstore.PurgeLock, error) {
 	lock, err := s.MemoryStore.LockPurge(ctx)
 	if err != nil {
 		return nil, err
@@ -281,11 +282,11 @@ func (s *failingStore) LockPurge(ctx context.Context) (idem.PurgeLock, error) {
 }
 
 type failingLock struct {
-	idem.PurgeLock
+	idemstore.PurgeLock
 	store *failingStore
 }
 
-func (l *failingLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (int64, error) {
+func (l *failingLock) PurgeBatch(ctx context.Context, p idemstore.PurgeParams) (int64, error) {
 	l.store.mu.Lock()
 	fail := l.store.fail > 0
 	l.store.fail--

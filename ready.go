@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // ReadyTimeoutDefault is the default of [ReadyConfig.Timeout].
@@ -26,10 +28,10 @@ type ReadyConfig struct {
 
 // NewReadyHandler returns a readiness check for load balancers, for GET
 // /readyz: 200 when the store answers within the timeout and its schema is
-// at the version this build needs ([Readier]), otherwise 503 with a
+// at the version this build needs ([idemstore.Readier]), otherwise 503 with a
 // store-unavailable problem that says which. A liveness check (/healthz)
 // must not call it: a database outage is no reason to restart the process.
-func NewReadyHandler(store Readier, cfg *ReadyConfig) (http.Handler, error) {
+func NewReadyHandler(store idemstore.Readier, cfg *ReadyConfig) (http.Handler, error) {
 	if store == nil {
 		return nil, errors.New("idem: a Readier is required")
 	}
@@ -63,7 +65,7 @@ func NewReadyHandler(store Readier, cfg *ReadyConfig) (http.Handler, error) {
 			return // the prober went away
 		}
 		c.Logger.WarnContext(r.Context(), "idem: not ready", "err", err)
-		var sv *SchemaVersionError
+		var sv *idemstore.SchemaVersionError
 		detail := "The idempotency store did not answer; no request can be processed."
 		switch {
 		case errors.As(err, &sv):

@@ -3,6 +3,8 @@ package idem
 import (
 	"hash/maphash"
 	"sync"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // The size of recentKeys: recentBuckets buckets of recentWays digests of 8
@@ -16,7 +18,7 @@ const (
 // recentKeys remembers digests of the last keys that a middleware in
 // ModeAtomic claimed, so that another request with one of them (a retry
 // of a finished request, or a duplicate of one in flight) claims its key
-// at once instead of speculatively ([ClaimParams.Speculative]). A
+// at once instead of speculatively ([idemstore.ClaimParams.Speculative]). A
 // speculative claim saves a new key a round trip but makes a retry run
 // its handler up to the first statement before it learns that the key
 // exists; most keys are claimed once, and the retries that come back to
@@ -44,7 +46,7 @@ func newRecentKeys() *recentKeys {
 }
 
 // digest is the digest of the key of scope, never 0.
-func (r *recentKeys) digest(scope Scope) uint64 {
+func (r *recentKeys) digest(scope idemstore.Scope) uint64 {
 	// Two digests mixed, rather than one of the joined text, which would
 	// allocate.
 	d := maphash.String(r.seed, scope.ClientID)*0x9e3779b97f4a7c15 ^ maphash.String(r.seed, scope.Key)
@@ -53,7 +55,7 @@ func (r *recentKeys) digest(scope Scope) uint64 {
 
 // seen reports whether the key of scope was claimed here recently, and
 // remembers it.
-func (r *recentKeys) seen(scope Scope) bool {
+func (r *recentKeys) seen(scope idemstore.Scope) bool {
 	d := r.digest(scope)
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -3,29 +3,31 @@ package idem
 import (
 	"fmt"
 	"testing"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 func TestRecentKeysRemembersAndForgetsTheOldest(t *testing.T) {
 	r := newRecentKeys()
-	a := Scope{ClientID: "alice", Key: "k"}
+	a := idemstore.Scope{ClientID: "alice", Key: "k"}
 	if r.seen(a) {
 		t.Fatal("a key never claimed was seen")
 	}
 	if !r.seen(a) {
 		t.Fatal("a key just claimed was not seen")
 	}
-	if r.seen(Scope{ClientID: "bob", Key: "k"}) {
+	if r.seen(idemstore.Scope{ClientID: "bob", Key: "k"}) {
 		t.Error("another client's key of the same name was seen")
 	}
-	if r.seen(Scope{ClientID: "alic", Key: "ek"}) {
+	if r.seen(idemstore.Scope{ClientID: "alic", Key: "ek"}) {
 		t.Error("a scope whose parts join to the same text was seen")
 	}
 	// Keys of a's bucket, newer than a: a is remembered until the bucket
 	// holds recentWays of them.
 	bucket := r.digest(a) % recentBuckets
-	var newer []Scope
+	var newer []idemstore.Scope
 	for i := 0; len(newer) < recentWays; i++ {
-		s := Scope{ClientID: "carol", Key: fmt.Sprint(i)}
+		s := idemstore.Scope{ClientID: "carol", Key: fmt.Sprint(i)}
 		if r.digest(s)%recentBuckets == bucket {
 			newer = append(newer, s)
 		}
@@ -57,11 +59,11 @@ func TestRecentKeysRemembersMostOfTheLast(t *testing.T) {
 	r := newRecentKeys()
 	const keys, lookback = 40_000, 16_384
 	for i := range keys {
-		r.seen(Scope{ClientID: "c", Key: fmt.Sprint(i)})
+		r.seen(idemstore.Scope{ClientID: "c", Key: fmt.Sprint(i)})
 	}
 	forgotten := 0
 	for i := keys - lookback; i < keys; i++ {
-		if !r.remembers(Scope{ClientID: "c", Key: fmt.Sprint(i)}) {
+		if !r.remembers(idemstore.Scope{ClientID: "c", Key: fmt.Sprint(i)}) {
 			forgotten++
 		}
 	}
@@ -76,7 +78,7 @@ func TestRecentKeysRemembersMostOfTheLast(t *testing.T) {
 
 // remembers reports whether r remembers the key of scope, as seen does,
 // without remembering it.
-func (r *recentKeys) remembers(scope Scope) bool {
+func (r *recentKeys) remembers(scope idemstore.Scope) bool {
 	d := r.digest(scope)
 	for _, x := range r.buckets[d%recentBuckets] {
 		if x == d {

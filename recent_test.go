@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -20,7 +21,7 @@ type speculationSpy struct {
 	got []bool
 }
 
-func (s *speculationSpy) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *speculationSpy) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	s.mu.Lock()
 	s.got = append(s.got, p.Speculative)
 	s.mu.Unlock()

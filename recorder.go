@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // replayList is the response headers a stored response keeps: Content-Type,
@@ -51,8 +53,8 @@ func checkReplayHeaders(field string, headers []string) error {
 
 // response is what the store keeps of a buffered response: the status,
 // the headers on the list and the body.
-func (l replayList) response(rec *recorder) *Response {
-	resp := &Response{StatusCode: rec.statusCode(), Body: rec.body.Bytes()}
+func (l replayList) response(rec *recorder) *idemstore.Response {
+	resp := &idemstore.Response{StatusCode: rec.statusCode(), Body: rec.body.Bytes()}
 	if rec.stream == nil && l.all(rec.header) {
 		// The handler is done with its header, and the client gets copies
 		// of its values (see writeTo): the response can hold the header
@@ -78,7 +80,7 @@ func (l replayList) all(h http.Header) bool {
 }
 
 // responseOf is what the store keeps of a handler's response.
-func (m *Middleware) responseOf(rec *recorder) *Response {
+func (m *Middleware) responseOf(rec *recorder) *idemstore.Response {
 	if rec.stream != nil && rec.stream.overflow {
 		return m.notRetained(rec)
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // rejection is a 4xx answer found while parsing, before any store work.
@@ -29,7 +31,7 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 	if !ok || clientID == "" {
 		return nil, &rejection{ProblemUnauthenticated, "The request carries no client identity."}
 	}
-	noteScope(r.Context(), Scope{ClientID: clientID, Key: key})
+	noteScope(r.Context(), idemstore.Scope{ClientID: clientID, Key: key})
 	contentType := r.Header["Content-Type"] // canonical: no lookup of its canonical form
 	if len(contentType) > 1 {
 		// A singleton field (RFC 9110): which one describes the body is
@@ -61,7 +63,7 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 	}
 	return &call{
 		w: w, r: r,
-		scope: Scope{ClientID: clientID, Key: key}, path: path,
+		scope: idemstore.Scope{ClientID: clientID, Key: key}, path: path,
 		body: body, fp: fp, fields: fields,
 		base: m.cfg.Logger,
 	}, nil

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // HeaderRequestID carries a request's id, in requests and in responses.
@@ -137,7 +139,7 @@ type requestInfo struct {
 }
 
 // noteScope records the client and the key of a request in its log line.
-func noteScope(ctx context.Context, scope Scope) {
+func noteScope(ctx context.Context, scope idemstore.Scope) {
 	if info, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
 		info.mu.Lock()
 		info.client = scope.ClientID

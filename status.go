@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Key states reported by the handler of [NewStatusHandler].
@@ -78,7 +80,7 @@ const keyNotFoundDetail = "You have no idempotency key with this value: it was n
 //     fails.
 //
 // It only reads: it never runs the operation nor replays its response.
-func NewStatusHandler(store KeyReader, cfg *StatusConfig) (http.Handler, error) {
+func NewStatusHandler(store idemstore.KeyReader, cfg *StatusConfig) (http.Handler, error) {
 	if store == nil {
 		return nil, errors.New("idem: a KeyReader is required")
 	}
@@ -111,7 +113,7 @@ func NewStatusHandler(store KeyReader, cfg *StatusConfig) (http.Handler, error) 
 }
 
 type statusHandler struct {
-	store KeyReader
+	store idemstore.KeyReader
 	cfg   StatusConfig
 }
 
@@ -126,12 +128,12 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.problem(w, ProblemKeyMalformed, "The key in the path is not a valid Idempotency-Key: "+reasonOf(err, "the key could not be parsed")+".", 0)
 		return
 	}
-	noteScope(r.Context(), Scope{ClientID: client, Key: key})
+	noteScope(r.Context(), idemstore.Scope{ClientID: client, Key: key})
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.StoreTimeout)
 	defer cancel()
-	rec, err := h.store.GetKey(ctx, Scope{ClientID: client, Key: key})
+	rec, err := h.store.GetKey(ctx, idemstore.Scope{ClientID: client, Key: key})
 	switch {
-	case errors.Is(err, ErrKeyNotFound):
+	case errors.Is(err, idemstore.ErrKeyNotFound):
 		h.problem(w, ProblemKeyNotFound, keyNotFoundDetail, 0)
 		return
 	case err != nil:
@@ -140,7 +142,7 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.problem(w, ProblemUnavailable, "The idempotency store did not answer; retry after Retry-After.", unavailableRetryAfter)
 		return
-	case Expired(rec.CreatedAt, h.cfg.Now(), h.cfg.Retention):
+	case idemstore.Expired(rec.CreatedAt, h.cfg.Now(), h.cfg.Retention):
 		h.problem(w, ProblemKeyNotFound, keyNotFoundDetail, 0)
 		return
 	}
@@ -148,7 +150,7 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Key: key, State: KeyStateInProgress, Method: rec.Method, Path: rec.Path,
 		Created: rec.CreatedAt.UTC(), Expires: rec.CreatedAt.Add(h.cfg.Retention).UTC(),
 	}
-	if rec.Status == StatusCompleted && rec.Response != nil {
+	if rec.Status == idemstore.StatusCompleted && rec.Response != nil {
 		st.State = KeyStateCompleted
 		st.ResponseStatus = rec.Response.StatusCode
 		st.Link = rec.Response.Header.Get("Location")

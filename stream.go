@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // ProblemResponseNotRetained: the request was processed, and its response
@@ -28,7 +30,7 @@ const ProblemResponseNotRetained ProblemCode = "idempotency-response-not-retaine
 // store's transaction, as a proxy's are. The client gets the response before
 // the key is completed, and before writes made in the lease's transaction
 // commit: when the store then fails to record the response, the client has
-// it while the key is released (or, after [ErrLeaseLost], belongs to another
+// it while the key is released (or, after [idemstore.ErrLeaseLost], belongs to another
 // request). The middleware logs that; it cannot answer a problem any more.
 //
 // A client that goes away, or stops reading until a write deadline set on
@@ -133,7 +135,7 @@ func (rec *recorder) streamed() bool { return rec.stream != nil && rec.wroteHead
 
 // notRetained is what is stored for a streamed response that was too large
 // to keep: a problem with the original status and Location.
-func (m *Middleware) notRetained(rec *recorder) *Response {
+func (m *Middleware) notRetained(rec *recorder) *idemstore.Response {
 	status := rec.statusCode()
 	location := rec.header.Get("Location")
 	why := "with a response larger than this service stores for replay"
@@ -151,7 +153,7 @@ func (m *Middleware) notRetained(rec *recorder) *Response {
 	if err != nil { // strings and ints only
 		panic(fmt.Sprintf("idem: marshal problem: %v", err))
 	}
-	resp := &Response{StatusCode: status, Header: http.Header{"Content-Type": {ProblemContentType}}, Body: append(body, '\n')}
+	resp := &idemstore.Response{StatusCode: status, Header: http.Header{"Content-Type": {ProblemContentType}}, Body: append(body, '\n')}
 	if location != "" {
 		resp.Header.Set("Location", location)
 	}

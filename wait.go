@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // HeaderPreferenceApplied is the response header (RFC 7240) that says a
@@ -20,15 +22,15 @@ const (
 )
 
 // claimOnce claims the key once, at the middleware's clock.
-func (m *Middleware) claimOnce(c *call) (ClaimResult, error) {
+func (m *Middleware) claimOnce(c *call) (idemstore.ClaimResult, error) {
 	ctx := c.r.Context()
 	now := m.cfg.Now()
 	started := time.Now()
 	claimCtx := newDeadlineCtx(ctx, started.Add(m.cfg.StoreTimeout))
-	res, err := m.store.Claim(claimCtx, ClaimParams{
+	res, err := m.store.Claim(claimCtx, idemstore.ClaimParams{
 		Scope: c.scope, Method: c.r.Method, Path: c.path,
 		RequestHash: c.fp.sum[:], RequestFields: c.fields,
-		Mode: m.cfg.Mode, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
+		TwoPhase: m.cfg.Mode == ModeTwoPhase, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
 		Speculative: m.speculative(c),
 	})
 	claimCtx.stop()
@@ -37,7 +39,7 @@ func (m *Middleware) claimOnce(c *call) (ClaimResult, error) {
 }
 
 // speculative reports whether the claim of c may go out late, with the
-// handler's first statement (see [ClaimParams.Speculative]): in ModeAtomic,
+// handler's first statement (see [idemstore.ClaimParams.Speculative]): in ModeAtomic,
 // unless the request prefers to wait, which needs to know at once whether
 // the key is in flight, or its key was claimed here lately, which makes it
 // likely to exist: a retry, or a duplicate in flight, is then answered
@@ -57,7 +59,7 @@ func (m *Middleware) speculative(c *call) bool {
 // answer then says Preference-Applied: wait=N. It returns the last claim's
 // result, which claim answers as usual: the stored response, a lease when
 // the holder released the key, or 409 when the wait ran out.
-func (m *Middleware) claimWaiting(c *call) (ClaimResult, error) {
+func (m *Middleware) claimWaiting(c *call) (idemstore.ClaimResult, error) {
 	res, err := m.claimOnce(c)
 	wait := preferredWait(c.r.Header, m.cfg.MaxPreferWait)
 	if wait <= 0 || !waitable(c, res, err) {
@@ -86,9 +88,9 @@ func (m *Middleware) claimWaiting(c *call) (ClaimResult, error) {
 
 // waitable reports whether a claim found the key in flight for the same
 // request, which a request that prefers to wait waits for.
-func waitable(c *call, res ClaimResult, err error) bool {
+func waitable(c *call, res idemstore.ClaimResult, err error) bool {
 	rec := res.Record
-	return err == nil && rec != nil && rec.Status == StatusInFlight &&
+	return err == nil && rec != nil && rec.Status == idemstore.StatusInFlight &&
 		(len(rec.RequestHash) == 0 || bytes.Equal(rec.RequestHash, c.fp.sum[:]))
 }
 

@@ -70,7 +70,7 @@ type EventParams struct {
 }
 
 // Enqueuer writes an event in the transaction that a lease put into ctx,
-// the context that idem.Lease.Context returned: the middleware's request
+// the context that idemstore.Lease.Context returned: the middleware's request
 // context inside a handler. A second event with the same id is ignored.
 // idempg.Store and idemsqlite.Store implement it.
 type Enqueuer interface {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemoutbox"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // recorder is an Enqueuer that keeps what it is given; Enqueue's own
@@ -22,7 +23,7 @@ func (r *recorder) EnqueueEvent(_ context.Context, e idemoutbox.Event) error {
 
 func TestEnqueueChecksItsInput(t *testing.T) {
 	t.Parallel()
-	ctx := idem.ContextWithScope(context.Background(), idem.Scope{ClientID: "alice", Key: "k1"})
+	ctx := idem.ContextWithScope(context.Background(), idemstore.Scope{ClientID: "alice", Key: "k1"})
 	ok := idemoutbox.EventParams{Purpose: "p", Type: "t", Payload: json.RawMessage(`{}`)}
 	tests := []struct {
 		name string
@@ -52,7 +53,7 @@ func TestEnqueueChecksItsInput(t *testing.T) {
 
 func TestEventID(t *testing.T) {
 	t.Parallel()
-	scope := idem.Scope{ClientID: "alice", Key: "k1"}
+	scope := idemstore.Scope{ClientID: "alice", Key: "k1"}
 	ctx := idem.ContextWithScope(context.Background(), scope)
 	id := idemoutbox.EventID(ctx, "payment.succeeded")
 	if !strings.HasPrefix(id, "evt_") || id != idemoutbox.EventID(ctx, "payment.succeeded") {
@@ -60,8 +61,8 @@ func TestEventID(t *testing.T) {
 	}
 	others := []string{
 		idemoutbox.EventID(ctx, "payment.declined"),
-		idemoutbox.EventID(idem.ContextWithScope(context.Background(), idem.Scope{ClientID: "bob", Key: "k1"}), "payment.succeeded"),
-		idemoutbox.EventID(idem.ContextWithScope(context.Background(), idem.Scope{ClientID: "alice", Key: "k2"}), "payment.succeeded"),
+		idemoutbox.EventID(idem.ContextWithScope(context.Background(), idemstore.Scope{ClientID: "bob", Key: "k1"}), "payment.succeeded"),
+		idemoutbox.EventID(idem.ContextWithScope(context.Background(), idemstore.Scope{ClientID: "alice", Key: "k2"}), "payment.succeeded"),
 		"evt_" + strings.TrimPrefix(idem.DeriveKey(ctx, "payment.succeeded"), "idk_"),
 	}
 	for _, o := range others {

@@ -7,13 +7,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/migrate"
 )
 
 var (
-	_ idem.KeyAdmin = (*Store)(nil)
-	_ idem.Readier  = (*Store)(nil)
+	_ idemstore.KeyAdmin = (*Store)(nil)
+	_ idemstore.Readier  = (*Store)(nil)
 )
 
 // The operators' statements. Their filters are written so that a NULL
@@ -50,8 +50,8 @@ WHERE client_id = $1 AND idempotency_key = $2 AND status = 'completed' AND lease
   AND created_at = $4::timestamptz`
 )
 
-// GetKey implements [idem.KeyReader].
-func (s *Store) GetKey(ctx context.Context, scope idem.Scope) (*idem.Record, error) {
+// GetKey implements [idemstore.KeyReader].
+func (s *Store) GetKey(ctx context.Context, scope idemstore.Scope) (*idemstore.Record, error) {
 	conn, err := s.acquire(ctx, "get key")
 	if err != nil {
 		return nil, err
@@ -62,13 +62,13 @@ func (s *Store) GetKey(ctx context.Context, scope idem.Scope) (*idem.Record, err
 	case err != nil:
 		return nil, wrapErr(ctx, "get key", err)
 	case rec == nil:
-		return nil, fmt.Errorf("idempg: get key: %w", idem.ErrKeyNotFound)
+		return nil, fmt.Errorf("idempg: get key: %w", idemstore.ErrKeyNotFound)
 	}
 	return rec, nil
 }
 
-// ListKeys implements [idem.KeyAdmin].
-func (s *Store) ListKeys(ctx context.Context, p idem.ListKeysParams) ([]*idem.Record, error) {
+// ListKeys implements [idemstore.KeyAdmin].
+func (s *Store) ListKeys(ctx context.Context, p idemstore.ListKeysParams) ([]*idemstore.Record, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("idempg: list keys: %w", err)
 	}
@@ -93,9 +93,9 @@ func (s *Store) ListKeys(ctx context.Context, p idem.ListKeysParams) ([]*idem.Re
 		return nil, wrapErr(ctx, "list keys", err)
 	}
 	defer rows.Close()
-	var out []*idem.Record
+	var out []*idemstore.Record
 	for rows.Next() {
-		var scope idem.Scope
+		var scope idemstore.Scope
 		rec, _, err := scanKey(scopedRow{rows: rows, scope: &scope}, scope)
 		if err != nil {
 			return nil, wrapErr(ctx, "list keys", err)
@@ -113,27 +113,27 @@ func (s *Store) ListKeys(ctx context.Context, p idem.ListKeysParams) ([]*idem.Re
 // the key, then the columns of queryLoadKey.
 type scopedRow struct {
 	rows  pgx.Rows
-	scope *idem.Scope
+	scope *idemstore.Scope
 }
 
 func (r scopedRow) Scan(dest ...any) error {
 	return r.rows.Scan(append([]any{&r.scope.ClientID, &r.scope.Key}, dest...)...)
 }
 
-// ReleaseKey implements [idem.KeyAdmin]. The change is fenced by the token
+// ReleaseKey implements [idemstore.KeyAdmin]. The change is fenced by the token
 // it read: should a request take the key over or complete it between the
 // read and the change, the release changes nothing and returns an error
-// wrapping [idem.ErrKeyChanged].
-func (s *Store) ReleaseKey(ctx context.Context, p idem.ReleaseKeyParams) (*idem.Record, error) {
+// wrapping [idemstore.ErrKeyChanged].
+func (s *Store) ReleaseKey(ctx context.Context, p idemstore.ReleaseKeyParams) (*idemstore.Record, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("idempg: release key: %w", err)
 	}
 	return s.changeKey(ctx, "release key", p.Scope, p.Check, queryReleaseStartedKey)
 }
 
-// DeleteKey implements [idem.KeyAdmin], fenced as ReleaseKey is.
-func (s *Store) DeleteKey(ctx context.Context, scope idem.Scope) (*idem.Record, error) {
-	rec, err := s.changeKey(ctx, "delete key", scope, idem.CheckDelete, queryDeleteCompletedKey)
+// DeleteKey implements [idemstore.KeyAdmin], fenced as ReleaseKey is.
+func (s *Store) DeleteKey(ctx context.Context, scope idemstore.Scope) (*idemstore.Record, error) {
+	rec, err := s.changeKey(ctx, "delete key", scope, idemstore.CheckDelete, queryDeleteCompletedKey)
 	if rec != nil && rec.Response != nil {
 		rec.Response.Body = nil
 	}
@@ -142,7 +142,7 @@ func (s *Store) DeleteKey(ctx context.Context, scope idem.Scope) (*idem.Record, 
 
 // changeKey reads a key, asks check whether it may change, then runs query
 // on it with the token and created_at it read. It returns the record as it was read.
-func (s *Store) changeKey(ctx context.Context, op string, scope idem.Scope, check func(*idem.Record) error, query string) (*idem.Record, error) {
+func (s *Store) changeKey(ctx context.Context, op string, scope idemstore.Scope, check func(*idemstore.Record) error, query string) (*idemstore.Record, error) {
 	conn, err := s.acquire(ctx, op)
 	if err != nil {
 		return nil, err
@@ -153,7 +153,7 @@ func (s *Store) changeKey(ctx context.Context, op string, scope idem.Scope, chec
 	case err != nil:
 		return nil, wrapErr(ctx, op, err)
 	case rec == nil:
-		return nil, fmt.Errorf("idempg: %s: %w", op, idem.ErrKeyNotFound)
+		return nil, fmt.Errorf("idempg: %s: %w", op, idemstore.ErrKeyNotFound)
 	}
 	if err := check(rec); err != nil {
 		return nil, fmt.Errorf("idempg: %s: %w", op, err)
@@ -163,12 +163,12 @@ func (s *Store) changeKey(ctx context.Context, op string, scope idem.Scope, chec
 	case err != nil:
 		return nil, wrapErr(ctx, op, err)
 	case tag.RowsAffected() != 1:
-		return nil, fmt.Errorf("idempg: %s: %w", op, idem.ErrKeyChanged)
+		return nil, fmt.Errorf("idempg: %s: %w", op, idemstore.ErrKeyChanged)
 	}
 	return rec, nil
 }
 
-// Ready implements [idem.Readier]: the database answers and its schema is
+// Ready implements [idemstore.Readier]: the database answers and its schema is
 // at least at the newest version embedded in this build. A newer schema is
 // ready, so that instances of the previous build keep serving while a
 // rollout migrates.
@@ -185,7 +185,7 @@ func (s *Store) Ready(ctx context.Context) error {
 		return errors.New("idempg: no migrations embedded")
 	}
 	if want := migrations[len(migrations)-1].Version; have < want {
-		return fmt.Errorf("idempg: %w", &idem.SchemaVersionError{Have: have, Want: want})
+		return fmt.Errorf("idempg: %w", &idemstore.SchemaVersionError{Have: have, Want: want})
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // BenchmarkClaimComplete claims a new key, writes one business row in the
@@ -25,7 +26,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				i++
-				scope := idem.Scope{ClientID: "bench", Key: fmt.Sprintf("%s-%d-%d", mode, time.Now().UnixNano(), i)}
+				scope := idemstore.Scope{ClientID: "bench", Key: fmt.Sprintf("%s-%d-%d", mode, time.Now().UnixNano(), i)}
 				p := benchParams(mode, scope, epoch)
 				res, err := store.Claim(ctx, p)
 				if err != nil || res.Lease == nil {
@@ -44,7 +45,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 
 // benchParams returns the claim of mode: "two-phase", "atomic", or
 // "atomic-speculative", the middleware's claim of a key it has not seen.
-func benchParams(mode string, scope idem.Scope, now time.Time) idem.ClaimParams {
+func benchParams(mode string, scope idemstore.Scope, now time.Time) idemstore.ClaimParams {
 	if mode == "two-phase" {
 		return params(idem.ModeTwoPhase, scope, "a", now)
 	}
@@ -71,13 +72,13 @@ func BenchmarkReplay(b *testing.B) {
 				res, err := store.Claim(ctx, p)
 				rec := res.Record
 				if err == nil && res.Lease != nil {
-					var exists *idem.ExistsError
+					var exists *idemstore.ExistsError
 					if err = write(res.Lease.Context(ctx), scope.Key); errors.As(err, &exists) {
 						rec, err = exists.Record, nil
 					}
 					_ = res.Lease.Release(ctx)
 				}
-				if err != nil || rec == nil || rec.Status != idem.StatusCompleted {
+				if err != nil || rec == nil || rec.Status != idemstore.StatusCompleted {
 					b.Fatalf("Claim: record %v, err %v", rec, err)
 				}
 			}

@@ -5,8 +5,8 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/pgtest"
 )
@@ -22,13 +22,13 @@ func TestConformanceThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 	bouncer := pgtest.StartBouncer(t, pgtest.NewDatabase(t))
 	idemtest.RunStoreTests(t, idemtest.Harness{
-		NewStore: func(t *testing.T) idem.Store {
+		NewStore: func(t *testing.T) idemstore.Store {
 			return setupOn(t, newPool(t, throughBouncer(t, bouncer), 8), &idempg.Config{TransactionPooling: true})
 		},
-		Write: func(ctx context.Context, _ idem.Store, value string) error {
+		Write: func(ctx context.Context, _ idemstore.Store, value string) error {
 			return write(ctx, value)
 		},
-		Count: func(t *testing.T, s idem.Store, value string) int {
+		Count: func(t *testing.T, s idemstore.Store, value string) int {
 			return countRows(t, s.(*idempg.Store), value)
 		},
 	})

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // claimAttempts bounds how often a claim starts over because the key changed
@@ -20,8 +20,8 @@ const claimAttempts = 3
 // claimStep is how one step of a claim ended.
 type claimStep struct {
 	next   nextStep
-	result idem.ClaimResult // the answer, when next is stepAnswer
-	seen   *idem.Record     // the key that the claim may have, when next is stepClaim; nil for none
+	result idemstore.ClaimResult // the answer, when next is stepAnswer
+	seen   *idemstore.Record     // the key that the claim may have, when next is stepClaim; nil for none
 }
 
 // nextStep is what Claim does after a step.
@@ -39,31 +39,28 @@ const (
 	stepClaim
 )
 
-func answer(res idem.ClaimResult) claimStep { return claimStep{next: stepAnswer, result: res} }
+func answer(res idemstore.ClaimResult) claimStep { return claimStep{next: stepAnswer, result: res} }
 
-func answerLease(l *lease) claimStep { return answer(idem.ClaimResult{Lease: l}) }
+func answerLease(l *lease) claimStep { return answer(idemstore.ClaimResult{Lease: l}) }
 
-func answerRecord(rec *idem.Record) claimStep { return answer(idem.ClaimResult{Record: rec}) }
+func answerRecord(rec *idemstore.Record) claimStep { return answer(idemstore.ClaimResult{Record: rec}) }
 
 func readAgain() claimStep { return claimStep{next: stepReadAgain} }
 
-// Claim implements [idem.Store]. How each mode and isolation level claims
+// Claim implements [idemstore.Store]. How each mode and isolation level claims
 // a key, and in how many round trips, is told in the package documentation
 // (Round trips, Atomic mode, Two-phase mode).
 //
 // A key in flight whose row is not visible is answered with a Record whose
-// Status is idem.StatusInFlight and whose request hash is unknown.
-func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+// Status is idemstore.StatusInFlight and whose request hash is unknown.
+func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
+		return idemstore.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
 	}
-	if p.Mode != idem.ModeAtomic && p.Mode != idem.ModeTwoPhase {
-		return idem.ClaimResult{}, fmt.Errorf("idempg: claim: unknown mode %d", p.Mode)
-	}
-	if p.Speculative && p.Mode == idem.ModeAtomic && s.deferredClaims() {
+	if p.Speculative && !p.TwoPhase && s.deferredClaims() {
 		return s.claimDeferred(ctx, p)
 	}
-	if p.Mode == idem.ModeTwoPhase {
+	if p.TwoPhase {
 		// Most keys are new: try to insert first, and read the key only if
 		// that claimed nothing.
 		step, err := s.claimTwoPhaseNew(ctx, p)
@@ -78,15 +75,15 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 		}
 	}
 	// The key changed under every attempt: other requests are working on it.
-	return idem.ClaimResult{Record: inFlight(p.Scope)}, nil
+	return idemstore.ClaimResult{Record: inFlight(p.Scope)}, nil
 }
 
 // claimOnce reads the key and claims it if it may: a two-phase claim by
 // claimStarted; an atomic one by claimSession when it holds the key by a
 // session-level lock, otherwise by a read without a lock (readKey) and
 // then claimTx.
-func (s *Store) claimOnce(ctx context.Context, p idem.ClaimParams) (claimStep, error) {
-	if p.Mode == idem.ModeTwoPhase {
+func (s *Store) claimOnce(ctx context.Context, p idemstore.ClaimParams) (claimStep, error) {
+	if p.TwoPhase {
 		return s.claimStarted(ctx, p)
 	}
 	var (
@@ -105,10 +102,10 @@ func (s *Store) claimOnce(ctx context.Context, p idem.ClaimParams) (claimStep, e
 }
 
 // readKey reads the key of p's claim without a lock (probe). Its step
-// answers from the key unless p may have it (idem.ClaimParams.MayReplace),
+// answers from the key unless p may have it (idemstore.ClaimParams.MayReplace),
 // which the claim statement checks again; otherwise it asks for the claim
 // (stepClaim), with seen nil when there is no key.
-func (s *Store) readKey(ctx context.Context, p idem.ClaimParams) (claimStep, error) {
+func (s *Store) readKey(ctx context.Context, p idemstore.ClaimParams) (claimStep, error) {
 	rec, err := s.probe(ctx, p.Scope)
 	switch {
 	case err != nil:
@@ -121,8 +118,8 @@ func (s *Store) readKey(ctx context.Context, p idem.ClaimParams) (claimStep, err
 
 // inFlight is the answer for a key whose holder's transaction is open: its
 // request is not visible, so only the status is known.
-func inFlight(scope idem.Scope) *idem.Record {
-	return &idem.Record{Scope: scope, Status: idem.StatusInFlight}
+func inFlight(scope idemstore.Scope) *idemstore.Record {
+	return &idemstore.Record{Scope: scope, Status: idemstore.StatusInFlight}
 }
 
 // probe is the fast path: it reads a key on a pooled connection, nil when
@@ -131,7 +128,7 @@ func inFlight(scope idem.Scope) *idem.Record {
 // takes the lock. A read is safe to repeat, so one that failed because the
 // pooled connection had died while idle (the server restarted, say) is
 // tried once more on another.
-func (s *Store) probe(ctx context.Context, scope idem.Scope) (*idem.Record, error) {
+func (s *Store) probe(ctx context.Context, scope idemstore.Scope) (*idemstore.Record, error) {
 	for attempt := 0; ; attempt++ {
 		conn, err := s.acquire(ctx, "read key")
 		if err != nil {
@@ -153,7 +150,7 @@ func (s *Store) probe(ctx context.Context, scope idem.Scope) (*idem.Record, erro
 // replace it (seen is past retention) or take it over (seen's lease
 // expired), with lockTimeout as the transaction's lock_timeout from then
 // on. It returns whether the claim is a takeover.
-func claimStatement(b *pgx.Batch, p idem.ClaimParams, seen *idem.Record, lockTimeout string) (qq *pgx.QueuedQuery, takeover bool) {
+func claimStatement(b *pgx.Batch, p idemstore.ClaimParams, seen *idemstore.Record, lockTimeout string) (qq *pgx.QueuedQuery, takeover bool) {
 	lock := lockKey(p.Scope)
 	fields := p.RequestFields
 	if len(fields) == 0 {
@@ -163,7 +160,7 @@ func claimStatement(b *pgx.Batch, p idem.ClaimParams, seen *idem.Record, lockTim
 	case seen == nil:
 		return b.Queue(queryClaimInsert, lock, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
 			p.RequestHash, fields, p.Now, lockTimeout, leaseExpires(p)), false
-	case idem.Expired(seen.CreatedAt, p.Now, p.Retention):
+	case idemstore.Expired(seen.CreatedAt, p.Now, p.Retention):
 		return b.Queue(queryClaimReplace, lock, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
 			p.RequestHash, fields, p.Now, seen.Token, seen.CreatedAt, lockTimeout, leaseExpires(p)), false
 	default:
@@ -173,7 +170,7 @@ func claimStatement(b *pgx.Batch, p idem.ClaimParams, seen *idem.Record, lockTim
 
 // leaseExpires is the lease expiry that p's claim records: NULL when it
 // has none.
-func leaseExpires(p idem.ClaimParams) *time.Time {
+func leaseExpires(p idemstore.ClaimParams) *time.Time {
 	if t := p.LeaseExpires(); !t.IsZero() {
 		return &t
 	}
@@ -208,7 +205,7 @@ func (out claimRow) claimed() bool { return out.acquired && out.token != nil }
 // unclaimed is the step of a claim statement that claimed nothing: the key
 // is in flight if its lock was taken, else its row changed since it was
 // read, and Claim reads it again.
-func (out claimRow) unclaimed(p idem.ClaimParams) claimStep {
+func (out claimRow) unclaimed(p idemstore.ClaimParams) claimStep {
 	if !out.acquired {
 		return answerRecord(inFlight(p.Scope))
 	}
@@ -218,7 +215,7 @@ func (out claimRow) unclaimed(p idem.ClaimParams) claimStep {
 // sendClaimTx sends b, the transaction of a claim (claimTx, claimStarted),
 // on conn, and returns it. When the round trip fails, the transaction is
 // rolled back, and step, with ok false, is what Claim does next.
-func sendClaimTx(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, p idem.ClaimParams) (tx pgx.Tx, ok bool, step claimStep, err error) {
+func sendClaimTx(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, p idemstore.ClaimParams) (tx pgx.Tx, ok bool, step claimStep, err error) {
 	br := conn.SendBatch(ctx, b)
 	tx = br.Tx()
 	err = br.Close()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
@@ -61,7 +62,7 @@ func waitBlocked(t testing.TB, pool *pgxpool.Pool, pid uint32) {
 }
 
 // keyStatus returns the committed status of a key, "" when there is none.
-func keyStatus(t testing.TB, store *idempg.Store, scope idem.Scope) string {
+func keyStatus(t testing.TB, store *idempg.Store, scope idemstore.Scope) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -94,7 +95,7 @@ func TestCrashBetweenClaimAndCommit(t *testing.T) {
 			terminate(t, store, backendPID(t, ctx))
 
 			err := l.Complete(context.Background(), response(`{"holder":"crashed"}`))
-			if !errors.Is(err, idem.ErrUnavailable) {
+			if !errors.Is(err, idemstore.ErrUnavailable) {
 				t.Fatalf("Complete after the crash = %v; want an error wrapping ErrUnavailable", err)
 			}
 			if n := countRows(t, store, scope.Key); n != 0 {
@@ -104,7 +105,7 @@ func TestCrashBetweenClaimAndCommit(t *testing.T) {
 			now := epoch.Add(time.Second)
 			if mode == idem.ModeTwoPhase {
 				// The committed claim outlives the holder until its lease expires.
-				if rec := mustRecord(t, store, params(mode, scope, "a", now)); rec.Status != idem.StatusInFlight {
+				if rec := mustRecord(t, store, params(mode, scope, "a", now)); rec.Status != idemstore.StatusInFlight {
 					t.Fatalf("status within the lease = %q, want started", rec.Status)
 				}
 				now = epoch.Add(lockTimeout + time.Second)
@@ -262,7 +263,7 @@ func TestStaleHolderCannotCommitAfterTakeover(t *testing.T) {
 			}
 			staleComplete := func() {
 				err := stale.Complete(context.Background(), response(`{"holder":"stale"}`))
-				if !errors.Is(err, idem.ErrLeaseLost) {
+				if !errors.Is(err, idemstore.ErrLeaseLost) {
 					t.Errorf("stale holder's Complete = %v, want ErrLeaseLost", err)
 				}
 			}
@@ -333,7 +334,7 @@ func TestInFlightAnswerDoesNotWait(t *testing.T) {
 
 // holdKey claims scope's key in mode, writes a business row in the lease
 // and keeps the lease until the returned function completes it.
-func holdKey(t testing.TB, store *idempg.Store, mode idem.Mode, scope idem.Scope) (finish func()) {
+func holdKey(t testing.TB, store *idempg.Store, mode idem.Mode, scope idemstore.Scope) (finish func()) {
 	t.Helper()
 	l := mustLease(t, store, params(mode, scope, "a", epoch))
 	if err := write(l.Context(context.Background()), scope.Key); err != nil {
@@ -348,7 +349,7 @@ func holdKey(t testing.TB, store *idempg.Store, mode idem.Mode, scope idem.Scope
 
 // duplicateClaim claims scope's key while its holder keeps it and returns
 // what was wrong with the answer, or "" when it was "started".
-func duplicateClaim(store *idempg.Store, mode idem.Mode, scope idem.Scope) string {
+func duplicateClaim(store *idempg.Store, mode idem.Mode, scope idemstore.Scope) string {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	res, err := store.Claim(ctx, params(mode, scope, "a", epoch.Add(time.Second)))
@@ -358,7 +359,7 @@ func duplicateClaim(store *idempg.Store, mode idem.Mode, scope idem.Scope) strin
 	case res.Lease != nil:
 		res.Lease.Release(context.Background())
 		return "got a lease"
-	case res.Record.Status != idem.StatusInFlight:
+	case res.Record.Status != idemstore.StatusInFlight:
 		return "status " + string(res.Record.Status)
 	}
 	return ""
@@ -402,7 +403,7 @@ func TestClaimUnavailable(t *testing.T) {
 		start := time.Now()
 		_, err := store.Claim(context.Background(), params(idem.ModeAtomic, newScope("alice"), "b", epoch))
 		elapsed := time.Since(start)
-		if !errors.Is(err, idem.ErrUnavailable) {
+		if !errors.Is(err, idemstore.ErrUnavailable) {
 			t.Fatalf("Claim with no free connection = %v; want an error wrapping ErrUnavailable", err)
 		}
 		// A timer never fires early, so this bound holds on any machine; how
@@ -420,7 +421,7 @@ func TestClaimUnavailable(t *testing.T) {
 			t.Fatalf("New: %v", err)
 		}
 		_, err = store.Claim(context.Background(), params(idem.ModeAtomic, newScope("alice"), "a", epoch))
-		if !errors.Is(err, idem.ErrUnavailable) {
+		if !errors.Is(err, idemstore.ErrUnavailable) {
 			t.Errorf("Claim without a server = %v; want an error wrapping ErrUnavailable", err)
 		}
 	})
@@ -432,7 +433,7 @@ func TestClaimUnavailable(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
 		_, err := store.Claim(ctx, params(idem.ModeAtomic, newScope("alice"), "b", epoch))
-		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, idem.ErrUnavailable) {
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, idemstore.ErrUnavailable) {
 			t.Errorf("Claim whose context expired = %v; want the context's error, not ErrUnavailable", err)
 		}
 	})
@@ -450,7 +451,7 @@ func TestExpiredKeyReplacementKeepsFence(t *testing.T) {
 	if info := fresh.Info(); info.TakenOver || info.Token != 2 {
 		t.Errorf("replacement Info() = %+v, want token 2 (growing), not taken over", info)
 	}
-	if err := ancient.Complete(context.Background(), response(`{"holder":"ancient"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := ancient.Complete(context.Background(), response(`{"holder":"ancient"}`)); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Errorf("the replaced holder's Complete = %v, want ErrLeaseLost", err)
 	}
 	complete(t, fresh, `{"holder":"fresh"}`)
@@ -528,7 +529,7 @@ func TestClaimTx(t *testing.T) {
 		t.Cleanup(func() { tx.Rollback(context.Background()) })
 		return tx
 	}
-	claimTx := func(t *testing.T, tx pgx.Tx, p idem.ClaimParams) idem.ClaimResult {
+	claimTx := func(t *testing.T, tx pgx.Tx, p idemstore.ClaimParams) idemstore.ClaimResult {
 		t.Helper()
 		res, err := store.ClaimTx(context.Background(), tx, p)
 		if err != nil {
@@ -544,7 +545,7 @@ func TestClaimTx(t *testing.T) {
 	}
 	// claimAfterWork opens the caller's transaction, writes in it, claims
 	// the key there and writes through the lease.
-	claimAfterWork := func(t *testing.T, scope idem.Scope) (pgx.Tx, idem.Lease) {
+	claimAfterWork := func(t *testing.T, scope idemstore.Scope) (pgx.Tx, idemstore.Lease) {
 		t.Helper()
 		tx := begin(t)
 		callerWrite(t, tx, scope.Key+"-caller")
@@ -563,18 +564,18 @@ func TestClaimTx(t *testing.T) {
 		scope := newScope("alice")
 		tx, lease := claimAfterWork(t, scope)
 		// Until the caller commits, the key is in flight to everyone else.
-		if rec := mustRecord(t, store, params(idem.ModeAtomic, scope, "a", epoch)); rec.Status != idem.StatusInFlight {
+		if rec := mustRecord(t, store, params(idem.ModeAtomic, scope, "a", epoch)); rec.Status != idemstore.StatusInFlight {
 			t.Errorf("status seen outside before Complete = %q, want started", rec.Status)
 		}
 		complete(t, lease, `{"ok":true}`)
-		if rec := mustRecord(t, store, params(idem.ModeAtomic, scope, "a", epoch)); rec.Status != idem.StatusInFlight {
+		if rec := mustRecord(t, store, params(idem.ModeAtomic, scope, "a", epoch)); rec.Status != idemstore.StatusInFlight {
 			t.Errorf("status seen outside before the caller commits = %q, want started", rec.Status)
 		}
 		if err := tx.Commit(context.Background()); err != nil {
 			t.Fatalf("caller's Commit: %v", err)
 		}
 		rec := mustRecord(t, store, params(idem.ModeAtomic, scope, "a", epoch.Add(time.Second)))
-		if rec.Status != idem.StatusCompleted || string(rec.Response.Body) != `{"ok":true}` {
+		if rec.Status != idemstore.StatusCompleted || string(rec.Response.Body) != `{"ok":true}` {
 			t.Errorf("after the caller's commit: %q %q, want the completed response", rec.Status, rec.Response.Body)
 		}
 		if a, b := countRows(t, store, scope.Key+"-caller"), countRows(t, store, scope.Key); a != 1 || b != 1 {
@@ -609,7 +610,7 @@ func TestClaimTx(t *testing.T) {
 		complete(t, mustLease(t, store, params(idem.ModeAtomic, scope, "a", epoch)), `{"first":true}`)
 		tx := begin(t)
 		res := claimTx(t, tx, params(idem.ModeAtomic, scope, "a", epoch.Add(time.Second)))
-		if res.Record == nil || res.Record.Status != idem.StatusCompleted || string(res.Record.Response.Body) != `{"first":true}` {
+		if res.Record == nil || res.Record.Status != idemstore.StatusCompleted || string(res.Record.Response.Body) != `{"first":true}` {
 			t.Fatalf("ClaimTx of a completed key = %+v; want the completed record", res)
 		}
 		// The caller's transaction is still usable.
@@ -657,7 +658,7 @@ func TestConcurrentClaimsAcrossStores(t *testing.T) {
 			scope := newScope("alice")
 			const perStore = 8
 			start := make(chan struct{})
-			results := make(chan idem.ClaimResult, perStore*len(stores))
+			results := make(chan idemstore.ClaimResult, perStore*len(stores))
 			var wg sync.WaitGroup
 			for _, s := range stores {
 				for range perStore {
@@ -677,11 +678,11 @@ func TestConcurrentClaimsAcrossStores(t *testing.T) {
 			close(start)
 			wg.Wait()
 			close(results)
-			var owners []idem.Lease
+			var owners []idemstore.Lease
 			for res := range results {
 				if res.Lease != nil {
 					owners = append(owners, res.Lease)
-				} else if res.Record.Status != idem.StatusInFlight {
+				} else if res.Record.Status != idemstore.StatusInFlight {
 					t.Errorf("a losing claim saw status %q, want started", res.Record.Status)
 				}
 			}
@@ -720,7 +721,7 @@ func TestTwoPhaseClaimOfLockedRow(t *testing.T) {
 		t.Fatalf("delete: %v", err)
 	}
 	rec := mustRecord(t, store, params(idem.ModeTwoPhase, scope, "a", epoch.Add(time.Second)))
-	if rec.Status != idem.StatusCompleted || string(rec.Response.Body) != `{"id":"pay_1"}` {
+	if rec.Status != idemstore.StatusCompleted || string(rec.Response.Body) != `{"id":"pay_1"}` {
 		t.Errorf("record status %q, body %q; want the completed response", rec.Status, rec.Response.Body)
 	}
 }
@@ -737,7 +738,7 @@ func TestReleaseAfterFailedCompleteFreesTwoPhaseKey(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := l.Complete(cancelled, response("{}"))
-	if err == nil || errors.Is(err, idem.ErrLeaseLost) {
+	if err == nil || errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Fatalf("Complete with a cancelled context = %v, want a failure other than ErrLeaseLost", err)
 	}
 	if err := l.Release(context.Background()); err != nil {
@@ -777,21 +778,21 @@ func TestAtomicLeaseNeverKeepsItsLock(t *testing.T) {
 	tests := []struct {
 		name string
 		// end ends the lease; replay is whether the key is then completed.
-		end    func(t *testing.T, l idem.Lease, scope idem.Scope) (replay bool)
+		end    func(t *testing.T, l idemstore.Lease, scope idemstore.Scope) (replay bool)
 		writes int // business rows that must remain
 	}{
-		{"CompleteAfterWrite", func(t *testing.T, l idem.Lease, scope idem.Scope) bool {
+		{"CompleteAfterWrite", func(t *testing.T, l idemstore.Lease, scope idemstore.Scope) bool {
 			if err := write(l.Context(ctx), scope.Key); err != nil {
 				t.Fatalf("write: %v", err)
 			}
 			complete(t, l, "{}")
 			return true
 		}, 1},
-		{"CompleteWithoutTransaction", func(t *testing.T, l idem.Lease, scope idem.Scope) bool {
+		{"CompleteWithoutTransaction", func(t *testing.T, l idemstore.Lease, scope idemstore.Scope) bool {
 			complete(t, l, "{}")
 			return true
 		}, 0},
-		{"ReleaseAfterWrite", func(t *testing.T, l idem.Lease, scope idem.Scope) bool {
+		{"ReleaseAfterWrite", func(t *testing.T, l idemstore.Lease, scope idemstore.Scope) bool {
 			if err := write(l.Context(ctx), scope.Key); err != nil {
 				t.Fatalf("write: %v", err)
 			}
@@ -800,13 +801,13 @@ func TestAtomicLeaseNeverKeepsItsLock(t *testing.T) {
 			}
 			return false
 		}, 0},
-		{"ReleaseWithoutTransaction", func(t *testing.T, l idem.Lease, scope idem.Scope) bool {
+		{"ReleaseWithoutTransaction", func(t *testing.T, l idemstore.Lease, scope idemstore.Scope) bool {
 			if err := l.Release(ctx); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
 			return false
 		}, 0},
-		{"ReleaseAbortedTransaction", func(t *testing.T, l idem.Lease, scope idem.Scope) bool {
+		{"ReleaseAbortedTransaction", func(t *testing.T, l idemstore.Lease, scope idemstore.Scope) bool {
 			tx, err := idempg.TxFromContext(l.Context(ctx))
 			if err != nil {
 				t.Fatalf("TxFromContext: %v", err)
@@ -819,7 +820,7 @@ func TestAtomicLeaseNeverKeepsItsLock(t *testing.T) {
 			}
 			return false
 		}, 0},
-		{"CompleteFailsAtTheFence", func(t *testing.T, l idem.Lease, scope idem.Scope) bool {
+		{"CompleteFailsAtTheFence", func(t *testing.T, l idemstore.Lease, scope idemstore.Scope) bool {
 			if err := write(l.Context(ctx), scope.Key); err != nil {
 				t.Fatalf("write: %v", err)
 			}
@@ -832,12 +833,12 @@ VALUES ($1, $2, 'POST', '/v1/payments', $3, 'completed', 7, 201, '{}', '{}', $4,
 				scope.ClientID, scope.Key, hashOf("a"), epoch); err != nil {
 				t.Fatalf("insert the other holder's row: %v", err)
 			}
-			if err := l.Complete(ctx, response(`{"holder":"fenced"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+			if err := l.Complete(ctx, response(`{"holder":"fenced"}`)); !errors.Is(err, idemstore.ErrLeaseLost) {
 				t.Fatalf("Complete = %v, want an error wrapping ErrLeaseLost", err)
 			}
 			return true
 		}, 0},
-		{"CompleteAfterCancelledStatement", func(t *testing.T, l idem.Lease, scope idem.Scope) bool {
+		{"CompleteAfterCancelledStatement", func(t *testing.T, l idemstore.Lease, scope idemstore.Scope) bool {
 			hctx, cancel := context.WithCancel(l.Context(ctx))
 			tx, err := idempg.TxFromContext(hctx)
 			if err != nil {
@@ -879,7 +880,7 @@ VALUES ($1, $2, 'POST', '/v1/payments', $3, 'completed', 7, 201, '{}', '{}', $4,
 			// The next claim of the key runs on the same pooled connection.
 			res := claim(t, store, params(idem.ModeAtomic, scope, "a", epoch.Add(time.Second)))
 			switch {
-			case replay && (res.Record == nil || res.Record.Status != idem.StatusCompleted):
+			case replay && (res.Record == nil || res.Record.Status != idemstore.StatusCompleted):
 				t.Fatalf("next claim = %+v, want the completed record", res)
 			case !replay && res.Lease == nil:
 				t.Fatalf("next claim = %+v, want a lease: the key must be free", res)
@@ -961,7 +962,7 @@ func TestClaimBoundsRowLockWait(t *testing.T) {
 				t.Fatalf("lock the row: %v", err)
 			}
 			rec := mustRecord(t, store, params(mode, scope, "a", epoch.Add(time.Second)))
-			if rec.Status != idem.StatusInFlight {
+			if rec.Status != idemstore.StatusInFlight {
 				t.Errorf("claim of a locked key: status %q, want in flight", rec.Status)
 			}
 		})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
@@ -212,7 +213,7 @@ INSERT INTO shared VALUES (1, 0)`); err != nil {
 // completeSpeculatively claims scope's key speculatively at epoch, writes
 // its business row and completes it with body, as the middleware does for
 // a key's first request. It returns the claim's parameters.
-func completeSpeculatively(t *testing.T, store *idempg.Store, scope idem.Scope, body string) idem.ClaimParams {
+func completeSpeculatively(t *testing.T, store *idempg.Store, scope idemstore.Scope, body string) idemstore.ClaimParams {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -228,7 +229,7 @@ func completeSpeculatively(t *testing.T, store *idempg.Store, scope idem.Scope, 
 
 // TestDeferredClaimRefusal drives a speculative lease by hand: its first
 // statement, for a completed key, fails with ErrNotClaimed and an
-// idem.ExistsError and does not run, and so do the later ones; Complete and
+// idemstore.ExistsError and does not run, and so do the later ones; Complete and
 // Release return the ExistsError.
 func TestDeferredClaimRefusal(t *testing.T) {
 	t.Parallel()
@@ -243,16 +244,16 @@ func TestDeferredClaimRefusal(t *testing.T) {
 	lctx := l.Context(ctx)
 	for i := range 2 {
 		err := write(lctx, scope.Key)
-		var exists *idem.ExistsError
+		var exists *idemstore.ExistsError
 		if !errors.Is(err, idempg.ErrNotClaimed) || !errors.As(err, &exists) ||
-			exists.Record.Status != idem.StatusCompleted || string(exists.Record.Response.Body) != `{"first":true}` {
+			exists.Record.Status != idemstore.StatusCompleted || string(exists.Record.Response.Body) != `{"first":true}` {
 			t.Fatalf("statement %d: %v; want ErrNotClaimed with the completed key", i+1, err)
 		}
 	}
 	err := l.Complete(ctx, response(`{"second":true}`))
-	var exists *idem.ExistsError
-	if !errors.As(err, &exists) || !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("Complete: %v; want an idem.ExistsError", err)
+	var exists *idemstore.ExistsError
+	if !errors.As(err, &exists) || !errors.Is(err, idemstore.ErrLeaseLost) {
+		t.Fatalf("Complete: %v; want an idemstore.ExistsError", err)
 	}
 	if n := countRows(t, store, scope.Key); n != 1 {
 		t.Errorf("%d business rows, want 1", n)
@@ -306,12 +307,12 @@ func TestDeferredRefusalNeedsOneConnection(t *testing.T) {
 	p.Now = epoch.Add(time.Second)
 	l := mustLease(t, store, p)
 	err := write(l.Context(ctx), scope.Key)
-	var exists *idem.ExistsError
-	if !errors.As(err, &exists) || exists.Record.Status != idem.StatusCompleted || string(exists.Record.Response.Body) != `{"first":true}` {
+	var exists *idemstore.ExistsError
+	if !errors.As(err, &exists) || exists.Record.Status != idemstore.StatusCompleted || string(exists.Record.Response.Body) != `{"first":true}` {
 		t.Fatalf("replay: %v; want ErrNotClaimed with the completed key", err)
 	}
 	if err := l.Release(ctx); !errors.As(err, &exists) {
-		t.Fatalf("Release: %v; want the idem.ExistsError", err)
+		t.Fatalf("Release: %v; want the idemstore.ExistsError", err)
 	}
 	if n := countRows(t, store, scope.Key); n != 1 {
 		t.Errorf("%d business rows, want 1", n)
@@ -406,12 +407,12 @@ func TestClaimKey(t *testing.T) {
 		t.Fatalf("ClaimKey of a new key: %v", err)
 	}
 	dup := mustLease(t, store, p)
-	var exists *idem.ExistsError
-	if err := idempg.ClaimKey(dup.Context(ctx)); !errors.Is(err, idempg.ErrNotClaimed) || !errors.As(err, &exists) || exists.Record.Status != idem.StatusInFlight {
+	var exists *idemstore.ExistsError
+	if err := idempg.ClaimKey(dup.Context(ctx)); !errors.Is(err, idempg.ErrNotClaimed) || !errors.As(err, &exists) || exists.Record.Status != idemstore.StatusInFlight {
 		t.Errorf("ClaimKey of a key held: %v; want ErrNotClaimed with a key in flight", err)
 	}
 	if err := dup.Release(ctx); !errors.As(err, &exists) {
-		t.Errorf("Release of the refused duplicate: %v; want an idem.ExistsError", err)
+		t.Errorf("Release of the refused duplicate: %v; want an idemstore.ExistsError", err)
 	}
 	if err := write(holder.Context(ctx), scope.Key); err != nil {
 		t.Fatalf("the holder's write: %v", err)
@@ -419,11 +420,11 @@ func TestClaimKey(t *testing.T) {
 	complete(t, holder, `{"done":true}`)
 
 	retry := mustLease(t, store, p)
-	if err := idempg.ClaimKey(retry.Context(ctx)); !errors.As(err, &exists) || exists.Record.Status != idem.StatusCompleted {
+	if err := idempg.ClaimKey(retry.Context(ctx)); !errors.As(err, &exists) || exists.Record.Status != idemstore.StatusCompleted {
 		t.Errorf("ClaimKey of a completed key: %v; want ErrNotClaimed with the completed key", err)
 	}
 	if err := retry.Release(ctx); !errors.As(err, &exists) {
-		t.Errorf("Release of the refused retry: %v; want an idem.ExistsError", err)
+		t.Errorf("Release of the refused retry: %v; want an idemstore.ExistsError", err)
 	}
 	if n := countRows(t, store, scope.Key); n != 1 {
 		t.Errorf("%d business rows, want 1", n)

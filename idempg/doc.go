@@ -1,4 +1,4 @@
-// Package idempg is an idem.Store in PostgreSQL, on a pgx v5 pool.
+// Package idempg is an idemstore.Store in PostgreSQL, on a pgx v5 pool.
 //
 // The key table, idempotency_keys, lives in the application's own database,
 // so that a handler's business writes and the stored response commit in one
@@ -29,7 +29,7 @@
 //
 // The middleware's atomic claim at READ COMMITTED (the default) is
 // deferred (lease_deferred.go): it asks for it with
-// idem.ClaimParams.Speculative, and Claim takes a pooled connection and
+// idemstore.ClaimParams.Speculative, and Claim takes a pooled connection and
 // returns a lease without any round trip.
 // The claim goes out in front of the handler's first statement, in one
 // round trip with one Sync: idem_claim_guard (migrations 004 and 005),
@@ -45,7 +45,7 @@
 // clean. The handler's statement never ran, so it never waited on a row the
 // holder locked; it fails with an error wrapping [ErrNotClaimed], and so
 // does every later one. Complete and Release then return an error wrapping
-// an *idem.ExistsError that carries the key, and the middleware answers
+// an *idemstore.ExistsError that carries the key, and the middleware answers
 // from it: the replay, 409 or 422, never the handler's own response. A key
 // in flight needs nothing more for its 409; a key that exists is read on
 // the same connection, a second round trip, so that a new key, the common
@@ -145,8 +145,8 @@
 // for the key appeared meanwhile, stored by a request that did not take the
 // lock, the insert fails on the unique key and everything rolls back: the
 // unique key stays the final fence. Complete then returns an error wrapping
-// an *idem.CompletedError that carries the stored row, from which the
-// middleware answers (the replay, or 422); it wraps idem.ErrLeaseLost.
+// an *idemstore.CompletedError that carries the stored row, from which the
+// middleware answers (the replay, or 422); it wraps idemstore.ErrLeaseLost.
 //
 // The connection never goes back to the pool holding a lock: Release and a
 // failed Complete roll back and unlock in one round trip, and close the
@@ -195,20 +195,20 @@
 // (UPDATE ... SET lease_token = lease_token + 1 WHERE lease_token = $old).
 // The holder it was taken from, if it is only slow and not dead, can no
 // longer commit: its fenced update matches no row, its business writes roll
-// back, and Complete returns an error wrapping idem.ErrLeaseLost. A key that
+// back, and Complete returns an error wrapping idemstore.ErrLeaseLost. A key that
 // outlived retention is replaced in place by the next claim; its token grows
 // too, so that no earlier holder can ever complete it.
 //
 // # Conflicts, errors and timeouts
 //
 // With Config.IsoLevel set to serializable, or with handlers that can
-// deadlock, the lease implements idem.ConflictReporter: a statement of the
+// deadlock, the lease implements idemstore.ConflictReporter: a statement of the
 // handler's transaction, or its commit, that failed with SQLSTATE 40001 or
 // 40P01 makes the middleware release the key and run the request again.
 //
 // Waiting for a pool connection is bounded by Config.AcquireTimeout; after
 // it, and on any connection failure, calls fail with an error wrapping
-// idem.ErrUnavailable, which the middleware answers with 503 and
+// idemstore.ErrUnavailable, which the middleware answers with 503 and
 // Retry-After, without running the handler. A cancelled context returns the
 // context's error. Nothing above the store sees pgx types, except the
 // pgx.Tx of TxFromContext.

@@ -5,9 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/idemkit/idem"
 )
 
 // Errors of the package.
@@ -16,7 +15,7 @@ var (
 	// lease of this package.
 	ErrNoTx = errors.New("idempg: no idempotency transaction in context")
 
-	// ErrLeaseEnded is [idem.ErrLeaseEnded]: a lease of this package has
+	// ErrLeaseEnded is [idemstore.ErrLeaseEnded]: a lease of this package has
 	// ended: Release,
 	// or Complete with a response, was called, whatever it returned. It is
 	// returned by:
@@ -27,18 +26,18 @@ var (
 	//   - the lease's Complete, wrapped, when the lease has ended; the key
 	//     stays as the call that ended it left it.
 	//   - the lease's Release, wrapped, when the lease has ended, with the
-	//     one exception that the idem.Lease contract names: after a
+	//     one exception that the idemstore.Lease contract names: after a
 	//     two-phase Complete that failed other than by losing the lease
-	//     (idem.ErrLeaseLost), Release deletes the committed claim and
+	//     (idemstore.ErrLeaseLost), Release deletes the committed claim and
 	//     returns nil, or the error of that delete.
-	ErrLeaseEnded = idem.ErrLeaseEnded
+	ErrLeaseEnded = idemstore.ErrLeaseEnded
 
 	// ErrNotClaimed is returned, wrapped, by the first statement sent
 	// through the transaction of a speculative atomic lease (see
-	// idem.ClaimParams.Speculative), and by every later one, when the claim
+	// idemstore.ClaimParams.Speculative), and by every later one, when the claim
 	// that went out with it found the key held by another request or
 	// completed: the statement did not run. The error also wraps an
-	// *idem.ExistsError with the key, which the lease's Complete and
+	// *idemstore.ExistsError with the key, which the lease's Complete and
 	// Release return as well; the middleware answers from it, never with
 	// the handler's response.
 	ErrNotClaimed = errors.New("idempg: the key is held or completed by another request; the statement did not run")
@@ -116,18 +115,18 @@ func commitOutcomeUnknown(err error) bool {
 // errOutcomeUnknown wraps err, from a round trip that carried a COMMIT, for
 // op: the commit may or may not have happened.
 func errOutcomeUnknown(op string, err error) error {
-	return fmt.Errorf("idempg: %s: %w (%w): %v", op, idem.ErrOutcomeUnknown, idem.ErrUnavailable, err)
+	return fmt.Errorf("idempg: %s: %w (%w): %v", op, idemstore.ErrOutcomeUnknown, idemstore.ErrUnavailable, err)
 }
 
 // wrapErr translates an error of a database call made for op. Cancellation
 // or expiry of ctx returns ctx's error; errors that mean the database cannot
-// be used now wrap idem.ErrUnavailable; the rest are wrapped as they are.
+// be used now wrap idemstore.ErrUnavailable; the rest are wrapped as they are.
 func wrapErr(ctx context.Context, op string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("idempg: %s: %w", op, ctxErr)
 	}
 	if isUnavailable(err) {
-		return fmt.Errorf("idempg: %s: %w: %w", op, idem.ErrUnavailable, err)
+		return fmt.Errorf("idempg: %s: %w: %w", op, idemstore.ErrUnavailable, err)
 	}
 	return fmt.Errorf("idempg: %s: %w", op, err)
 }

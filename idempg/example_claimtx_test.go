@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // errRetryLater means another consumer holds the message's key.
@@ -48,11 +49,11 @@ func ExampleStore_ClaimTx() {
 			return err // a body that cannot be fingerprinted: dead-letter the message
 		}
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			res, err := store.ClaimTx(ctx, tx, idem.ClaimParams{
-				Scope:  idem.Scope{ClientID: msg.Sender, Key: msg.Key},
+			res, err := store.ClaimTx(ctx, tx, idemstore.ClaimParams{
+				Scope:  idemstore.Scope{ClientID: msg.Sender, Key: msg.Key},
 				Method: "CONSUME", Path: "/queues/payments",
 				RequestHash: fp.Hash, RequestFields: fp.Fields,
-				Mode: idem.ModeAtomic, Now: time.Now(),
+				Now:         time.Now(),
 				LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
 			})
 			switch {
@@ -60,7 +61,7 @@ func ExampleStore_ClaimTx() {
 				return err
 			case res.Record != nil && !bytes.Equal(res.Record.RequestHash, fp.Hash):
 				return errors.New("the key was first used with another message") // dead-letter it
-			case res.Record != nil && res.Record.Status == idem.StatusCompleted:
+			case res.Record != nil && res.Record.Status == idemstore.StatusCompleted:
 				return nil // applied before: acknowledge it
 			case res.Record != nil:
 				return errRetryLater
@@ -75,7 +76,7 @@ func ExampleStore_ClaimTx() {
 				res.Lease.Release(ctx) // so does the rollback of tx
 				return err
 			}
-			return res.Lease.Complete(ctx, &idem.Response{StatusCode: http.StatusOK})
+			return res.Lease.Complete(ctx, &idemstore.Response{StatusCode: http.StatusOK})
 		})
 	}
 	if err := apply(ctx, message{Sender: "billing", Key: "invoice-42", Body: []byte(`{"amount":4200}`)}); err != nil {

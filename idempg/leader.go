@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/idemkit/idem"
 )
 
-var _ idem.PurgeStore = (*Store)(nil)
+var _ idemstore.PurgeStore = (*Store)(nil)
 
-// LockPurge implements [idem.PurgeStore] with a PostgreSQL advisory lock,
+// LockPurge implements [idemstore.PurgeStore] with a PostgreSQL advisory lock,
 // one per database: one instance at a time purges, whatever the number of
 // processes sharing the database.
 //
@@ -27,9 +26,9 @@ var _ idem.PurgeStore = (*Store)(nil)
 // With [Config.TransactionPooling] there are no sessions to hold a lock
 // across transactions: the lock is then taken by each batch for its own
 // transaction, and a batch that finds it held fails with
-// idem.ErrPurgeLockLost, so that batches of two instances never overlap;
+// idemstore.ErrPurgeLockLost, so that batches of two instances never overlap;
 // LockPurge only checks that the lock is free at that moment.
-func (s *Store) LockPurge(ctx context.Context) (idem.PurgeLock, error) {
+func (s *Store) LockPurge(ctx context.Context) (idemstore.PurgeLock, error) {
 	if s.cfg.TransactionPooling {
 		// Only a probe: the lock is taken again by each batch.
 		var free bool
@@ -40,7 +39,7 @@ func (s *Store) LockPurge(ctx context.Context) (idem.PurgeLock, error) {
 			return nil, wrapErr(ctx, "purge lock", err)
 		}
 		if !free {
-			return nil, fmt.Errorf("idempg: %w", idem.ErrPurgeLocked)
+			return nil, fmt.Errorf("idempg: %w", idemstore.ErrPurgeLocked)
 		}
 		return &xactPurgeLock{store: s}, nil
 	}
@@ -57,7 +56,7 @@ func (s *Store) LockPurge(ctx context.Context) (idem.PurgeLock, error) {
 	}
 	if !ok {
 		conn.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("idempg: %w", idem.ErrPurgeLocked)
+		return nil, fmt.Errorf("idempg: %w", idemstore.ErrPurgeLocked)
 	}
 	return &sessionPurgeLock{conn: conn}, nil
 }
@@ -69,8 +68,8 @@ type sessionPurgeLock struct {
 	from purgeCursor
 }
 
-// PurgeBatch implements [idem.PurgeLock].
-func (l *sessionPurgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (int64, error) {
+// PurgeBatch implements [idemstore.PurgeLock].
+func (l *sessionPurgeLock) PurgeBatch(ctx context.Context, p idemstore.PurgeParams) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("idempg: purge: %w", err)
 	}
@@ -78,7 +77,7 @@ func (l *sessionPurgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.conn == nil || l.conn.IsClosed() {
-		return 0, fmt.Errorf("idempg: purge: %w", idem.ErrPurgeLockLost)
+		return 0, fmt.Errorf("idempg: purge: %w", idemstore.ErrPurgeLockLost)
 	}
 	// Each batch is one statement in a transaction of its own, so a
 	// failed one leaves nothing behind.
@@ -89,12 +88,12 @@ func (l *sessionPurgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (
 	}
 	if err != nil && l.conn.IsClosed() {
 		// The session ended, and the lock with it.
-		return 0, fmt.Errorf("idempg: purge: %w: %w", idem.ErrPurgeLockLost, err)
+		return 0, fmt.Errorf("idempg: purge: %w: %w", idemstore.ErrPurgeLockLost, err)
 	}
 	return n, err
 }
 
-// Unlock implements [idem.PurgeLock]: closing the session frees the lock.
+// Unlock implements [idemstore.PurgeLock]: closing the session frees the lock.
 func (l *sessionPurgeLock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -120,8 +119,8 @@ type xactPurgeLock struct {
 	from  purgeCursor
 }
 
-// PurgeBatch implements [idem.PurgeLock].
-func (l *xactPurgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (int64, error) {
+// PurgeBatch implements [idemstore.PurgeLock].
+func (l *xactPurgeLock) PurgeBatch(ctx context.Context, p idemstore.PurgeParams) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("idempg: purge: %w", err)
 	}
@@ -135,13 +134,13 @@ func (l *xactPurgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (int
 			return err
 		}
 		if !ok {
-			return idem.ErrPurgeLockLost
+			return idemstore.ErrPurgeLockLost
 		}
 		var err error
 		n, err = l.from.batch(ctx, tx, p, queryPurgeBatch)
 		return err
 	})
-	if errors.Is(err, idem.ErrPurgeLockLost) {
+	if errors.Is(err, idemstore.ErrPurgeLockLost) {
 		return 0, fmt.Errorf("idempg: purge: another instance holds the purge lock: %w", err)
 	}
 	if err != nil {
@@ -150,7 +149,7 @@ func (l *xactPurgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (int
 	return n, nil
 }
 
-// Unlock implements [idem.PurgeLock]; the lock ended with each batch.
+// Unlock implements [idemstore.PurgeLock]; the lock ended with each batch.
 func (l *xactPurgeLock) Unlock(context.Context) error { return nil }
 
 // LocksEachBatch reports that the lock is taken by each batch, not held

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // TestPurgeLockSkipsLockedRows: a batch of the purge lock deletes the old
@@ -41,7 +42,7 @@ func TestPurgeLockSkipsLockedRows(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LockPurge: %v", err)
 	}
-	if _, err := store.LockPurge(ctx); !errors.Is(err, idem.ErrPurgeLocked) {
+	if _, err := store.LockPurge(ctx); !errors.Is(err, idemstore.ErrPurgeLocked) {
 		t.Fatalf("second LockPurge: %v; want ErrPurgeLocked", err)
 	}
 	p := idempg.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: 100}
@@ -62,7 +63,7 @@ func TestPurgeLockSkipsLockedRows(t *testing.T) {
 	if err := lock.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock: %v", err)
 	}
-	if _, err := lock.PurgeBatch(ctx, p); !errors.Is(err, idem.ErrPurgeLockLost) {
+	if _, err := lock.PurgeBatch(ctx, p); !errors.Is(err, idemstore.ErrPurgeLockLost) {
 		t.Errorf("PurgeBatch after Unlock: %v; want ErrPurgeLockLost", err)
 	}
 	again, err := store.LockPurge(ctx)
@@ -90,7 +91,7 @@ WHERE locktype = 'advisory' AND classid = 1768187245 AND objsubid = 2
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lock.PurgeBatch(ctx, idempg.PurgeParams{Before: epoch}); !errors.Is(err, idem.ErrPurgeLockLost) {
+	if _, err := lock.PurgeBatch(ctx, idempg.PurgeParams{Before: epoch}); !errors.Is(err, idemstore.ErrPurgeLockLost) {
 		t.Errorf("PurgeBatch after the session ended: %v; want ErrPurgeLockLost", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -100,7 +101,7 @@ WHERE locktype = 'advisory' AND classid = 1768187245 AND objsubid = 2
 			other.Unlock(ctx)
 			break
 		}
-		if !errors.Is(err, idem.ErrPurgeLocked) || time.Now().After(deadline) {
+		if !errors.Is(err, idemstore.ErrPurgeLocked) || time.Now().After(deadline) {
 			t.Fatalf("LockPurge after the holder's session ended: %v", err)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/record"
 )
 
@@ -34,16 +34,16 @@ import (
 type holder interface {
 	// complete stores resp, with its header encoded as header (see
 	// lease.header), and ends the lease's transaction.
-	complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idem.Response, header []byte) error
+	complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idemstore.Response, header []byte) error
 	// end rolls back the lease's transaction, which undoes an atomic claim
 	// and the handler's writes, and gives back its connection.
 	end(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx) error
 	// release is Release: it frees the key, after end unless the lease had
 	// already ended.
 	release(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, ended bool) error
-	// recovery and checkpoint are the lease's idem.RecoveryLease.
-	recovery(ctx context.Context, l *lease) (idem.Recovery, error)
-	checkpoint(ctx context.Context, l *lease, r idem.Recovery) error
+	// recovery and checkpoint are the lease's idemstore.RecoveryLease.
+	recovery(ctx context.Context, l *lease) (idemstore.Recovery, error)
+	checkpoint(ctx context.Context, l *lease, r idemstore.Recovery) error
 }
 
 // atomicLease is what the four atomic holders share: the claim is in the
@@ -58,25 +58,25 @@ func (atomicLease) release(ctx context.Context, l *lease, conn *pgxpool.Conn, tx
 	return l.h.end(ctx, l, conn, tx) // the claim was in what end rolls back
 }
 
-func (atomicLease) recovery(context.Context, *lease) (idem.Recovery, error) {
-	return idem.Recovery{}, fmt.Errorf("idempg: read recovery point: %w", idem.ErrNoRecovery)
+func (atomicLease) recovery(context.Context, *lease) (idemstore.Recovery, error) {
+	return idemstore.Recovery{}, fmt.Errorf("idempg: read recovery point: %w", idemstore.ErrNoRecovery)
 }
 
-func (atomicLease) checkpoint(context.Context, *lease, idem.Recovery) error {
-	return fmt.Errorf("idempg: checkpoint: %w", idem.ErrNoRecovery)
+func (atomicLease) checkpoint(context.Context, *lease, idemstore.Recovery) error {
+	return fmt.Errorf("idempg: checkpoint: %w", idemstore.ErrNoRecovery)
 }
 
 var (
-	_ idem.ConflictReporter = (*lease)(nil)
-	_ idem.RecoveryLease    = (*lease)(nil)
+	_ idemstore.ConflictReporter = (*lease)(nil)
+	_ idemstore.RecoveryLease    = (*lease)(nil)
 )
 
 // lease is the ownership of a key.
 type lease struct {
 	store     *Store
-	scope     idem.Scope
+	scope     idemstore.Scope
 	h         holder
-	info      idem.LeaseInfo
+	info      idemstore.LeaseInfo
 	claimedAt time.Time // the claim's Now, on the middleware's clock
 	start     time.Time // when the claim returned, for completed_at
 	tx        *leaseTx
@@ -87,7 +87,7 @@ type lease struct {
 
 // newLease makes the lease for a claim of p that holds the key by h, with
 // conn and tx, when not nil, as the lease's transaction (see leaseTx).
-func (s *Store) newLease(p idem.ClaimParams, info idem.LeaseInfo, h holder, conn *pgxpool.Conn, tx pgx.Tx) *lease {
+func (s *Store) newLease(p idemstore.ClaimParams, info idemstore.LeaseInfo, h holder, conn *pgxpool.Conn, tx pgx.Tx) *lease {
 	l := &lease{
 		store:     s,
 		scope:     p.Scope,
@@ -112,9 +112,9 @@ func (l *lease) Context(ctx context.Context) context.Context {
 	return context.WithValue(ctx, txKey{}, l.tx)
 }
 
-func (l *lease) Info() idem.LeaseInfo { return l.info }
+func (l *lease) Info() idemstore.LeaseInfo { return l.info }
 
-// Conflicted implements [idem.ConflictReporter]: it reports whether a
+// Conflicted implements [idemstore.ConflictReporter]: it reports whether a
 // statement of the handler's transaction, or its commit, failed with a
 // serialization failure (40001) or a deadlock (40P01).
 func (l *lease) Conflicted() bool { return l.tx.conflicted.Load() }
@@ -124,15 +124,15 @@ func (l *lease) completedAt() time.Time {
 	return l.claimedAt.Add(time.Since(l.start))
 }
 
-// Complete implements [idem.Lease]. Besides the errors that idem.Lease
+// Complete implements [idemstore.Lease]. Besides the errors that idemstore.Lease
 // names, it returns an error wrapping [ErrLeaseEnded] when the lease was
 // already completed or released; the key is then left as that call left
 // it.
-func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
+func (l *lease) Complete(ctx context.Context, resp *idemstore.Response) (err error) {
 	defer func() {
 		// A two-phase claim is committed: a Release after this failure
-		// frees it (see idem.Lease).
-		if err != nil && !errors.Is(err, idem.ErrLeaseLost) && !errors.Is(err, ErrLeaseEnded) {
+		// frees it (see idemstore.Lease).
+		if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) && !errors.Is(err, ErrLeaseEnded) {
 			l.completeFailed = true
 		}
 	}()
@@ -151,7 +151,7 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 	return l.h.complete(ctx, l, conn, tx, resp, header)
 }
 
-// Release implements [idem.Lease]. It returns an error wrapping
+// Release implements [idemstore.Lease]. It returns an error wrapping
 // [ErrLeaseEnded] when the lease was already completed or released, except
 // after a two-phase Complete that failed other than by losing the lease:
 // that Release deletes the committed claim.
@@ -160,20 +160,20 @@ func (l *lease) Release(ctx context.Context) error {
 	return l.h.release(ctx, l, conn, tx, ended)
 }
 
-// Recovery implements [idem.RecoveryLease]. Only two-phase leases keep
+// Recovery implements [idemstore.RecoveryLease]. Only two-phase leases keep
 // recovery points (lease_started.go).
-func (l *lease) Recovery(ctx context.Context) (idem.Recovery, error) {
+func (l *lease) Recovery(ctx context.Context) (idemstore.Recovery, error) {
 	return l.h.recovery(ctx, l)
 }
 
-// Checkpoint implements [idem.RecoveryLease]. Only two-phase leases keep
+// Checkpoint implements [idemstore.RecoveryLease]. Only two-phase leases keep
 // recovery points (lease_started.go).
-func (l *lease) Checkpoint(ctx context.Context, r idem.Recovery) error {
+func (l *lease) Checkpoint(ctx context.Context, r idemstore.Recovery) error {
 	return l.h.checkpoint(ctx, l, r)
 }
 
 // body is resp's body as stored: never NULL.
-func body(resp *idem.Response) []byte {
+func body(resp *idemstore.Response) []byte {
 	if resp.Body == nil {
 		return []byte{}
 	}
@@ -286,23 +286,23 @@ func (l *lease) completeError(ctx context.Context, err error, inserts bool) erro
 		// did not take the lock completed it.
 		return l.completedByAnother(ctx)
 	case pgCode(err) == codeLeaseLost:
-		return fmt.Errorf("idempg: complete key (token %d): %w", l.info.Token, idem.ErrLeaseLost)
+		return fmt.Errorf("idempg: complete key (token %d): %w", l.info.Token, idemstore.ErrLeaseLost)
 	}
 	return wrapErr(ctx, "complete key", err)
 }
 
 // completedByAnother reads the row that refused the lease's own and returns
-// it in an idem.CompletedError, for the caller to answer from. A row that
+// it in an idemstore.CompletedError, for the caller to answer from. A row that
 // is not completed (a two-phase claim in flight) is a lost lease.
 func (l *lease) completedByAnother(ctx context.Context) error {
 	rec, err := l.store.probe(ctx, l.scope)
 	switch {
 	case err != nil:
 		return fmt.Errorf("idempg: complete key: another request stored the key first: %w", err)
-	case rec != nil && rec.Status == idem.StatusCompleted:
-		return fmt.Errorf("idempg: complete key (token %d): %w", l.info.Token, &idem.CompletedError{Record: rec})
+	case rec != nil && rec.Status == idemstore.StatusCompleted:
+		return fmt.Errorf("idempg: complete key (token %d): %w", l.info.Token, &idemstore.CompletedError{Record: rec})
 	}
-	return fmt.Errorf("idempg: complete key (token %d): %w", l.info.Token, idem.ErrLeaseLost)
+	return fmt.Errorf("idempg: complete key (token %d): %w", l.info.Token, idemstore.ErrLeaseLost)
 }
 
 // pendingRow is the key row that an atomic lease whose claim wrote no row
@@ -313,7 +313,7 @@ type pendingRow struct {
 }
 
 // newPendingRow is the row that p's claim inserts on Complete.
-func newPendingRow(p idem.ClaimParams) pendingRow {
+func newPendingRow(p idemstore.ClaimParams) pendingRow {
 	fields := p.RequestFields
 	if len(fields) == 0 {
 		fields = nil
@@ -323,7 +323,7 @@ func newPendingRow(p idem.ClaimParams) pendingRow {
 
 // insertNew returns queryInsertCompletedNew, which inserts the row with
 // token and resp, for a key that had no row.
-func (r pendingRow) insertNew(l *lease, token int64, resp *idem.Response, header []byte) (string, []any) {
+func (r pendingRow) insertNew(l *lease, token int64, resp *idemstore.Response, header []byte) (string, []any) {
 	return queryInsertCompletedNew, []any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, r.fields,
 		token, resp.StatusCode, header, body(resp), l.claimedAt, l.completedAt()}
 }

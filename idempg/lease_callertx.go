@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // callerTx holds a key claimed by [Store.ClaimTx]: a started row, at ctid,
@@ -24,7 +24,7 @@ type callerTx struct {
 
 // ClaimTx claims a key inside tx, a transaction of the caller's, for work
 // that must commit in the caller's transaction. The claim is atomic:
-// p.Mode must be idem.ModeAtomic.
+// p.TwoPhase must be false.
 //
 // ClaimTx opens a savepoint in tx for the lease. The lease's Context carries
 // that savepoint for [TxFromContext]; Complete stores the response in it and
@@ -37,15 +37,15 @@ type callerTx struct {
 // SERIALIZABLE snapshot may miss a key committed after it was taken; the
 // claim then fails with the serialization error and the caller must run its
 // transaction again.
-func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
+		return idemstore.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
 	}
 	if tx == nil {
-		return idem.ClaimResult{}, errors.New("idempg: ClaimTx needs a transaction")
+		return idemstore.ClaimResult{}, errors.New("idempg: ClaimTx needs a transaction")
 	}
-	if p.Mode != idem.ModeAtomic {
-		return idem.ClaimResult{}, fmt.Errorf("idempg: ClaimTx claims atomically; got mode %s", p.Mode)
+	if p.TwoPhase {
+		return idemstore.ClaimResult{}, errors.New("idempg: ClaimTx claims atomically; got a two-phase claim")
 	}
 	for range claimAttempts {
 		step, err := s.claimInCallerTx(ctx, tx, p)
@@ -53,11 +53,11 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (ide
 			return step.result, err
 		}
 	}
-	return idem.ClaimResult{Record: inFlight(p.Scope)}, nil
+	return idemstore.ClaimResult{Record: inFlight(p.Scope)}, nil
 }
 
 // claimInCallerTx is one attempt of ClaimTx, in a savepoint of tx.
-func (s *Store) claimInCallerTx(ctx context.Context, tx pgx.Tx, p idem.ClaimParams) (claimStep, error) {
+func (s *Store) claimInCallerTx(ctx context.Context, tx pgx.Tx, p idemstore.ClaimParams) (claimStep, error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return claimStep{}, wrapErr(ctx, "claim: savepoint", err)
@@ -91,13 +91,13 @@ func (s *Store) claimInCallerTx(ctx context.Context, tx pgx.Tx, p idem.ClaimPara
 		return out.unclaimed(p), nil
 	}
 	keep = true
-	info := idem.LeaseInfo{Token: *out.token, CreatedAt: createdOf(out)}
+	info := idemstore.LeaseInfo{Token: *out.token, CreatedAt: createdOf(out)}
 	return answerLease(s.newLease(p, info, &callerTx{ctid: out.ctid}, nil, sp)), nil
 }
 
 // complete sends the fenced update of the started row, at ctid, in the
 // lease's savepoint (sp) and releases the savepoint; the caller commits.
-func (h *callerTx) complete(ctx context.Context, l *lease, _ *pgxpool.Conn, sp pgx.Tx, resp *idem.Response, header []byte) error {
+func (h *callerTx) complete(ctx context.Context, l *lease, _ *pgxpool.Conn, sp pgx.Tx, resp *idemstore.Response, header []byte) error {
 	_, err := sp.Exec(ctx, queryCompleteOwnKey,
 		l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body(resp), l.completedAt(), h.ctid)
 	if err == nil {

@@ -3,11 +3,10 @@ package idempg
 import (
 	"context"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/idemkit/idem"
 )
 
 // claimTx holds a key by the claim's transaction, left open for the
@@ -26,7 +25,7 @@ type claimTx struct {
 // none), and stays open for the handler, with its lock_timeout back to
 // what it was. Its step asks Claim to start over when the key changed since
 // seen was read.
-func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Record) (claimStep, error) {
+func (s *Store) claimTx(ctx context.Context, p idemstore.ClaimParams, seen *idemstore.Record) (claimStep, error) {
 	conn, err := s.acquire(ctx, "claim")
 	if err != nil {
 		return claimStep{}, err
@@ -51,13 +50,13 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams, seen *idem.Reco
 		}
 		return out.unclaimed(p), nil
 	}
-	info := idem.LeaseInfo{Token: *out.token, TakenOver: takeover, CreatedAt: createdOf(out)}
+	info := idemstore.LeaseInfo{Token: *out.token, TakenOver: takeover, CreatedAt: createdOf(out)}
 	return answerLease(s.newLease(p, info, &claimTx{ctid: out.ctid}, conn, tx)), nil
 }
 
 // complete updates the lease's started row, at ctid, and commits, in one
 // round trip (commitUpdate).
-func (h *claimTx) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idem.Response, header []byte) error {
+func (h *claimTx) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idemstore.Response, header []byte) error {
 	return l.commitUpdate(ctx, conn, tx, queryCompleteOwnKey,
 		l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body(resp), l.completedAt(), h.ctid)
 }

@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/idemkit/idem"
 )
 
 // SQLSTATE codes raised by idem_claim_guard (migrations 004 and 005).
@@ -18,7 +17,7 @@ const (
 )
 
 // deferredClaims reports whether a speculative atomic claim
-// (idem.ClaimParams.Speculative) is deferred to the lease's first round
+// (idemstore.ClaimParams.Speculative) is deferred to the lease's first round
 // trip: at READ COMMITTED, where each statement of the claim's round trip
 // takes a snapshot of its own. The claim holds the key by a
 // transaction-scoped lock, so it suits poolers in transaction mode too.
@@ -53,13 +52,13 @@ const (
 type deferredClaim struct {
 	atomicLease
 	store  *Store
-	scope  idem.Scope
+	scope  idemstore.Scope
 	lock   int64
 	cutoff *time.Time // keys created at or before it are past retention; nil for none
 	row    pendingRow // what Complete inserts
 
 	state   claimState
-	refusal error // wraps ErrNotClaimed and an *idem.ExistsError, once refused
+	refusal error // wraps ErrNotClaimed and an *idemstore.ExistsError, once refused
 	// stale reports that the guard found the key's row past retention,
 	// which Complete replaces; false when it found no row.
 	stale bool
@@ -69,10 +68,10 @@ type deferredClaim struct {
 // pooled connection, on which the claim goes out with the lease
 // transaction's first statement (leaseTx.begin), or with Complete or
 // Release if the handler sends none. No round trip is made here.
-func (s *Store) claimDeferred(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *Store) claimDeferred(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	conn, err := s.acquire(ctx, "claim")
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return idemstore.ClaimResult{}, err
 	}
 	dc := &deferredClaim{store: s, scope: p.Scope, lock: lockKey(p.Scope), row: newPendingRow(p)}
 	if p.Retention > 0 {
@@ -81,9 +80,9 @@ func (s *Store) claimDeferred(ctx context.Context, p idem.ClaimParams) (idem.Cla
 		c := p.Now.Add(-p.Retention).Truncate(time.Microsecond)
 		dc.cutoff = &c
 	}
-	l := s.newLease(p, idem.LeaseInfo{Token: 1}, dc, conn, nil)
+	l := s.newLease(p, idemstore.LeaseInfo{Token: 1}, dc, conn, nil)
 	l.tx.claim = dc
-	return idem.ClaimResult{Lease: l}, nil
+	return idemstore.ClaimResult{Lease: l}, nil
 }
 
 // pending reports whether the claim of dc, if any, is still to be sent.
@@ -132,7 +131,7 @@ func (dc *deferredClaim) settle(ctx context.Context, conn *pgxpool.Conn, err err
 		if rerr != nil {
 			dc.refusal = fmt.Errorf("%w; reading the key failed: %w", ErrNotClaimed, rerr)
 		} else {
-			dc.refusal = fmt.Errorf("%w: %w", ErrNotClaimed, &idem.ExistsError{Record: rec})
+			dc.refusal = fmt.Errorf("%w: %w", ErrNotClaimed, &idemstore.ExistsError{Record: rec})
 		}
 		return dc.refusal
 	case inTx:
@@ -146,12 +145,12 @@ func (dc *deferredClaim) settle(ctx context.Context, conn *pgxpool.Conn, err err
 // second round trip, which the claim's own round trip does not carry so
 // that a new key, the common case, does not pay for a read it never uses.
 // conn is idle again: the refusal rolled its round trip back.
-func (dc *deferredClaim) existing(ctx context.Context, conn *pgxpool.Conn, code string) (*idem.Record, error) {
+func (dc *deferredClaim) existing(ctx context.Context, conn *pgxpool.Conn, code string) (*idemstore.Record, error) {
 	if code == codeKeyInFlight {
 		return inFlight(dc.scope), nil
 	}
 	var (
-		rec *idem.Record
+		rec *idemstore.Record
 		err error
 	)
 	if conn.Conn().IsClosed() {
@@ -191,7 +190,7 @@ func (dc *deferredClaim) checkFree(ctx context.Context, conn *pgxpool.Conn) erro
 // complete inserts the completed row and commits, in one round trip
 // (commitRound), which carries the claim in front if it is still pending.
 // A claim that was refused stores nothing and returns its refusal.
-func (dc *deferredClaim) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idem.Response, header []byte) error {
+func (dc *deferredClaim) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idemstore.Response, header []byte) error {
 	if dc.state == claimRefused {
 		conn.Release()
 		return dc.refusal

@@ -4,10 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/idemkit/idem"
 )
 
 // sessionLock holds a key by its session-level advisory lock, on the
@@ -46,7 +45,7 @@ func (s *Store) sessionClaims() bool {
 // Its step answers with a lease or a record, or, for a key past retention
 // that the statement's clock and the middleware's disagree on at the
 // boundary, asks Claim to replace it the way of claimTx.
-func (s *Store) claimSession(ctx context.Context, p idem.ClaimParams) (claimStep, error) {
+func (s *Store) claimSession(ctx context.Context, p idemstore.ClaimParams) (claimStep, error) {
 	lock := lockKey(p.Scope)
 	var cutoff *time.Time // keys created at or before it are past retention
 	if p.Retention > 0 {
@@ -63,7 +62,7 @@ func (s *Store) claimSession(ctx context.Context, p idem.ClaimParams) (claimStep
 		// key look new. querySessionRecheck, in the same round trip, reads
 		// again with a snapshot taken after the lock.
 		var (
-			rec             *idem.Record
+			rec             *idemstore.Record
 			locked, current bool
 		)
 		b := &pgx.Batch{}
@@ -102,7 +101,7 @@ func (s *Store) claimSession(ctx context.Context, p idem.ClaimParams) (claimStep
 				token = rec.Token + 1
 				h.replaceToken, h.replaceCreated = rec.Token, rec.CreatedAt
 			}
-			return answerLease(s.newLease(p, idem.LeaseInfo{Token: token}, h, conn, nil)), nil
+			return answerLease(s.newLease(p, idemstore.LeaseInfo{Token: token}, h, conn, nil)), nil
 		case locked: // the clocks disagree at the retention boundary
 			_ = endSession(ctx, conn, lock) // on failure it closes the connection, which unlocks
 			return answerRecord(rec), nil
@@ -130,7 +129,7 @@ func (s *Store) sessionClaimQuery() string {
 // that the claim saw, commits and unlocks, in one round trip (commitRound).
 // If a request that did not take the lock stored the key meanwhile, the
 // insert fails on the unique key, and Complete answers from that row.
-func (h *sessionLock) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idem.Response, header []byte) error {
+func (h *sessionLock) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idemstore.Response, header []byte) error {
 	lock := lockKey(l.scope)
 	query, args := h.row.insertNew(l, l.info.Token, resp, header)
 	if h.replaceToken >= 0 {

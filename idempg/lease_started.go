@@ -7,10 +7,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/idemkit/idem"
 )
 
 // startedRow holds a key by a committed started row with the lease's token:
@@ -25,13 +24,13 @@ type startedRow struct {
 	// anew after it was deleted starts again at token 1.
 	created time.Time
 	// point is the key's recovery point, once read or saved.
-	point *idem.Recovery
+	point *idemstore.Recovery
 }
 
 // newStartedLease makes the lease of a started row that a claim of p
 // committed, as out tells.
-func (s *Store) newStartedLease(p idem.ClaimParams, out claimRow, takeover bool) *lease {
-	info := idem.LeaseInfo{Token: *out.token, TakenOver: takeover, CreatedAt: *out.created}
+func (s *Store) newStartedLease(p idemstore.ClaimParams, out claimRow, takeover bool) *lease {
+	info := idemstore.LeaseInfo{Token: *out.token, TakenOver: takeover, CreatedAt: *out.created}
 	return s.newLease(p, info, &startedRow{created: *out.created}, nil, nil)
 }
 
@@ -44,7 +43,7 @@ func (s *Store) newStartedLease(p idem.ClaimParams, out claimRow, takeover bool)
 // whenever it claimed nothing: the key exists, its lock is taken, a row
 // lock held it past ClaimLockTimeout, or the pooled connection turned out
 // to be dead (it died while idle).
-func (s *Store) claimTwoPhaseNew(ctx context.Context, p idem.ClaimParams) (claimStep, error) {
+func (s *Store) claimTwoPhaseNew(ctx context.Context, p idemstore.ClaimParams) (claimStep, error) {
 	conn, err := s.acquire(ctx, "claim")
 	if err != nil {
 		return claimStep{}, err
@@ -71,7 +70,7 @@ func (s *Store) claimTwoPhaseNew(ctx context.Context, p idem.ClaimParams) (claim
 // it (past retention) or takes it over (its lease expired: the token grows
 // by one), and commits. Its step asks Claim to start over when the key
 // changed since it was read.
-func (s *Store) claimStarted(ctx context.Context, p idem.ClaimParams) (claimStep, error) {
+func (s *Store) claimStarted(ctx context.Context, p idemstore.ClaimParams) (claimStep, error) {
 	step, err := s.readKey(ctx, p)
 	if err != nil || step.next != stepClaim {
 		return step, err
@@ -101,7 +100,7 @@ func (s *Store) claimStarted(ctx context.Context, p idem.ClaimParams) (claimStep
 // the handler's transaction and commits, in one round trip (commitUpdate);
 // a handler whose transaction never began gets one in that round trip. A
 // lease taken over since matches no row, and its writes roll back.
-func (h *startedRow) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idem.Response, header []byte) error {
+func (h *startedRow) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idemstore.Response, header []byte) error {
 	return l.commitUpdate(ctx, conn, tx, queryCompleteKey,
 		l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body(resp), l.completedAt(), h.created)
 }
@@ -144,27 +143,27 @@ func (h *startedRow) deleteClaim(ctx context.Context, l *lease) error {
 // recovery is the lease's Recovery. A key that this lease claimed new has
 // no recovery point, and it answers without a round trip; a key it took
 // over is read once.
-func (h *startedRow) recovery(ctx context.Context, l *lease) (idem.Recovery, error) {
+func (h *startedRow) recovery(ctx context.Context, l *lease) (idemstore.Recovery, error) {
 	if l.tx.ended.Load() {
-		return idem.Recovery{}, fmt.Errorf("idempg: read recovery point: %w", ErrLeaseEnded)
+		return idemstore.Recovery{}, fmt.Errorf("idempg: read recovery point: %w", ErrLeaseEnded)
 	}
 	if h.point == nil && !l.info.TakenOver {
-		h.point = &idem.Recovery{Point: idem.RecoveryStarted}
+		h.point = &idemstore.Recovery{Point: idemstore.RecoveryStarted}
 	}
 	if h.point == nil {
 		r, err := h.loadRecovery(ctx, l)
 		if err != nil {
-			return idem.Recovery{}, err
+			return idemstore.Recovery{}, err
 		}
 		h.point = &r
 	}
-	return idem.Recovery{Point: h.point.Point, State: h.point.State.Clone()}, nil
+	return h.point.Clone(), nil
 }
 
-func (h *startedRow) loadRecovery(ctx context.Context, l *lease) (idem.Recovery, error) {
+func (h *startedRow) loadRecovery(ctx context.Context, l *lease) (idemstore.Recovery, error) {
 	conn, err := l.store.acquire(ctx, "read recovery point")
 	if err != nil {
-		return idem.Recovery{}, err
+		return idemstore.Recovery{}, err
 	}
 	defer conn.Release()
 	var (
@@ -174,9 +173,9 @@ func (h *startedRow) loadRecovery(ctx context.Context, l *lease) (idem.Recovery,
 	err = conn.QueryRow(ctx, queryLoadRecovery, l.scope.ClientID, l.scope.Key, l.info.Token, h.created).Scan(&point, &state)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return idem.Recovery{}, fmt.Errorf("idempg: read recovery point (token %d): %w", l.info.Token, idem.ErrLeaseLost)
+		return idemstore.Recovery{}, fmt.Errorf("idempg: read recovery point (token %d): %w", l.info.Token, idemstore.ErrLeaseLost)
 	case err != nil:
-		return idem.Recovery{}, wrapErr(ctx, "read recovery point", err)
+		return idemstore.Recovery{}, wrapErr(ctx, "read recovery point", err)
 	}
 	return decodeRecovery(point, state)
 }
@@ -186,7 +185,7 @@ func (h *startedRow) loadRecovery(ctx context.Context, l *lease) (idem.Recovery,
 // transaction (begun in the same round trip if the phase wrote nothing),
 // and gives the connection back; the next TxFromContext begins a new
 // transaction.
-func (h *startedRow) checkpoint(ctx context.Context, l *lease, r idem.Recovery) error {
+func (h *startedRow) checkpoint(ctx context.Context, l *lease, r idemstore.Recovery) error {
 	var state []byte
 	if len(r.State) > 0 {
 		var err error
@@ -201,7 +200,8 @@ func (h *startedRow) checkpoint(ctx context.Context, l *lease, r idem.Recovery) 
 	if err := h.commitPhase(ctx, l, conn, tx, r.Point, state); err != nil {
 		return err
 	}
-	h.point = &idem.Recovery{Point: r.Point, State: r.State.Clone()}
+	c := r.Clone()
+	h.point = &c
 	return nil
 }
 
@@ -227,7 +227,7 @@ func (h *startedRow) commitPhase(ctx context.Context, l *lease, conn *pgxpool.Co
 	rollback(ctx, tx)
 	conn.Release()
 	if pgCode(err) == codeLeaseLost {
-		return fmt.Errorf("idempg: checkpoint %q (token %d): %w", point, l.info.Token, idem.ErrLeaseLost)
+		return fmt.Errorf("idempg: checkpoint %q (token %d): %w", point, l.info.Token, idemstore.ErrLeaseLost)
 	}
 	return wrapErr(ctx, "checkpoint", err)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // TestEndedLeaseReturnsErrLeaseEnded ends a lease of every kind, by
@@ -22,19 +23,19 @@ func TestEndedLeaseReturnsErrLeaseEnded(t *testing.T) {
 		name  string
 		store *idempg.Store
 		// claim returns a lease of the kind on store.
-		claim func(t *testing.T, ctx context.Context, p idem.ClaimParams) idem.Lease
+		claim func(t *testing.T, ctx context.Context, p idemstore.ClaimParams) idemstore.Lease
 	}{
-		{"SessionLock", session, func(t *testing.T, _ context.Context, p idem.ClaimParams) idem.Lease {
+		{"SessionLock", session, func(t *testing.T, _ context.Context, p idemstore.ClaimParams) idemstore.Lease {
 			return mustLease(t, session, p)
 		}},
-		{"ClaimTransaction", pooled, func(t *testing.T, _ context.Context, p idem.ClaimParams) idem.Lease {
+		{"ClaimTransaction", pooled, func(t *testing.T, _ context.Context, p idemstore.ClaimParams) idemstore.Lease {
 			return mustLease(t, pooled, p)
 		}},
-		{"StartedRow", session, func(t *testing.T, _ context.Context, p idem.ClaimParams) idem.Lease {
-			p.Mode = idem.ModeTwoPhase
+		{"StartedRow", session, func(t *testing.T, _ context.Context, p idemstore.ClaimParams) idemstore.Lease {
+			p.TwoPhase = true
 			return mustLease(t, session, p)
 		}},
-		{"CallerTransaction", session, func(t *testing.T, ctx context.Context, p idem.ClaimParams) idem.Lease {
+		{"CallerTransaction", session, func(t *testing.T, ctx context.Context, p idemstore.ClaimParams) idemstore.Lease {
 			tx, err := session.Pool().Begin(ctx)
 			if err != nil {
 				t.Fatalf("begin: %v", err)
@@ -49,10 +50,10 @@ func TestEndedLeaseReturnsErrLeaseEnded(t *testing.T) {
 	}
 	ends := []struct {
 		name string
-		end  func(ctx context.Context, l idem.Lease) error
+		end  func(ctx context.Context, l idemstore.Lease) error
 	}{
-		{"Complete", func(ctx context.Context, l idem.Lease) error { return l.Complete(ctx, response("{}")) }},
-		{"Release", func(ctx context.Context, l idem.Lease) error { return l.Release(ctx) }},
+		{"Complete", func(ctx context.Context, l idemstore.Lease) error { return l.Complete(ctx, response("{}")) }},
+		{"Release", func(ctx context.Context, l idemstore.Lease) error { return l.Release(ctx) }},
 	}
 	for _, kind := range kinds {
 		for _, end := range ends {

@@ -6,15 +6,14 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/idemkit/idem"
 )
 
 // Defaults and bounds of [Store.Purge].
 const (
 	// PurgeBatchSizeDefault is the default of [PurgeParams.BatchSize].
-	PurgeBatchSizeDefault = idem.PurgeBatchSizeDefault
+	PurgeBatchSizeDefault = idemstore.PurgeBatchSizeDefault
 
 	// purgeBatchTimeout bounds each batch's statement.
 	purgeBatchTimeout = 30 * time.Second
@@ -27,14 +26,14 @@ const (
 	purgePause = 10 * time.Millisecond
 )
 
-// PurgeParams are the inputs of [Store.Purge]; see [idem.PurgeParams].
-type PurgeParams = idem.PurgeParams
+// PurgeParams are the inputs of [Store.Purge]; see [idemstore.PurgeParams].
+type PurgeParams = idemstore.PurgeParams
 
 // Purge deletes keys created before p.Before, in batches. Each batch is one
 // short DELETE statement of its own, under a timeout, followed by a short
 // jittered pause; rows that a request in flight holds are skipped, never
 // waited for. It returns the number of keys deleted, also when it fails
-// part way. A p that [idem.PurgeParams.Validate] refuses is an error and
+// part way. A p that [idemstore.PurgeParams.Validate] refuses is an error and
 // deletes nothing.
 func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if err := p.Validate(); err != nil {

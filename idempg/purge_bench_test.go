@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
@@ -86,7 +87,7 @@ FROM generate_series(1, $1) AS i`, keys, epoch); err != nil {
 						default:
 						}
 						t0 := time.Now()
-						scope := idem.Scope{ClientID: "live", Key: fmt.Sprint("live-", seq.Add(1))}
+						scope := idemstore.Scope{ClientID: "live", Key: fmt.Sprint("live-", seq.Add(1))}
 						res, err := store.Claim(ctx, params(idem.ModeAtomic, scope, "a", now))
 						if err != nil || res.Lease == nil {
 							b.Errorf("Claim: lease %v, err %v", res.Lease != nil, err)

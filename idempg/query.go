@@ -100,7 +100,7 @@ WHERE client_id = $1 AND idempotency_key = $2`
 	// whether the lock was taken, and the new row's token and ctid (NULL
 	// when nothing was inserted). The guard CTE is evaluated once, before
 	// the insert reads it. Its last parameter, as that of the two claim
-	// statements below, is the lease's expiry (idem.ClaimParams.LeaseExpires).
+	// statements below, is the lease's expiry (idemstore.ClaimParams.LeaseExpires).
 	queryClaimInsert = `WITH guard AS (
     SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired, set_config('lock_timeout', $9::text, true)
 ), claimed AS (

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
@@ -124,7 +125,7 @@ func TestSessionClaimSeesKeyCompletedBeforeItsLock(t *testing.T) {
 
 	holder := mustLease(t, store, p)
 	type claimed struct {
-		res idem.ClaimResult
+		res idemstore.ClaimResult
 		err error
 	}
 	dup := make(chan claimed, 1)
@@ -148,7 +149,7 @@ func TestSessionClaimSeesKeyCompletedBeforeItsLock(t *testing.T) {
 		t.Fatal("the duplicate got a lease for a key that was completed: its handler would run again")
 	}
 	rec := got.res.Record
-	if rec == nil || rec.Status != idem.StatusCompleted || rec.Response == nil || string(rec.Response.Body) != `{"first":true}` {
+	if rec == nil || rec.Status != idemstore.StatusCompleted || rec.Response == nil || string(rec.Response.Body) != `{"first":true}` {
 		t.Fatalf("duplicate answered with %+v, want the completed key", rec)
 	}
 	waitNoAdvisoryLocks(t, store)
@@ -160,7 +161,7 @@ func TestSessionClaimSeesKeyCompletedBeforeItsLock(t *testing.T) {
 // TestCompleteAfterAnotherCompletedAnswersFromStoredRow stores a completed
 // row for a key while an atomic lease holds it by its lock alone, as a
 // request that did not take the lock would: the lease's Complete must roll
-// back its writes and return the stored row in an idem.CompletedError, not
+// back its writes and return the stored row in an idemstore.CompletedError, not
 // a bare lost lease that the middleware answers "taken over".
 func TestCompleteAfterAnotherCompletedAnswersFromStoredRow(t *testing.T) {
 	t.Parallel()
@@ -184,15 +185,15 @@ VALUES ($1, $2, 'POST', '/v1/payments', $3, 'completed', 1, 201, '{}', '{"other"
 	}
 
 	err = l.Complete(ctx, response(`{"mine":true}`))
-	var done *idem.CompletedError
+	var done *idemstore.CompletedError
 	if !errors.As(err, &done) {
-		t.Fatalf("Complete = %v, want an idem.CompletedError", err)
+		t.Fatalf("Complete = %v, want an idemstore.CompletedError", err)
 	}
-	if !errors.Is(err, idem.ErrLeaseLost) {
-		t.Errorf("Complete = %v, want it to wrap idem.ErrLeaseLost too", err)
+	if !errors.Is(err, idemstore.ErrLeaseLost) {
+		t.Errorf("Complete = %v, want it to wrap idemstore.ErrLeaseLost too", err)
 	}
 	rec := done.Record
-	if rec == nil || rec.Status != idem.StatusCompleted || rec.Response == nil ||
+	if rec == nil || rec.Status != idemstore.StatusCompleted || rec.Response == nil ||
 		rec.Response.StatusCode != http.StatusCreated || string(rec.Response.Body) != `{"other":true}` {
 		t.Fatalf("CompletedError.Record = %+v, want the other request's row", rec)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/record"
 )
 
@@ -19,7 +19,7 @@ type queryRower interface {
 
 // loadKey reads a key through q, without its lock; rec is nil when there
 // is none.
-func loadKey(ctx context.Context, q queryRower, scope idem.Scope) (*idem.Record, error) {
+func loadKey(ctx context.Context, q queryRower, scope idemstore.Scope) (*idemstore.Record, error) {
 	rec, _, err := scanKey(q.QueryRow(ctx, queryLoadKey, scope.ClientID, scope.Key), scope)
 	return rec, err
 }
@@ -27,7 +27,7 @@ func loadKey(ctx context.Context, q queryRower, scope idem.Scope) (*idem.Record,
 // scanKey scans a row of querySessionClaim or queryLoadKey; rec is nil
 // when there is no key. locked is the first column: whether
 // querySessionClaim took the key's lock (true for queryLoadKey).
-func scanKey(row pgx.Row, scope idem.Scope) (rec *idem.Record, locked bool, err error) {
+func scanKey(row pgx.Row, scope idemstore.Scope) (rec *idemstore.Record, locked bool, err error) {
 	var (
 		method, path, status *string
 		hash, fields         []byte
@@ -49,10 +49,10 @@ func scanKey(row pgx.Row, scope idem.Scope) (rec *idem.Record, locked bool, err 
 	if method == nil { // the probe's outer join found no key
 		return nil, locked, nil
 	}
-	rec = &idem.Record{
+	rec = &idemstore.Record{
 		Scope: scope, Method: *method, Path: *path,
 		RequestHash: hash, RequestFields: fields,
-		Status: idem.Status(*status), Token: *token, CreatedAt: createdAt.UTC(),
+		Status: idemstore.Status(*status), Token: *token, CreatedAt: createdAt.UTC(),
 	}
 	if lockedAt != nil {
 		rec.LockedAt = lockedAt.UTC()
@@ -60,7 +60,7 @@ func scanKey(row pgx.Row, scope idem.Scope) (rec *idem.Record, locked bool, err 
 			rec.LeaseExpires = leaseExpires.UTC()
 		}
 	}
-	if rec.Status == idem.StatusCompleted {
+	if rec.Status == idemstore.StatusCompleted {
 		code := 0
 		if respStatus != nil {
 			code = int(*respStatus)

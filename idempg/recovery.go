@@ -12,11 +12,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 var (
-	_ idem.RecoveryStore = (*Store)(nil)
-	_ idem.Leader        = (*Store)(nil)
+	_ idemstore.RecoveryStore = (*Store)(nil)
+	_ idem.Leader             = (*Store)(nil)
 )
 
 // Statements of recovery points (migration 003).
@@ -74,24 +75,24 @@ LIMIT $3`
 )
 
 // decodeRecovery makes a Recovery of the columns.
-func decodeRecovery(point *string, state []byte) (idem.Recovery, error) {
+func decodeRecovery(point *string, state []byte) (idemstore.Recovery, error) {
 	if point == nil {
-		return idem.Recovery{Point: idem.RecoveryStarted}, nil
+		return idemstore.Recovery{Point: idemstore.RecoveryStarted}, nil
 	}
-	r := idem.Recovery{Point: *point}
+	r := idemstore.Recovery{Point: *point}
 	if len(state) > 0 {
 		if err := json.Unmarshal(state, &r.State); err != nil {
-			return idem.Recovery{}, fmt.Errorf("idempg: decode recovery state: %w", err)
+			return idemstore.Recovery{}, fmt.Errorf("idempg: decode recovery state: %w", err)
 		}
 	}
 	return r, nil
 }
 
-// Unfinished implements [idem.RecoveryStore], for the completer: the keys
+// Unfinished implements [idemstore.RecoveryStore], for the completer: the keys
 // past a recovery point through the partial index of migration 003, and,
 // for p.Started, the keys that passed none within p's bounded range of
 // creation times.
-func (s *Store) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*idem.Record, error) {
+func (s *Store) Unfinished(ctx context.Context, p idemstore.UnfinishedParams) ([]*idemstore.Record, error) {
 	var cutoff *time.Time
 	if p.Retention > 0 {
 		c := p.Now.Add(-p.Retention)
@@ -120,19 +121,19 @@ func (s *Store) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*ide
 		return nil, err
 	}
 	out = append(out, started...)
-	slices.SortStableFunc(out, func(a, b *idem.Record) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	slices.SortStableFunc(out, func(a, b *idemstore.Record) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out[:min(len(out), p.Limit)], nil
 }
 
 // listUnfinished runs one of the completer's listings.
-func listUnfinished(ctx context.Context, conn *pgxpool.Conn, query string, args ...any) ([]*idem.Record, error) {
+func listUnfinished(ctx context.Context, conn *pgxpool.Conn, query string, args ...any) ([]*idemstore.Record, error) {
 	rows, err := conn.Query(ctx, query, args...)
 	if err != nil {
 		return nil, wrapErr(ctx, "list unfinished keys", err)
 	}
-	var out []*idem.Record
+	var out []*idemstore.Record
 	for rows.Next() {
-		rec := &idem.Record{Status: idem.StatusInFlight}
+		rec := &idemstore.Record{Status: idemstore.StatusInFlight}
 		var lockedAt *time.Time
 		if err := rows.Scan(&rec.Scope.ClientID, &rec.Scope.Key, &rec.Method, &rec.Path, &rec.RequestHash,
 			&rec.RequestFields, &rec.Token, &rec.CreatedAt, &lockedAt); err != nil {

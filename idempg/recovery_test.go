@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
@@ -71,7 +72,7 @@ func paymentPhases(proc *fakeProcessor) idem.Phases {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusCreated)
 			fmt.Fprintf(w, `{"payment":%q,"charge":%q}`, st["payment"], st["charge_id"])
-			return idem.RecoveryFinished, nil
+			return idemstore.RecoveryFinished, nil
 		},
 	}
 }
@@ -79,7 +80,7 @@ func paymentPhases(proc *fakeProcessor) idem.Phases {
 // createPaymentPhases is the first phase: a pending payment row.
 func createPaymentPhases(proc *fakeProcessor) idem.Phases {
 	ph := paymentPhases(proc)
-	ph[idem.RecoveryStarted] = func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+	ph[idemstore.RecoveryStarted] = func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
 		scope, _ := idem.ScopeFromContext(ctx)
 		if err := write(ctx, scope.Key+"-pending"); err != nil {
 			return "", err
@@ -97,8 +98,8 @@ func TestPhasesResumeAfterALostAnswer(t *testing.T) {
 	proc.lose = 1
 	var firstPhase atomic.Int64
 	ph := createPaymentPhases(proc)
-	started := ph[idem.RecoveryStarted]
-	ph[idem.RecoveryStarted] = func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+	started := ph[idemstore.RecoveryStarted]
+	ph[idemstore.RecoveryStarted] = func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
 		firstPhase.Add(1)
 		return started(ctx, w, st)
 	}
@@ -141,13 +142,13 @@ func TestCheckpointEndsTheTransactionOfThePhase(t *testing.T) {
 	store := setup(t, nil)
 	ctx := context.Background()
 	scope := newScope("alice")
-	l := mustLease(t, store, params(idem.ModeTwoPhase, scope, "a", epoch)).(idem.RecoveryLease)
+	l := mustLease(t, store, params(idem.ModeTwoPhase, scope, "a", epoch)).(idemstore.RecoveryLease)
 	lctx := l.Context(ctx)
 	before, err := idempg.TxFromContext(lctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Checkpoint(ctx, idem.Recovery{Point: "one"}); err != nil {
+	if err := l.Checkpoint(ctx, idemstore.Recovery{Point: "one"}); err != nil {
 		t.Fatalf("Checkpoint: %v", err)
 	}
 	if _, err := before.Exec(ctx, `INSERT INTO business (value) VALUES ($1)`, scope.Key+"-stale"); err == nil {
@@ -182,15 +183,15 @@ func TestCompleterOnTwoInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	scope := newScope("alice")
-	p := idem.ClaimParams{
+	p := idemstore.ClaimParams{
 		Scope: scope, Method: http.MethodPost, Path: "/", RequestHash: fp.Hash, RequestFields: fp.Fields,
-		Mode: idem.ModeTwoPhase, Now: epoch, LockTimeout: lockTimeout, Retention: retention,
+		TwoPhase: true, Now: epoch, LockTimeout: lockTimeout, Retention: retention,
 	}
-	l := mustLease(t, a, p).(idem.RecoveryLease)
+	l := mustLease(t, a, p).(idemstore.RecoveryLease)
 	if err := write(l.Context(ctx), scope.Key+"-pending"); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Checkpoint(ctx, idem.Recovery{Point: "payment_created", State: idem.State{"payment": scope.Key}}); err != nil {
+	if err := l.Checkpoint(ctx, idemstore.Recovery{Point: "payment_created", State: idem.State{"payment": scope.Key}}); err != nil {
 		t.Fatal(err)
 	}
 	// The process dies here, holding the lease.
@@ -239,7 +240,7 @@ func TestCompleterOnTwoInstances(t *testing.T) {
 		t.Errorf("client's return = %d %s (replayed %v); want the completer's 201", got.status, got.body, got.replayed)
 	}
 	// The dead holder wakes up: fenced out.
-	if err := l.Complete(ctx, response(`{}`)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := l.Complete(ctx, response(`{}`)); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Errorf("stale holder's Complete = %v; want ErrLeaseLost", err)
 	}
 }

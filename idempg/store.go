@@ -9,10 +9,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/idemkit/idem"
 )
 
 // Defaults of [Config].
@@ -28,7 +27,7 @@ type Config struct {
 	// AcquireTimeout bounds the wait for a connection from the pool, in
 	// Claim, in the first TxFromContext of a two-phase handler, and in
 	// Release. When it passes, the call fails with an error wrapping
-	// idem.ErrUnavailable, which the middleware answers with 503. Defaults
+	// idemstore.ErrUnavailable, which the middleware answers with 503. Defaults
 	// to AcquireTimeoutDefault (2 s).
 	AcquireTimeout time.Duration
 
@@ -45,7 +44,7 @@ type Config struct {
 	// handlers: the claim's transaction in idem.ModeAtomic, the handler's in
 	// idem.ModeTwoPhase. With pgx.Serializable or pgx.RepeatableRead a
 	// handler's transaction may fail with a serialization failure, which
-	// the lease reports through idem.ConflictReporter so that the middleware
+	// the lease reports through idemstore.ConflictReporter so that the middleware
 	// runs the request again. Defaults to "", the server's
 	// default_transaction_isolation (read committed unless configured).
 	IsoLevel pgx.TxIsoLevel
@@ -97,9 +96,9 @@ func (c *Config) validate() error {
 	return nil
 }
 
-var _ idem.Store = (*Store)(nil)
+var _ idemstore.Store = (*Store)(nil)
 
-// Store is an [idem.Store] in PostgreSQL. The key table lives in the
+// Store is an [idemstore.Store] in PostgreSQL. The key table lives in the
 // application's database, so a handler's business writes and the stored
 // response commit in one transaction; take it with [TxFromContext].
 //
@@ -160,7 +159,7 @@ func (s *Store) acquire(ctx context.Context, op string) (*pgxpool.Conn, error) {
 	conn, err := s.pool.Acquire(actx)
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("idempg: %s: no connection within %s: %w", op, s.cfg.AcquireTimeout, idem.ErrUnavailable)
+			return nil, fmt.Errorf("idempg: %s: no connection within %s: %w", op, s.cfg.AcquireTimeout, idemstore.ErrUnavailable)
 		}
 		return nil, wrapErr(ctx, op, err)
 	}
@@ -171,7 +170,7 @@ func (s *Store) acquire(ctx context.Context, op string) (*pgxpool.Conn, error) {
 // digest of the client and the key, length-prefixed so that no two scopes
 // share an encoding. Distinct scopes collide with probability 2^-64; a
 // collision only makes one claim answer "in flight" while the other runs.
-func lockKey(scope idem.Scope) int64 {
+func lockKey(scope idemstore.Scope) int64 {
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
 	h.Write([]byte("idem-lock-v1"))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/pgtest"
 )
@@ -120,8 +121,8 @@ func countRows(t testing.TB, store *idempg.Store, value string) int {
 
 var keySeq atomic.Int64
 
-func newScope(client string) idem.Scope {
-	return idem.Scope{ClientID: client, Key: fmt.Sprintf("key-%d", keySeq.Add(1))}
+func newScope(client string) idemstore.Scope {
+	return idemstore.Scope{ClientID: client, Key: fmt.Sprintf("key-%d", keySeq.Add(1))}
 }
 
 func hashOf(s string) []byte {
@@ -129,14 +130,14 @@ func hashOf(s string) []byte {
 	return sum[:]
 }
 
-func params(mode idem.Mode, scope idem.Scope, body string, now time.Time) idem.ClaimParams {
-	return idem.ClaimParams{
+func params(mode idem.Mode, scope idemstore.Scope, body string, now time.Time) idemstore.ClaimParams {
+	return idemstore.ClaimParams{
 		Scope: scope, Method: http.MethodPost, Path: "/v1/payments",
-		RequestHash: hashOf(body), Mode: mode, Now: now, LockTimeout: lockTimeout, Retention: retention,
+		RequestHash: hashOf(body), TwoPhase: mode == idem.ModeTwoPhase, Now: now, LockTimeout: lockTimeout, Retention: retention,
 	}
 }
 
-func claim(t testing.TB, store *idempg.Store, p idem.ClaimParams) idem.ClaimResult {
+func claim(t testing.TB, store *idempg.Store, p idemstore.ClaimParams) idemstore.ClaimResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -147,7 +148,7 @@ func claim(t testing.TB, store *idempg.Store, p idem.ClaimParams) idem.ClaimResu
 	return res
 }
 
-func mustLease(t testing.TB, store *idempg.Store, p idem.ClaimParams) idem.Lease {
+func mustLease(t testing.TB, store *idempg.Store, p idemstore.ClaimParams) idemstore.Lease {
 	t.Helper()
 	res := claim(t, store, p)
 	if res.Lease == nil {
@@ -156,7 +157,7 @@ func mustLease(t testing.TB, store *idempg.Store, p idem.ClaimParams) idem.Lease
 	return res.Lease
 }
 
-func mustRecord(t testing.TB, store *idempg.Store, p idem.ClaimParams) *idem.Record {
+func mustRecord(t testing.TB, store *idempg.Store, p idemstore.ClaimParams) *idemstore.Record {
 	t.Helper()
 	res := claim(t, store, p)
 	if res.Lease == nil {
@@ -167,15 +168,15 @@ func mustRecord(t testing.TB, store *idempg.Store, p idem.ClaimParams) *idem.Rec
 	return nil
 }
 
-func response(body string) *idem.Response {
-	return &idem.Response{
+func response(body string) *idemstore.Response {
+	return &idemstore.Response{
 		StatusCode: http.StatusCreated,
 		Header:     http.Header{"Content-Type": {"application/json"}},
 		Body:       []byte(body),
 	}
 }
 
-func complete(t testing.TB, l idem.Lease, body string) {
+func complete(t testing.TB, l idemstore.Lease, body string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -216,16 +217,16 @@ func TestConformance(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			idemtest.RunStoreTests(t, idemtest.Harness{
-				NewStore: func(t *testing.T) idem.Store {
+				NewStore: func(t *testing.T) idemstore.Store {
 					return setupOn(t, schemaPool(t, admin, connString), tt.cfg)
 				},
-				Write: func(ctx context.Context, _ idem.Store, value string) error {
+				Write: func(ctx context.Context, _ idemstore.Store, value string) error {
 					return write(ctx, value)
 				},
-				Count: func(t *testing.T, s idem.Store, value string) int {
+				Count: func(t *testing.T, s idemstore.Store, value string) int {
 					return countRows(t, s.(*idempg.Store), value)
 				},
-				NewUnmigrated: func(t *testing.T) idem.Store {
+				NewUnmigrated: func(t *testing.T) idemstore.Store {
 					store, err := idempg.New(schemaPool(t, admin, connString), &idempg.Config{Logger: quiet})
 					if err != nil {
 						t.Fatalf("New: %v", err)

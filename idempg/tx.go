@@ -24,7 +24,7 @@ type txKey struct{}
 // error wrapping [ErrNotClaimed], without running. In idem.ModeTwoPhase it
 // is opened on the first call, so a handler can call other systems before it
 // holds a connection; that first call waits at most Config.AcquireTimeout
-// for one, and fails with an error wrapping idem.ErrUnavailable after that.
+// for one, and fails with an error wrapping idemstore.ErrUnavailable after that.
 // Its BEGIN is sent with the first statement, in the same round trip, when
 // that statement is an Exec with arguments; other first uses send it on
 // their own first. Until then, nothing has run on the connection.
@@ -34,7 +34,7 @@ type txKey struct{}
 // so pgx.BeginFunc(ctx, tx, ...) does too. Like any pgx transaction it is
 // for one goroutine at a time. Statements sent through it are watched for
 // serialization failures and deadlocks, which make the middleware run the
-// request again (see idem.ConflictReporter); statements sent through
+// request again (see idemstore.ConflictReporter); statements sent through
 // tx.Conn() or tx.LargeObjects() are not.
 func TxFromContext(ctx context.Context) (pgx.Tx, error) {
 	lt, ok := ctx.Value(txKey{}).(*leaseTx)
@@ -447,7 +447,7 @@ func (r errRow) Scan(...any) error { return r.err }
 // the package documentation, Round trips): with BEGIN, in one round trip,
 // so that the key is held before the handler does anything that is not a
 // statement of the transaction, such as calling another system. It
-// returns an error wrapping [ErrNotClaimed] (and an *idem.ExistsError)
+// returns an error wrapping [ErrNotClaimed] (and an *idemstore.ExistsError)
 // when the key is held by another request or completed; the handler then
 // stops, and the middleware answers from the key. For any other lease,
 // and once the claim has gone out, it does nothing and returns nil, or

@@ -14,15 +14,16 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
 // conflicted asks a lease whether its transaction hit a conflict.
-func conflicted(t testing.TB, l idem.Lease) bool {
+func conflicted(t testing.TB, l idemstore.Lease) bool {
 	t.Helper()
-	cr, ok := l.(idem.ConflictReporter)
+	cr, ok := l.(idemstore.ConflictReporter)
 	if !ok {
-		t.Fatalf("the lease does not implement idem.ConflictReporter")
+		t.Fatalf("the lease does not implement idemstore.ConflictReporter")
 	}
 	return cr.Conflicted()
 }
@@ -132,8 +133,8 @@ func TestConflictReporter(t *testing.T) {
 			completeB := lb.Complete(context.Background(), response("{}"))
 			outcomes := []struct {
 				name      string
-				lease     idem.Lease
-				scope     idem.Scope
+				lease     idemstore.Lease
+				scope     idemstore.Scope
 				stmtErr   error
 				complete  error
 				committed bool
@@ -156,7 +157,7 @@ func TestConflictReporter(t *testing.T) {
 				if !conflicted(t, o.lease) {
 					t.Errorf("%s failed (statement %v, complete %v) without reporting a conflict", o.name, o.stmtErr, o.complete)
 				}
-				if errors.Is(o.complete, idem.ErrLeaseLost) {
+				if errors.Is(o.complete, idemstore.ErrLeaseLost) {
 					t.Errorf("%s's Complete = %v; a conflict is not a lost lease", o.name, o.complete)
 				}
 				if n := countRows(t, store, o.scope.Key); n != 0 {
@@ -470,7 +471,7 @@ func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
 	type steps struct{ claim, write, complete, replay int64 }
 	request := func(t *testing.T, mode idem.Mode) (got steps) {
 		scope := newScope("alice")
-		var l idem.Lease
+		var l idemstore.Lease
 		got.claim = count(t, func() error {
 			res, err := store.Claim(ctx, params(mode, scope, "a", epoch))
 			l = res.Lease
@@ -484,7 +485,7 @@ func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
 		got.complete = count(t, func() error { return l.Complete(ctx, response("{}")) })
 		got.replay = count(t, func() error {
 			res, err := store.Claim(ctx, params(mode, scope, "a", epoch.Add(time.Second)))
-			if err == nil && (res.Record == nil || res.Record.Status != idem.StatusCompleted) {
+			if err == nil && (res.Record == nil || res.Record.Status != idemstore.StatusCompleted) {
 				err = errors.New("no replay")
 			}
 			return err
@@ -514,7 +515,7 @@ func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
 	// A speculative claim (the middleware's, in atomic mode) sends nothing:
 	// its claim goes out with the handler's first statement, or with
 	// Complete or Release when the handler sends none.
-	speculative := func(t *testing.T, scope idem.Scope, at time.Time, run func(l idem.Lease) error) int64 {
+	speculative := func(t *testing.T, scope idemstore.Scope, at time.Time, run func(l idemstore.Lease) error) int64 {
 		t.Helper()
 		p := params(idem.ModeAtomic, scope, "a", at)
 		p.Speculative = true
@@ -529,9 +530,9 @@ func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
 			return run(res.Lease)
 		})
 	}
-	var exists *idem.ExistsError
+	var exists *idemstore.ExistsError
 	replay := func(err error) error {
-		if !errors.As(err, &exists) || exists.Record.Status != idem.StatusCompleted {
+		if !errors.As(err, &exists) || exists.Record.Status != idemstore.StatusCompleted {
 			return fmt.Errorf("got %v, want the completed key", err)
 		}
 		return nil
@@ -539,21 +540,21 @@ func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
 	type specSteps struct{ claim, write, complete, replay, quickNew, quickReplay, releaseNew int64 }
 	specRequest := func(t *testing.T) (got specSteps) {
 		scope := newScope("alice")
-		var l idem.Lease
-		got.claim = speculative(t, scope, epoch, func(lease idem.Lease) error { l = lease; return nil })
+		var l idemstore.Lease
+		got.claim = speculative(t, scope, epoch, func(lease idemstore.Lease) error { l = lease; return nil })
 		lctx := l.Context(ctx)
 		got.write = count(t, func() error { return write(lctx, scope.Key) })
 		got.complete = count(t, func() error { return l.Complete(ctx, response("{}")) })
-		got.replay = speculative(t, scope, epoch.Add(time.Second), func(l idem.Lease) error {
+		got.replay = speculative(t, scope, epoch.Add(time.Second), func(l idemstore.Lease) error {
 			if err := write(l.Context(ctx), scope.Key); !errors.Is(err, idempg.ErrNotClaimed) {
 				return fmt.Errorf("write: %v, want ErrNotClaimed", err)
 			}
 			return replay(l.Release(ctx))
 		})
 		quick := newScope("alice")
-		got.quickNew = speculative(t, quick, epoch, func(l idem.Lease) error { return l.Complete(ctx, response("{}")) })
-		got.quickReplay = speculative(t, quick, epoch.Add(time.Second), func(l idem.Lease) error { return replay(l.Release(ctx)) })
-		got.releaseNew = speculative(t, newScope("alice"), epoch, func(l idem.Lease) error { return l.Release(ctx) })
+		got.quickNew = speculative(t, quick, epoch, func(l idemstore.Lease) error { return l.Complete(ctx, response("{}")) })
+		got.quickReplay = speculative(t, quick, epoch.Add(time.Second), func(l idemstore.Lease) error { return replay(l.Release(ctx)) })
+		got.releaseNew = speculative(t, newScope("alice"), epoch, func(l idemstore.Lease) error { return l.Release(ctx) })
 		return got
 	}
 	t.Run("atomic-speculative", func(t *testing.T) {

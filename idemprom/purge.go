@@ -4,9 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/idemkit/idem"
 )
 
 // purgeMetrics are the collectors of the idem.Purger.
@@ -108,7 +107,7 @@ func (m *Metrics) PurgeLeader(_ context.Context, leading bool) {
 }
 
 // KeyStats implements idem.KeyStatsMetrics.
-func (m *Metrics) KeyStats(_ context.Context, s idem.KeyStats, now time.Time) {
+func (m *Metrics) KeyStats(_ context.Context, s idemstore.KeyStats, now time.Time) {
 	m.purge.started.Set(float64(s.Started))
 	m.purge.stuck.Set(float64(s.Stuck))
 	age := 0.0

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemprom"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -26,23 +27,23 @@ func TestReportsPurger(t *testing.T) {
 		store := idemtest.NewMemoryStore()
 		created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 		for i := range 5 {
-			res, err := store.Claim(context.Background(), idem.ClaimParams{
-				Scope:  idem.Scope{ClientID: "alice", Key: fmt.Sprint("k", i)},
-				Method: "POST", Path: "/", RequestHash: []byte("h"), Mode: idem.ModeTwoPhase, Now: created,
+			res, err := store.Claim(context.Background(), idemstore.ClaimParams{
+				Scope:  idemstore.Scope{ClientID: "alice", Key: fmt.Sprint("k", i)},
+				Method: "POST", Path: "/", RequestHash: []byte("h"), TwoPhase: true, Now: created,
 				LockTimeout: time.Second, Retention: time.Hour,
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := res.Lease.Complete(context.Background(), &idem.Response{StatusCode: 201}); err != nil {
+			if err := res.Lease.Complete(context.Background(), &idemstore.Response{StatusCode: 201}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		// One key left started by a holder that died an hour before the
 		// purge, and counted as stuck.
-		res, err := store.Claim(context.Background(), idem.ClaimParams{
-			Scope:  idem.Scope{ClientID: "alice", Key: "stuck"},
-			Method: "POST", Path: "/", RequestHash: []byte("h"), Mode: idem.ModeTwoPhase, Now: created.Add(24 * time.Hour),
+		res, err := store.Claim(context.Background(), idemstore.ClaimParams{
+			Scope:  idemstore.Scope{ClientID: "alice", Key: "stuck"},
+			Method: "POST", Path: "/", RequestHash: []byte("h"), TwoPhase: true, Now: created.Add(24 * time.Hour),
 			LockTimeout: time.Second, Retention: time.Hour,
 		})
 		if err != nil || res.Lease == nil {

@@ -7,14 +7,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/migrate"
 	"github.com/idemkit/idem/internal/record"
 )
 
 var (
-	_ idem.KeyAdmin = (*Store)(nil)
-	_ idem.Readier  = (*Store)(nil)
+	_ idemstore.KeyAdmin = (*Store)(nil)
+	_ idemstore.Readier  = (*Store)(nil)
 )
 
 // The operators' statements. Their filters are written so that an empty
@@ -41,20 +41,20 @@ WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_tok
 WHERE client_id = ? AND idempotency_key = ? AND status = 'completed' AND lease_token = ?`
 )
 
-// GetKey implements [idem.KeyReader].
-func (s *Store) GetKey(ctx context.Context, scope idem.Scope) (*idem.Record, error) {
+// GetKey implements [idemstore.KeyReader].
+func (s *Store) GetKey(ctx context.Context, scope idemstore.Scope) (*idemstore.Record, error) {
 	rec, err := load(ctx, s.read, scope)
 	if err != nil {
 		return nil, err
 	}
 	if rec == nil {
-		return nil, fmt.Errorf("idemsqlite: get key: %w", idem.ErrKeyNotFound)
+		return nil, fmt.Errorf("idemsqlite: get key: %w", idemstore.ErrKeyNotFound)
 	}
 	return rec, nil
 }
 
-// ListKeys implements [idem.KeyAdmin].
-func (s *Store) ListKeys(ctx context.Context, p idem.ListKeysParams) ([]*idem.Record, error) {
+// ListKeys implements [idemstore.KeyAdmin].
+func (s *Store) ListKeys(ctx context.Context, p idemstore.ListKeysParams) ([]*idemstore.Record, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("idemsqlite: list keys: %w", err)
 	}
@@ -68,10 +68,10 @@ func (s *Store) ListKeys(ctx context.Context, p idem.ListKeysParams) ([]*idem.Re
 		return nil, fmt.Errorf("idemsqlite: list keys: %w", unavailable(err))
 	}
 	defer rows.Close()
-	var out []*idem.Record
+	var out []*idemstore.Record
 	for rows.Next() {
 		var (
-			rec                  idem.Record
+			rec                  idemstore.Record
 			status               string
 			respStatus           sql.NullInt64
 			respHeader, respBody []byte
@@ -82,10 +82,10 @@ func (s *Store) ListKeys(ctx context.Context, p idem.ListKeysParams) ([]*idem.Re
 			&status, &rec.Token, &respStatus, &respHeader, &respBody, &createdAt, &lockedAt, &expires); err != nil {
 			return nil, fmt.Errorf("idemsqlite: list keys: %w", unavailable(err))
 		}
-		rec.Status = idem.Status(status)
+		rec.Status = idemstore.Status(status)
 		rec.CreatedAt = time.UnixMicro(createdAt).UTC()
 		rec.LockedAt, rec.LeaseExpires = leaseTimes(lockedAt, expires)
-		if rec.Status == idem.StatusCompleted {
+		if rec.Status == idemstore.StatusCompleted {
 			if rec.Response, err = record.DecodeResponse(int(respStatus.Int64), respHeader, respBody); err != nil {
 				return nil, fmt.Errorf("idemsqlite: list keys: %w", err)
 			}
@@ -98,20 +98,20 @@ func (s *Store) ListKeys(ctx context.Context, p idem.ListKeysParams) ([]*idem.Re
 	return out, nil
 }
 
-// ReleaseKey implements [idem.KeyAdmin]. It reads and changes the key in one
+// ReleaseKey implements [idemstore.KeyAdmin]. It reads and changes the key in one
 // write transaction, so nothing changes it in between.
-func (s *Store) ReleaseKey(ctx context.Context, p idem.ReleaseKeyParams) (*idem.Record, error) {
+func (s *Store) ReleaseKey(ctx context.Context, p idemstore.ReleaseKeyParams) (*idemstore.Record, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("idemsqlite: release key: %w", err)
 	}
-	var before *idem.Record
+	var before *idemstore.Record
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
 		rec, err := load(ctx, tx, p.Scope)
 		switch {
 		case err != nil:
 			return err
 		case rec == nil:
-			return idem.ErrKeyNotFound
+			return idemstore.ErrKeyNotFound
 		}
 		if err := p.Check(rec); err != nil {
 			return err
@@ -128,18 +128,18 @@ func (s *Store) ReleaseKey(ctx context.Context, p idem.ReleaseKeyParams) (*idem.
 	return before, nil
 }
 
-// DeleteKey implements [idem.KeyAdmin].
-func (s *Store) DeleteKey(ctx context.Context, scope idem.Scope) (*idem.Record, error) {
-	var before *idem.Record
+// DeleteKey implements [idemstore.KeyAdmin].
+func (s *Store) DeleteKey(ctx context.Context, scope idemstore.Scope) (*idemstore.Record, error) {
+	var before *idemstore.Record
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
 		rec, err := load(ctx, tx, scope)
 		switch {
 		case err != nil:
 			return err
 		case rec == nil:
-			return idem.ErrKeyNotFound
+			return idemstore.ErrKeyNotFound
 		}
-		if err := idem.CheckDelete(rec); err != nil {
+		if err := idemstore.CheckDelete(rec); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, queryDeleteCompletedKey, scope.ClientID, scope.Key, rec.Token); err != nil {
@@ -172,7 +172,7 @@ func (s *Store) inWriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error 
 	return nil
 }
 
-// Ready implements [idem.Readier]: the database answers and its schema is
+// Ready implements [idemstore.Readier]: the database answers and its schema is
 // at least at the newest version embedded in this build. A newer schema is
 // ready, so that instances of the previous build keep serving while a
 // rollout migrates.
@@ -186,7 +186,7 @@ func (s *Store) Ready(ctx context.Context) error {
 		return err
 	}
 	if have < want {
-		return fmt.Errorf("idemsqlite: %w", &idem.SchemaVersionError{Have: have, Want: want})
+		return fmt.Errorf("idemsqlite: %w", &idemstore.SchemaVersionError{Have: have, Want: want})
 	}
 	return nil
 }

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
 func TestAdmin(t *testing.T) {
 	t.Parallel()
 	idemtest.RunAdminTests(t, idemtest.Harness{
-		NewStore: func(t *testing.T) idem.Store { return openStore(t) },
+		NewStore: func(t *testing.T) idemstore.Store { return openStore(t) },
 	})
 }
 
@@ -22,7 +23,7 @@ func TestReady(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := openUnmigrated(t)
-	var sv *idem.SchemaVersionError
+	var sv *idemstore.SchemaVersionError
 	if err := store.Ready(ctx); !errors.As(err, &sv) || sv.Have != 0 || sv.Want < 1 {
 		t.Fatalf("Ready before migrating = %v, want a SchemaVersionError from 0", err)
 	}
@@ -61,14 +62,14 @@ VALUES (?, ?, 'POST', '/v1/payments', x'00', NULL, 'started', 1, ?, ?)`
 WHERE client_id = ? AND idempotency_key = ? AND status = 'started'`
 		oldUnlock = `UPDATE idempotency_keys SET locked_at = NULL WHERE client_id = ? AND idempotency_key = ?`
 	)
-	before := idem.Scope{ClientID: "alice", Key: "before-migration"}
+	before := idemstore.Scope{ClientID: "alice", Key: "before-migration"}
 	if _, err := store.DB().ExecContext(ctx, oldInsert, before.ClientID, before.Key, epoch.UnixMicro(), epoch.UnixMicro()); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
-	lease := func(scope idem.Scope) (locked, expires time.Time) {
+	lease := func(scope idemstore.Scope) (locked, expires time.Time) {
 		t.Helper()
 		rec, err := store.GetKey(ctx, scope)
 		if err != nil {
@@ -79,17 +80,17 @@ WHERE client_id = ? AND idempotency_key = ? AND status = 'started'`
 	if locked, expires := lease(before); !locked.Equal(epoch) || !expires.IsZero() {
 		t.Errorf("a row from before the migration: locked at %v, expires %v; want %v and no recorded expiry", locked, expires, epoch)
 	}
-	var live *idem.LeaseLiveError
-	_, err := store.ReleaseKey(ctx, idem.ReleaseKeyParams{Scope: before, Now: epoch.Add(time.Minute), LockTimeout: time.Hour})
+	var live *idemstore.LeaseLiveError
+	_, err := store.ReleaseKey(ctx, idemstore.ReleaseKeyParams{Scope: before, Now: epoch.Add(time.Minute), LockTimeout: time.Hour})
 	if !errors.As(err, &live) || !live.Expires.Equal(epoch.Add(time.Hour)) {
 		t.Errorf("ReleaseKey of a row from before the migration, given a 1h lock timeout = %v; want live until %v", err, epoch.Add(time.Hour))
 	}
 
 	// This build claims a key with a 10-minute lease; an older one takes it
 	// over after the lease, then another older one releases it.
-	scope := idem.Scope{ClientID: "alice", Key: "mixed"}
-	res, err := store.Claim(ctx, idem.ClaimParams{
-		Scope: scope, Method: "POST", Path: "/v1/payments", RequestHash: []byte{0}, Mode: idem.ModeTwoPhase,
+	scope := idemstore.Scope{ClientID: "alice", Key: "mixed"}
+	res, err := store.Claim(ctx, idemstore.ClaimParams{
+		Scope: scope, Method: "POST", Path: "/v1/payments", RequestHash: []byte{0}, TwoPhase: true,
 		Now: epoch, LockTimeout: 10 * time.Minute, Retention: idem.RetentionDefault,
 	})
 	if err != nil || res.Lease == nil {
@@ -105,7 +106,7 @@ WHERE client_id = ? AND idempotency_key = ? AND status = 'started'`
 	if locked, expires := lease(scope); !locked.Equal(takenAt) || !expires.IsZero() {
 		t.Errorf("after an older build's takeover: locked at %v, expires %v; want %v and no recorded expiry", locked, expires, takenAt)
 	}
-	_, err = store.ReleaseKey(ctx, idem.ReleaseKeyParams{Scope: scope, Now: takenAt.Add(time.Second), LockTimeout: 30 * time.Second})
+	_, err = store.ReleaseKey(ctx, idemstore.ReleaseKeyParams{Scope: scope, Now: takenAt.Add(time.Second), LockTimeout: 30 * time.Second})
 	if !errors.As(err, &live) || !live.Expires.Equal(takenAt.Add(30*time.Second)) {
 		t.Errorf("ReleaseKey after an older build's takeover = %v; want live until %v", err, takenAt.Add(30*time.Second))
 	}

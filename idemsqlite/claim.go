@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/record"
 )
 
@@ -26,7 +26,7 @@ type txKey struct{}
 // it is opened on the first call, so a handler can call other systems
 // before it takes SQLite's single write lock. Do not commit or roll it back.
 // Once the lease is completed or released, it returns an error wrapping
-// idem.ErrLeaseEnded.
+// idemstore.ErrLeaseEnded.
 func TxFromContext(ctx context.Context) (*sql.Tx, error) {
 	lt, ok := ctx.Value(txKey{}).(*leaseTx)
 	if !ok {
@@ -47,7 +47,7 @@ func (lt *leaseTx) get(ctx context.Context) (*sql.Tx, error) {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
 	if lt.ended {
-		return nil, fmt.Errorf("idemsqlite: %w", idem.ErrLeaseEnded)
+		return nil, fmt.Errorf("idemsqlite: %w", idemstore.ErrLeaseEnded)
 	}
 	if lt.tx == nil {
 		tx, err := lt.store.begin(ctx)
@@ -116,54 +116,54 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// Claim implements [idem.Store].
-func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+// Claim implements [idemstore.Store].
+func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.ClaimResult{}, err
+		return idemstore.ClaimResult{}, err
 	}
 	// Replays and keys in flight are answered from a read connection,
 	// without the write lock.
 	rec, err := load(ctx, s.read, p.Scope)
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return idemstore.ClaimResult{}, err
 	}
 	if rec != nil && !p.MayReplace(rec) {
-		return idem.ClaimResult{Record: rec}, nil
+		return idemstore.ClaimResult{Record: rec}, nil
 	}
 
 	s.mu.Lock()
 	if held := s.inflight[p.Scope]; held != nil {
 		c := *held
 		s.mu.Unlock()
-		return idem.ClaimResult{Record: &c}, nil
+		return idemstore.ClaimResult{Record: &c}, nil
 	}
-	s.inflight[p.Scope] = &idem.Record{
+	s.inflight[p.Scope] = &idemstore.Record{
 		Scope: p.Scope, Method: p.Method, Path: p.Path,
 		RequestHash: bytes.Clone(p.RequestHash), RequestFields: bytes.Clone(p.RequestFields),
-		Status: idem.StatusInFlight, CreatedAt: p.Now, LockedAt: p.Now, LeaseExpires: p.LeaseExpires(),
+		Status: idemstore.StatusInFlight, CreatedAt: p.Now, LockedAt: p.Now, LeaseExpires: p.LeaseExpires(),
 	}
 	s.mu.Unlock()
 
 	res, err := s.claimTx(ctx, p)
-	if err != nil || res.Lease == nil || p.Mode == idem.ModeTwoPhase {
+	if err != nil || res.Lease == nil || p.TwoPhase {
 		s.landed(p.Scope)
 	}
 	return res, err
 }
 
 // landed forgets a scope's in-flight mark once the database shows the truth.
-func (s *Store) landed(scope idem.Scope) {
+func (s *Store) landed(scope idemstore.Scope) {
 	s.mu.Lock()
 	delete(s.inflight, scope)
 	s.mu.Unlock()
 }
 
-func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *Store) claimTx(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	// An atomic claim's transaction outlives the claim call; it ends with
 	// Complete or Release.
 	tx, err := s.begin(ctx)
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return idemstore.ClaimResult{}, err
 	}
 	keep := false
 	defer func() {
@@ -173,11 +173,11 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams) (idem.ClaimResu
 	}()
 	rec, err := load(ctx, tx, p.Scope)
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return idemstore.ClaimResult{}, err
 	}
-	l := &lease{store: s, scope: p.Scope, mode: p.Mode, info: idem.LeaseInfo{Token: 1}}
+	l := &lease{store: s, scope: p.Scope, twoPhase: p.TwoPhase, info: idemstore.LeaseInfo{Token: 1}}
 	switch {
-	case rec == nil || idem.Expired(rec.CreatedAt, p.Now, p.Retention):
+	case rec == nil || idemstore.Expired(rec.CreatedAt, p.Now, p.Retention):
 		if rec != nil {
 			l.info.Token = rec.Token + 1
 		}
@@ -185,34 +185,34 @@ func (s *Store) claimTx(ctx context.Context, p idem.ClaimParams) (idem.ClaimResu
 		l.createdAt = now
 		if _, err := tx.ExecContext(ctx, queryInsertKey, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
 			p.RequestHash, nullBytes(p.RequestFields), l.info.Token, now, now, leaseExpires(p)); err != nil {
-			return idem.ClaimResult{}, fmt.Errorf("idemsqlite: insert key: %w", unavailable(err))
+			return idemstore.ClaimResult{}, fmt.Errorf("idemsqlite: insert key: %w", unavailable(err))
 		}
 	case p.CanTakeOver(rec):
 		if _, err := tx.ExecContext(ctx, queryTakeOverKey, p.Now.UnixMicro(), leaseExpires(p), p.Scope.ClientID, p.Scope.Key, rec.Token); err != nil {
-			return idem.ClaimResult{}, fmt.Errorf("idemsqlite: take over key: %w", unavailable(err))
+			return idemstore.ClaimResult{}, fmt.Errorf("idemsqlite: take over key: %w", unavailable(err))
 		}
-		l.info = idem.LeaseInfo{Token: rec.Token + 1, TakenOver: true}
+		l.info = idemstore.LeaseInfo{Token: rec.Token + 1, TakenOver: true}
 		l.createdAt = rec.CreatedAt.UnixMicro()
 	default:
-		return idem.ClaimResult{Record: rec}, nil
+		return idemstore.ClaimResult{Record: rec}, nil
 	}
 	l.info.CreatedAt = time.UnixMicro(l.createdAt).UTC()
-	if p.Mode == idem.ModeAtomic {
+	if !p.TwoPhase {
 		keep = true
 		l.tx = &leaseTx{store: s, tx: tx}
-		return idem.ClaimResult{Lease: l}, nil
+		return idemstore.ClaimResult{Lease: l}, nil
 	}
 	keep = true
 	if err := tx.commit(); err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("idemsqlite: commit claim: %w", unavailable(err))
+		return idemstore.ClaimResult{}, fmt.Errorf("idemsqlite: commit claim: %w", unavailable(err))
 	}
 	l.tx = &leaseTx{store: s}
-	return idem.ClaimResult{Lease: l}, nil
+	return idemstore.ClaimResult{Lease: l}, nil
 }
 
 // leaseExpires is the lease expiry that p's claim records: NULL when it
 // has none.
-func leaseExpires(p idem.ClaimParams) any {
+func leaseExpires(p idemstore.ClaimParams) any {
 	if t := p.LeaseExpires(); !t.IsZero() {
 		return t.UnixMicro()
 	}
@@ -227,9 +227,9 @@ func nullBytes(b []byte) any {
 }
 
 // load reads a key's record; nil when there is none.
-func load(ctx context.Context, q querier, scope idem.Scope) (*idem.Record, error) {
+func load(ctx context.Context, q querier, scope idemstore.Scope) (*idemstore.Record, error) {
 	var (
-		rec                    = idem.Record{Scope: scope}
+		rec                    = idemstore.Record{Scope: scope}
 		status                 string
 		respStatus             sql.NullInt64
 		respHeader, respBody   []byte
@@ -247,10 +247,10 @@ func load(ctx context.Context, q querier, scope idem.Scope) (*idem.Record, error
 		return nil, fmt.Errorf("idemsqlite: read key: %w", unavailable(err))
 	}
 	rec.RequestHash, rec.RequestFields = requestHash, reqFields
-	rec.Status = idem.Status(status)
+	rec.Status = idemstore.Status(status)
 	rec.CreatedAt = time.UnixMicro(createdAt).UTC()
 	rec.LockedAt, rec.LeaseExpires = leaseTimes(lockedAt, leaseExpires)
-	if rec.Status == idem.StatusCompleted {
+	if rec.Status == idemstore.StatusCompleted {
 		if rec.Response, err = record.DecodeResponse(int(respStatus.Int64), respHeader, respBody); err != nil {
 			return nil, fmt.Errorf("idemsqlite: %w", err)
 		}
@@ -276,14 +276,14 @@ func unavailable(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return errors.Join(idem.ErrUnavailable, err)
+	return errors.Join(idemstore.ErrUnavailable, err)
 }
 
 type lease struct {
-	store *Store
-	scope idem.Scope
-	mode  idem.Mode
-	info  idem.LeaseInfo
+	store    *Store
+	scope    idemstore.Scope
+	twoPhase bool
+	info     idemstore.LeaseInfo
 	// createdAt is the created_at of the row the lease claimed
 	// (microseconds): with the token, the fence of every write the lease
 	// makes to its row, since a row made anew after this one was deleted
@@ -295,25 +295,25 @@ type lease struct {
 	completeFailed bool
 	// recovery is the key's recovery point, once read or saved (see
 	// recovery.go).
-	recovery *idem.Recovery
+	recovery *idemstore.Recovery
 }
 
 func (l *lease) Context(ctx context.Context) context.Context {
 	return context.WithValue(ctx, txKey{}, l.tx)
 }
 
-func (l *lease) Info() idem.LeaseInfo { return l.info }
+func (l *lease) Info() idemstore.LeaseInfo { return l.info }
 
-func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
+func (l *lease) Complete(ctx context.Context, resp *idemstore.Response) (err error) {
 	tx, ended := l.tx.end()
 	if ended {
-		return fmt.Errorf("idemsqlite: complete key: %w", idem.ErrLeaseEnded)
+		return fmt.Errorf("idemsqlite: complete key: %w", idemstore.ErrLeaseEnded)
 	}
 	defer l.finish()
 	defer func() {
 		// A two-phase claim is committed: a Release after this failure
-		// frees it (see idem.Lease).
-		if err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+		// frees it (see idemstore.Lease).
+		if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) {
 			l.completeFailed = true
 		}
 	}()
@@ -339,7 +339,7 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 		return fmt.Errorf("idemsqlite: complete key: %w", unavailable(err))
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return fmt.Errorf("idemsqlite: complete key (token %d): %w", l.info.Token, idem.ErrLeaseLost)
+		return fmt.Errorf("idemsqlite: complete key (token %d): %w", l.info.Token, idemstore.ErrLeaseLost)
 	}
 	committed = true
 	if err := tx.commit(); err != nil {
@@ -351,10 +351,10 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) (err error) {
 func (l *lease) Release(ctx context.Context) error {
 	tx, ended := l.tx.end()
 	if ended {
-		if l.completeFailed && l.mode == idem.ModeTwoPhase {
+		if l.completeFailed && l.twoPhase {
 			return l.deleteClaim(ctx)
 		}
-		return fmt.Errorf("idemsqlite: release key: %w", idem.ErrLeaseEnded)
+		return fmt.Errorf("idemsqlite: release key: %w", idemstore.ErrLeaseEnded)
 	}
 	defer l.finish()
 	if tx != nil {
@@ -362,7 +362,7 @@ func (l *lease) Release(ctx context.Context) error {
 			return fmt.Errorf("idemsqlite: roll back: %w", err)
 		}
 	}
-	if l.mode == idem.ModeAtomic {
+	if !l.twoPhase {
 		return nil // the claim was in the rolled-back transaction
 	}
 	return l.deleteClaim(ctx)
@@ -383,7 +383,7 @@ func (l *lease) deleteClaim(ctx context.Context) error {
 
 // finish forgets the in-flight mark of an atomic lease.
 func (l *lease) finish() {
-	if l.mode == idem.ModeAtomic {
+	if !l.twoPhase {
 		l.store.landed(l.scope)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -38,7 +39,7 @@ var errLost = errors.New("the processor's answer was lost")
 
 func (d *derivedCharge) phases() idem.Phases {
 	return idem.Phases{
-		idem.RecoveryStarted: func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+		idemstore.RecoveryStarted: func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
 			d.mu.Lock()
 			defer d.mu.Unlock()
 			d.first = append(d.first, idem.DeriveKey(ctx, "charge"))
@@ -64,7 +65,7 @@ func (d *derivedCharge) phases() idem.Phases {
 				return "", errLost
 			}
 			w.WriteHeader(http.StatusCreated)
-			return idem.RecoveryFinished, nil
+			return idemstore.RecoveryFinished, nil
 		},
 	}
 }
@@ -76,7 +77,7 @@ func (d *derivedCharge) keys() (first, later []string) {
 }
 
 type derivedEnv struct {
-	store idem.Store
+	store idemstore.Store
 	clock *fakeClock
 	op    *derivedCharge
 	h     http.Handler
@@ -199,7 +200,7 @@ func TestDeriveKeyIsUniquePerClaimOfTheKey(t *testing.T) {
 				e.mustPost(t, "k1", http.StatusCreated)
 				e.clock.Advance(idem.RetentionDefault + time.Hour)
 				e.mustPost(t, "k1", http.StatusCreated)
-				want := idem.DeriveKey(idem.ContextWithScope(context.Background(), idem.Scope{ClientID: "alice", Key: "k1"}), "charge")
+				want := idem.DeriveKey(idem.ContextWithScope(context.Background(), idemstore.Scope{ClientID: "alice", Key: "k1"}), "charge")
 				first, later := e.op.keys()
 				if len(first) != 2 || first[0] != want || first[1] != want {
 					t.Errorf("keys derived by the first phase = %q; want %q twice", first, want)
@@ -231,20 +232,20 @@ func TestRecoveryPointOfAnEarlierVersionDerivesItsKey(t *testing.T) {
 			// The earlier version's holder claimed the key and passed its first
 			// recovery point, then died.
 			ctx := context.Background()
-			scope := idem.Scope{ClientID: "alice", Key: "k-old"}
-			res, err := e.store.Claim(ctx, idem.ClaimParams{
+			scope := idemstore.Scope{ClientID: "alice", Key: "k-old"}
+			res, err := e.store.Claim(ctx, idemstore.ClaimParams{
 				Scope: scope, Method: http.MethodPost, Path: "/v1/payments", RequestHash: []byte("fp"),
-				Mode: idem.ModeTwoPhase, Now: e.clock.Now(), LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
+				TwoPhase: true, Now: e.clock.Now(), LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
 			})
 			if err != nil || res.Lease == nil {
 				t.Fatalf("Claim = %+v, %v", res, err)
 			}
-			lease := res.Lease.(idem.RecoveryLease)
-			if err := lease.Checkpoint(ctx, idem.Recovery{Point: "created", State: idem.State{"payment_id": "pay_1"}}); err != nil {
+			lease := res.Lease.(idemstore.RecoveryLease)
+			if err := lease.Checkpoint(ctx, idemstore.Recovery{Point: "created", State: idem.State{"payment_id": "pay_1"}}); err != nil {
 				t.Fatal(err)
 			}
 			e.clock.Advance(idem.LockTimeoutDefault + time.Second)
-			c, err := idem.NewCompleter(e.store.(idem.RecoveryStore), &idem.CompleterConfig{
+			c, err := idem.NewCompleter(e.store.(idemstore.RecoveryStore), &idem.CompleterConfig{
 				Operations: map[string]idem.Phases{"POST /v1/payments": e.op.phases()},
 				Logger:     quiet, Now: e.clock.Now,
 			})

@@ -1,4 +1,4 @@
-// Package idemsqlite is an idem.Store in an embedded SQLite database, in
+// Package idemsqlite is an idemstore.Store in an embedded SQLite database, in
 // pure Go (no cgo), for services that want idempotency with zero set-up.
 //
 // The key table lives in the application's own database file, so a handler's
@@ -20,7 +20,7 @@
 //
 // A commit is a call into the library in this process, not a message over
 // a network, so its outcome is always known: Complete never returns
-// idem.ErrOutcomeUnknown. When COMMIT fails, SQLite has rolled the
+// idemstore.ErrOutcomeUnknown. When COMMIT fails, SQLite has rolled the
 // transaction back, and Complete's error means that nothing was committed.
 //
 // The store is also an idemoutbox.Store: idemoutbox.Enqueue writes an event

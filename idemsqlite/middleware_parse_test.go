@@ -18,6 +18,7 @@ import (
 	"unicode/utf16"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -156,7 +157,7 @@ type delayedClaimStore struct {
 	wait  time.Duration
 }
 
-func (s *delayedClaimStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *delayedClaimStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	s.clock.Advance(s.wait)
 	return s.MemoryStore.Claim(ctx, p)
 }
@@ -190,9 +191,9 @@ func TestRetryAfterNeverExceedsTheLease(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			holder, err := store.MemoryStore.Claim(context.Background(), idem.ClaimParams{
-				Scope: idem.Scope{ClientID: "alice", Key: "busy"}, Method: "POST", Path: "/v1/payments",
-				RequestHash: fp.Hash, RequestFields: fp.Fields, Mode: idem.ModeTwoPhase,
+			holder, err := store.MemoryStore.Claim(context.Background(), idemstore.ClaimParams{
+				Scope: idemstore.Scope{ClientID: "alice", Key: "busy"}, Method: "POST", Path: "/v1/payments",
+				RequestHash: fp.Hash, RequestFields: fp.Fields, TwoPhase: true,
 				Now: t0.Add(tt.holderAt), LockTimeout: lockTimeout, Retention: time.Hour,
 			})
 			if err != nil || holder.Lease == nil {

@@ -5,23 +5,23 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-var _ idem.PurgeStore = (*Store)(nil)
+var _ idemstore.PurgeStore = (*Store)(nil)
 
 // purgeLocks holds the stores whose purge lock is taken.
 var purgeLocks sync.Map // *Store -> struct{}
 
-// LockPurge implements [idem.PurgeStore]. SQLite is a file of one process:
+// LockPurge implements [idemstore.PurgeStore]. SQLite is a file of one process:
 // the lock is held in the process, one per Store, and is always free for
 // its first taker.
-func (s *Store) LockPurge(ctx context.Context) (idem.PurgeLock, error) {
+func (s *Store) LockPurge(ctx context.Context) (idemstore.PurgeLock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if _, held := purgeLocks.LoadOrStore(s, struct{}{}); held {
-		return nil, fmt.Errorf("idemsqlite: %w", idem.ErrPurgeLocked)
+		return nil, fmt.Errorf("idemsqlite: %w", idemstore.ErrPurgeLocked)
 	}
 	return &purgeLock{store: s}, nil
 }
@@ -32,9 +32,9 @@ type purgeLock struct {
 	unlocked bool
 }
 
-// PurgeBatch implements [idem.PurgeLock]: one short DELETE of at most
+// PurgeBatch implements [idemstore.PurgeLock]: one short DELETE of at most
 // p.BatchSize keys on the write connection.
-func (l *purgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (int64, error) {
+func (l *purgeLock) PurgeBatch(ctx context.Context, p idemstore.PurgeParams) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("idemsqlite: purge: %w", err)
 	}
@@ -42,7 +42,7 @@ func (l *purgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (int64, 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.unlocked {
-		return 0, fmt.Errorf("idemsqlite: purge: %w", idem.ErrPurgeLockLost)
+		return 0, fmt.Errorf("idemsqlite: purge: %w", idemstore.ErrPurgeLockLost)
 	}
 	res, err := l.store.write.ExecContext(ctx, queryPurgeBatch, p.Before.UnixMicro(), p.BatchSize)
 	if err != nil {
@@ -52,7 +52,7 @@ func (l *purgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (int64, 
 	return n, nil
 }
 
-// Unlock implements [idem.PurgeLock].
+// Unlock implements [idemstore.PurgeLock].
 func (l *purgeLock) Unlock(context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -23,7 +23,7 @@ WHERE client_id = ? AND idempotency_key = ?`
 	// queryInsertKey claims a key that does not exist or has expired; the
 	// caller holds the write lock and has read the row first. A replaced
 	// row's token keeps growing, so its old holder can never complete it.
-	// The last value is the lease's expiry (idem.ClaimParams.LeaseExpires).
+	// The last value is the lease's expiry (idemstore.ClaimParams.LeaseExpires).
 	queryInsertKey = `INSERT OR REPLACE INTO idempotency_keys
     (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
      status, lease_token, created_at, locked_at, lease_expires_at)

@@ -9,12 +9,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 var (
-	_ idem.RecoveryLease = (*lease)(nil)
-	_ idem.RecoveryStore = (*Store)(nil)
+	_ idemstore.RecoveryLease = (*lease)(nil)
+	_ idemstore.RecoveryStore = (*Store)(nil)
 )
 
 // Statements of recovery points (migration 003).
@@ -59,17 +59,17 @@ ORDER BY created_at
 LIMIT ?3`
 )
 
-// Recovery implements [idem.RecoveryLease]. A key that this lease claimed
+// Recovery implements [idemstore.RecoveryLease]. A key that this lease claimed
 // new has no recovery point; a key it took over is read once.
-func (l *lease) Recovery(ctx context.Context) (idem.Recovery, error) {
-	if l.mode != idem.ModeTwoPhase {
-		return idem.Recovery{}, fmt.Errorf("idemsqlite: read recovery point: %w", idem.ErrNoRecovery)
+func (l *lease) Recovery(ctx context.Context) (idemstore.Recovery, error) {
+	if !l.twoPhase {
+		return idemstore.Recovery{}, fmt.Errorf("idemsqlite: read recovery point: %w", idemstore.ErrNoRecovery)
 	}
 	if l.tx.hasEnded() {
-		return idem.Recovery{}, fmt.Errorf("idemsqlite: read recovery point: %w", idem.ErrLeaseEnded)
+		return idemstore.Recovery{}, fmt.Errorf("idemsqlite: read recovery point: %w", idemstore.ErrLeaseEnded)
 	}
 	if l.recovery == nil && !l.info.TakenOver {
-		l.recovery = &idem.Recovery{Point: idem.RecoveryStarted}
+		l.recovery = &idemstore.Recovery{Point: idemstore.RecoveryStarted}
 	}
 	if l.recovery == nil {
 		var (
@@ -79,31 +79,31 @@ func (l *lease) Recovery(ctx context.Context) (idem.Recovery, error) {
 		err := l.store.read.QueryRowContext(ctx, queryLoadRecovery, l.scope.ClientID, l.scope.Key, l.info.Token, l.createdAt).Scan(&point, &state)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			return idem.Recovery{}, fmt.Errorf("idemsqlite: read recovery point (token %d): %w", l.info.Token, idem.ErrLeaseLost)
+			return idemstore.Recovery{}, fmt.Errorf("idemsqlite: read recovery point (token %d): %w", l.info.Token, idemstore.ErrLeaseLost)
 		case err != nil:
-			return idem.Recovery{}, fmt.Errorf("idemsqlite: read recovery point: %w", unavailable(err))
+			return idemstore.Recovery{}, fmt.Errorf("idemsqlite: read recovery point: %w", unavailable(err))
 		}
-		r := idem.Recovery{Point: idem.RecoveryStarted}
+		r := idemstore.Recovery{Point: idemstore.RecoveryStarted}
 		if point.Valid {
 			r.Point = point.String
 			if len(state) > 0 {
 				if err := json.Unmarshal(state, &r.State); err != nil {
-					return idem.Recovery{}, fmt.Errorf("idemsqlite: decode recovery state: %w", err)
+					return idemstore.Recovery{}, fmt.Errorf("idemsqlite: decode recovery state: %w", err)
 				}
 			}
 		}
 		l.recovery = &r
 	}
-	return idem.Recovery{Point: l.recovery.Point, State: l.recovery.State.Clone()}, nil
+	return l.recovery.Clone(), nil
 }
 
-// Checkpoint implements [idem.RecoveryLease]: it saves the recovery point
+// Checkpoint implements [idemstore.RecoveryLease]: it saves the recovery point
 // in the lease's transaction (begun now if the phase wrote nothing) and
 // commits; the next TxFromContext begins a new transaction. Only two-phase
 // leases keep recovery points.
-func (l *lease) Checkpoint(ctx context.Context, r idem.Recovery) error {
-	if l.mode != idem.ModeTwoPhase {
-		return fmt.Errorf("idemsqlite: checkpoint: %w", idem.ErrNoRecovery)
+func (l *lease) Checkpoint(ctx context.Context, r idemstore.Recovery) error {
+	if !l.twoPhase {
+		return fmt.Errorf("idemsqlite: checkpoint: %w", idemstore.ErrNoRecovery)
 	}
 	var state []byte
 	if len(r.State) > 0 {
@@ -114,7 +114,7 @@ func (l *lease) Checkpoint(ctx context.Context, r idem.Recovery) error {
 	}
 	tx, ended := l.tx.detach()
 	if ended {
-		return fmt.Errorf("idemsqlite: checkpoint: %w", idem.ErrLeaseEnded)
+		return fmt.Errorf("idemsqlite: checkpoint: %w", idemstore.ErrLeaseEnded)
 	}
 	if tx == nil {
 		var err error
@@ -129,12 +129,13 @@ func (l *lease) Checkpoint(ctx context.Context, r idem.Recovery) error {
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		tx.rollback()
-		return fmt.Errorf("idemsqlite: checkpoint %q (token %d): %w", r.Point, l.info.Token, idem.ErrLeaseLost)
+		return fmt.Errorf("idemsqlite: checkpoint %q (token %d): %w", r.Point, l.info.Token, idemstore.ErrLeaseLost)
 	}
 	if err := tx.commit(); err != nil {
 		return fmt.Errorf("idemsqlite: checkpoint: commit: %w", unavailable(err))
 	}
-	l.recovery = &idem.Recovery{Point: r.Point, State: r.State.Clone()}
+	c := r.Clone()
+	l.recovery = &c
 	return nil
 }
 
@@ -156,11 +157,11 @@ func (lt *leaseTx) hasEnded() bool {
 	return lt.ended
 }
 
-// Unfinished implements [idem.RecoveryStore], for the completer: the keys
+// Unfinished implements [idemstore.RecoveryStore], for the completer: the keys
 // past a recovery point through the partial index of migration 003, and,
 // for p.Started, the keys that passed none within p's bounded range of
 // creation times.
-func (s *Store) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*idem.Record, error) {
+func (s *Store) Unfinished(ctx context.Context, p idemstore.UnfinishedParams) ([]*idemstore.Record, error) {
 	var cutoff any
 	if p.Retention > 0 {
 		cutoff = p.Now.Add(-p.Retention).UnixMicro()
@@ -187,20 +188,20 @@ func (s *Store) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*ide
 		return nil, err
 	}
 	out = append(out, started...)
-	slices.SortStableFunc(out, func(a, b *idem.Record) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	slices.SortStableFunc(out, func(a, b *idemstore.Record) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out[:min(len(out), p.Limit)], nil
 }
 
 // listUnfinished runs one of the completer's listings.
-func (s *Store) listUnfinished(ctx context.Context, query string, args ...any) ([]*idem.Record, error) {
+func (s *Store) listUnfinished(ctx context.Context, query string, args ...any) ([]*idemstore.Record, error) {
 	rows, err := s.read.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: list unfinished keys: %w", unavailable(err))
 	}
 	defer rows.Close()
-	var out []*idem.Record
+	var out []*idemstore.Record
 	for rows.Next() {
-		rec := &idem.Record{Status: idem.StatusInFlight}
+		rec := &idemstore.Record{Status: idemstore.StatusInFlight}
 		var (
 			createdAt int64
 			lockedAt  sql.NullInt64

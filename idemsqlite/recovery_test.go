@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 )
 
 var discardLog = slog.New(slog.DiscardHandler)
@@ -81,7 +82,7 @@ func (p *payments) resume() idem.Phases {
 			}
 			w.WriteHeader(http.StatusCreated)
 			fmt.Fprintf(w, `{"charge":%q}`, st["charge_id"])
-			return idem.RecoveryFinished, nil
+			return idemstore.RecoveryFinished, nil
 		},
 	}
 }
@@ -96,7 +97,7 @@ func (p *payments) handler(t *testing.T) http.Handler {
 	}
 	return mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ph := p.resume()
-		ph[idem.RecoveryStarted] = func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+		ph[idemstore.RecoveryStarted] = func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
 			scope, _ := idem.ScopeFromContext(ctx)
 			if err := exec(ctx, `INSERT INTO payments (key, status) VALUES (?, 'pending')`, scope.Key); err != nil {
 				return "", err

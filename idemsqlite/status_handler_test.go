@@ -15,14 +15,15 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/keyspec"
 )
 
 // statusStores are the stores the key-status tests run on.
 func statusStores(t *testing.T) map[string]interface {
-	idem.Store
-	idem.KeyReader
+	idemstore.Store
+	idemstore.KeyReader
 } {
 	t.Helper()
 	sq, err := idemsqlite.Open(filepath.Join(t.TempDir(), "idem.db"), &idemsqlite.Config{Logger: quiet})
@@ -34,8 +35,8 @@ func statusStores(t *testing.T) map[string]interface {
 		t.Fatalf("Migrate: %v", err)
 	}
 	return map[string]interface {
-		idem.Store
-		idem.KeyReader
+		idemstore.Store
+		idemstore.KeyReader
 	}{"Memory": idemtest.NewMemoryStore(), "SQLite": sq}
 }
 
@@ -51,8 +52,8 @@ type statusServer struct {
 }
 
 func newStatusServer(t *testing.T, store interface {
-	idem.Store
-	idem.KeyReader
+	idemstore.Store
+	idemstore.KeyReader
 }) *statusServer {
 	t.Helper()
 	s := &statusServer{hold: make(chan struct{}), entered: make(chan struct{}, 1), clock: &fakeClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}}
@@ -334,8 +335,8 @@ func TestNewStatusHandlerRejectsBadConfig(t *testing.T) {
 
 // storeOf returns a fresh store of the named kind.
 func storeOf(t *testing.T, name string) interface {
-	idem.Store
-	idem.KeyReader
+	idemstore.Store
+	idemstore.KeyReader
 } {
 	t.Helper()
 	return statusStores(t)[name]

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/migrate"
 
 	_ "modernc.org/sqlite" // registers the pure-Go "sqlite" driver
@@ -65,9 +65,9 @@ func (c *Config) validate() error {
 	return nil
 }
 
-var _ idem.Store = (*Store)(nil)
+var _ idemstore.Store = (*Store)(nil)
 
-// Store is an [idem.Store] in an SQLite database file, which it shares with
+// Store is an [idemstore.Store] in an SQLite database file, which it shares with
 // the application's business tables so that both commit in one transaction.
 //
 // SQLite has one writer at a time. The store keeps one write connection, so
@@ -80,7 +80,7 @@ type Store struct {
 	cfg   *Config
 
 	mu       sync.Mutex
-	inflight map[idem.Scope]*idem.Record
+	inflight map[idemstore.Scope]*idemstore.Record
 
 	// relayLock lets one outbox batch at a time be delivered (outbox.go).
 	relayLock chan struct{}
@@ -124,7 +124,7 @@ func Open(path string, cfg *Config) (*Store, error) {
 	}
 	read.SetMaxOpenConns(c.ReadConns)
 	read.SetMaxIdleConns(c.ReadConns)
-	return &Store{write: write, read: read, cfg: c, inflight: make(map[idem.Scope]*idem.Record), relayLock: make(chan struct{}, 1)}, nil
+	return &Store{write: write, read: read, cfg: c, inflight: make(map[idemstore.Scope]*idemstore.Record), relayLock: make(chan struct{}, 1)}, nil
 }
 
 // DB returns the write connection pool. It has one connection: inside a
@@ -226,13 +226,13 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 	return v, nil
 }
 
-// PurgeParams are the inputs of [Store.Purge]; see [idem.PurgeParams].
-type PurgeParams = idem.PurgeParams
+// PurgeParams are the inputs of [Store.Purge]; see [idemstore.PurgeParams].
+type PurgeParams = idemstore.PurgeParams
 
 // Purge deletes keys created before p.Before, in batches of p.BatchSize,
 // each in its own short transaction so that requests interleave. It
 // returns the number of keys deleted, also when it fails part way. A p
-// that [idem.PurgeParams.Validate] refuses is an error and deletes nothing.
+// that [idemstore.PurgeParams.Validate] refuses is an error and deletes nothing.
 func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("idemsqlite: purge: %w", err)

@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -33,14 +33,14 @@ func openStore(t *testing.T) *idemsqlite.Store {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	idemtest.RunStoreTests(t, idemtest.Harness{
-		NewStore: func(t *testing.T) idem.Store {
+		NewStore: func(t *testing.T) idemstore.Store {
 			store := openStore(t)
 			if _, err := store.DB().Exec(`CREATE TABLE business (value TEXT NOT NULL)`); err != nil {
 				t.Fatalf("create business table: %v", err)
 			}
 			return store
 		},
-		Write: func(ctx context.Context, s idem.Store, value string) error {
+		Write: func(ctx context.Context, s idemstore.Store, value string) error {
 			tx, err := idemsqlite.TxFromContext(ctx)
 			if err != nil {
 				return err
@@ -48,14 +48,14 @@ func TestConformance(t *testing.T) {
 			_, err = tx.ExecContext(ctx, `INSERT INTO business (value) VALUES (?)`, value)
 			return err
 		},
-		Count: func(t *testing.T, s idem.Store, value string) int {
+		Count: func(t *testing.T, s idemstore.Store, value string) int {
 			var n int
 			if err := s.(*idemsqlite.Store).ReadDB().QueryRow(`SELECT count(*) FROM business WHERE value = ?`, value).Scan(&n); err != nil {
 				t.Fatalf("count: %v", err)
 			}
 			return n
 		},
-		NewUnmigrated: func(t *testing.T) idem.Store { return openUnmigrated(t) },
+		NewUnmigrated: func(t *testing.T) idemstore.Store { return openUnmigrated(t) },
 	})
 }
 

@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-// RunAdminTests runs the conformance cases of [idem.KeyAdmin] against the
+// RunAdminTests runs the conformance cases of [idemstore.KeyAdmin] against the
 // stores that h.NewStore returns, which must implement it: listing,
 // reading, releasing and deleting keys as an operator does.
 func RunAdminTests(t *testing.T, h Harness) {
@@ -31,12 +32,12 @@ func RunAdminTests(t *testing.T, h Harness) {
 	t.Run("DeleteFencesStalledHolder", s.adminDeleteFencesStalledHolder)
 }
 
-func (s suite) admin(t *testing.T) (idem.Store, idem.KeyAdmin) {
+func (s suite) admin(t *testing.T) (idemstore.Store, idemstore.KeyAdmin) {
 	t.Helper()
 	store := s.h.NewStore(t)
-	a, ok := store.(idem.KeyAdmin)
+	a, ok := store.(idemstore.KeyAdmin)
 	if !ok {
-		t.Fatalf("%T does not implement idem.KeyAdmin", store)
+		t.Fatalf("%T does not implement idemstore.KeyAdmin", store)
 	}
 	return store, a
 }
@@ -53,7 +54,7 @@ func (s suite) adminGetKey(t *testing.T) {
 	store, a := s.admin(t)
 	ctx := adminCtx(t)
 	scope := newScope("alice")
-	if _, err := a.GetKey(ctx, scope); !errors.Is(err, idem.ErrKeyNotFound) {
+	if _, err := a.GetKey(ctx, scope); !errors.Is(err, idemstore.ErrKeyNotFound) {
 		t.Fatalf("GetKey of an unknown key = %v, want ErrKeyNotFound", err)
 	}
 	complete(t, s.mustLease(t, store, s.params(scope, "a", epoch)), sampleResponse(`{"id":"pay_1"}`))
@@ -61,13 +62,13 @@ func (s suite) adminGetKey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GetKey: %v", err)
 	}
-	if rec.Status != idem.StatusCompleted || rec.Response == nil || rec.Response.StatusCode != 201 ||
+	if rec.Status != idemstore.StatusCompleted || rec.Response == nil || rec.Response.StatusCode != 201 ||
 		string(rec.Response.Body) != `{"id":"pay_1"}` || rec.Response.Header.Get("Location") != "/v1/payments/pay_1" ||
 		!sameTime(rec.CreatedAt, epoch) || rec.Scope != scope {
 		t.Errorf("GetKey = %+v (response %+v), want the completed key with its response", rec, rec.Response)
 	}
-	other := idem.Scope{ClientID: "mallory", Key: scope.Key}
-	if _, err := a.GetKey(ctx, other); !errors.Is(err, idem.ErrKeyNotFound) {
+	other := idemstore.Scope{ClientID: "mallory", Key: scope.Key}
+	if _, err := a.GetKey(ctx, other); !errors.Is(err, idemstore.ErrKeyNotFound) {
 		t.Errorf("GetKey of another client's scope = %v, want ErrKeyNotFound", err)
 	}
 }
@@ -83,24 +84,24 @@ func (s suite) adminListKeys(t *testing.T) {
 	s.mustLease(t, store, s.params(k3, "c", epoch.Add(2*time.Minute)))
 	for _, tt := range []struct {
 		name string
-		p    idem.ListKeysParams
-		want []idem.Scope
+		p    idemstore.ListKeysParams
+		want []idemstore.Scope
 	}{
-		{"All", idem.ListKeysParams{}, []idem.Scope{k1, k2, k3}},
-		{"Client", idem.ListKeysParams{ClientID: "alice"}, []idem.Scope{k1, k3}},
-		{"Started", idem.ListKeysParams{Status: idem.StatusInFlight}, []idem.Scope{k1, k3}},
-		{"Completed", idem.ListKeysParams{Status: idem.StatusCompleted}, []idem.Scope{k2}},
-		{"CreatedBefore", idem.ListKeysParams{CreatedBefore: epoch.Add(90 * time.Second)}, []idem.Scope{k1, k2}},
-		{"StartedAndOld", idem.ListKeysParams{Status: idem.StatusInFlight, CreatedBefore: epoch.Add(time.Minute)}, []idem.Scope{k1}},
-		{"Limit", idem.ListKeysParams{Limit: 2}, []idem.Scope{k1, k2}},
-		{"UnknownClient", idem.ListKeysParams{ClientID: "carol"}, nil},
+		{"All", idemstore.ListKeysParams{}, []idemstore.Scope{k1, k2, k3}},
+		{"Client", idemstore.ListKeysParams{ClientID: "alice"}, []idemstore.Scope{k1, k3}},
+		{"Started", idemstore.ListKeysParams{Status: idemstore.StatusInFlight}, []idemstore.Scope{k1, k3}},
+		{"Completed", idemstore.ListKeysParams{Status: idemstore.StatusCompleted}, []idemstore.Scope{k2}},
+		{"CreatedBefore", idemstore.ListKeysParams{CreatedBefore: epoch.Add(90 * time.Second)}, []idemstore.Scope{k1, k2}},
+		{"StartedAndOld", idemstore.ListKeysParams{Status: idemstore.StatusInFlight, CreatedBefore: epoch.Add(time.Minute)}, []idemstore.Scope{k1}},
+		{"Limit", idemstore.ListKeysParams{Limit: 2}, []idemstore.Scope{k1, k2}},
+		{"UnknownClient", idemstore.ListKeysParams{ClientID: "carol"}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			recs, err := a.ListKeys(ctx, tt.p)
 			if err != nil {
 				t.Fatalf("ListKeys: %v", err)
 			}
-			var got []idem.Scope
+			var got []idemstore.Scope
 			for _, r := range recs {
 				got = append(got, r.Scope)
 			}
@@ -114,11 +115,11 @@ func (s suite) adminListKeys(t *testing.T) {
 			}
 		})
 	}
-	recs, err := a.ListKeys(ctx, idem.ListKeysParams{ClientID: "alice", Limit: 1})
+	recs, err := a.ListKeys(ctx, idemstore.ListKeysParams{ClientID: "alice", Limit: 1})
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("ListKeys = %d records, %v; want 1", len(recs), err)
 	}
-	if r := recs[0]; r.Status != idem.StatusInFlight || !sameTime(r.LockedAt, epoch) || !sameTime(r.LeaseExpires, epoch.Add(lockTimeout)) ||
+	if r := recs[0]; r.Status != idemstore.StatusInFlight || !sameTime(r.LockedAt, epoch) || !sameTime(r.LeaseExpires, epoch.Add(lockTimeout)) ||
 		r.Token != 1 || r.Method != "POST" || r.Path != "/v1/payments" {
 		t.Errorf("listed %+v, want the started key with its lease", r)
 	}
@@ -130,14 +131,14 @@ func (s suite) adminListOmitsBodies(t *testing.T) {
 	ctx := adminCtx(t)
 	scope := newScope("alice")
 	complete(t, s.mustLease(t, store, s.params(scope, "a", epoch)), sampleResponse(`{"secret":"card"}`))
-	recs, err := a.ListKeys(ctx, idem.ListKeysParams{})
+	recs, err := a.ListKeys(ctx, idemstore.ListKeysParams{})
 	if err != nil || len(recs) != 1 || recs[0].Response == nil {
 		t.Fatalf("ListKeys = %v, %v; want one completed key", recs, err)
 	}
 	if r := recs[0].Response; len(r.Body) != 0 || r.StatusCode != 201 || r.Header.Get("Location") != "/v1/payments/pay_1" {
 		t.Errorf("listed response %d %v body %q; want the status and headers, no body", r.StatusCode, r.Header, r.Body)
 	}
-	recs, err = a.ListKeys(ctx, idem.ListKeysParams{WithBody: true})
+	recs, err = a.ListKeys(ctx, idemstore.ListKeysParams{WithBody: true})
 	if err != nil || len(recs) != 1 || recs[0].Response == nil || string(recs[0].Response.Body) != `{"secret":"card"}` {
 		t.Fatalf("ListKeys with bodies = %v, %v; want the body", recs, err)
 	}
@@ -146,15 +147,15 @@ func (s suite) adminListOmitsBodies(t *testing.T) {
 func (s suite) adminListRejectsBadParams(t *testing.T) {
 	t.Parallel()
 	_, a := s.admin(t)
-	for _, p := range []idem.ListKeysParams{{Limit: -1}, {Status: "done"}} {
+	for _, p := range []idemstore.ListKeysParams{{Limit: -1}, {Status: "done"}} {
 		if _, err := a.ListKeys(adminCtx(t), p); err == nil {
 			t.Errorf("ListKeys(%+v) succeeded, want an error", p)
 		}
 	}
 }
 
-func (s suite) releaseParams(scope idem.Scope, now time.Time, force bool) idem.ReleaseKeyParams {
-	return idem.ReleaseKeyParams{Scope: scope, Now: now, LockTimeout: lockTimeout, Force: force}
+func (s suite) releaseParams(scope idemstore.Scope, now time.Time, force bool) idemstore.ReleaseKeyParams {
+	return idemstore.ReleaseKeyParams{Scope: scope, Now: now, LockTimeout: lockTimeout, Force: force}
 }
 
 func (s suite) adminReleaseRefusesLiveLease(t *testing.T) {
@@ -163,8 +164,8 @@ func (s suite) adminReleaseRefusesLiveLease(t *testing.T) {
 	scope := newScope("alice")
 	l := s.mustLease(t, store, s.params(scope, "a", epoch))
 	_, err := a.ReleaseKey(adminCtx(t), s.releaseParams(scope, epoch.Add(lockTimeout-time.Second), false))
-	var live *idem.LeaseLiveError
-	if !errors.As(err, &live) || !errors.Is(err, idem.ErrLeaseLive) || !sameTime(live.Expires, epoch.Add(lockTimeout)) {
+	var live *idemstore.LeaseLiveError
+	if !errors.As(err, &live) || !errors.Is(err, idemstore.ErrLeaseLive) || !sameTime(live.Expires, epoch.Add(lockTimeout)) {
 		t.Fatalf("ReleaseKey of a live lease = %v, want a LeaseLiveError expiring at %s", err, epoch.Add(lockTimeout))
 	}
 	// Refused means untouched: the holder still completes.
@@ -188,7 +189,7 @@ func (s suite) adminLeaseExpiryIsRecorded(t *testing.T) {
 		if want.IsZero() != rec.LeaseExpires.IsZero() || !sameTime(rec.LeaseExpires, want) {
 			t.Errorf("GetKey: LeaseExpires = %v, want %v", rec.LeaseExpires, want)
 		}
-		recs, err := a.ListKeys(ctx, idem.ListKeysParams{ClientID: scope.ClientID})
+		recs, err := a.ListKeys(ctx, idemstore.ListKeysParams{ClientID: scope.ClientID})
 		if err != nil || len(recs) != 1 {
 			t.Fatalf("ListKeys = %d records, %v; want 1", len(recs), err)
 		}
@@ -228,11 +229,11 @@ func (s suite) adminReleaseJudgesRecordedExpiry(t *testing.T) {
 	s.mustLease(t, store, p)
 	s.mustLease(t, store, s.params(short, "a", epoch))
 
-	release := func(scope idem.Scope, now time.Time, flag time.Duration) error {
-		_, err := a.ReleaseKey(ctx, idem.ReleaseKeyParams{Scope: scope, Now: now, LockTimeout: flag})
+	release := func(scope idemstore.Scope, now time.Time, flag time.Duration) error {
+		_, err := a.ReleaseKey(ctx, idemstore.ReleaseKeyParams{Scope: scope, Now: now, LockTimeout: flag})
 		return err
 	}
-	var live *idem.LeaseLiveError
+	var live *idemstore.LeaseLiveError
 	err := release(long, epoch.Add(time.Minute), lockTimeout)
 	if !errors.As(err, &live) || !sameTime(live.Expires, epoch.Add(10*time.Minute)) || !sameTime(live.LockedAt, epoch) {
 		t.Fatalf("ReleaseKey of a 10-minute lease a minute in, given a %s lock timeout = %v; want a LeaseLiveError expiring at %s",
@@ -257,25 +258,25 @@ func (s suite) adminReleaseFreesStuckKey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ReleaseKey: %v", err)
 	}
-	if before.Status != idem.StatusInFlight || before.Token != 1 {
+	if before.Status != idemstore.StatusInFlight || before.Token != 1 {
 		t.Errorf("ReleaseKey returned %+v, want the started key as it was", before)
 	}
 	// A different request is still refused: the key stays the first
 	// request's.
-	if rec := s.mustRecord(t, store, s.params(scope, "b", now)); rec.Status != idem.StatusInFlight {
+	if rec := s.mustRecord(t, store, s.params(scope, "b", now)); rec.Status != idemstore.StatusInFlight {
 		t.Errorf("a different request found status %q, want started", rec.Status)
 	}
 	// The client's retry runs, once.
 	retry := s.mustLease(t, store, s.params(scope, "a", now))
-	if rec := s.mustRecord(t, store, s.params(scope, "a", now)); rec.Status != idem.StatusInFlight {
+	if rec := s.mustRecord(t, store, s.params(scope, "a", now)); rec.Status != idemstore.StatusInFlight {
 		t.Errorf("a second retry found status %q, want started (the first retry holds it)", rec.Status)
 	}
 	complete(t, retry, sampleResponse(`{"run":"retry"}`))
-	if err := dead.Complete(context.Background(), sampleResponse(`{"run":"dead"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := dead.Complete(context.Background(), sampleResponse(`{"run":"dead"}`)); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Errorf("the released holder's Complete = %v, want ErrLeaseLost", err)
 	}
 	rec := s.mustRecord(t, store, s.params(scope, "a", now.Add(time.Second)))
-	if rec.Status != idem.StatusCompleted || string(rec.Response.Body) != `{"run":"retry"}` {
+	if rec.Status != idemstore.StatusCompleted || string(rec.Response.Body) != `{"run":"retry"}` {
 		t.Errorf("stored %q %q, want the retry's response", rec.Status, rec.Response.Body)
 	}
 }
@@ -288,7 +289,7 @@ func (s suite) adminForcedRelease(t *testing.T) {
 	if _, err := a.ReleaseKey(adminCtx(t), s.releaseParams(scope, epoch.Add(time.Second), true)); err != nil {
 		t.Fatalf("forced ReleaseKey: %v", err)
 	}
-	if err := holder.Complete(context.Background(), sampleResponse("{}")); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := holder.Complete(context.Background(), sampleResponse("{}")); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Errorf("the holder's Complete after a forced release = %v, want ErrLeaseLost", err)
 	}
 	complete(t, s.mustLease(t, store, s.params(scope, "a", epoch.Add(2*time.Second))), sampleResponse("{}"))
@@ -301,14 +302,14 @@ func (s suite) adminReleaseRefusesCompleted(t *testing.T) {
 	scope := newScope("alice")
 	complete(t, s.mustLease(t, store, s.params(scope, "a", epoch)), sampleResponse(`{"run":"first"}`))
 	for _, force := range []bool{false, true} {
-		if _, err := a.ReleaseKey(ctx, s.releaseParams(scope, epoch.Add(time.Hour), force)); !errors.Is(err, idem.ErrKeyCompleted) {
+		if _, err := a.ReleaseKey(ctx, s.releaseParams(scope, epoch.Add(time.Hour), force)); !errors.Is(err, idemstore.ErrKeyCompleted) {
 			t.Errorf("ReleaseKey (force %v) of a completed key = %v, want ErrKeyCompleted", force, err)
 		}
 	}
 	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(time.Hour))); string(rec.Response.Body) != `{"run":"first"}` {
 		t.Errorf("after the refused release: %q, want the stored response", rec.Response.Body)
 	}
-	if _, err := a.ReleaseKey(ctx, s.releaseParams(newScope("alice"), epoch, false)); !errors.Is(err, idem.ErrKeyNotFound) {
+	if _, err := a.ReleaseKey(ctx, s.releaseParams(newScope("alice"), epoch, false)); !errors.Is(err, idemstore.ErrKeyNotFound) {
 		t.Errorf("ReleaseKey of an unknown key = %v, want ErrKeyNotFound", err)
 	}
 }
@@ -317,8 +318,8 @@ func (s suite) adminReleaseRejectsBadParams(t *testing.T) {
 	t.Parallel()
 	_, a := s.admin(t)
 	scope := newScope("alice")
-	for _, p := range []idem.ReleaseKeyParams{{Scope: scope, LockTimeout: lockTimeout}, {Scope: scope, Now: epoch}} {
-		if _, err := a.ReleaseKey(adminCtx(t), p); err == nil || errors.Is(err, idem.ErrKeyNotFound) {
+	for _, p := range []idemstore.ReleaseKeyParams{{Scope: scope, LockTimeout: lockTimeout}, {Scope: scope, Now: epoch}} {
+		if _, err := a.ReleaseKey(adminCtx(t), p); err == nil || errors.Is(err, idemstore.ErrKeyNotFound) {
 			t.Errorf("ReleaseKey(%+v) = %v, want a parameter error", p, err)
 		}
 	}
@@ -334,15 +335,15 @@ func (s suite) adminDeleteCompleted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("DeleteKey: %v", err)
 	}
-	if before.Status != idem.StatusCompleted || before.Response == nil || before.Response.StatusCode != 201 || len(before.Response.Body) != 0 {
+	if before.Status != idemstore.StatusCompleted || before.Response == nil || before.Response.StatusCode != 201 || len(before.Response.Body) != 0 {
 		t.Errorf("DeleteKey returned %+v, want the completed key without its body", before)
 	}
-	if _, err := a.GetKey(ctx, scope); !errors.Is(err, idem.ErrKeyNotFound) {
+	if _, err := a.GetKey(ctx, scope); !errors.Is(err, idemstore.ErrKeyNotFound) {
 		t.Errorf("GetKey after DeleteKey = %v, want ErrKeyNotFound", err)
 	}
 	// The next request with the key runs as new, even a different one.
 	complete(t, s.mustLease(t, store, s.params(scope, "b", epoch.Add(time.Minute))), sampleResponse("{}"))
-	if _, err := a.DeleteKey(ctx, newScope("alice")); !errors.Is(err, idem.ErrKeyNotFound) {
+	if _, err := a.DeleteKey(ctx, newScope("alice")); !errors.Is(err, idemstore.ErrKeyNotFound) {
 		t.Errorf("DeleteKey of an unknown key = %v, want ErrKeyNotFound", err)
 	}
 }
@@ -352,7 +353,7 @@ func (s suite) adminDeleteRefusesStarted(t *testing.T) {
 	store, a := s.admin(t)
 	scope := newScope("alice")
 	l := s.mustLease(t, store, s.params(scope, "a", epoch))
-	if _, err := a.DeleteKey(adminCtx(t), scope); !errors.Is(err, idem.ErrKeyInFlight) {
+	if _, err := a.DeleteKey(adminCtx(t), scope); !errors.Is(err, idemstore.ErrKeyInFlight) {
 		t.Errorf("DeleteKey of a started key = %v, want ErrKeyInFlight", err)
 	}
 	complete(t, l, sampleResponse("{}"))
@@ -378,7 +379,7 @@ func (s suite) adminDeleteFencesStalledHolder(t *testing.T) {
 	if info := fresh.Info(); info.TakenOver || info.Token != 1 {
 		t.Fatalf("claim after the delete: Info() = %+v; want a new key at token 1", info)
 	}
-	if err := stalled.Complete(ctx, sampleResponse(`{"holder":"stalled"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := stalled.Complete(ctx, sampleResponse(`{"holder":"stalled"}`)); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Errorf("the stalled holder's Complete = %v, want ErrLeaseLost", err)
 	}
 	complete(t, fresh, sampleResponse(`{"holder":"fresh"}`))

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -32,7 +33,7 @@ func ExampleMemoryStore() {
 	rec := httptest.NewRecorder()
 	handler.ServeHTTP(rec, req)
 
-	stored, ok := store.Get(idem.Scope{ClientID: "alice", Key: "order-7"})
+	stored, ok := store.Get(idemstore.Scope{ClientID: "alice", Key: "order-7"})
 	fmt.Println(rec.Code, ok, stored.Status, stored.Response.StatusCode, string(stored.Response.Body))
 	fmt.Println("keys:", store.Len())
 	// Output:
@@ -46,7 +47,7 @@ func ExampleMemoryStore() {
 func ExampleRunStoreTests() {
 	testMemoryStore := func(t *testing.T) {
 		idemtest.RunStoreTests(t, idemtest.Harness{
-			NewStore: func(t *testing.T) idem.Store { return idemtest.NewMemoryStore() },
+			NewStore: func(t *testing.T) idemstore.Store { return idemtest.NewMemoryStore() },
 			// Write and Count are nil: the memory store has no transactions,
 			// and the suite skips the atomicity tests.
 			Write: nil,

@@ -8,13 +8,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemoutbox"
+	"github.com/idemkit/idem/idemstore"
 )
 
-var _ idem.Store = (*MemoryStore)(nil)
+var _ idemstore.Store = (*MemoryStore)(nil)
 
-// MemoryStore is an [idem.Store] that keeps keys in memory. It has no
+// MemoryStore is an [idemstore.Store] that keeps keys in memory. It has no
 // business transactions; Lease.Context only carries the lease, so that
 // outbox events enqueued in a handler (idemoutbox.Enqueue) are kept with
 // Complete and dropped with Release, as a database store's would be. It is
@@ -22,28 +22,28 @@ var _ idem.Store = (*MemoryStore)(nil)
 // stores, including takeover of expired two-phase leases.
 type MemoryStore struct {
 	mu      sync.Mutex
-	records map[idem.Scope]*idem.Record
+	records map[idemstore.Scope]*idemstore.Record
 	outbox  memoryOutbox // guarded by mu; see memory_outbox.go
 	// purgeLocked is set while a PurgeLock of the store is held.
 	purgeLocked bool
 	// recovery holds the recovery point of started keys that passed one.
-	recovery map[idem.Scope]idem.Recovery
+	recovery map[idemstore.Scope]idemstore.Recovery
 }
 
 // NewMemoryStore returns an empty store.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{records: make(map[idem.Scope]*idem.Record), recovery: make(map[idem.Scope]idem.Recovery)}
+	return &MemoryStore{records: make(map[idemstore.Scope]*idemstore.Record), recovery: make(map[idemstore.Scope]idemstore.Recovery)}
 }
 
-// Claim implements [idem.Store].
-func (s *MemoryStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+// Claim implements [idemstore.Store].
+func (s *MemoryStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.ClaimResult{}, err
+		return idemstore.ClaimResult{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, ok := s.records[p.Scope]
-	if !ok || idem.Expired(rec.CreatedAt, p.Now, p.Retention) {
+	if !ok || idemstore.Expired(rec.CreatedAt, p.Now, p.Retention) {
 		// A key past retention is replaced as if new, but its token keeps
 		// growing, so a holder of the old row can never complete the new one.
 		token := int64(1)
@@ -51,28 +51,28 @@ func (s *MemoryStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.Claim
 			token = rec.Token + 1
 		}
 		buf := make([]byte, len(p.RequestHash)+len(p.RequestFields))
-		rec = &idem.Record{
+		rec = &idemstore.Record{
 			Scope: p.Scope, Method: p.Method, Path: p.Path,
 			RequestHash: carve(&buf, p.RequestHash), RequestFields: carve(&buf, p.RequestFields),
-			Status: idem.StatusInFlight, CreatedAt: p.Now, LockedAt: p.Now, LeaseExpires: p.LeaseExpires(), Token: token,
+			Status: idemstore.StatusInFlight, CreatedAt: p.Now, LockedAt: p.Now, LeaseExpires: p.LeaseExpires(), Token: token,
 		}
 		s.records[p.Scope] = rec
 		delete(s.recovery, p.Scope)
-		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: token, created: p.Now, mode: p.Mode}}, nil
+		return idemstore.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: token, created: p.Now, twoPhase: p.TwoPhase}}, nil
 	}
 	if p.CanTakeOver(rec) {
 		rec.Token++
 		rec.LockedAt, rec.LeaseExpires = p.Now, p.LeaseExpires()
-		return idem.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: rec.Token, created: rec.CreatedAt, takenOver: true, mode: p.Mode}}, nil
+		return idemstore.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: rec.Token, created: rec.CreatedAt, takenOver: true, twoPhase: p.TwoPhase}}, nil
 	}
-	return idem.ClaimResult{Record: cloneRecord(rec)}, nil
+	return idemstore.ClaimResult{Record: cloneRecord(rec)}, nil
 }
 
-// Purge deletes the keys that [idem.PurgeParams.Purges] and returns how
+// Purge deletes the keys that [idemstore.PurgeParams.Purges] and returns how
 // many it deleted: those created before p.Before, except started keys
 // whose lease may be live. It validates p as the database stores do; there
 // are no batches.
-func (s *MemoryStore) Purge(ctx context.Context, p idem.PurgeParams) (int64, error) {
+func (s *MemoryStore) Purge(ctx context.Context, p idemstore.PurgeParams) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("idemtest: purge: %w", err)
 	}
@@ -93,12 +93,12 @@ func (s *MemoryStore) Purge(ctx context.Context, p idem.PurgeParams) (int64, err
 }
 
 // Get returns a copy of the record of a scope, for tests that inspect the store.
-func (s *MemoryStore) Get(scope idem.Scope) (idem.Record, bool) {
+func (s *MemoryStore) Get(scope idemstore.Scope) (idemstore.Record, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, ok := s.records[scope]
 	if !ok {
-		return idem.Record{}, false
+		return idemstore.Record{}, false
 	}
 	return *cloneRecord(rec), true
 }
@@ -113,7 +113,7 @@ func (s *MemoryStore) Len() int {
 // cloneRecord copies r, so that neither the store nor its caller sees the
 // other's changes. Its byte slices share one allocation, and its header
 // values another (see cloneHeader).
-func cloneRecord(r *idem.Record) *idem.Record {
+func cloneRecord(r *idemstore.Record) *idemstore.Record {
 	c := *r
 	var body []byte
 	if r.Response != nil {
@@ -123,16 +123,16 @@ func cloneRecord(r *idem.Record) *idem.Record {
 	c.RequestHash = carve(&buf, r.RequestHash)
 	c.RequestFields = carve(&buf, r.RequestFields)
 	if r.Response != nil {
-		c.Response = &idem.Response{StatusCode: r.Response.StatusCode, Header: cloneHeader(r.Response.Header), Body: carve(&buf, body)}
+		c.Response = &idemstore.Response{StatusCode: r.Response.StatusCode, Header: cloneHeader(r.Response.Header), Body: carve(&buf, body)}
 	}
 	return &c
 }
 
-func cloneResponse(r *idem.Response) *idem.Response {
+func cloneResponse(r *idemstore.Response) *idemstore.Response {
 	if r == nil {
 		return nil
 	}
-	return &idem.Response{StatusCode: r.StatusCode, Header: cloneHeader(r.Header), Body: bytes.Clone(r.Body)}
+	return &idemstore.Response{StatusCode: r.StatusCode, Header: cloneHeader(r.Header), Body: bytes.Clone(r.Body)}
 }
 
 // cloneHeader copies h, with the fields' values in one new slice, which
@@ -169,14 +169,14 @@ func carve(buf *[]byte, b []byte) []byte {
 
 type memoryLease struct {
 	store *MemoryStore
-	scope idem.Scope
+	scope idemstore.Scope
 	token int64
 	// created is the CreatedAt of the record the lease claimed: with the
 	// token, its fence, since a record made anew after this one was
 	// deleted (purged, or by an operator) starts again at token 1.
 	created   time.Time
 	takenOver bool
-	mode      idem.Mode
+	twoPhase  bool
 	ended     bool // guarded by store.mu
 	// events are the outbox events enqueued under the lease, kept by
 	// Complete; guarded by store.mu.
@@ -187,31 +187,31 @@ func (l *memoryLease) Context(ctx context.Context) context.Context {
 	return context.WithValue(ctx, memoryLeaseKey{}, l)
 }
 
-func (l *memoryLease) Info() idem.LeaseInfo {
-	return idem.LeaseInfo{Token: l.token, TakenOver: l.takenOver, CreatedAt: l.created}
+func (l *memoryLease) Info() idemstore.LeaseInfo {
+	return idemstore.LeaseInfo{Token: l.token, TakenOver: l.takenOver, CreatedAt: l.created}
 }
 
 // held returns the record if this lease still owns it. The caller holds mu.
-func (l *memoryLease) held() *idem.Record {
+func (l *memoryLease) held() *idemstore.Record {
 	rec, ok := l.store.records[l.scope]
-	if !ok || rec.Token != l.token || !rec.CreatedAt.Equal(l.created) || rec.Status != idem.StatusInFlight {
+	if !ok || rec.Token != l.token || !rec.CreatedAt.Equal(l.created) || rec.Status != idemstore.StatusInFlight {
 		return nil
 	}
 	return rec
 }
 
-func (l *memoryLease) Complete(ctx context.Context, resp *idem.Response) error {
+func (l *memoryLease) Complete(ctx context.Context, resp *idemstore.Response) error {
 	l.store.mu.Lock()
 	defer l.store.mu.Unlock()
 	if l.ended {
-		return fmt.Errorf("idemtest: complete key: %w", idem.ErrLeaseEnded)
+		return fmt.Errorf("idemtest: complete key: %w", idemstore.ErrLeaseEnded)
 	}
 	l.ended = true
 	rec := l.held()
 	if rec == nil {
-		return idem.ErrLeaseLost
+		return idemstore.ErrLeaseLost
 	}
-	rec.Status = idem.StatusCompleted
+	rec.Status = idemstore.StatusCompleted
 	rec.Response = cloneResponse(resp)
 	l.store.outbox.commit(l.events)
 	delete(l.store.recovery, l.scope)
@@ -222,7 +222,7 @@ func (l *memoryLease) Release(ctx context.Context) error {
 	l.store.mu.Lock()
 	defer l.store.mu.Unlock()
 	if l.ended {
-		return fmt.Errorf("idemtest: release key: %w", idem.ErrLeaseEnded)
+		return fmt.Errorf("idemtest: release key: %w", idemstore.ErrLeaseEnded)
 	}
 	l.ended = true
 	if rec := l.held(); rec != nil {

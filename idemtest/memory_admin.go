@@ -7,13 +7,13 @@ import (
 	"slices"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-var _ idem.KeyAdmin = (*MemoryStore)(nil)
+var _ idemstore.KeyAdmin = (*MemoryStore)(nil)
 
-// GetKey implements [idem.KeyReader].
-func (s *MemoryStore) GetKey(ctx context.Context, scope idem.Scope) (*idem.Record, error) {
+// GetKey implements [idemstore.KeyReader].
+func (s *MemoryStore) GetKey(ctx context.Context, scope idemstore.Scope) (*idemstore.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -21,13 +21,13 @@ func (s *MemoryStore) GetKey(ctx context.Context, scope idem.Scope) (*idem.Recor
 	defer s.mu.Unlock()
 	rec, ok := s.records[scope]
 	if !ok {
-		return nil, fmt.Errorf("idemtest: get key: %w", idem.ErrKeyNotFound)
+		return nil, fmt.Errorf("idemtest: get key: %w", idemstore.ErrKeyNotFound)
 	}
 	return cloneRecord(rec), nil
 }
 
-// ListKeys implements [idem.KeyAdmin].
-func (s *MemoryStore) ListKeys(ctx context.Context, p idem.ListKeysParams) ([]*idem.Record, error) {
+// ListKeys implements [idemstore.KeyAdmin].
+func (s *MemoryStore) ListKeys(ctx context.Context, p idemstore.ListKeysParams) ([]*idemstore.Record, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("idemtest: list keys: %w", err)
 	}
@@ -36,7 +36,7 @@ func (s *MemoryStore) ListKeys(ctx context.Context, p idem.ListKeysParams) ([]*i
 	}
 	p = p.WithDefaults()
 	s.mu.Lock()
-	var out []*idem.Record
+	var out []*idemstore.Record
 	for _, rec := range s.records {
 		if (p.ClientID == "" || rec.Scope.ClientID == p.ClientID) &&
 			(p.Status == "" || rec.Status == p.Status) &&
@@ -49,7 +49,7 @@ func (s *MemoryStore) ListKeys(ctx context.Context, p idem.ListKeysParams) ([]*i
 		}
 	}
 	s.mu.Unlock()
-	slices.SortFunc(out, func(a, b *idem.Record) int {
+	slices.SortFunc(out, func(a, b *idemstore.Record) int {
 		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.Scope.ClientID, b.Scope.ClientID), cmp.Compare(a.Scope.Key, b.Scope.Key))
 	})
 	if len(out) > p.Limit {
@@ -58,8 +58,8 @@ func (s *MemoryStore) ListKeys(ctx context.Context, p idem.ListKeysParams) ([]*i
 	return out, nil
 }
 
-// ReleaseKey implements [idem.KeyAdmin].
-func (s *MemoryStore) ReleaseKey(ctx context.Context, p idem.ReleaseKeyParams) (*idem.Record, error) {
+// ReleaseKey implements [idemstore.KeyAdmin].
+func (s *MemoryStore) ReleaseKey(ctx context.Context, p idemstore.ReleaseKeyParams) (*idemstore.Record, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("idemtest: release key: %w", err)
 	}
@@ -70,7 +70,7 @@ func (s *MemoryStore) ReleaseKey(ctx context.Context, p idem.ReleaseKeyParams) (
 	defer s.mu.Unlock()
 	rec, ok := s.records[p.Scope]
 	if !ok {
-		return nil, fmt.Errorf("idemtest: release key: %w", idem.ErrKeyNotFound)
+		return nil, fmt.Errorf("idemtest: release key: %w", idemstore.ErrKeyNotFound)
 	}
 	if err := p.Check(rec); err != nil {
 		return nil, fmt.Errorf("idemtest: release key: %w", err)
@@ -81,8 +81,8 @@ func (s *MemoryStore) ReleaseKey(ctx context.Context, p idem.ReleaseKeyParams) (
 	return before, nil
 }
 
-// DeleteKey implements [idem.KeyAdmin].
-func (s *MemoryStore) DeleteKey(ctx context.Context, scope idem.Scope) (*idem.Record, error) {
+// DeleteKey implements [idemstore.KeyAdmin].
+func (s *MemoryStore) DeleteKey(ctx context.Context, scope idemstore.Scope) (*idemstore.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -90,9 +90,9 @@ func (s *MemoryStore) DeleteKey(ctx context.Context, scope idem.Scope) (*idem.Re
 	defer s.mu.Unlock()
 	rec, ok := s.records[scope]
 	if !ok {
-		return nil, fmt.Errorf("idemtest: delete key: %w", idem.ErrKeyNotFound)
+		return nil, fmt.Errorf("idemtest: delete key: %w", idemstore.ErrKeyNotFound)
 	}
-	if err := idem.CheckDelete(rec); err != nil {
+	if err := idemstore.CheckDelete(rec); err != nil {
 		return nil, fmt.Errorf("idemtest: delete key: %w", err)
 	}
 	delete(s.records, scope)

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemoutbox"
+	"github.com/idemkit/idem/idemstore"
 )
 
 var _ idemoutbox.Store = (*MemoryStore)(nil)
@@ -53,7 +53,7 @@ func (s *MemoryStore) EnqueueEvent(ctx context.Context, e idemoutbox.Event) erro
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l.ended {
-		return fmt.Errorf("idemtest: enqueue event: %w", idem.ErrLeaseEnded)
+		return fmt.Errorf("idemtest: enqueue event: %w", idemstore.ErrLeaseEnded)
 	}
 	if !slices.ContainsFunc(l.events, func(x idemoutbox.Event) bool { return x.ID == e.ID }) {
 		l.events = append(l.events, e)

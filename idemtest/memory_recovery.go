@@ -5,66 +5,66 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 var (
-	_ idem.RecoveryStore = (*MemoryStore)(nil)
-	_ idem.RecoveryLease = (*memoryLease)(nil)
+	_ idemstore.RecoveryStore = (*MemoryStore)(nil)
+	_ idemstore.RecoveryLease = (*memoryLease)(nil)
 )
 
-// Unfinished implements [idem.RecoveryStore].
-func (s *MemoryStore) Unfinished(ctx context.Context, p idem.UnfinishedParams) ([]*idem.Record, error) {
+// Unfinished implements [idemstore.RecoveryStore].
+func (s *MemoryStore) Unfinished(ctx context.Context, p idemstore.UnfinishedParams) ([]*idemstore.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []*idem.Record
+	var out []*idemstore.Record
 	for scope, rec := range s.records {
 		if p.Lists(rec, s.recovery[scope].Point) {
 			out = append(out, cloneRecord(rec))
 		}
 	}
-	slices.SortFunc(out, func(a, b *idem.Record) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	slices.SortFunc(out, func(a, b *idemstore.Record) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	if p.Limit > 0 && len(out) > p.Limit {
 		out = out[:p.Limit]
 	}
 	return out, nil
 }
 
-// Recovery implements [idem.RecoveryLease].
-func (l *memoryLease) Recovery(ctx context.Context) (idem.Recovery, error) {
+// Recovery implements [idemstore.RecoveryLease].
+func (l *memoryLease) Recovery(ctx context.Context) (idemstore.Recovery, error) {
 	l.store.mu.Lock()
 	defer l.store.mu.Unlock()
 	if l.ended {
-		return idem.Recovery{}, fmt.Errorf("idemtest: read recovery point: %w", idem.ErrLeaseEnded)
+		return idemstore.Recovery{}, fmt.Errorf("idemtest: read recovery point: %w", idemstore.ErrLeaseEnded)
 	}
 	if l.held() == nil {
-		return idem.Recovery{}, fmt.Errorf("idemtest: read recovery point: %w", idem.ErrLeaseLost)
+		return idemstore.Recovery{}, fmt.Errorf("idemtest: read recovery point: %w", idemstore.ErrLeaseLost)
 	}
 	r, ok := l.store.recovery[l.scope]
 	if !ok {
-		return idem.Recovery{Point: idem.RecoveryStarted}, nil
+		return idemstore.Recovery{Point: idemstore.RecoveryStarted}, nil
 	}
-	return idem.Recovery{Point: r.Point, State: r.State.Clone()}, nil
+	return r.Clone(), nil
 }
 
-// Checkpoint implements [idem.RecoveryLease]. The memory store has no
+// Checkpoint implements [idemstore.RecoveryLease]. The memory store has no
 // transactions: it saves the recovery point if the lease still holds the
 // key.
-func (l *memoryLease) Checkpoint(ctx context.Context, r idem.Recovery) error {
-	if l.mode != idem.ModeTwoPhase {
-		return fmt.Errorf("idemtest: checkpoint: %w", idem.ErrNoRecovery)
+func (l *memoryLease) Checkpoint(ctx context.Context, r idemstore.Recovery) error {
+	if !l.twoPhase {
+		return fmt.Errorf("idemtest: checkpoint: %w", idemstore.ErrNoRecovery)
 	}
 	l.store.mu.Lock()
 	defer l.store.mu.Unlock()
 	if l.ended {
-		return fmt.Errorf("idemtest: checkpoint: %w", idem.ErrLeaseEnded)
+		return fmt.Errorf("idemtest: checkpoint: %w", idemstore.ErrLeaseEnded)
 	}
 	if l.held() == nil {
-		return fmt.Errorf("idemtest: checkpoint (token %d): %w", l.token, idem.ErrLeaseLost)
+		return fmt.Errorf("idemtest: checkpoint (token %d): %w", l.token, idemstore.ErrLeaseLost)
 	}
-	l.store.recovery[l.scope] = idem.Recovery{Point: r.Point, State: r.State.Clone()}
+	l.store.recovery[l.scope] = r.Clone()
 	return nil
 }

@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
 func TestMemoryStore(t *testing.T) {
 	t.Parallel()
 	idemtest.RunStoreTests(t, idemtest.Harness{
-		NewStore: func(t *testing.T) idem.Store { return idemtest.NewMemoryStore() },
+		NewStore: func(t *testing.T) idemstore.Store { return idemtest.NewMemoryStore() },
 	})
 }
 
@@ -27,8 +27,8 @@ func TestMemoryStoreSharesNoMemory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := idemtest.NewMemoryStore()
-	scope := idem.Scope{ClientID: "client-1", Key: "key-1"}
-	params := idem.ClaimParams{
+	scope := idemstore.Scope{ClientID: "client-1", Key: "key-1"}
+	params := idemstore.ClaimParams{
 		Scope: scope, Method: "POST", Path: "/v1/payments",
 		RequestHash: []byte("hash-0123456789"), RequestFields: []byte(`{"media":"json"}`),
 		Now: time.Now(), LockTimeout: time.Minute, Retention: time.Hour,
@@ -38,7 +38,7 @@ func TestMemoryStoreSharesNoMemory(t *testing.T) {
 		t.Fatalf("Claim = %+v, %v; want a lease", res, err)
 	}
 	params.RequestHash[0], params.RequestFields[0] = 'X', 'X'
-	resp := &idem.Response{
+	resp := &idemstore.Response{
 		StatusCode: 201,
 		Header:     http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/payments/1"}, "Empty": {}, "Vary": {"A", "B", "C", "D"}},
 		Body:       []byte(`{"id":"1"}`),
@@ -47,9 +47,9 @@ func TestMemoryStoreSharesNoMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Header["Content-Type"][0], resp.Body[0] = "changed", 'X'
-	want := idem.Record{
+	want := idemstore.Record{
 		RequestHash: []byte("hash-0123456789"), RequestFields: []byte(`{"media":"json"}`),
-		Response: &idem.Response{
+		Response: &idemstore.Response{
 			StatusCode: 201,
 			Header:     http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/payments/1"}, "Empty": {}, "Vary": {"A", "B", "C", "D"}},
 			Body:       []byte(`{"id":"1"}`),

@@ -4,21 +4,21 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-var _ idem.PurgeStore = (*MemoryStore)(nil)
+var _ idemstore.PurgeStore = (*MemoryStore)(nil)
 
-// LockPurge implements [idem.PurgeStore]: one lock per store, so that
+// LockPurge implements [idemstore.PurgeStore]: one lock per store, so that
 // Purgers sharing a store take turns as instances sharing a database do.
-func (s *MemoryStore) LockPurge(ctx context.Context) (idem.PurgeLock, error) {
+func (s *MemoryStore) LockPurge(ctx context.Context) (idemstore.PurgeLock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.purgeLocked {
-		return nil, fmt.Errorf("idemtest: %w", idem.ErrPurgeLocked)
+		return nil, fmt.Errorf("idemtest: %w", idemstore.ErrPurgeLocked)
 	}
 	s.purgeLocked = true
 	return &memoryPurgeLock{store: s}, nil
@@ -29,8 +29,8 @@ type memoryPurgeLock struct {
 	unlocked bool
 }
 
-// PurgeBatch implements [idem.PurgeLock].
-func (l *memoryPurgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (int64, error) {
+// PurgeBatch implements [idemstore.PurgeLock].
+func (l *memoryPurgeLock) PurgeBatch(ctx context.Context, p idemstore.PurgeParams) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("idemtest: purge: %w", err)
 	}
@@ -42,7 +42,7 @@ func (l *memoryPurgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (i
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l.unlocked {
-		return 0, fmt.Errorf("idemtest: purge: %w", idem.ErrPurgeLockLost)
+		return 0, fmt.Errorf("idemtest: purge: %w", idemstore.ErrPurgeLockLost)
 	}
 	var n int64
 	for scope, rec := range s.records {
@@ -57,7 +57,7 @@ func (l *memoryPurgeLock) PurgeBatch(ctx context.Context, p idem.PurgeParams) (i
 	return n, nil
 }
 
-// Unlock implements [idem.PurgeLock].
+// Unlock implements [idemstore.PurgeLock].
 func (l *memoryPurgeLock) Unlock(context.Context) error {
 	s := l.store
 	s.mu.Lock()

@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-// runRecoveryTests runs the cases of recovery points ([idem.RecoveryLease])
-// and of the completer's listing ([idem.RecoveryStore]). A store whose
+// runRecoveryTests runs the cases of recovery points ([idemstore.RecoveryLease])
+// and of the completer's listing ([idemstore.RecoveryStore]). A store whose
 // two-phase leases keep no recovery points skips them. The cases run one
 // after the other: each store is a database of its own on some harnesses,
 // and the suite's parallel cases already press the server's connection
@@ -35,10 +36,10 @@ func runRecoveryTests(t *testing.T, h Harness) {
 
 // recoveryLease returns the lease of a claim of p, as a RecoveryLease, or
 // skips the test when the store keeps no recovery points.
-func (s suite) recoveryLease(t *testing.T, store idem.Store, p idem.ClaimParams) idem.RecoveryLease {
+func (s suite) recoveryLease(t *testing.T, store idemstore.Store, p idemstore.ClaimParams) idemstore.RecoveryLease {
 	t.Helper()
 	l := s.mustLease(t, store, p)
-	rl, ok := l.(idem.RecoveryLease)
+	rl, ok := l.(idemstore.RecoveryLease)
 	if !ok {
 		release(t, l)
 		t.Skipf("the store's leases (%T) keep no recovery points", l)
@@ -46,14 +47,14 @@ func (s suite) recoveryLease(t *testing.T, store idem.Store, p idem.ClaimParams)
 	return rl
 }
 
-func checkpoint(t testing.TB, l idem.RecoveryLease, point string, state idem.State) {
+func checkpoint(t testing.TB, l idemstore.RecoveryLease, point string, state idem.State) {
 	t.Helper()
-	if err := l.Checkpoint(context.Background(), idem.Recovery{Point: point, State: state}); err != nil {
+	if err := l.Checkpoint(context.Background(), idemstore.Recovery{Point: point, State: state}); err != nil {
 		t.Fatalf("Checkpoint(%q): %v", point, err)
 	}
 }
 
-func wantRecovery(t testing.TB, l idem.RecoveryLease, point string, state idem.State) {
+func wantRecovery(t testing.TB, l idemstore.RecoveryLease, point string, state idem.State) {
 	t.Helper()
 	r, err := l.Recovery(context.Background())
 	if err != nil {
@@ -66,7 +67,7 @@ func wantRecovery(t testing.TB, l idem.RecoveryLease, point string, state idem.S
 
 // write makes one business write through the lease, when the store has
 // transactions.
-func (s suite) write(t testing.TB, l idem.Lease, store idem.Store, value string) {
+func (s suite) write(t testing.TB, l idemstore.Lease, store idemstore.Store, value string) {
 	t.Helper()
 	if s.h.Write == nil {
 		return
@@ -77,7 +78,7 @@ func (s suite) write(t testing.TB, l idem.Lease, store idem.Store, value string)
 }
 
 // wantRows checks how many committed business writes recorded value.
-func (s suite) wantRows(t *testing.T, store idem.Store, value string, want int) {
+func (s suite) wantRows(t *testing.T, store idemstore.Store, value string, want int) {
 	t.Helper()
 	if s.h.Count == nil {
 		return
@@ -90,7 +91,7 @@ func (s suite) wantRows(t *testing.T, store idem.Store, value string, want int) 
 func (s suite) newKeyIsAtStarted(t *testing.T) {
 	store := s.h.NewStore(t)
 	l := s.recoveryLease(t, store, s.params(newScope("alice"), "a", epoch))
-	wantRecovery(t, l, idem.RecoveryStarted, nil)
+	wantRecovery(t, l, idemstore.RecoveryStarted, nil)
 	release(t, l)
 }
 
@@ -114,7 +115,7 @@ func (s suite) retryResumesAfterRelease(t *testing.T) {
 	}
 	wantRecovery(t, retry, "created", idem.State{"payment_id": "pay_1"})
 	complete(t, retry, sampleResponse(`{"id":"pay_1"}`))
-	if rec := s.mustRecord(t, store, p); rec.Status != idem.StatusCompleted {
+	if rec := s.mustRecord(t, store, p); rec.Status != idemstore.StatusCompleted {
 		t.Errorf("key after completion is %q; want completed", rec.Status)
 	}
 	s.wantRows(t, store, scope.Key+"-created", 1)
@@ -128,7 +129,7 @@ func (s suite) takeoverResumes(t *testing.T) {
 	checkpoint(t, l, "charged", idem.State{"payment_id": "pay_1", "charge_id": "ch_1"})
 	// The holder dies with its lease: a retry before the lock timeout finds
 	// the key in flight, one after it takes it over where the holder was.
-	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(lockTimeout-time.Second))); rec.Status != idem.StatusInFlight {
+	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(lockTimeout-time.Second))); rec.Status != idemstore.StatusInFlight {
 		t.Fatalf("retry within the lease found %q; want in flight", rec.Status)
 	}
 	taken := s.recoveryLease(t, store, s.params(scope, "a", epoch.Add(lockTimeout)))
@@ -149,8 +150,8 @@ func (s suite) staleHolderFencedOutOfCheckpoint(t *testing.T) {
 	// The stale holder wakes up and tries to commit its next phase: the
 	// fence rolls its writes back and keeps the recovery point.
 	s.write(t, old, store, scope.Key+"-old")
-	err := old.Checkpoint(context.Background(), idem.Recovery{Point: "charged", State: idem.State{"charge_id": "ch_old"}})
-	if !errors.Is(err, idem.ErrLeaseLost) {
+	err := old.Checkpoint(context.Background(), idemstore.Recovery{Point: "charged", State: idem.State{"charge_id": "ch_old"}})
+	if !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Fatalf("stale holder's Checkpoint = %v; want ErrLeaseLost", err)
 	}
 	s.wantRows(t, store, scope.Key+"-old", 0)
@@ -191,7 +192,7 @@ func (s suite) replacedKeyStartsOver(t *testing.T) {
 	if fresh.Info().TakenOver {
 		t.Errorf("a claim past retention took the key over; want it replaced")
 	}
-	wantRecovery(t, fresh, idem.RecoveryStarted, nil)
+	wantRecovery(t, fresh, idemstore.RecoveryStarted, nil)
 	release(t, fresh)
 }
 
@@ -210,12 +211,12 @@ func (s suite) releaseWithoutPointFreesKey(t *testing.T) {
 
 func (s suite) listsUnfinishedKeys(t *testing.T) {
 	store := s.h.NewStore(t)
-	rs, ok := store.(idem.RecoveryStore)
+	rs, ok := store.(idemstore.RecoveryStore)
 	if !ok {
 		t.Skipf("%T cannot list unfinished keys", store)
 	}
-	claim := func(name string, at time.Time, point string) (idem.Scope, idem.RecoveryLease) {
-		scope := idem.Scope{ClientID: "alice", Key: newScope("alice").Key + "-" + name}
+	claim := func(name string, at time.Time, point string) (idemstore.Scope, idemstore.RecoveryLease) {
+		scope := idemstore.Scope{ClientID: "alice", Key: newScope("alice").Key + "-" + name}
 		l := s.recoveryLease(t, store, s.params(scope, name, at))
 		if point != "" {
 			checkpoint(t, l, point, idem.State{"name": name})
@@ -233,11 +234,11 @@ func (s suite) listsUnfinishedKeys(t *testing.T) {
 	complete(t, l, sampleResponse(`{}`))
 	claim("old", now.Add(-retention), "created")
 
-	keys, err := rs.Unfinished(context.Background(), idem.UnfinishedParams{Now: now, LockTimeout: lockTimeout, Retention: retention, Limit: 10})
+	keys, err := rs.Unfinished(context.Background(), idemstore.UnfinishedParams{Now: now, LockTimeout: lockTimeout, Retention: retention, Limit: 10})
 	if err != nil {
 		t.Fatalf("Unfinished: %v", err)
 	}
-	var got []idem.Scope
+	var got []idemstore.Scope
 	for _, k := range keys {
 		got = append(got, k.Scope)
 	}
@@ -245,13 +246,13 @@ func (s suite) listsUnfinishedKeys(t *testing.T) {
 		t.Fatalf("Unfinished = %v; want the abandoned key, then the released one", got)
 	}
 	if k := keys[0]; k.Method != "POST" || k.Path != "/v1/payments" || string(k.RequestHash) != string(hashOf("abandoned")) ||
-		!sameTime(k.CreatedAt, now.Add(-lockTimeout)) || k.Status != idem.StatusInFlight {
+		!sameTime(k.CreatedAt, now.Add(-lockTimeout)) || k.Status != idemstore.StatusInFlight {
 		t.Errorf("listed record = %+v; want the claim's request and times", k)
 	}
 	if k := keys[1]; !k.LockedAt.IsZero() {
 		t.Errorf("released key's LockedAt = %v; want zero: no holder", k.LockedAt)
 	}
-	keys, err = rs.Unfinished(context.Background(), idem.UnfinishedParams{Now: now, LockTimeout: lockTimeout, Retention: retention, Limit: 1})
+	keys, err = rs.Unfinished(context.Background(), idemstore.UnfinishedParams{Now: now, LockTimeout: lockTimeout, Retention: retention, Limit: 1})
 	if err != nil || len(keys) != 1 || keys[0].Scope != abandoned {
 		t.Errorf("Unfinished with Limit 1 = %v, %v; want the oldest key only", keys, err)
 	}
@@ -265,25 +266,25 @@ func (s suite) listsUnfinishedKeys(t *testing.T) {
 		after   time.Time
 		until   time.Time
 		limit   int
-		want    []idem.Scope
+		want    []idemstore.Scope
 	}{
-		{[]string{"POST /v1/refunds", "POST /v1/payments"}, time.Time{}, time.Time{}, 10, []idem.Scope{nopoint, abandoned, released}},
-		{[]string{"POST /v1/payments"}, time.Time{}, time.Time{}, 2, []idem.Scope{nopoint, abandoned}},
-		{[]string{"POST /v1/payments"}, now.Add(-2*lockTimeout - time.Second), time.Time{}, 10, []idem.Scope{nopoint, abandoned, released}},
-		{[]string{"POST /v1/payments"}, now.Add(-2 * lockTimeout), time.Time{}, 10, []idem.Scope{abandoned, released}},
-		{[]string{"POST /v1/refunds", "GET /v1/payments"}, time.Time{}, time.Time{}, 10, []idem.Scope{abandoned, released}},
-		{[]string{"POST /v1/payments"}, time.Time{}, now.Add(-2 * lockTimeout), 10, []idem.Scope{nopoint}},
-		{[]string{"POST /v1/payments"}, time.Time{}, now.Add(-lockTimeout), 10, []idem.Scope{nopoint, abandoned}},
+		{[]string{"POST /v1/refunds", "POST /v1/payments"}, time.Time{}, time.Time{}, 10, []idemstore.Scope{nopoint, abandoned, released}},
+		{[]string{"POST /v1/payments"}, time.Time{}, time.Time{}, 2, []idemstore.Scope{nopoint, abandoned}},
+		{[]string{"POST /v1/payments"}, now.Add(-2*lockTimeout - time.Second), time.Time{}, 10, []idemstore.Scope{nopoint, abandoned, released}},
+		{[]string{"POST /v1/payments"}, now.Add(-2 * lockTimeout), time.Time{}, 10, []idemstore.Scope{abandoned, released}},
+		{[]string{"POST /v1/refunds", "GET /v1/payments"}, time.Time{}, time.Time{}, 10, []idemstore.Scope{abandoned, released}},
+		{[]string{"POST /v1/payments"}, time.Time{}, now.Add(-2 * lockTimeout), 10, []idemstore.Scope{nopoint}},
+		{[]string{"POST /v1/payments"}, time.Time{}, now.Add(-lockTimeout), 10, []idemstore.Scope{nopoint, abandoned}},
 		{nil, time.Time{}, now.Add(-lockTimeout - time.Second), 10, nil},
 	} {
-		keys, err := rs.Unfinished(context.Background(), idem.UnfinishedParams{
+		keys, err := rs.Unfinished(context.Background(), idemstore.UnfinishedParams{
 			Now: now, LockTimeout: lockTimeout, Retention: retention, Limit: tt.limit, Started: tt.started, StartedAfter: tt.after,
 			CreatedUntil: tt.until,
 		})
 		if err != nil {
 			t.Fatalf("Unfinished with Started %q after %v until %v: %v", tt.started, tt.after, tt.until, err)
 		}
-		var got []idem.Scope
+		var got []idemstore.Scope
 		for _, k := range keys {
 			got = append(got, k.Scope)
 		}
@@ -298,11 +299,11 @@ func (s suite) atomicLeaseKeepsNoPoint(t *testing.T) {
 	atomic := suite{h: s.h, mode: idem.ModeAtomic}
 	l := atomic.mustLease(t, store, atomic.params(newScope("alice"), "a", epoch))
 	defer release(t, l)
-	rl, ok := l.(idem.RecoveryLease)
+	rl, ok := l.(idemstore.RecoveryLease)
 	if !ok {
 		return
 	}
-	if err := rl.Checkpoint(context.Background(), idem.Recovery{Point: "created"}); !errors.Is(err, idem.ErrNoRecovery) {
+	if err := rl.Checkpoint(context.Background(), idemstore.Recovery{Point: "created"}); !errors.Is(err, idemstore.ErrNoRecovery) {
 		t.Errorf("atomic lease's Checkpoint = %v; want ErrNoRecovery", err)
 	}
 }

@@ -4,25 +4,25 @@ import (
 	"context"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-var _ idem.KeyStatsStore = (*MemoryStore)(nil)
+var _ idemstore.KeyStatsStore = (*MemoryStore)(nil)
 
-// KeyStats implements [idem.KeyStatsStore].
-func (s *MemoryStore) KeyStats(ctx context.Context, now time.Time, lockTimeout time.Duration) (idem.KeyStats, error) {
+// KeyStats implements [idemstore.KeyStatsStore].
+func (s *MemoryStore) KeyStats(ctx context.Context, now time.Time, lockTimeout time.Duration) (idemstore.KeyStats, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.KeyStats{}, err
+		return idemstore.KeyStats{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var st idem.KeyStats
+	var st idemstore.KeyStats
 	for _, rec := range s.records {
-		if rec.Status != idem.StatusInFlight {
+		if rec.Status != idemstore.StatusInFlight {
 			continue
 		}
 		st.Started++
-		if idem.LeaseExpired(rec.LockedAt, now, lockTimeout) {
+		if idemstore.LeaseExpired(rec.LockedAt, now, lockTimeout) {
 			st.Stuck++
 		}
 		if st.OldestStarted.IsZero() || rec.LockedAt.Before(st.OldestStarted) {

@@ -10,21 +10,22 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Harness describes a store to [RunStoreTests].
 type Harness struct {
 	// NewStore returns a fresh, empty store. It is called once per subtest;
 	// register cleanup with t.Cleanup. Required.
-	NewStore func(t *testing.T) idem.Store
+	NewStore func(t *testing.T) idemstore.Store
 
 	// Write performs one business write, recording value, inside the
-	// transaction that the lease put into ctx (see idem.Lease.Context). It
+	// transaction that the lease put into ctx (see idemstore.Lease.Context). It
 	// returns the write's error. Count returns how many committed business
 	// writes recorded value. Both nil: the store has no transactions, and
 	// the atomicity tests are skipped.
-	Write func(ctx context.Context, store idem.Store, value string) error
-	Count func(t *testing.T, store idem.Store, value string) int
+	Write func(ctx context.Context, store idemstore.Store, value string) error
+	Count func(t *testing.T, store idemstore.Store, value string) int
 
 	// NewUnmigrated returns a fresh store whose database has none of the
 	// store's schema, for the schema tests. The store must have the
@@ -35,13 +36,13 @@ type Harness struct {
 	//	SchemaVersion(ctx context.Context) (int, error)
 	//
 	// nil skips the schema tests.
-	NewUnmigrated func(t *testing.T) idem.Store
+	NewUnmigrated func(t *testing.T) idemstore.Store
 }
 
 // purger is a store that deletes keys past retention. A store from
 // Harness.NewStore that has this method gets the purge tests.
 type purger interface {
-	Purge(ctx context.Context, p idem.PurgeParams) (int64, error)
+	Purge(ctx context.Context, p idemstore.PurgeParams) (int64, error)
 }
 
 // migrator is a store with a versioned schema (see Harness.NewUnmigrated).
@@ -128,11 +129,11 @@ var keySeq struct {
 	n int
 }
 
-func newScope(client string) idem.Scope {
+func newScope(client string) idemstore.Scope {
 	keySeq.Lock()
 	defer keySeq.Unlock()
 	keySeq.n++
-	return idem.Scope{ClientID: client, Key: fmt.Sprintf("key-%d-%d", time.Now().UnixNano(), keySeq.n)}
+	return idemstore.Scope{ClientID: client, Key: fmt.Sprintf("key-%d-%d", time.Now().UnixNano(), keySeq.n)}
 }
 
 func hashOf(s string) []byte {
@@ -140,15 +141,15 @@ func hashOf(s string) []byte {
 	return sum[:]
 }
 
-func (s suite) params(scope idem.Scope, body string, now time.Time) idem.ClaimParams {
-	return idem.ClaimParams{
+func (s suite) params(scope idemstore.Scope, body string, now time.Time) idemstore.ClaimParams {
+	return idemstore.ClaimParams{
 		Scope: scope, Method: http.MethodPost, Path: "/v1/payments",
 		RequestHash: hashOf(body), RequestFields: []byte(`{"/amount":"` + body + `"}`),
-		Mode: s.mode, Now: now, LockTimeout: lockTimeout, Retention: retention,
+		TwoPhase: s.mode == idem.ModeTwoPhase, Now: now, LockTimeout: lockTimeout, Retention: retention,
 	}
 }
 
-func (s suite) claim(t testing.TB, store idem.Store, p idem.ClaimParams) idem.ClaimResult {
+func (s suite) claim(t testing.TB, store idemstore.Store, p idemstore.ClaimParams) idemstore.ClaimResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -162,7 +163,7 @@ func (s suite) claim(t testing.TB, store idem.Store, p idem.ClaimParams) idem.Cl
 	return res
 }
 
-func (s suite) mustLease(t testing.TB, store idem.Store, p idem.ClaimParams) idem.Lease {
+func (s suite) mustLease(t testing.TB, store idemstore.Store, p idemstore.ClaimParams) idemstore.Lease {
 	t.Helper()
 	res := s.claim(t, store, p)
 	if res.Lease == nil {
@@ -171,7 +172,7 @@ func (s suite) mustLease(t testing.TB, store idem.Store, p idem.ClaimParams) ide
 	return res.Lease
 }
 
-func (s suite) mustRecord(t testing.TB, store idem.Store, p idem.ClaimParams) *idem.Record {
+func (s suite) mustRecord(t testing.TB, store idemstore.Store, p idemstore.ClaimParams) *idemstore.Record {
 	t.Helper()
 	res := s.claim(t, store, p)
 	if res.Record == nil {
@@ -180,22 +181,22 @@ func (s suite) mustRecord(t testing.TB, store idem.Store, p idem.ClaimParams) *i
 	return res.Record
 }
 
-func complete(t testing.TB, l idem.Lease, resp *idem.Response) {
+func complete(t testing.TB, l idemstore.Lease, resp *idemstore.Response) {
 	t.Helper()
 	if err := l.Complete(context.Background(), resp); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 }
 
-func release(t testing.TB, l idem.Lease) {
+func release(t testing.TB, l idemstore.Lease) {
 	t.Helper()
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 }
 
-func sampleResponse(body string) *idem.Response {
-	return &idem.Response{
+func sampleResponse(body string) *idemstore.Response {
+	return &idemstore.Response{
 		StatusCode: http.StatusCreated,
 		Header:     http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/payments/pay_1"}},
 		Body:       []byte(body),

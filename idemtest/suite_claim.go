@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // The conformance cases about claims: new keys, replays, keys in flight,
@@ -34,7 +35,7 @@ func (s suite) replaysCompletedKey(t *testing.T) {
 
 	later := s.params(scope, "a", epoch.Add(time.Hour))
 	rec := s.mustRecord(t, store, later)
-	if rec.Status != idem.StatusCompleted || rec.Response == nil {
+	if rec.Status != idemstore.StatusCompleted || rec.Response == nil {
 		t.Fatalf("record status %q, response %v; want completed with a response", rec.Status, rec.Response)
 	}
 	want := sampleResponse(`{"id":"pay_1"}`)
@@ -66,7 +67,7 @@ const inFlightDeadline = 10 * time.Second
 
 // claimAnswer is what a Claim returned.
 type claimAnswer struct {
-	res idem.ClaimResult
+	res idemstore.ClaimResult
 	err error
 }
 
@@ -75,7 +76,7 @@ type claimAnswer struct {
 // holder: the holder keeps its lease, or in atomic mode its transaction
 // open, until the second claim has answered, and lets go only if it has
 // not answered within deadline, which fails the test.
-func (s suite) checkReportsInFlight(t testing.TB, store idem.Store) {
+func (s suite) checkReportsInFlight(t testing.TB, store idemstore.Store) {
 	t.Helper()
 	scope := newScope("alice")
 	l := s.mustLease(t, store, s.params(scope, "a", epoch))
@@ -117,7 +118,7 @@ func (s suite) checkReportsInFlight(t testing.TB, store idem.Store) {
 		t.Fatalf("second claim: record=%v lease=%v err=%v; want the record of the key in flight", a.res.Record != nil, a.res.Lease != nil, a.err)
 	}
 	rec := a.res.Record
-	if rec.Status != idem.StatusInFlight {
+	if rec.Status != idemstore.StatusInFlight {
 		t.Errorf("status = %q, want started", rec.Status)
 	}
 	if s.mode == idem.ModeTwoPhase && !sameTime(rec.LockedAt, epoch) {
@@ -136,7 +137,7 @@ func (s suite) returnsRecordOnMismatch(t *testing.T) {
 	}
 	// The mismatching claim must not have changed the record.
 	rec = s.mustRecord(t, store, s.params(scope, "a", epoch.Add(2*time.Minute)))
-	if rec.Status != idem.StatusCompleted || string(rec.Response.Body) != "{}" {
+	if rec.Status != idemstore.StatusCompleted || string(rec.Response.Body) != "{}" {
 		t.Errorf("record after mismatch = %q %q, want the completed original", rec.Status, rec.Response.Body)
 	}
 }
@@ -146,7 +147,7 @@ func (s suite) concurrentClaims(t *testing.T) {
 	store := s.h.NewStore(t)
 	scope := newScope("alice")
 	const n = 16
-	results := make(chan idem.ClaimResult, n)
+	results := make(chan idemstore.ClaimResult, n)
 	errs := make(chan error, n)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -172,13 +173,13 @@ func (s suite) concurrentClaims(t *testing.T) {
 	for err := range errs {
 		t.Errorf("concurrent claim failed: %v", err)
 	}
-	var owners []idem.Lease
+	var owners []idemstore.Lease
 	started := 0
 	for res := range results {
 		switch {
 		case res.Lease != nil:
 			owners = append(owners, res.Lease)
-		case res.Record.Status == idem.StatusInFlight:
+		case res.Record.Status == idemstore.StatusInFlight:
 			started++
 		}
 	}
@@ -193,7 +194,7 @@ func (s suite) concurrentClaims(t *testing.T) {
 		go func() {
 			defer replays.Done()
 			res, err := store.Claim(context.Background(), s.params(scope, "a", epoch.Add(time.Second)))
-			if err != nil || res.Record == nil || res.Record.Status != idem.StatusCompleted {
+			if err != nil || res.Record == nil || res.Record.Status != idemstore.StatusCompleted {
 				t.Errorf("claim after completion: lease=%v err=%v; want the completed record", res.Lease != nil, err)
 			}
 		}()
@@ -209,7 +210,7 @@ func (s suite) releaseFreesKey(t *testing.T) {
 	// A corrected retry, even with another body, owns the key.
 	l := s.mustLease(t, store, s.params(scope, "b", epoch.Add(time.Second)))
 	complete(t, l, sampleResponse("{}"))
-	if rec := s.mustRecord(t, store, s.params(scope, "b", epoch.Add(2*time.Second))); rec.Status != idem.StatusCompleted {
+	if rec := s.mustRecord(t, store, s.params(scope, "b", epoch.Add(2*time.Second))); rec.Status != idemstore.StatusCompleted {
 		t.Errorf("status = %q, want completed", rec.Status)
 	}
 }
@@ -219,7 +220,7 @@ func (s suite) expiredKeyIsReplaced(t *testing.T) {
 	store := s.h.NewStore(t)
 	scope := newScope("alice")
 	complete(t, s.mustLease(t, store, s.params(scope, "a", epoch)), sampleResponse(`{"old":true}`))
-	if rec := s.mustRecord(t, store, s.params(scope, "b", epoch.Add(retention-time.Second))); rec.Status != idem.StatusCompleted {
+	if rec := s.mustRecord(t, store, s.params(scope, "b", epoch.Add(retention-time.Second))); rec.Status != idemstore.StatusCompleted {
 		t.Fatalf("before retention: status %q, want completed", rec.Status)
 	}
 	// Past retention the key is gone: even another request owns it anew.
@@ -239,7 +240,7 @@ func (s suite) isolatesTenants(t *testing.T) {
 	t.Parallel()
 	store := s.h.NewStore(t)
 	a := newScope("alice")
-	b := idem.Scope{ClientID: "bob", Key: a.Key}
+	b := idemstore.Scope{ClientID: "bob", Key: a.Key}
 	complete(t, s.mustLease(t, store, s.params(a, "a", epoch)), sampleResponse(`{"client":"alice"}`))
 	// Bob's same key, with another body, is his own new key.
 	lb := s.mustLease(t, store, s.params(b, "b", epoch))
@@ -262,7 +263,7 @@ func (s suite) storesLargeResponse(t *testing.T) {
 	for i := range body {
 		body[i] = byte(i * 7)
 	}
-	resp := &idem.Response{
+	resp := &idemstore.Response{
 		StatusCode: http.StatusAccepted,
 		Header:     http.Header{"Content-Type": {"application/octet-stream"}, "X-Multi": {"one", "two"}},
 		Body:       body,
@@ -299,14 +300,14 @@ func (s suite) takesOverExpiredLease(t *testing.T) {
 	store := s.h.NewStore(t)
 	scope := newScope("alice")
 	old := s.mustLease(t, store, s.params(scope, "a", epoch))
-	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(lockTimeout-time.Second))); rec.Status != idem.StatusInFlight {
+	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(lockTimeout-time.Second))); rec.Status != idemstore.StatusInFlight {
 		t.Fatalf("within the lock timeout: status %q, want started", rec.Status)
 	}
 	taken := s.mustLease(t, store, s.params(scope, "a", epoch.Add(lockTimeout+time.Second)))
 	if info := taken.Info(); !info.TakenOver || info.Token != 2 {
 		t.Errorf("Info() = %+v, want taken over with token 2", info)
 	}
-	if err := old.Complete(context.Background(), sampleResponse(`{"holder":"old"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := old.Complete(context.Background(), sampleResponse(`{"holder":"old"}`)); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Errorf("stale holder's Complete = %v, want ErrLeaseLost", err)
 	}
 	complete(t, taken, sampleResponse(`{"holder":"new"}`))
@@ -335,7 +336,7 @@ func (s suite) staleHolderCannotRelease(t *testing.T) {
 	old := s.mustLease(t, store, s.params(scope, "a", epoch))
 	taken := s.mustLease(t, store, s.params(scope, "a", epoch.Add(lockTimeout+time.Second)))
 	release(t, old) // must not free the new holder's key
-	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(lockTimeout+2*time.Second))); rec.Status != idem.StatusInFlight || rec.Token != 2 {
+	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(lockTimeout+2*time.Second))); rec.Status != idemstore.StatusInFlight || rec.Token != 2 {
 		t.Errorf("after the stale release: status %q token %d, want started with token 2", rec.Status, rec.Token)
 	}
 	complete(t, taken, sampleResponse("{}"))
@@ -358,7 +359,7 @@ func (s suite) staleHolderAfterTakeoverRelease(t *testing.T) {
 	if info := again.Info(); info.TakenOver || info.Token != 1 {
 		t.Errorf("claim after the release: Info() = %+v; want a new key at token 1", info)
 	}
-	if err := old.Complete(context.Background(), sampleResponse(`{"holder":"old"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := old.Complete(context.Background(), sampleResponse(`{"holder":"old"}`)); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Errorf("the first holder's Complete = %v, want ErrLeaseLost", err)
 	}
 	complete(t, again, sampleResponse(`{"holder":"again"}`))
@@ -379,7 +380,7 @@ func (s suite) staleHolderOfExpiredKey(t *testing.T) {
 	if info := fresh.Info(); info.TakenOver || info.Token <= 1 {
 		t.Errorf("Info() = %+v; want a new lease whose token is above the old one's", info)
 	}
-	if err := old.Complete(context.Background(), sampleResponse(`{"holder":"old"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := old.Complete(context.Background(), sampleResponse(`{"holder":"old"}`)); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Errorf("the old holder's Complete = %v, want ErrLeaseLost", err)
 	}
 	complete(t, fresh, sampleResponse(`{"holder":"new"}`))
@@ -436,7 +437,7 @@ func (s suite) leaseCarriesCreatedAt(t *testing.T) {
 		return
 	}
 	t2 := t1.Add(retention + time.Hour)
-	if n, err := pg.Purge(context.Background(), idem.PurgeParams{Before: t2.Add(-retention)}); err != nil || n != 1 {
+	if n, err := pg.Purge(context.Background(), idemstore.PurgeParams{Before: t2.Add(-retention)}); err != nil || n != 1 {
 		t.Fatalf("Purge = %d, %v; want the key", n, err)
 	}
 	again := s.mustLease(t, store, s.params(scope, "a", t2))

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // The conformance cases about leases: business writes that commit or roll
@@ -75,7 +75,7 @@ func (s suite) staleHolderWritesRollBack(t *testing.T) {
 	if err := s.h.Write(old.Context(context.Background()), store, scope.Key+"-old"); err != nil {
 		t.Fatalf("stale holder's write: %v", err)
 	}
-	if err := old.Complete(context.Background(), sampleResponse(`{"holder":"old"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := old.Complete(context.Background(), sampleResponse(`{"holder":"old"}`)); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Errorf("stale holder's Complete = %v, want ErrLeaseLost", err)
 	}
 	if n := s.h.Count(t, store, scope.Key+"-old"); n != 0 {
@@ -87,11 +87,11 @@ func (s suite) staleHolderWritesRollBack(t *testing.T) {
 }
 
 // wantEnded checks that err, from a call on an ended lease, wraps
-// idem.ErrLeaseEnded.
+// idemstore.ErrLeaseEnded.
 func wantEnded(t testing.TB, call string, err error) {
 	t.Helper()
-	if !errors.Is(err, idem.ErrLeaseEnded) {
-		t.Errorf("%s on an ended lease = %v, want an error wrapping idem.ErrLeaseEnded", call, err)
+	if !errors.Is(err, idemstore.ErrLeaseEnded) {
+		t.Errorf("%s on an ended lease = %v, want an error wrapping idemstore.ErrLeaseEnded", call, err)
 	}
 }
 
@@ -104,7 +104,7 @@ func (s suite) completedLeaseHasEnded(t *testing.T) {
 	wantEnded(t, "a second Complete", l.Complete(context.Background(), sampleResponse(`{"call":"second"}`)))
 	wantEnded(t, "Release after Complete", l.Release(context.Background()))
 	rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(time.Second)))
-	if rec.Status != idem.StatusCompleted || string(rec.Response.Body) != `{"call":"first"}` {
+	if rec.Status != idemstore.StatusCompleted || string(rec.Response.Body) != `{"call":"first"}` {
 		t.Errorf("record = %q %q, want the first response, completed", rec.Status, rec.Response.Body)
 	}
 }
@@ -120,7 +120,7 @@ func (s suite) releasedLeaseHasEnded(t *testing.T) {
 	// The ended lease touches nothing of the key's next holder.
 	next := s.mustLease(t, store, s.params(scope, "a", epoch.Add(time.Second)))
 	wantEnded(t, "a third Release", l.Release(context.Background()))
-	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(2*time.Second))); rec.Status != idem.StatusInFlight {
+	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(2*time.Second))); rec.Status != idemstore.StatusInFlight {
 		t.Errorf("the next holder's key is %q, want started", rec.Status)
 	}
 	complete(t, next, sampleResponse(`{"holder":"next"}`))
@@ -135,11 +135,11 @@ func (s suite) lostLeaseHasEnded(t *testing.T) {
 	scope := newScope("alice")
 	old := s.mustLease(t, store, s.params(scope, "a", epoch))
 	taken := s.mustLease(t, store, s.params(scope, "a", epoch.Add(lockTimeout+time.Second)))
-	if err := old.Complete(context.Background(), sampleResponse(`{"holder":"old"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := old.Complete(context.Background(), sampleResponse(`{"holder":"old"}`)); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Fatalf("stale holder's Complete = %v, want ErrLeaseLost", err)
 	}
 	wantEnded(t, "Release after a lost Complete", old.Release(context.Background()))
-	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(lockTimeout+2*time.Second))); rec.Status != idem.StatusInFlight || rec.Token != 2 {
+	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(lockTimeout+2*time.Second))); rec.Status != idemstore.StatusInFlight || rec.Token != 2 {
 		t.Errorf("after the stale holder's calls: status %q token %d, want started with token 2", rec.Status, rec.Token)
 	}
 	complete(t, taken, sampleResponse("{}"))

@@ -6,25 +6,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // The conformance cases about maintenance: purge and schema version.
 
 // purgerOf returns store's Purge, or skips the test for a store without one.
-func purgerOf(t *testing.T, store idem.Store) purger {
+func purgerOf(t *testing.T, store idemstore.Store) purger {
 	t.Helper()
 	p, ok := store.(purger)
 	if !ok {
-		t.Skip("the store has no Purge(context.Context, idem.PurgeParams) (int64, error) method")
+		t.Skip("the store has no Purge(context.Context, idemstore.PurgeParams) (int64, error) method")
 	}
 	return p
 }
 
 // completedKeys stores n completed keys created at created.
-func (s suite) completedKeys(t *testing.T, store idem.Store, n int, created time.Time) []idem.Scope {
+func (s suite) completedKeys(t *testing.T, store idemstore.Store, n int, created time.Time) []idemstore.Scope {
 	t.Helper()
-	scopes := make([]idem.Scope, n)
+	scopes := make([]idemstore.Scope, n)
 	for i := range scopes {
 		scopes[i] = newScope("alice")
 		complete(t, s.mustLease(t, store, s.params(scopes[i], "a", created)), sampleResponse("{}"))
@@ -33,10 +33,10 @@ func (s suite) completedKeys(t *testing.T, store idem.Store, n int, created time
 }
 
 // wantKept checks that the keys of scopes are still stored, at now.
-func (s suite) wantKept(t *testing.T, store idem.Store, scopes []idem.Scope, now time.Time) {
+func (s suite) wantKept(t *testing.T, store idemstore.Store, scopes []idemstore.Scope, now time.Time) {
 	t.Helper()
 	for _, scope := range scopes {
-		if rec := s.mustRecord(t, store, s.params(scope, "a", now)); rec.Status != idem.StatusCompleted {
+		if rec := s.mustRecord(t, store, s.params(scope, "a", now)); rec.Status != idemstore.StatusCompleted {
 			t.Errorf("key %s: status %q, want completed", scope.Key, rec.Status)
 		}
 	}
@@ -48,7 +48,7 @@ func (s suite) purgeDeletesOldKeys(t *testing.T) {
 	pg := purgerOf(t, store)
 	old := s.completedKeys(t, store, 5, epoch)
 	young := s.completedKeys(t, store, 2, epoch.Add(2*time.Hour))
-	n, err := pg.Purge(context.Background(), idem.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: 2})
+	n, err := pg.Purge(context.Background(), idemstore.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: 2})
 	if err != nil || n != int64(len(old)) {
 		t.Fatalf("Purge = %d, %v; want %d, nil", n, err, len(old))
 	}
@@ -58,7 +58,7 @@ func (s suite) purgeDeletesOldKeys(t *testing.T) {
 		l := s.mustLease(t, store, s.params(scope, "a", epoch.Add(3*time.Hour)))
 		release(t, l)
 	}
-	if n, err := pg.Purge(context.Background(), idem.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: 2}); err != nil || n != 0 {
+	if n, err := pg.Purge(context.Background(), idemstore.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: 2}); err != nil || n != 0 {
 		t.Errorf("second Purge = %d, %v; want 0, nil", n, err)
 	}
 }
@@ -68,7 +68,7 @@ func (s suite) purgeZeroBatchSize(t *testing.T) {
 	store := s.h.NewStore(t)
 	pg := purgerOf(t, store)
 	old := s.completedKeys(t, store, 3, epoch)
-	n, err := pg.Purge(context.Background(), idem.PurgeParams{Before: epoch.Add(time.Hour)})
+	n, err := pg.Purge(context.Background(), idemstore.PurgeParams{Before: epoch.Add(time.Hour)})
 	if err != nil || n != int64(len(old)) {
 		t.Fatalf("Purge with BatchSize 0 = %d, %v; want %d, nil (the default batch size)", n, err, len(old))
 	}
@@ -79,7 +79,7 @@ func (s suite) purgeRejectsNegativeBatchSize(t *testing.T) {
 	store := s.h.NewStore(t)
 	pg := purgerOf(t, store)
 	old := s.completedKeys(t, store, 2, epoch)
-	p := idem.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: -1}
+	p := idemstore.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: -1}
 	n, err := pg.Purge(context.Background(), p)
 	if want := p.Validate(); want == nil || !errors.Is(err, want) || n != 0 {
 		t.Errorf("Purge with BatchSize -1 = %d, %v; want 0 and an error wrapping %v", n, err, want)
@@ -92,7 +92,7 @@ func (s suite) purgeRequiresBefore(t *testing.T) {
 	store := s.h.NewStore(t)
 	pg := purgerOf(t, store)
 	old := s.completedKeys(t, store, 1, epoch)
-	p := idem.PurgeParams{BatchSize: 10}
+	p := idemstore.PurgeParams{BatchSize: 10}
 	n, err := pg.Purge(context.Background(), p)
 	if want := p.Validate(); want == nil || !errors.Is(err, want) || n != 0 {
 		t.Errorf("Purge without Before = %d, %v; want 0 and an error wrapping %v", n, err, want)

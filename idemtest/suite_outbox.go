@@ -10,12 +10,13 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemoutbox"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // OutboxStore is a store with an outbox, as idempg.Store and
 // idemsqlite.Store are.
 type OutboxStore interface {
-	idem.Store
+	idemstore.Store
 	idemoutbox.Store
 }
 
@@ -65,12 +66,12 @@ func (o outboxSuite) store(t *testing.T) OutboxStore {
 
 // claim claims a new key of client and returns the lease and the context
 // a handler would see.
-func claim(t *testing.T, s OutboxStore, mode idem.Mode, scope idem.Scope) (idem.Lease, context.Context) {
+func claim(t *testing.T, s OutboxStore, mode idem.Mode, scope idemstore.Scope) (idemstore.Lease, context.Context) {
 	t.Helper()
 	ctx := context.Background()
-	res, err := s.Claim(ctx, idem.ClaimParams{
+	res, err := s.Claim(ctx, idemstore.ClaimParams{
 		Scope: scope, Method: http.MethodPost, Path: "/v1/things", RequestHash: hashOf(scope.Key),
-		Mode: mode, Now: time.Now(), LockTimeout: lockTimeout, Retention: retention,
+		TwoPhase: mode == idem.ModeTwoPhase, Now: time.Now(), LockTimeout: lockTimeout, Retention: retention,
 	})
 	if err != nil || res.Lease == nil {
 		t.Fatalf("Claim = %+v, %v; want a lease", res, err)
@@ -96,7 +97,7 @@ func enqueueCommitted(t *testing.T, s OutboxStore, client string, n int, at time
 		if err != nil {
 			t.Fatalf("Enqueue: %v", err)
 		}
-		if err := lease.Complete(context.Background(), &idem.Response{StatusCode: http.StatusCreated}); err != nil {
+		if err := lease.Complete(context.Background(), &idemstore.Response{StatusCode: http.StatusCreated}); err != nil {
 			t.Fatalf("Complete: %v", err)
 		}
 		ids[i] = ev.ID
@@ -138,7 +139,7 @@ func (o outboxSuite) enqueueCommits(t *testing.T, mode idem.Mode) {
 	if got := listAll(t, s, scope.ClientID); len(got) != 0 {
 		t.Fatalf("%d events visible before the commit, want 0", len(got))
 	}
-	if err := lease.Complete(context.Background(), &idem.Response{StatusCode: http.StatusCreated}); err != nil {
+	if err := lease.Complete(context.Background(), &idemstore.Response{StatusCode: http.StatusCreated}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	got := listAll(t, s, scope.ClientID)
@@ -207,7 +208,7 @@ func (o outboxSuite) rerunEnqueuesOnce(t *testing.T, mode idem.Mode) {
 	if other.ID == first.ID {
 		t.Fatal("two purposes of one request got the same event id")
 	}
-	if err := lease.Complete(context.Background(), &idem.Response{StatusCode: http.StatusCreated}); err != nil {
+	if err := lease.Complete(context.Background(), &idemstore.Response{StatusCode: http.StatusCreated}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	got := listAll(t, s, scope.ClientID)
@@ -215,7 +216,7 @@ func (o outboxSuite) rerunEnqueuesOnce(t *testing.T, mode idem.Mode) {
 		t.Fatalf("%d events, want 2 (one per purpose): %+v", len(got), got)
 	}
 	// Another client's request with the same key gets other ids.
-	otherScope := idem.Scope{ClientID: "client-b", Key: scope.Key}
+	otherScope := idemstore.Scope{ClientID: "client-b", Key: scope.Key}
 	if idemoutbox.EventID(idem.ContextWithScope(context.Background(), otherScope), "created") == first.ID {
 		t.Fatal("two clients' requests with one key share an event id")
 	}

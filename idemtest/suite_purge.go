@@ -8,22 +8,23 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-// purgeStoreOf returns store as an idem.PurgeStore, or skips the test for
+// purgeStoreOf returns store as an idemstore.PurgeStore, or skips the test for
 // a store without LockPurge.
-func purgeStoreOf(t *testing.T, store idem.Store) idem.PurgeStore {
+func purgeStoreOf(t *testing.T, store idemstore.Store) idemstore.PurgeStore {
 	t.Helper()
-	p, ok := store.(idem.PurgeStore)
+	p, ok := store.(idemstore.PurgeStore)
 	if !ok {
-		t.Skip("the store does not implement idem.PurgeStore")
+		t.Skip("the store does not implement idemstore.PurgeStore")
 	}
 	return p
 }
 
 // inFlightAcrossCutoff leaves a started key created at epoch whose lease
 // was taken over at epoch+2h, and returns its scope and the live lease.
-func (s suite) inFlightAcrossCutoff(t *testing.T, store idem.Store) (idem.Scope, idem.Lease) {
+func (s suite) inFlightAcrossCutoff(t *testing.T, store idemstore.Store) (idemstore.Scope, idemstore.Lease) {
 	t.Helper()
 	scope := newScope("alice")
 	_ = s.mustLease(t, store, s.params(scope, "a", epoch)) // its holder died
@@ -35,9 +36,9 @@ func (s suite) inFlightAcrossCutoff(t *testing.T, store idem.Store) (idem.Scope,
 }
 
 // wantInFlight checks that the key of scope is still stored and started.
-func (s suite) wantInFlight(t *testing.T, store idem.Store, scope idem.Scope) {
+func (s suite) wantInFlight(t *testing.T, store idemstore.Store, scope idemstore.Scope) {
 	t.Helper()
-	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(2*time.Hour+time.Second))); rec.Status != idem.StatusInFlight {
+	if rec := s.mustRecord(t, store, s.params(scope, "a", epoch.Add(2*time.Hour+time.Second))); rec.Status != idemstore.StatusInFlight {
 		t.Errorf("key %s: status %q, want started", scope.Key, rec.Status)
 	}
 }
@@ -55,7 +56,7 @@ func (s suite) purgeKeepsKeysInFlight(t *testing.T) {
 	_ = s.mustLease(t, store, s.params(abandoned, "a", epoch)) // its holder died
 	s.completedKeys(t, store, 2, epoch)
 
-	n, err := pg.Purge(context.Background(), idem.PurgeParams{Before: epoch.Add(time.Hour)})
+	n, err := pg.Purge(context.Background(), idemstore.PurgeParams{Before: epoch.Add(time.Hour)})
 	if err != nil || n != 3 {
 		t.Fatalf("Purge = %d, %v; want 3 (two completed keys and the abandoned one), nil", n, err)
 	}
@@ -78,7 +79,7 @@ func (s suite) purgeLockIsExclusive(t *testing.T) {
 		first.Unlock(ctx)
 		t.Skip("the store's purge lock is taken by each batch, not held between batches")
 	}
-	if _, err := ps.LockPurge(ctx); !errors.Is(err, idem.ErrPurgeLocked) {
+	if _, err := ps.LockPurge(ctx); !errors.Is(err, idemstore.ErrPurgeLocked) {
 		t.Fatalf("second LockPurge while the first is held: %v; want ErrPurgeLocked", err)
 	}
 	if err := first.Unlock(ctx); err != nil {
@@ -89,7 +90,7 @@ func (s suite) purgeLockIsExclusive(t *testing.T) {
 		t.Fatalf("LockPurge after Unlock: %v", err)
 	}
 	defer second.Unlock(ctx)
-	if n, err := first.PurgeBatch(ctx, idem.PurgeParams{Before: epoch.Add(time.Hour)}); err == nil {
+	if n, err := first.PurgeBatch(ctx, idemstore.PurgeParams{Before: epoch.Add(time.Hour)}); err == nil {
 		t.Errorf("PurgeBatch after Unlock = %d, nil; want an error", n)
 	}
 }
@@ -111,7 +112,7 @@ func (s suite) purgeBatchIsBounded(t *testing.T) {
 		t.Fatalf("LockPurge: %v", err)
 	}
 	defer lock.Unlock(ctx)
-	p := idem.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: 2}
+	p := idemstore.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: 2}
 	var got []int64
 	for range 4 {
 		n, err := lock.PurgeBatch(ctx, p)
@@ -125,7 +126,7 @@ func (s suite) purgeBatchIsBounded(t *testing.T) {
 	}
 	s.wantInFlight(t, store, inFlight)
 	s.wantKept(t, store, young, epoch.Add(3*time.Hour))
-	if _, err := lock.PurgeBatch(ctx, idem.PurgeParams{}); err == nil {
+	if _, err := lock.PurgeBatch(ctx, idemstore.PurgeParams{}); err == nil {
 		t.Errorf("PurgeBatch without Before succeeded; want an error")
 	}
 }
@@ -135,13 +136,13 @@ func (s suite) purgeBatchIsBounded(t *testing.T) {
 func (s suite) keyStats(t *testing.T) {
 	t.Parallel()
 	store := s.h.NewStore(t)
-	ks, ok := store.(idem.KeyStatsStore)
+	ks, ok := store.(idemstore.KeyStatsStore)
 	if !ok {
-		t.Skip("the store does not implement idem.KeyStatsStore")
+		t.Skip("the store does not implement idemstore.KeyStatsStore")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if st, err := ks.KeyStats(ctx, epoch, lockTimeout); err != nil || st != (idem.KeyStats{}) {
+	if st, err := ks.KeyStats(ctx, epoch, lockTimeout); err != nil || st != (idemstore.KeyStats{}) {
 		t.Fatalf("KeyStats of an empty store = %+v, %v; want zeros", st, err)
 	}
 	s.completedKeys(t, store, 2, epoch)
@@ -167,7 +168,7 @@ func (s suite) purgeDeletesReleasedAtPoint(t *testing.T) {
 	pg := purgerOf(t, store)
 	old, recent := newScope("alice"), newScope("alice")
 	for _, k := range []struct {
-		scope   idem.Scope
+		scope   idemstore.Scope
 		created time.Time
 	}{{old, epoch}, {recent, epoch.Add(2 * time.Hour)}} {
 		l := s.recoveryLease(t, store, s.params(k.scope, "a", k.created))
@@ -175,7 +176,7 @@ func (s suite) purgeDeletesReleasedAtPoint(t *testing.T) {
 		release(t, l)
 	}
 
-	n, err := pg.Purge(context.Background(), idem.PurgeParams{Before: epoch.Add(time.Hour)})
+	n, err := pg.Purge(context.Background(), idemstore.PurgeParams{Before: epoch.Add(time.Hour)})
 	if err != nil || n != 1 {
 		t.Fatalf("Purge = %d, %v; want 1 (the key released at a point before the cutoff), nil", n, err)
 	}
@@ -200,16 +201,16 @@ func (s suite) purgedKeyFencesStalledHolder(t *testing.T) {
 	pg := purgerOf(t, store)
 	ctx := context.Background()
 	now := epoch.Add(retention + 2*time.Hour)
-	stalled := map[string]idem.Lease{}
-	scopes := map[string]idem.Scope{}
+	stalled := map[string]idemstore.Lease{}
+	scopes := map[string]idemstore.Scope{}
 	for _, name := range []string{"complete", "release", "checkpoint"} {
 		scopes[name] = newScope("alice")
 		stalled[name] = s.mustLease(t, store, s.params(scopes[name], "a", epoch))
 	}
-	if n, err := pg.Purge(ctx, idem.PurgeParams{Before: now.Add(-retention)}); err != nil || n != 3 {
+	if n, err := pg.Purge(ctx, idemstore.PurgeParams{Before: now.Add(-retention)}); err != nil || n != 3 {
 		t.Fatalf("Purge = %d, %v; want the 3 abandoned keys", n, err)
 	}
-	fresh := map[string]idem.Lease{}
+	fresh := map[string]idemstore.Lease{}
 	for name, scope := range scopes {
 		fresh[name] = s.mustLease(t, store, s.params(scope, "a", now))
 		if info := fresh[name].Info(); info.TakenOver || info.Token != 1 {
@@ -217,14 +218,14 @@ func (s suite) purgedKeyFencesStalledHolder(t *testing.T) {
 		}
 	}
 
-	if err := stalled["complete"].Complete(ctx, sampleResponse(`{"holder":"stalled"}`)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := stalled["complete"].Complete(ctx, sampleResponse(`{"holder":"stalled"}`)); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Errorf("the stalled holder's Complete = %v, want ErrLeaseLost", err)
 	}
 	if err := stalled["release"].Release(ctx); err != nil {
 		t.Errorf("the stalled holder's Release = %v, want nil (nothing to free)", err)
 	}
-	if rl, ok := stalled["checkpoint"].(idem.RecoveryLease); ok && s.mode == idem.ModeTwoPhase {
-		if err := rl.Checkpoint(ctx, idem.Recovery{Point: "charged"}); !errors.Is(err, idem.ErrLeaseLost) {
+	if rl, ok := stalled["checkpoint"].(idemstore.RecoveryLease); ok && s.mode == idem.ModeTwoPhase {
+		if err := rl.Checkpoint(ctx, idemstore.Recovery{Point: "charged"}); !errors.Is(err, idemstore.ErrLeaseLost) {
 			t.Errorf("the stalled holder's Checkpoint = %v, want ErrLeaseLost", err)
 		}
 	}
@@ -232,7 +233,7 @@ func (s suite) purgedKeyFencesStalledHolder(t *testing.T) {
 
 	// The new holders still hold their keys, and store their own responses.
 	for name, scope := range scopes {
-		if rec := s.mustRecord(t, store, s.params(scope, "a", now.Add(time.Second))); rec.Status != idem.StatusInFlight || rec.Token != 1 {
+		if rec := s.mustRecord(t, store, s.params(scope, "a", now.Add(time.Second))); rec.Status != idemstore.StatusInFlight || rec.Token != 1 {
 			t.Errorf("%s: after the stalled holder woke, status %q token %d; want the new claim's key, started at token 1", name, rec.Status, rec.Token)
 		}
 		complete(t, fresh[name], sampleResponse(`{"holder":"fresh"}`))

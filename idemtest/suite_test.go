@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // waitingStore breaks the rule that the in-flight test checks: a claim of a
@@ -24,13 +25,13 @@ func newWaitingStore() *waitingStore {
 	return &waitingStore{MemoryStore: NewMemoryStore(), changed: make(chan struct{})}
 }
 
-func (s *waitingStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *waitingStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	for {
 		s.mu.Lock()
 		changed := s.changed
 		s.mu.Unlock()
 		res, err := s.MemoryStore.Claim(ctx, p)
-		if err != nil || res.Record == nil || res.Record.Status != idem.StatusInFlight {
+		if err != nil || res.Record == nil || res.Record.Status != idemstore.StatusInFlight {
 			if res.Lease != nil {
 				res.Lease = &waitingLease{Lease: res.Lease, store: s}
 			}
@@ -39,7 +40,7 @@ func (s *waitingStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.Clai
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return idem.ClaimResult{}, ctx.Err()
+			return idemstore.ClaimResult{}, ctx.Err()
 		}
 	}
 }
@@ -52,11 +53,11 @@ func (s *waitingStore) leaseEnded() {
 }
 
 type waitingLease struct {
-	idem.Lease
+	idemstore.Lease
 	store *waitingStore
 }
 
-func (l *waitingLease) Complete(ctx context.Context, resp *idem.Response) error {
+func (l *waitingLease) Complete(ctx context.Context, resp *idemstore.Response) error {
 	defer l.store.leaseEnded()
 	return l.Lease.Complete(ctx, resp)
 }
@@ -108,7 +109,7 @@ func (r *recordingTB) Failed() bool {
 
 // runCase runs check against store with a recordingTB, in a goroutine of
 // its own so that Fatalf can end it, and returns the recorder.
-func runCase(t *testing.T, check func(testing.TB, idem.Store), store idem.Store) *recordingTB {
+func runCase(t *testing.T, check func(testing.TB, idemstore.Store), store idemstore.Store) *recordingTB {
 	t.Helper()
 	r := &recordingTB{TB: t}
 	done := make(chan struct{})
@@ -151,14 +152,14 @@ func TestReportsInFlightCheck(t *testing.T) {
 				s := suite{mode: mode}
 				scope := newScope("alice")
 				l := s.mustLease(t, store, s.params(scope, "a", epoch))
-				answered := make(chan idem.ClaimResult, 1)
+				answered := make(chan idemstore.ClaimResult, 1)
 				go func() {
 					res, _ := store.Claim(context.Background(), s.params(scope, "a", epoch.Add(time.Second)))
 					answered <- res
 				}()
 				complete(t, l, sampleResponse("{}"))
 				res := <-answered
-				if res.Record == nil || res.Record.Status != idem.StatusCompleted {
+				if res.Record == nil || res.Record.Status != idemstore.StatusCompleted {
 					t.Fatalf("the waiting claim returned %+v; want the completed record", res)
 				}
 			})

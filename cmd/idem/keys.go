@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/idemstore"
 )
 
 const keysUsage = `Usage: idem keys <list|show|release|delete> [flags] [CLIENT KEY]
@@ -133,7 +134,7 @@ func (k *keysFlags) parse(c *cli, args []string, want int) ([]string, int) {
 }
 
 // open opens the database and returns its key admin.
-func (k *keysFlags) open(ctx context.Context, c *cli) (*database.DB, idem.KeyAdmin, int) {
+func (k *keysFlags) open(ctx context.Context, c *cli) (*database.DB, idemstore.KeyAdmin, int) {
 	db, err := openStore(ctx, *k.db, slog.New(slog.DiscardHandler))
 	if err != nil {
 		fmt.Fprintf(c.stderr, "idem keys %s: %v\n", k.name, err)
@@ -160,11 +161,11 @@ func runKeysList(ctx context.Context, c *cli, args []string) int {
 	client := k.fs.String("client", "", "list only this client's keys")
 	state := k.fs.String("state", "", "list only keys in this state: started or completed")
 	olderThan := k.fs.Duration("older-than", 0, "list only keys created more than this `duration` ago")
-	limit := k.fs.Int("limit", idem.ListKeysLimitDefault, "list at most this many keys")
+	limit := k.fs.Int("limit", idemstore.ListKeysLimitDefault, "list at most this many keys")
 	if _, code := k.parse(c, args, 0); code >= 0 {
 		return code
 	}
-	if *state != "" && *state != string(idem.StatusInFlight) && *state != string(idem.StatusCompleted) {
+	if *state != "" && *state != string(idemstore.StatusInFlight) && *state != string(idemstore.StatusCompleted) {
 		fmt.Fprintf(c.stderr, "idem keys list: --state %q: want started or completed\n", *state)
 		return exitUsage
 	}
@@ -178,7 +179,7 @@ func runKeysList(ctx context.Context, c *cli, args []string) int {
 	}
 	defer db.Close()
 	now := c.clock()
-	p := idem.ListKeysParams{ClientID: *client, Status: idem.Status(*state), Limit: *limit}
+	p := idemstore.ListKeysParams{ClientID: *client, Status: idemstore.Status(*state), Limit: *limit}
 	if *olderThan > 0 {
 		p.CreatedBefore = now.Add(-*olderThan)
 	}
@@ -231,7 +232,7 @@ func runKeysShow(ctx context.Context, c *cli, args []string) int {
 	}
 	defer db.Close()
 	now := c.clock()
-	rec, err := admin.GetKey(ctx, idem.Scope{ClientID: pos[0], Key: pos[1]})
+	rec, err := admin.GetKey(ctx, idemstore.Scope{ClientID: pos[0], Key: pos[1]})
 	if err != nil {
 		fmt.Fprintf(c.stderr, "idem keys show: %v\n", err)
 		return exitFail
@@ -251,7 +252,7 @@ func runKeysShow(ctx context.Context, c *cli, args []string) int {
 	row("created", fmt.Sprintf("%s (%s ago)", v.Created.Format(time.RFC3339Nano), roundDuration(now.Sub(v.Created))))
 	row("lease", v.leaseText(now)+v.leaseSource(*k.lockTimeout))
 	row("token", strconv.FormatInt(v.Token, 10))
-	if v.State == string(idem.StatusCompleted) {
+	if v.State == string(idemstore.StatusCompleted) {
 		row("response status", strconv.Itoa(v.ResponseStatus))
 		for name, values := range v.ResponseHeaders {
 			for _, value := range values {
@@ -313,16 +314,16 @@ func runKeysRelease(ctx context.Context, c *cli, args []string) int {
 		return code
 	}
 	defer db.Close()
-	scope := idem.Scope{ClientID: pos[0], Key: pos[1]}
+	scope := idemstore.Scope{ClientID: pos[0], Key: pos[1]}
 	now := c.clock()
-	before, err := admin.ReleaseKey(ctx, idem.ReleaseKeyParams{Scope: scope, Now: now, LockTimeout: *k.lockTimeout, Force: *force})
-	var live *idem.LeaseLiveError
+	before, err := admin.ReleaseKey(ctx, idemstore.ReleaseKeyParams{Scope: scope, Now: now, LockTimeout: *k.lockTimeout, Force: *force})
+	var live *idemstore.LeaseLiveError
 	switch {
 	case errors.As(err, &live):
 		fmt.Fprintf(c.stderr, "idem keys release: refused: the lease is live until %s (in %s): its holder may still be running.\n%sWait for the lease to expire, or pass --force once you are sure.\n",
 			live.Expires.UTC().Format(time.RFC3339), roundDuration(live.Expires.Sub(now)), releaseChecklist(scope.ClientID, scope.Key))
 		return exitFail
-	case errors.Is(err, idem.ErrKeyCompleted):
+	case errors.Is(err, idemstore.ErrKeyCompleted):
 		fmt.Fprintln(c.stderr, "idem keys release: refused: the key is completed, and releasing it would let the operation run a second time. Its response is replayed to every retry. To remove it anyway, use \"idem keys delete --i-know --reason ...\".")
 		return exitFail
 	case err != nil:
@@ -368,10 +369,10 @@ func runKeysDelete(ctx context.Context, c *cli, args []string) int {
 		return code
 	}
 	defer db.Close()
-	scope := idem.Scope{ClientID: pos[0], Key: pos[1]}
+	scope := idemstore.Scope{ClientID: pos[0], Key: pos[1]}
 	before, err := admin.DeleteKey(ctx, scope)
 	switch {
-	case errors.Is(err, idem.ErrKeyInFlight):
+	case errors.Is(err, idemstore.ErrKeyInFlight):
 		fmt.Fprintln(c.stderr, "idem keys delete: refused: the key is started, not completed; use \"idem keys release\", which keeps its fencing token")
 		return exitFail
 	case err != nil:
@@ -390,7 +391,7 @@ func runKeysDelete(ctx context.Context, c *cli, args []string) int {
 
 // audit logs an operator's change of a key to stderr, with the key's
 // digest, never the key.
-func (c *cli) audit(action string, scope idem.Scope, before *idem.Record, reason string, force bool) {
+func (c *cli) audit(action string, scope idemstore.Scope, before *idemstore.Record, reason string, force bool) {
 	operator, _ := c.lookupEnv("USER")
 	attrs := []any{"action", action, "client_id", scope.ClientID, "key_digest", idem.KeyDigest(scope.Key),
 		"state", string(before.Status), "token", before.Token, "operator", operator, "reason", reason}
@@ -425,13 +426,13 @@ type keyView struct {
 	ResponseBodyBase64 string              `json:"response_body_base64,omitempty"`
 }
 
-func viewOf(rec *idem.Record, now time.Time, lockTimeout time.Duration, withBody bool) keyView {
+func viewOf(rec *idemstore.Record, now time.Time, lockTimeout time.Duration, withBody bool) keyView {
 	v := keyView{
 		Client: rec.Scope.ClientID, Key: rec.Scope.Key, KeyDigest: idem.KeyDigest(rec.Scope.Key),
 		State: string(rec.Status), Method: rec.Method, Path: rec.Path, RequestHash: hex.EncodeToString(rec.RequestHash),
 		Created: rec.CreatedAt.UTC(), AgeSeconds: now.Sub(rec.CreatedAt).Seconds(), Token: rec.Token,
 	}
-	if rec.Status == idem.StatusInFlight && !rec.LockedAt.IsZero() {
+	if rec.Status == idemstore.StatusInFlight && !rec.LockedAt.IsZero() {
 		locked, expires := rec.LockedAt.UTC(), rec.LeaseEnd(lockTimeout).UTC()
 		v.LockedAt, v.LeaseExpires = &locked, &expires
 		v.LeaseRecorded = !rec.LeaseExpires.IsZero()
@@ -454,7 +455,7 @@ func viewOf(rec *idem.Record, now time.Time, lockTimeout time.Duration, withBody
 // leaseText describes the lease of a key for a person.
 func (v keyView) leaseText(now time.Time) string {
 	switch {
-	case v.State == string(idem.StatusCompleted):
+	case v.State == string(idemstore.StatusCompleted):
 		return "-"
 	case v.LeaseExpires == nil:
 		return "released"

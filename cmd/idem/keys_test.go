@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // keysEnv is a migrated database, a service's middleware on it in
@@ -108,9 +109,9 @@ func (e *keysEnv) strandFor(t *testing.T, client, key, body string, lockTimeout 
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := store.Store().Claim(context.Background(), idem.ClaimParams{
-		Scope: idem.Scope{ClientID: client, Key: key}, Method: "POST", Path: "/v1/payments",
-		RequestHash: fp.Hash, RequestFields: fp.Fields, Mode: idem.ModeTwoPhase,
+	res, err := store.Store().Claim(context.Background(), idemstore.ClaimParams{
+		Scope: idemstore.Scope{ClientID: client, Key: key}, Method: "POST", Path: "/v1/payments",
+		RequestHash: fp.Hash, RequestFields: fp.Fields, TwoPhase: true,
 		Now: e.now, LockTimeout: lockTimeout, Retention: idem.RetentionDefault,
 	})
 	if err != nil || res.Lease == nil {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
@@ -69,15 +69,15 @@ func TestPurgeDeletesOnlyOldKeys(t *testing.T) {
 			defer store.Close()
 			claimer := store.Store()
 			for i, age := range []time.Duration{48 * time.Hour, 30 * time.Hour, time.Hour} {
-				res, err := claimer.Claim(ctx, idem.ClaimParams{
-					Scope: idem.Scope{ClientID: "alice", Key: "k" + string(rune('a'+i))}, Method: "POST", Path: "/v1/payments",
-					RequestHash: make([]byte, 32), Mode: idem.ModeTwoPhase, Now: time.Now().Add(-age),
+				res, err := claimer.Claim(ctx, idemstore.ClaimParams{
+					Scope: idemstore.Scope{ClientID: "alice", Key: "k" + string(rune('a'+i))}, Method: "POST", Path: "/v1/payments",
+					RequestHash: make([]byte, 32), TwoPhase: true, Now: time.Now().Add(-age),
 					LockTimeout: time.Second, Retention: 1000 * time.Hour,
 				})
 				if err != nil || res.Lease == nil {
 					t.Fatalf("claim: %v", err)
 				}
-				if err := res.Lease.Complete(ctx, &idem.Response{StatusCode: http.StatusCreated, Header: http.Header{}, Body: []byte("{}")}); err != nil {
+				if err := res.Lease.Complete(ctx, &idemstore.Response{StatusCode: http.StatusCreated, Header: http.Header{}, Body: []byte("{}")}); err != nil {
 					t.Fatal(err)
 				}
 			}

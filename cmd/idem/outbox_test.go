@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemoutbox"
+	"github.com/idemkit/idem/idemstore"
 )
 
 func TestOutboxStatsAndRetryDead(t *testing.T) {
@@ -28,10 +29,10 @@ func TestOutboxStatsAndRetryDead(t *testing.T) {
 			}
 			defer store.Close()
 			for _, key := range []string{"k1", "k2"} {
-				scope := idem.Scope{ClientID: "alice", Key: key}
-				res, err := store.Store().Claim(ctx, idem.ClaimParams{
+				scope := idemstore.Scope{ClientID: "alice", Key: key}
+				res, err := store.Store().Claim(ctx, idemstore.ClaimParams{
 					Scope: scope, Method: "POST", Path: "/v1/payments", RequestHash: make([]byte, 32),
-					Mode: idem.ModeAtomic, Now: time.Now(), LockTimeout: time.Second, Retention: time.Hour,
+					Now: time.Now(), LockTimeout: time.Second, Retention: time.Hour,
 				})
 				if err != nil || res.Lease == nil {
 					t.Fatalf("claim: %v", err)
@@ -40,7 +41,7 @@ func TestOutboxStatsAndRetryDead(t *testing.T) {
 				if _, err := idemoutbox.Enqueue(lctx, store.Outbox(), idemoutbox.EventParams{Purpose: "p", Type: "t", Payload: []byte(`{}`)}); err != nil {
 					t.Fatal(err)
 				}
-				if err := res.Lease.Complete(ctx, &idem.Response{StatusCode: 201}); err != nil {
+				if err := res.Lease.Complete(ctx, &idemstore.Response{StatusCode: 201}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/idemstore"
 )
 
 const purgeUsage = `Usage: idem purge --db URL [--retention D] [--older-than D] [--batch N] [--dry-run] [--i-know --reason TEXT]
@@ -49,7 +50,7 @@ func runPurge(ctx context.Context, c *cli, args []string) int {
 	db := dbFlag(fs, env, "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
 	retention := fs.Duration("retention", env.Duration("IDEM_RETENTION", idem.RetentionDefault), "the retention the service publishes (its -retention, idem.Config.Retention): a shorter --older-than needs --i-know (env IDEM_RETENTION)")
 	olderThan := fs.Duration("older-than", env.Duration("IDEM_PURGE_OLDER_THAN", 0), "delete keys created more than this `duration` ago; 0 means --retention (env IDEM_PURGE_OLDER_THAN)")
-	batch := fs.Int("batch", idem.PurgeBatchSizeDefault, "keys deleted per statement")
+	batch := fs.Int("batch", idemstore.PurgeBatchSizeDefault, "keys deleted per statement")
 	lockTimeout := fs.Duration("lock-timeout", env.Duration("IDEM_LOCK_TIMEOUT", idem.LockTimeoutDefault), "the service's two-phase lease `duration`; --older-than must be longer (env IDEM_LOCK_TIMEOUT)")
 	dryRun := fs.Bool("dry-run", false, "count the keys that would be deleted; delete nothing")
 	iKnow := fs.Bool("i-know", false, "confirm an --older-than shorter than --retention: completed keys that clients may still retry with are deleted, and those retries run their operations again")

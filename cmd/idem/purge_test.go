@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // TestPurgeDryRun: --dry-run counts what a purge deletes, deletes nothing,
@@ -27,11 +28,11 @@ func TestPurgeDryRun(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer store.Close()
-			claim := func(key string, now time.Time) idem.Lease {
+			claim := func(key string, now time.Time) idemstore.Lease {
 				t.Helper()
-				res, err := store.Store().Claim(ctx, idem.ClaimParams{
-					Scope: idem.Scope{ClientID: "alice", Key: key}, Method: "POST", Path: "/v1/payments",
-					RequestHash: make([]byte, 32), Mode: idem.ModeTwoPhase, Now: now,
+				res, err := store.Store().Claim(ctx, idemstore.ClaimParams{
+					Scope: idemstore.Scope{ClientID: "alice", Key: key}, Method: "POST", Path: "/v1/payments",
+					RequestHash: make([]byte, 32), TwoPhase: true, Now: now,
 					LockTimeout: time.Second, Retention: 1000 * time.Hour,
 				})
 				if err != nil || res.Lease == nil {
@@ -41,7 +42,7 @@ func TestPurgeDryRun(t *testing.T) {
 			}
 			for i, age := range []time.Duration{48 * time.Hour, 30 * time.Hour, time.Hour} {
 				l := claim("k"+string(rune('a'+i)), time.Now().Add(-age))
-				if err := l.Complete(ctx, &idem.Response{StatusCode: http.StatusCreated, Header: http.Header{}, Body: []byte("{}")}); err != nil {
+				if err := l.Complete(ctx, &idemstore.Response{StatusCode: http.StatusCreated, Header: http.Header{}, Body: []byte("{}")}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -99,28 +100,28 @@ func TestPurgeBelowRetentionNeedsConfirmation(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer store.Close()
-			scope := idem.Scope{ClientID: "alice", Key: "acked"}
+			scope := idemstore.Scope{ClientID: "alice", Key: "acked"}
 			// A payment acknowledged 33 s ago: its client may retry for
 			// another 24 h.
-			res, err := store.Store().Claim(ctx, idem.ClaimParams{
+			res, err := store.Store().Claim(ctx, idemstore.ClaimParams{
 				Scope: scope, Method: "POST", Path: "/v1/payments", RequestHash: make([]byte, 32),
-				Mode: idem.ModeTwoPhase, Now: time.Now().Add(-33 * time.Second),
+				TwoPhase: true, Now: time.Now().Add(-33 * time.Second),
 				LockTimeout: time.Second, Retention: idem.RetentionDefault,
 			})
 			if err != nil || res.Lease == nil {
 				t.Fatalf("claim: %v", err)
 			}
-			if err := res.Lease.Complete(ctx, &idem.Response{StatusCode: http.StatusCreated, Header: http.Header{}, Body: []byte("{}")}); err != nil {
+			if err := res.Lease.Complete(ctx, &idemstore.Response{StatusCode: http.StatusCreated, Header: http.Header{}, Body: []byte("{}")}); err != nil {
 				t.Fatal(err)
 			}
-			var admin idem.KeyAdmin = store.Postgres
+			var admin idemstore.KeyAdmin = store.Postgres
 			if store.SQLite != nil {
 				admin = store.SQLite
 			}
 			exists := func() bool {
 				t.Helper()
 				_, err := admin.GetKey(ctx, scope)
-				if err != nil && !errors.Is(err, idem.ErrKeyNotFound) {
+				if err != nil && !errors.Is(err, idemstore.ErrKeyNotFound) {
 					t.Fatal(err)
 				}
 				return err == nil
@@ -169,14 +170,14 @@ func TestPurgeBelowRetentionWithConfirmation(t *testing.T) {
 			defer store.Close()
 			for _, key := range []string{"acked", "fresh"} {
 				age := map[string]time.Duration{"acked": 33 * time.Second, "fresh": 0}[key]
-				res, err := store.Store().Claim(ctx, idem.ClaimParams{
-					Scope: idem.Scope{ClientID: "alice", Key: key}, Method: "POST", Path: "/v1/payments", RequestHash: make([]byte, 32),
-					Mode: idem.ModeTwoPhase, Now: time.Now().Add(-age), LockTimeout: time.Second, Retention: idem.RetentionDefault,
+				res, err := store.Store().Claim(ctx, idemstore.ClaimParams{
+					Scope: idemstore.Scope{ClientID: "alice", Key: key}, Method: "POST", Path: "/v1/payments", RequestHash: make([]byte, 32),
+					TwoPhase: true, Now: time.Now().Add(-age), LockTimeout: time.Second, Retention: idem.RetentionDefault,
 				})
 				if err != nil || res.Lease == nil {
 					t.Fatalf("claim: %v", err)
 				}
-				if err := res.Lease.Complete(ctx, &idem.Response{StatusCode: http.StatusCreated, Header: http.Header{}, Body: []byte("{}")}); err != nil {
+				if err := res.Lease.Complete(ctx, &idemstore.Response{StatusCode: http.StatusCreated, Header: http.Header{}, Body: []byte("{}")}); err != nil {
 					t.Fatal(err)
 				}
 			}

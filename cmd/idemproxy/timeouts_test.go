@@ -19,6 +19,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
 	"github.com/idemkit/idem/cmd/internal/proxy"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/cmdrun"
 )
 
@@ -96,8 +97,8 @@ func TestHeldListsUnstoredHoldForwards(t *testing.T) {
 			db, store := refundStore(t, kind)
 			for key, policy := range map[string]proxy.Policy{"held-1": proxy.PolicyHold, "retried-1": proxy.PolicyRetry} {
 				ctx := context.Background()
-				l := claimRefund(t, store, key).(idem.RecoveryLease)
-				if err := l.Checkpoint(ctx, idem.Recovery{Point: proxy.RecoveryForwarded, State: idem.State{"key": key, "policy": string(policy)}}); err != nil {
+				l := claimRefund(t, store, key).(idemstore.RecoveryLease)
+				if err := l.Checkpoint(ctx, idemstore.Recovery{Point: proxy.RecoveryForwarded, State: idem.State{"key": key, "policy": string(policy)}}); err != nil {
 					t.Fatal(err)
 				}
 				if err := l.Release(ctx); err != nil {
@@ -137,7 +138,7 @@ func TestHeldKeysOfEarlierVersions(t *testing.T) {
 			ctx := context.Background()
 			lease := claimRefund(t, store, "old-1")
 			body := `{"type":"/idemproxy/problems/idempotency-outcome-unknown","title":"Outcome unknown","status":502,"detail":"...","code":"idempotency-outcome-unknown"}`
-			if err := lease.Complete(ctx, &idem.Response{StatusCode: 502, Header: http.Header{"Content-Type": {"application/problem+json"}}, Body: []byte(body)}); err != nil {
+			if err := lease.Complete(ctx, &idemstore.Response{StatusCode: 502, Header: http.Header{"Content-Type": {"application/problem+json"}}, Body: []byte(body)}); err != nil {
 				t.Fatal(err)
 			}
 			if held, err := command("held", "-db", db); err != nil || !strings.Contains(held, "old-1") || !strings.Contains(held, "1 held key") {
@@ -152,7 +153,7 @@ func TestHeldKeysOfEarlierVersions(t *testing.T) {
 
 // refundStore starts idemproxy on a new store of kind, which migrates it,
 // and opens the store beside it. It returns the store's URL and the store.
-func refundStore(t *testing.T, kind string) (string, idem.Store) {
+func refundStore(t *testing.T, kind string) (string, idemstore.Store) {
 	t.Helper()
 	_, db := refundProxy(t, kind, "http://127.0.0.1:1", "POST /v1/refunds hold")
 	d, err := database.Open(context.Background(), db, &database.Config{Logger: slog.New(slog.DiscardHandler)})
@@ -164,10 +165,10 @@ func refundStore(t *testing.T, kind string) (string, idem.Store) {
 }
 
 // claimRefund claims client acme's refund key as the proxy does, two-phase.
-func claimRefund(t *testing.T, store idem.Store, key string) idem.Lease {
+func claimRefund(t *testing.T, store idemstore.Store, key string) idemstore.Lease {
 	t.Helper()
-	res, err := store.Claim(context.Background(), idem.ClaimParams{Scope: idem.Scope{ClientID: "header:acme", Key: key}, Method: "POST", Path: "/v1/refunds",
-		RequestHash: []byte("h"), Mode: idem.ModeTwoPhase, Now: time.Now(), LockTimeout: time.Minute, Retention: time.Hour})
+	res, err := store.Claim(context.Background(), idemstore.ClaimParams{Scope: idemstore.Scope{ClientID: "header:acme", Key: key}, Method: "POST", Path: "/v1/refunds",
+		RequestHash: []byte("h"), TwoPhase: true, Now: time.Now(), LockTimeout: time.Minute, Retention: time.Hour})
 	if err != nil || res.Lease == nil {
 		t.Fatalf("claim %s: %v %+v", key, err, res)
 	}

@@ -5,16 +5,16 @@ package main
 import (
 	"os"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/brokenstore"
 	"github.com/idemkit/idem/cmd/internal/database"
 	"github.com/idemkit/idem/cmd/internal/payments"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Built only for the chaos harness's tests: IDEM_CHAOS_BREAK breaks the
 // store on purpose (see cmd/internal/brokenstore).
 func init() {
-	breakStore = func(db *database.DB, store idem.Store, repo payments.Repo) (idem.Store, payments.Repo, error) {
+	breakStore = func(db *database.DB, store idemstore.Store, repo payments.Repo) (idemstore.Store, payments.Repo, error) {
 		return brokenstore.Wrap(store, repo, db.Pool, os.Getenv)
 	}
 }

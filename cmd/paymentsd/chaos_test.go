@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idem/cmd/internal/payments"
 	"github.com/idemkit/idem/cmd/internal/processor"
 	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // TestLossyProcessorChargesEveryKeyOnce runs 200 payments from 8
@@ -124,7 +125,7 @@ func chargeKeyOf(t *testing.T, path, clientID, key string) string {
 	t.Helper()
 	var id string
 	scanRow(t, path, `SELECT id FROM payments WHERE client_id = ? AND idempotency_key = ?`, []any{clientID, key}, &id)
-	return payments.ChargeKey(idem.ContextWithScope(context.Background(), idem.Scope{ClientID: clientID, Key: key}), id)
+	return payments.ChargeKey(idem.ContextWithScope(context.Background(), idemstore.Scope{ClientID: clientID, Key: key}), id)
 }
 
 // chargesOf lists the charges of a derived key at the processor.

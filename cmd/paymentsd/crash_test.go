@@ -19,6 +19,7 @@ import (
 	"github.com/idemkit/idem/cmd/internal/payments"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
@@ -92,7 +93,7 @@ func TestKilledAtEachRecoveryPoint(t *testing.T) {
 			if rows != 1 || id != p.ID || status != "succeeded" {
 				t.Errorf("%d payment rows (%s %s); want one, %s succeeded, as the answer says", rows, id, status, p.ID)
 			}
-			derived := payments.ChargeKey(idem.ContextWithScope(ctx, idem.Scope{ClientID: "alice", Key: key}), p.ID)
+			derived := payments.ChargeKey(idem.ContextWithScope(ctx, idemstore.Scope{ClientID: "alice", Key: key}), p.ID)
 			if n := chargesOf(t, proc.base, derived); n != 1 {
 				t.Errorf("%d charges at the processor for the key; want 1", n)
 			}
@@ -240,7 +241,7 @@ func TestKilledAtRecoveryPointsOnSQLite(t *testing.T) {
 			if n := countRows(t, payDB, `SELECT count(*) FROM payments`); n != 1 {
 				t.Errorf("%d payment rows; want 1", n)
 			}
-			derived := payments.ChargeKey(idem.ContextWithScope(ctx, idem.Scope{ClientID: "alice", Key: key(point)}), pay.ID)
+			derived := payments.ChargeKey(idem.ContextWithScope(ctx, idemstore.Scope{ClientID: "alice", Key: key(point)}), pay.ID)
 			if n := chargesOf(t, proc.base, derived); n != 1 {
 				t.Errorf("%d charges at the processor for the key; want 1", n)
 			}

@@ -46,6 +46,7 @@ import (
 	"github.com/idemkit/idem/cmd/internal/processor"
 	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/idemprom"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/bearer"
 	"github.com/idemkit/idem/internal/cmdrun"
 )
@@ -55,7 +56,7 @@ func main() { cmdrun.Main("paymentsd", Run) }
 // breakStore, set only in builds with the chaosbroken tag, breaks the key
 // store and the payments repository on purpose, for the chaos harness's
 // tests (see cmd/internal/brokenstore).
-var breakStore func(*database.DB, idem.Store, payments.Repo) (idem.Store, payments.Repo, error)
+var breakStore func(*database.DB, idemstore.Store, payments.Repo) (idemstore.Store, payments.Repo, error)
 
 // beforePhase, set only in builds with the crashpoint tag, runs as each
 // phase of a payment starts, so that the crash tests can kill paymentsd
@@ -274,7 +275,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// by the next instance (at least once). Run waits for it before the
 	// database closes.
 	defer func() { stopRelay(); <-relayDone; stopPurge() }()
-	if rs, ok := db.Store().(idem.RecoveryStore); ok && o.completerInterval > 0 {
+	if rs, ok := db.Store().(idemstore.RecoveryStore); ok && o.completerInterval > 0 {
 		cm := idemprom.NewCompleterMetrics(nil)
 		registry.MustRegister(cm)
 		completer, err := idem.NewCompleter(rs, &idem.CompleterConfig{

@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"slices"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // EncodeHeader returns the stored form of a response's headers: the bytes
@@ -106,12 +106,12 @@ func EncodeBody(body []byte) []byte {
 // DecodeResponse returns the response stored as status, header (the
 // output of EncodeHeader; empty means no headers) and body. The response
 // always has a non-nil Header and Body.
-func DecodeResponse(status int, header, body []byte) (*idem.Response, error) {
+func DecodeResponse(status int, header, body []byte) (*idemstore.Response, error) {
 	h := http.Header{}
 	if len(header) > 0 {
 		if err := json.Unmarshal(header, &h); err != nil {
 			return nil, fmt.Errorf("decode stored headers: %w", err)
 		}
 	}
-	return &idem.Response{StatusCode: status, Header: h, Body: EncodeBody(body)}, nil
+	return &idemstore.Response{StatusCode: status, Header: h, Body: EncodeBody(body)}, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
 	"github.com/idemkit/idem/cmd/internal/payments"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/bearer"
 )
 
@@ -66,7 +67,7 @@ func variantHandler(db *database.DB, repo payments.Repo, variant string) (http.H
 // spread their rows over the key indexes alike.
 func withKeyScope(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scope := idem.Scope{ClientID: benchClient, Key: r.Header.Get(idem.HeaderKey)}
+		scope := idemstore.Scope{ClientID: benchClient, Key: r.Header.Get(idem.HeaderKey)}
 		h.ServeHTTP(w, r.WithContext(idem.ContextWithScope(r.Context(), scope)))
 	})
 }

@@ -29,8 +29,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/payments"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // EnvBreak names the environment variable that chooses the break.
@@ -46,7 +46,7 @@ const (
 // Wrap returns store and repo broken as getenv(EnvBreak) says; with the
 // variable unset it returns them as they are. The breaks need PostgreSQL:
 // pool is the store's.
-func Wrap(st idem.Store, repo payments.Repo, pool *pgxpool.Pool, getenv func(string) string) (idem.Store, payments.Repo, error) {
+func Wrap(st idemstore.Store, repo payments.Repo, pool *pgxpool.Pool, getenv func(string) string) (idemstore.Store, payments.Repo, error) {
 	mode := getenv(EnvBreak)
 	if mode == "" {
 		return st, repo, nil
@@ -59,20 +59,20 @@ func Wrap(st idem.Store, repo payments.Repo, pool *pgxpool.Pool, getenv func(str
 	default:
 		return nil, nil, fmt.Errorf("brokenstore: unknown %s %q", EnvBreak, mode)
 	}
-	s := &store{inner: st, mode: mode, pool: pool, cache: map[string]*idem.Response{}}
+	s := &store{inner: st, mode: mode, pool: pool, cache: map[string]*idemstore.Response{}}
 	return s, &brokenRepo{inner: repo}, nil
 }
 
 type store struct {
-	inner idem.Store
+	inner idemstore.Store
 	mode  string
 	pool  *pgxpool.Pool
 
 	mu    sync.Mutex
-	cache map[string]*idem.Response // shared-cache: responses this process stored, by key alone
+	cache map[string]*idemstore.Response // shared-cache: responses this process stored, by key alone
 }
 
-func (s *store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	res, err := s.inner.Claim(ctx, p)
 	if err != nil {
 		return res, err
@@ -87,7 +87,7 @@ func (s *store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 		s.mu.Unlock()
 		if cached != nil {
 			rec := *res.Record
-			rec.Status, rec.Response = idem.StatusCompleted, cached
+			rec.Status, rec.Response = idemstore.StatusCompleted, cached
 			res.Record = &rec
 		}
 	}
@@ -105,19 +105,19 @@ type paymentBox struct {
 type boxKey struct{}
 
 type lease struct {
-	idem.Lease
+	idemstore.Lease
 	s     *store
-	scope idem.Scope
+	scope idemstore.Scope
 	box   paymentBox
 }
 
-var _ idem.RecoveryLease = (*lease)(nil)
+var _ idemstore.RecoveryLease = (*lease)(nil)
 
 // Recovery passes through: payments run by phases, which need it.
-func (l *lease) Recovery(ctx context.Context) (idem.Recovery, error) {
-	rl, ok := l.Lease.(idem.RecoveryLease)
+func (l *lease) Recovery(ctx context.Context) (idemstore.Recovery, error) {
+	rl, ok := l.Lease.(idemstore.RecoveryLease)
 	if !ok {
-		return idem.Recovery{}, fmt.Errorf("brokenstore: recovery: %w", idem.ErrNoRecovery)
+		return idemstore.Recovery{}, fmt.Errorf("brokenstore: recovery: %w", idemstore.ErrNoRecovery)
 	}
 	return rl.Recovery(ctx)
 }
@@ -125,16 +125,16 @@ func (l *lease) Recovery(ctx context.Context) (idem.Recovery, error) {
 // Checkpoint is a phase's fence. skip-fencing ignores it: a phase whose
 // checkpoint lost the lease commits its payment anyway, and the holder
 // goes on as if it still held the key.
-func (l *lease) Checkpoint(ctx context.Context, r idem.Recovery) error {
-	rl, ok := l.Lease.(idem.RecoveryLease)
+func (l *lease) Checkpoint(ctx context.Context, r idemstore.Recovery) error {
+	rl, ok := l.Lease.(idemstore.RecoveryLease)
 	if !ok {
-		return fmt.Errorf("brokenstore: checkpoint: %w", idem.ErrNoRecovery)
+		return fmt.Errorf("brokenstore: checkpoint: %w", idemstore.ErrNoRecovery)
 	}
 	err := rl.Checkpoint(ctx, r)
 	switch {
 	case err == nil:
 		l.box.saved = l.box.p != nil
-	case l.s.mode == SkipFencing && errors.Is(err, idem.ErrLeaseLost) && l.commitAnyway(ctx) == nil:
+	case l.s.mode == SkipFencing && errors.Is(err, idemstore.ErrLeaseLost) && l.commitAnyway(ctx) == nil:
 		return nil
 	}
 	return err
@@ -169,7 +169,7 @@ func (l *lease) Context(ctx context.Context) context.Context {
 	return l.Lease.Context(context.WithValue(ctx, boxKey{}, &l.box))
 }
 
-func (l *lease) Complete(ctx context.Context, resp *idem.Response) error {
+func (l *lease) Complete(ctx context.Context, resp *idemstore.Response) error {
 	s := l.s
 	err := l.Lease.Complete(ctx, resp)
 	switch {
@@ -177,7 +177,7 @@ func (l *lease) Complete(ctx context.Context, resp *idem.Response) error {
 		s.mu.Lock()
 		s.cache[l.scope.Key] = resp
 		s.mu.Unlock()
-	case s.mode == SkipFencing && errors.Is(err, idem.ErrLeaseLost) && l.box.p != nil:
+	case s.mode == SkipFencing && errors.Is(err, idemstore.ErrLeaseLost) && l.box.p != nil:
 		// The fence said no; commit the payment as if it had said yes.
 		if cerr := l.commitAnyway(ctx); cerr != nil {
 			return err

@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // PoolConnsDefault is the PostgreSQL pool size when the URL sets no
@@ -128,7 +128,7 @@ func openPostgres(ctx context.Context, url string, c Config) (*DB, error) {
 }
 
 // Store returns the key store.
-func (d *DB) Store() idem.Store {
+func (d *DB) Store() idemstore.Store {
 	if d.SQLite != nil {
 		return d.SQLite
 	}

@@ -3,14 +3,14 @@ package database
 import (
 	"context"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 )
 
-// PurgeStore returns the key store as an idem.PurgeStore, for an
+// PurgeStore returns the key store as an idemstore.PurgeStore, for an
 // idem.Purger.
-func (d *DB) PurgeStore() idem.PurgeStore {
+func (d *DB) PurgeStore() idemstore.PurgeStore {
 	if d.SQLite != nil {
 		return d.SQLite
 	}

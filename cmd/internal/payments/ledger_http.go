@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // newLedgerMiddleware returns the idem middleware of the ledger routes:
@@ -14,7 +15,7 @@ import (
 // pure database work, so the money, the transfer row, its event and the
 // stored response commit in one transaction or not at all, and a
 // transaction conflict reruns the whole request.
-func newLedgerMiddleware(store idem.Store, ic idem.Config) (*idem.Middleware, error) {
+func newLedgerMiddleware(store idemstore.Store, ic idem.Config) (*idem.Middleware, error) {
 	ic.Mode = idem.ModeAtomic
 	return idem.New(store, &ic)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/bearer"
 	"github.com/idemkit/idem/internal/pgtest"
 )
@@ -69,7 +70,7 @@ func setupLedger(t *testing.T, kind string, o ledgerOpts) *ledgerFixture {
 	t.Helper()
 	ctx := context.Background()
 	var (
-		store  idem.Store
+		store  idemstore.Store
 		outbox idemoutbox.Store
 		repo   payments.Repo
 		ledger payments.LedgerRepo

@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // The recovery points of POST /v1/payments with a processor, which always
@@ -54,7 +55,7 @@ type settler interface {
 // createPhases are the phases of POST /v1/payments for params.
 func (s *Service) createPhases(params Params) idem.Phases {
 	ph := s.ResumePhases()
-	ph[idem.RecoveryStarted] = s.hooked(idem.RecoveryStarted, func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+	ph[idemstore.RecoveryStarted] = s.hooked(idemstore.RecoveryStarted, func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
 		scope, _ := idem.ScopeFromContext(ctx)
 		p := &Payment{
 			ID: NewID(), Object: "payment", Amount: params.Amount, Currency: params.Currency,
@@ -162,15 +163,15 @@ func (s *Service) settle(ctx context.Context, w http.ResponseWriter, st idem.Sta
 	switch p.Status {
 	case StatusDeclined:
 		problem(w, ProblemDeclined, "The card processor declined the charge; payment "+p.ID+" was recorded as declined.")
-		return idem.RecoveryFinished, nil
+		return idemstore.RecoveryFinished, nil
 	case StatusFailed:
 		problem(w, ProblemFailed, "The card processor refused the charge request (it answered HTTP "+st[stateRefusal]+"), "+
 			"which is not a decline of the card: nothing was charged, and payment "+p.ID+" was recorded as failed. "+
 			"Try again later with a new Idempotency-Key; contact support if it persists.")
-		return idem.RecoveryFinished, nil
+		return idemstore.RecoveryFinished, nil
 	}
 	writeJSON(w, http.StatusCreated, p)
-	return idem.RecoveryFinished, nil
+	return idemstore.RecoveryFinished, nil
 }
 
 // settleReturning is the columns of a payment that Settle returns.

@@ -19,6 +19,7 @@ import (
 	"github.com/idemkit/idem/cmd/internal/database"
 	"github.com/idemkit/idem/cmd/internal/payments"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/bearer"
 	"github.com/idemkit/idem/internal/pgtest"
@@ -184,7 +185,7 @@ func TestCompleterFinishesAbandonedPayment(t *testing.T) {
 		t.Fatalf("first attempt: %d; want 503", r.status)
 	}
 	// The client gives up; the completer finishes the payment.
-	store := f.db.Store().(idem.RecoveryStore)
+	store := f.db.Store().(idemstore.RecoveryStore)
 	c, err := idem.NewCompleter(store, &idem.CompleterConfig{
 		Operations: map[string]idem.Phases{"POST /v1/payments": f.svc.ResumePhases()},
 		Logger:     quiet, Now: func() time.Time { return time.Now() },
@@ -337,12 +338,12 @@ func TestCompleterReleasesPaymentThatPassedNoPhase(t *testing.T) {
 			t.Parallel()
 			f := setupPhased(t, kind)
 			ctx := context.Background()
-			store := f.db.Store().(idem.RecoveryStore)
-			claim := func(key string, at time.Time) idem.Lease {
+			store := f.db.Store().(idemstore.RecoveryStore)
+			claim := func(key string, at time.Time) idemstore.Lease {
 				t.Helper()
-				res, err := store.Claim(ctx, idem.ClaimParams{
-					Scope: idem.Scope{ClientID: "alice", Key: key}, Method: http.MethodPost, Path: "/v1/payments",
-					RequestHash: fp.Hash, Mode: idem.ModeTwoPhase, Now: at,
+				res, err := store.Claim(ctx, idemstore.ClaimParams{
+					Scope: idemstore.Scope{ClientID: "alice", Key: key}, Method: http.MethodPost, Path: "/v1/payments",
+					RequestHash: fp.Hash, TwoPhase: true, Now: at,
 					LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
 				})
 				if err != nil || res.Lease == nil {
@@ -363,25 +364,25 @@ func TestCompleterReleasesPaymentThatPassedNoPhase(t *testing.T) {
 			if res, err := c.RunOnce(ctx); err != nil || res.Released != 1 || res.Completed+res.Failed+res.Skipped != 0 {
 				t.Fatalf("RunOnce = %+v, %v; want the dead holder's key released, the live one not listed", res, err)
 			}
-			keys := f.db.Store().(idem.KeyReader)
-			if rec, err := keys.GetKey(ctx, idem.Scope{ClientID: "alice", Key: "k-dead"}); !errors.Is(err, idem.ErrKeyNotFound) {
+			keys := f.db.Store().(idemstore.KeyReader)
+			if rec, err := keys.GetKey(ctx, idemstore.Scope{ClientID: "alice", Key: "k-dead"}); !errors.Is(err, idemstore.ErrKeyNotFound) {
 				t.Errorf("released key = %+v, %v; want ErrKeyNotFound", rec, err)
 			}
-			if rec, err := keys.GetKey(ctx, idem.Scope{ClientID: "alice", Key: "k-live"}); err != nil || rec.Status != idem.StatusInFlight {
+			if rec, err := keys.GetKey(ctx, idemstore.Scope{ClientID: "alice", Key: "k-live"}); err != nil || rec.Status != idemstore.StatusInFlight {
 				t.Errorf("live holder's key = %+v, %v; want it still started", rec, err)
 			}
 			checkpoint := func() error {
-				return dead.(idem.RecoveryLease).Checkpoint(dead.Context(ctx),
-					idem.Recovery{Point: "payment_created", State: idem.State{"payment_id": "pay_x"}})
+				return dead.(idemstore.RecoveryLease).Checkpoint(dead.Context(ctx),
+					idemstore.Recovery{Point: "payment_created", State: idem.State{"payment_id": "pay_x"}})
 			}
-			if err := checkpoint(); !errors.Is(err, idem.ErrLeaseLost) {
+			if err := checkpoint(); !errors.Is(err, idemstore.ErrLeaseLost) {
 				t.Errorf("dead holder's checkpoint = %v; want ErrLeaseLost", err)
 			}
 			again := claim("k-dead", time.Now())
 			if info := again.Info(); info.TakenOver || info.Token != 1 {
 				t.Errorf("claim after the release = %+v; want a new key at token 1", info)
 			}
-			if err := checkpoint(); !errors.Is(err, idem.ErrLeaseLost) {
+			if err := checkpoint(); !errors.Is(err, idemstore.ErrLeaseLost) {
 				t.Errorf("dead holder's checkpoint while the key is held again = %v; want ErrLeaseLost", err)
 			}
 			if err := again.Release(ctx); err != nil {
@@ -487,7 +488,7 @@ func TestRecoveryPointOfAnEarlierVersionKeepsItsChargeKey(t *testing.T) {
 	if n, _ := res.RowsAffected(); err != nil || n != 1 {
 		t.Fatalf("strip the charge key: %d rows, %v", n, err)
 	}
-	oldKey := idem.DeriveKey(idem.ContextWithScope(context.Background(), idem.Scope{ClientID: "alice", Key: "k-old"}), "charge")
+	oldKey := idem.DeriveKey(idem.ContextWithScope(context.Background(), idemstore.Scope{ClientID: "alice", Key: "k-old"}), "charge")
 	charged, err := f.proc.SimulatedProcessor.Charge(context.Background(), oldKey, payments.Params{Amount: 4200, Currency: "usd", Customer: "cus_1"})
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/idemkit/idem/cmd/internal/processor"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/bearer"
 )
 
@@ -81,7 +82,7 @@ func TestProcessorRefusalFailsPayment(t *testing.T) {
 			if again.status != http.StatusFailedDependency || again.header.Get(idem.HeaderReplayed) != "true" {
 				t.Errorf("retry: %d %s; want the 424 replayed", again.status, again.body)
 			}
-			c, err := idem.NewCompleter(f.db.Store().(idem.RecoveryStore), &idem.CompleterConfig{
+			c, err := idem.NewCompleter(f.db.Store().(idemstore.RecoveryStore), &idem.CompleterConfig{
 				Operations: map[string]idem.Phases{"POST /v1/payments": f.svc.ResumePhases()},
 				Logger:     quiet, Now: func() time.Time { return time.Now().Add(time.Hour) },
 			})
@@ -163,7 +164,7 @@ func TestCompleterGivesUpOnUnansweredCharge(t *testing.T) {
 	}
 	var logs strings.Builder
 	var mu sync.Mutex
-	c, err := idem.NewCompleter(f.db.Store().(idem.RecoveryStore), &idem.CompleterConfig{
+	c, err := idem.NewCompleter(f.db.Store().(idemstore.RecoveryStore), &idem.CompleterConfig{
 		Operations:  map[string]idem.Phases{"POST /v1/payments": f.svc.ResumePhases()},
 		MaxAttempts: 2, Now: func() time.Time { return time.Now().Add(time.Hour) },
 		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelError})),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemoutbox"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/bearer"
 )
 
@@ -45,7 +46,7 @@ type Config struct {
 	// Repo stores payments. Required.
 	Repo Repo
 	// Store keeps idempotency keys. Required.
-	Store idem.Store
+	Store idemstore.Store
 	// Tokens maps bearer tokens to client ids. Required.
 	Tokens *bearer.Tokens
 	// Idem configures the middleware; ClientID is set by the service.
@@ -76,11 +77,11 @@ type Config struct {
 	// routes answer 404.
 	Ledger LedgerRepo
 	// Keys answers GET /v1/idempotency-keys/{key}. Defaults to Store, when
-	// it implements idem.KeyReader; otherwise the route is not served.
-	Keys idem.KeyReader
+	// it implements idemstore.KeyReader; otherwise the route is not served.
+	Keys idemstore.KeyReader
 	// Ready answers GET /readyz. Defaults to Store, when it implements
-	// idem.Readier; otherwise /readyz answers as /healthz does.
-	Ready idem.Readier
+	// idemstore.Readier; otherwise /readyz answers as /healthz does.
+	Ready idemstore.Readier
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Now defaults to time.Now.
@@ -134,7 +135,7 @@ func NewService(cfg Config) (*Service, error) {
 		}
 	}
 	if cfg.Keys == nil {
-		cfg.Keys, _ = cfg.Store.(idem.KeyReader)
+		cfg.Keys, _ = cfg.Store.(idemstore.KeyReader)
 	}
 	if cfg.Keys != nil {
 		if svc.status, err = idem.NewStatusHandler(cfg.Keys, &idem.StatusConfig{
@@ -144,7 +145,7 @@ func NewService(cfg Config) (*Service, error) {
 		}
 	}
 	if cfg.Ready == nil {
-		cfg.Ready, _ = cfg.Store.(idem.Readier)
+		cfg.Ready, _ = cfg.Store.(idemstore.Readier)
 	}
 	if cfg.Ready != nil {
 		if svc.ready, err = idem.NewReadyHandler(cfg.Ready, &idem.ReadyConfig{Logger: cfg.Logger}); err != nil {
@@ -232,11 +233,11 @@ func routePath(next http.Handler) http.Handler {
 
 // claimRefused reports whether err is a statement's refusal to run because
 // the request's key, claimed with that statement (see
-// idem.ClaimParams.Speculative), turned out to be held or completed: not a
+// idemstore.ClaimParams.Speculative), turned out to be held or completed: not a
 // failure, and the middleware answers from the key, never with what the
 // handler writes.
 func claimRefused(err error) bool {
-	var exists *idem.ExistsError
+	var exists *idemstore.ExistsError
 	return errors.As(err, &exists)
 }
 

@@ -8,9 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // ledger is the charges table, on the database of the processor's key
@@ -44,7 +44,7 @@ type listed struct {
 	charge Charge
 }
 
-func newLedger(store idem.Store) (ledger, error) {
+func newLedger(store idemstore.Store) (ledger, error) {
 	switch s := store.(type) {
 	case *idemsqlite.Store:
 		return sqliteLedger{s}, nil

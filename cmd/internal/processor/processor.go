@@ -27,6 +27,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/payments"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/bearer"
 )
 
@@ -80,7 +81,7 @@ type Config struct {
 	// Store is the processor's key store, an *idemsqlite.Store or an
 	// *idempg.Store, migrated; the charges table lives on its database.
 	// Required.
-	Store idem.Store
+	Store idemstore.Store
 	// Tokens authenticate the processor's clients. Required.
 	Tokens *bearer.Tokens
 	// Delay is added to every charge, to simulate a slow network call.

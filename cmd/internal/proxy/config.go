@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Defaults of Config.
@@ -30,7 +31,7 @@ type Config struct {
 	Upstream *url.URL
 
 	// Store keeps the keys. Required.
-	Store idem.Store
+	Store idemstore.Store
 
 	// Identity returns the client of a request. Required.
 	Identity Identity

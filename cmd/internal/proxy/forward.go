@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Problem codes of the proxy, beside idem's own.
@@ -267,7 +268,7 @@ const holdAdvice = "The key is held: every retry with it gets this answer, and n
 func (p *Proxy) notForwarded(w http.ResponseWriter, r *http.Request, err error) {
 	ctx := r.Context()
 	p.logger(r, attemptOf(r).policy).ErrorContext(ctx, "idemproxy: could not save the key's recovery point before the forward; nothing was sent", "err", err)
-	if errors.Is(err, idem.ErrLeaseLost) {
+	if errors.Is(err, idemstore.ErrLeaseLost) {
 		idem.WriteProblem(w, idem.ProblemKeyInFlight.Kind().New(p.cfg.ProblemTypeBase,
 			"Another request took this key over; nothing was sent upstream for this one. Retry with the same key to get its result."), 1)
 		return

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // The tests of this file hold an upstream that does not honour keys, as an
@@ -110,34 +111,34 @@ func TestHoldAfterTakeover(t *testing.T) {
 // to release keys, while the switches say so: a key store that failed
 // (PgBouncer killed, say) right when the response was to be stored.
 type faultyStore struct {
-	idem.RecoveryStore
+	idemstore.RecoveryStore
 	failComplete, failRelease atomic.Bool
 	checkpoints               atomic.Int64 // recovery points saved
 }
 
-func (s *faultyStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *faultyStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	res, err := s.RecoveryStore.Claim(ctx, p)
 	if res.Lease != nil {
-		res.Lease = &faultyLease{RecoveryLease: res.Lease.(idem.RecoveryLease), s: s}
+		res.Lease = &faultyLease{RecoveryLease: res.Lease.(idemstore.RecoveryLease), s: s}
 	}
 	return res, err
 }
 
 type faultyLease struct {
-	idem.RecoveryLease
+	idemstore.RecoveryLease
 	s *faultyStore
 }
 
-var errStoreDown = fmt.Errorf("the key store's connection was closed: %w", idem.ErrUnavailable)
+var errStoreDown = fmt.Errorf("the key store's connection was closed: %w", idemstore.ErrUnavailable)
 
-func (l *faultyLease) Complete(ctx context.Context, resp *idem.Response) error {
+func (l *faultyLease) Complete(ctx context.Context, resp *idemstore.Response) error {
 	if l.s.failComplete.Load() {
 		return errStoreDown
 	}
 	return l.RecoveryLease.Complete(ctx, resp)
 }
 
-func (l *faultyLease) Checkpoint(ctx context.Context, r idem.Recovery) error {
+func (l *faultyLease) Checkpoint(ctx context.Context, r idemstore.Recovery) error {
 	l.s.checkpoints.Add(1)
 	return l.RecoveryLease.Checkpoint(ctx, r)
 }
@@ -161,7 +162,7 @@ func TestHoldAfterFailedStore(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/ReleaseFails=%v", kind, releaseFails), func(t *testing.T) {
 				t.Parallel()
 				up := newUpstream(t, false)
-				store := &faultyStore{RecoveryStore: newStore(t, kind).(idem.RecoveryStore)}
+				store := &faultyStore{RecoveryStore: newStore(t, kind).(idemstore.RecoveryStore)}
 				base := setupOn(t, store, up, func(c *Config) {
 					holdRoute(c)
 					// Generous: the first forward must be answered within it
@@ -197,7 +198,7 @@ func TestHoldAfterFailedStore(t *testing.T) {
 func TestRetryRouteAfterFailedStore(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, true)
-	store := &faultyStore{RecoveryStore: newStore(t, "sqlite").(idem.RecoveryStore)}
+	store := &faultyStore{RecoveryStore: newStore(t, "sqlite").(idemstore.RecoveryStore)}
 	base := setupOn(t, store, up, retrying)
 	store.failComplete.Store(true)
 	if first := send(t, "POST", base+"/v1/charges", "retry-unstored", `{"amount":7}`); first.status != http.StatusCreated {
@@ -222,7 +223,7 @@ func TestStoreWritesPerForward(t *testing.T) {
 		t.Run(string(policy), func(t *testing.T) {
 			t.Parallel()
 			up := newUpstream(t, false)
-			store := &faultyStore{RecoveryStore: newStore(t, "sqlite").(idem.RecoveryStore)}
+			store := &faultyStore{RecoveryStore: newStore(t, "sqlite").(idemstore.RecoveryStore)}
 			base := setupOn(t, store, up, func(c *Config) { c.DefaultPolicy = policy })
 			if resp := send(t, "POST", base+"/v1/charges", "k-writes", `{}`); resp.status != http.StatusCreated {
 				t.Fatalf("%d %q", resp.status, resp.body)

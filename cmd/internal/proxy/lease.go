@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // The recovery points of a key route's key, beside RecoveryOutcomeUnknown.
@@ -37,9 +38,9 @@ const (
 // middleware puts itself in the handler's context (the middleware builds
 // that context with Lease.Context), where the forwarder reads and saves
 // the key's recovery points.
-type keyStore struct{ idem.Store }
+type keyStore struct{ idemstore.Store }
 
-func (s keyStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s keyStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	res, err := s.Store.Claim(ctx, p)
 	if res.Lease != nil {
 		res.Lease = &keyLease{Lease: res.Lease}
@@ -51,7 +52,7 @@ type keyLeaseKey struct{}
 
 // keyLease is a lease of a key route's key.
 type keyLease struct {
-	idem.Lease
+	idemstore.Lease
 	// keep is set when the key could not be marked as it must be: Release
 	// then leaves the key to its holder until the lease expires, instead
 	// of freeing it for a retry that would be forwarded unchecked. The
@@ -80,7 +81,7 @@ func keyLeaseOf(ctx context.Context) *keyLease {
 // prior is what a key's recovery point says of its earlier forwards.
 type prior struct {
 	takenOver bool   // the claim took the key over: an earlier holder had it
-	point     string // its recovery point; idem.RecoveryStarted when none
+	point     string // its recovery point; idemstore.RecoveryStarted when none
 	key       string // the Idempotency-Key field value the first forward sent; "" if none was sent
 	status    int    // the outcome-unknown status saved with RecoveryOutcomeUnknown
 }
@@ -90,18 +91,18 @@ type prior struct {
 // than RecoveryNotProcessed. A key taken over with no recovery point was
 // never sent: the proxy saves RecoveryForwarded before it sends.
 func (pr prior) mayHaveReached() bool {
-	return pr.takenOver && pr.point != idem.RecoveryStarted && pr.point != RecoveryNotProcessed
+	return pr.takenOver && pr.point != idemstore.RecoveryStarted && pr.point != RecoveryNotProcessed
 }
 
-// recovery returns the lease as an idem.RecoveryLease. New checks that the
+// recovery returns the lease as an idemstore.RecoveryLease. New checks that the
 // store keeps recovery points.
-func (l *keyLease) recovery() idem.RecoveryLease { return l.Lease.(idem.RecoveryLease) }
+func (l *keyLease) recovery() idemstore.RecoveryLease { return l.Lease.(idemstore.RecoveryLease) }
 
 // prior reads the key's recovery point when the claim took it over; a new
 // key has none.
 func (p *Proxy) prior(ctx context.Context, l *keyLease) (prior, error) {
 	if !l.Info().TakenOver {
-		return prior{point: idem.RecoveryStarted}, nil
+		return prior{point: idemstore.RecoveryStarted}, nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idem.StoreTimeoutDefault)
 	defer cancel()
@@ -124,7 +125,7 @@ func (p *Proxy) save(ctx context.Context, a *attempt, point string, extra ...str
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idem.StoreTimeoutDefault)
 	defer cancel()
-	return l.recovery().Checkpoint(ctx, idem.Recovery{Point: point, State: st})
+	return l.recovery().Checkpoint(ctx, idemstore.Recovery{Point: point, State: st})
 }
 
 // statusOf reads a saved outcome-unknown status: 502 or 504, else 502.
@@ -138,4 +139,4 @@ func statusOf(s string) int {
 
 // errNoRecoveryStore is New's error for a store that keeps no recovery
 // points.
-var errNoRecoveryStore = errors.New("proxy: the key store must keep recovery points (idem.RecoveryStore: idempg, idemsqlite, idemtest's memory store), by which a key whose forward may have reached the upstream is never forwarded twice")
+var errNoRecoveryStore = errors.New("proxy: the key store must keep recovery points (idemstore.RecoveryStore: idempg, idemsqlite, idemtest's memory store), by which a key whose forward may have reached the upstream is never forwarded twice")

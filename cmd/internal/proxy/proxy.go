@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Proxy is a reverse proxy that gives an upstream the Idempotency-Key
@@ -57,7 +58,7 @@ func New(cfg *Config) (*Proxy, error) {
 				"The upstream service could not be reached, or failed before it answered."), 0)
 		},
 	}
-	if _, ok := c.Store.(idem.RecoveryStore); !ok {
+	if _, ok := c.Store.(idemstore.RecoveryStore); !ok {
 		return nil, errNoRecoveryStore
 	}
 	for _, policy := range []Policy{PolicyRetry, PolicyHold, PolicyProbe} {

@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
@@ -28,7 +29,7 @@ var storeKinds = []string{"sqlite", "postgres"}
 const testSecret = "0123456789abcdef0123456789abcdef"
 
 // newStore returns a migrated key store of a kind on a fresh database.
-func newStore(t *testing.T, kind string) idem.Store {
+func newStore(t *testing.T, kind string) idemstore.Store {
 	t.Helper()
 	ctx := context.Background()
 	logger := slog.New(slog.DiscardHandler)
@@ -68,7 +69,7 @@ func setup(t *testing.T, kind string, up *upstream, edit func(*Config)) string {
 }
 
 // setupOn starts a proxy in front of up on store, as setup does.
-func setupOn(t *testing.T, store idem.Store, up *upstream, edit func(*Config)) string {
+func setupOn(t *testing.T, store idemstore.Store, up *upstream, edit func(*Config)) string {
 	t.Helper()
 	id, err := CredentialIdentity([]byte(testSecret))
 	if err != nil {

@@ -1,4 +1,4 @@
-package idem_test
+package idemstore_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -16,9 +17,9 @@ import (
 // same request.
 func ExampleClaimParams_CanTakeOver() {
 	locked := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	rec := &idem.Record{Status: idem.StatusInFlight, LockedAt: locked, RequestHash: []byte("fp")}
-	p := idem.ClaimParams{
-		Mode: idem.ModeTwoPhase, RequestHash: []byte("fp"),
+	rec := &idemstore.Record{Status: idemstore.StatusInFlight, LockedAt: locked, RequestHash: []byte("fp")}
+	p := idemstore.ClaimParams{
+		TwoPhase: true, RequestHash: []byte("fp"),
 		Now: locked.Add(10 * time.Second), LockTimeout: 30 * time.Second,
 	}
 	fmt.Println("within the lock timeout:", p.CanTakeOver(rec))
@@ -37,14 +38,14 @@ func ExampleClaimParams_CanTakeOver() {
 func ExampleErrLeaseEnded() {
 	store := idemtest.NewMemoryStore()
 	ctx := context.Background()
-	res, _ := store.Claim(ctx, idem.ClaimParams{
-		Scope: idem.Scope{ClientID: "alice", Key: "order-7"}, Method: "POST", Path: "/v1/payments",
+	res, _ := store.Claim(ctx, idemstore.ClaimParams{
+		Scope: idemstore.Scope{ClientID: "alice", Key: "order-7"}, Method: "POST", Path: "/v1/payments",
 		RequestHash: []byte("fp"), Now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 		LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
 	})
-	fmt.Println("complete:", res.Lease.Complete(ctx, &idem.Response{StatusCode: http.StatusCreated}))
+	fmt.Println("complete:", res.Lease.Complete(ctx, &idemstore.Response{StatusCode: http.StatusCreated}))
 	err := res.Lease.Release(ctx)
-	fmt.Println("release after complete:", errors.Is(err, idem.ErrLeaseEnded))
+	fmt.Println("release after complete:", errors.Is(err, idemstore.ErrLeaseEnded))
 	// Output:
 	// complete: <nil>
 	// release after complete: true
@@ -55,9 +56,9 @@ func ExampleErrLeaseEnded() {
 func ExamplePurgeParams() {
 	retention := 24 * time.Hour
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	p := idem.PurgeParams{Before: now.Add(-retention)}
-	fmt.Println(p.Validate(), p.WithDefaults().BatchSize == idem.PurgeBatchSizeDefault)
-	fmt.Println(idem.PurgeParams{Before: p.Before, BatchSize: -1}.Validate())
+	p := idemstore.PurgeParams{Before: now.Add(-retention)}
+	fmt.Println(p.Validate(), p.WithDefaults().BatchSize == idemstore.PurgeBatchSizeDefault)
+	fmt.Println(idemstore.PurgeParams{Before: p.Before, BatchSize: -1}.Validate())
 
 	store := idemtest.NewMemoryStore()
 	n, err := store.Purge(context.Background(), p)
