@@ -16,6 +16,26 @@ const (
 	MaxBodyBytesDefault       = 1 << 20
 	StoreTimeoutDefault       = 10 * time.Second
 	MaxConflictRetriesDefault = 3
+	ReadyTimeoutDefault       = 2 * time.Second
+
+	// PurgeIntervalDefault is the default of [PurgeOpts.Interval].
+	PurgeIntervalDefault = time.Minute
+	// PurgePauseDefault is the default of [PurgeOpts.Pause].
+	PurgePauseDefault = 10 * time.Millisecond
+	// PurgeBatchSizeDefault is the default of [PurgeOpts.BatchSize]:
+	// larger than a one-off purge's idemstore.PurgeBatchSizeDefault, since
+	// the service runs while requests do and fewer, larger batches delete
+	// faster for the same effect on them (docs/benchmarks.md).
+	PurgeBatchSizeDefault = 5000
+	// PurgeBatchTimeoutDefault is the default of [PurgeOpts.BatchTimeout].
+	PurgeBatchTimeoutDefault = 30 * time.Second
+
+	// ResumeIntervalDefault is the default of [ResumeOpts.Interval].
+	ResumeIntervalDefault = 10 * time.Second
+	// ResumeBatchSizeDefault is the default of [ResumeOpts.BatchSize].
+	ResumeBatchSizeDefault = 100
+	// ResumeMaxAttemptsDefault is the default of [ResumeOpts.MaxAttempts].
+	ResumeMaxAttemptsDefault = 10
 )
 
 // NoConflictRetries, as [Config.MaxConflictRetries], turns reruns off: a
@@ -24,7 +44,17 @@ const (
 // and may retry with the same key.
 const NoConflictRetries = -1
 
-// Config configures the middleware.
+// Config is the one configuration of a service's idempotency. The
+// middleware ([New]), the [Purger], the [Resumer], the key-status handler
+// ([NewStatusHandler]) and the readiness handler ([NewReadyHandler]) are
+// all built from it, so that what they must agree on (retention, the lock
+// timeout, the store timeout, the clock, the replay headers, the outcome
+// policy, the problem type base) is declared once: build one Config and
+// pass it to each. A purger whose retention is shorter than the
+// middleware's would delete keys that clients may still retry with.
+//
+// A nil *Config is the zero Config, which uses every default; New alone
+// requires ClientID.
 type Config struct {
 	// ClientID returns the authenticated client of a request, from the
 	// auth layer. Keys are scoped by it. A request for which it returns
@@ -96,6 +126,70 @@ type Config struct {
 
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+
+	// Purge configures the [Purger]. Its retention and lock timeout are
+	// the ones above.
+	Purge PurgeOpts
+
+	// Resume configures the [Resumer].
+	Resume ResumeOpts
+
+	// ReadyTimeout is how long the store has to answer the readiness
+	// handler. Defaults to ReadyTimeoutDefault (2 s).
+	ReadyTimeout time.Duration
+}
+
+// PurgeOpts are the settings of the [Purger] alone.
+type PurgeOpts struct {
+	// Interval is the time from the end of one run to the start of the
+	// next, and how often an instance that does not hold the purge lock
+	// tries to take it. Defaults to PurgeIntervalDefault (1 min).
+	Interval time.Duration
+
+	// BatchSize is the number of keys each batch deletes. Defaults to
+	// PurgeBatchSizeDefault (5000).
+	BatchSize int
+
+	// Pause is the mean pause between two batches of one run, jittered by
+	// half either way, so that requests get the table in between. Defaults
+	// to PurgePauseDefault (10 ms).
+	Pause time.Duration
+
+	// BatchTimeout bounds each batch. Defaults to PurgeBatchTimeoutDefault
+	// (30 s).
+	BatchTimeout time.Duration
+}
+
+// ResumeOpts are the settings of the [Resumer] alone.
+type ResumeOpts struct {
+	// Operations are the phased operations that the resumer drives,
+	// keyed by method and path as the middleware stores them, such as
+	// "POST /v1/payments". Each needs its phases after
+	// idemstore.RecoveryStarted only: the resumer never runs a key that no
+	// phase has passed, since it has no request to run it from; it
+	// releases such a key once its lease expired, however old the key
+	// (within Retention), so that the client's retry runs it fresh. Keys
+	// of other operations are left alone. Required by [NewResumer].
+	Operations map[string]Phases
+
+	// Interval is the pause between passes of Run. Defaults to
+	// ResumeIntervalDefault (10 s).
+	Interval time.Duration
+
+	// BatchSize is the most keys each of a pass's two listings returns
+	// (recent keys, and a span of older ones). Defaults to
+	// ResumeBatchSizeDefault (100).
+	BatchSize int
+
+	// MaxAttempts is the most times the resumer runs a key's phases
+	// without finishing it. Then it gives up on the key: it logs "idem:
+	// resumer gave up on a key" at Error once, leaves the key started at
+	// its recovery point for an operator (docs/operations.md, "Keys the
+	// resumer gave up on"), and counts it in ResumeResult.GaveUp on every
+	// pass. The count is the resumer's, kept in memory: a new process
+	// tries each key MaxAttempts times again. -1 never gives up. Defaults
+	// to ResumeMaxAttemptsDefault (10).
+	MaxAttempts int
 }
 
 func (c *Config) withDefaults() *Config {
@@ -136,24 +230,51 @@ func (c *Config) withDefaults() *Config {
 	if out.Now == nil {
 		out.Now = time.Now
 	}
+	if out.ReadyTimeout == 0 {
+		out.ReadyTimeout = ReadyTimeoutDefault
+	}
+	if out.Purge.Interval == 0 {
+		out.Purge.Interval = PurgeIntervalDefault
+	}
+	if out.Purge.BatchSize == 0 {
+		out.Purge.BatchSize = PurgeBatchSizeDefault
+	}
+	if out.Purge.Pause == 0 {
+		out.Purge.Pause = PurgePauseDefault
+	}
+	if out.Purge.BatchTimeout == 0 {
+		out.Purge.BatchTimeout = PurgeBatchTimeoutDefault
+	}
+	if out.Resume.Interval == 0 {
+		out.Resume.Interval = ResumeIntervalDefault
+	}
+	if out.Resume.BatchSize == 0 {
+		out.Resume.BatchSize = ResumeBatchSizeDefault
+	}
+	if out.Resume.MaxAttempts == 0 {
+		out.Resume.MaxAttempts = ResumeMaxAttemptsDefault
+	}
 	return &out
 }
 
+// validate checks what every component built from c relies on.
 func (c *Config) validate() error {
-	if c.ClientID == nil {
-		return errors.New("idem: Config.ClientID is required: keys must be scoped by client")
-	}
 	if c.Mode != ModeAtomic && c.Mode != ModeTwoPhase {
 		return fmt.Errorf("idem: unknown Config.Mode %d", c.Mode)
 	}
-	if c.LockTimeout < 0 || c.Retention < 0 || c.MaxBodyBytes < 0 || c.StoreTimeout < 0 || c.MaxPreferWait < 0 {
+	if c.LockTimeout < 0 || c.Retention < 0 || c.MaxBodyBytes < 0 || c.StoreTimeout < 0 || c.MaxPreferWait < 0 || c.ReadyTimeout < 0 ||
+		c.Purge.Interval < 0 || c.Purge.BatchSize < 0 || c.Purge.Pause < 0 || c.Purge.BatchTimeout < 0 ||
+		c.Resume.Interval < 0 || c.Resume.BatchSize < 0 {
 		return errors.New("idem: durations and sizes in Config must not be negative")
 	}
 	if c.MaxConflictRetries < NoConflictRetries {
 		return fmt.Errorf("idem: Config.MaxConflictRetries %d is invalid; use NoConflictRetries to turn reruns off", c.MaxConflictRetries)
 	}
+	if c.Resume.MaxAttempts < -1 {
+		return errors.New("idem: Config.Resume.MaxAttempts must be -1 (never give up) or more")
+	}
 	if c.Retention <= c.LockTimeout {
-		return fmt.Errorf("idem: Config.Retention (%s) must be longer than Config.LockTimeout (%s)", c.Retention, c.LockTimeout)
+		return fmt.Errorf("idem: Config.Retention (%s) must be longer than Config.LockTimeout (%s), or the purge could delete keys in flight", c.Retention, c.LockTimeout)
 	}
 	for _, ptr := range c.ExcludeFields {
 		if !strings.HasPrefix(ptr, "/") || strings.Count(ptr, "/") != 1 || len(ptr) < 2 {
@@ -161,4 +282,13 @@ func (c *Config) validate() error {
 		}
 	}
 	return checkReplayHeaders("Config.ReplayHeaders", c.ReplayHeaders)
+}
+
+// build returns cfg with its defaults, or the reason it is invalid.
+func build(cfg *Config) (*Config, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
 }

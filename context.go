@@ -60,7 +60,7 @@ func (c *scopeContext) Value(key any) any {
 // it is also unique per claim of the client's key: derived from the
 // client, the key, the creation of the key's row and the purpose. The row
 // and its creation stay from the first recovery point until retention,
-// through every release, takeover and [Completer] run, so each of them
+// through every release, takeover and [Resumer] run, so each of them
 // derives the first holder's key; a client's key reused after its
 // retention, or after a purge, makes a new row, a new operation, and
 // derives a new key, which the other system has not seen. The first

@@ -65,7 +65,7 @@
 // idemtest.RunAdminTests.
 //
 // Handlers that call other systems between database writes split the work
-// into [Phases] with recovery points, and a [Completer] finishes the ones
+// into [Phases] with recovery points, and a [Resumer] finishes the ones
 // whose client went away; stores support them through [idemstore.RecoveryLease] and
 // [idemstore.RecoveryStore].
 //

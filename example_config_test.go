@@ -46,7 +46,7 @@ func ExampleConfig() {
 	// Output:
 	// true <nil>
 	// <nil>
-	// idem: Config.Retention (1s) must be longer than Config.LockTimeout (30s)
+	// idem: Config.Retention (1s) must be longer than Config.LockTimeout (30s), or the purge could delete keys in flight
 }
 
 // A policy of one's own: store 409 Conflict answers of the business (they

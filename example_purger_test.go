@@ -43,7 +43,7 @@ func ExamplePurger() {
 	}
 
 	ctx, stop := context.WithCancel(context.Background())
-	purger, err := idem.NewPurger(store, &idem.PurgerConfig{
+	purger, err := idem.NewPurger(store, &idem.Config{
 		Retention: idem.RetentionDefault, LockTimeout: idem.LockTimeoutDefault,
 		Metrics: runReporter{stop: stop}, Logger: slog.New(slog.DiscardHandler),
 		Now: func() time.Time { return now },
@@ -55,12 +55,12 @@ func ExamplePurger() {
 	purger.Run(ctx) // until ctx is done
 	fmt.Println("keys left:", store.Len())
 
-	_, err = idem.NewPurger(store, &idem.PurgerConfig{Retention: 10 * time.Second})
+	_, err = idem.NewPurger(store, &idem.Config{Retention: 10 * time.Second})
 	fmt.Println(err)
 	// Output:
 	// leading: true
 	// run deleted 2 keys, err <nil>
 	// leading: false
 	// keys left: 1
-	// idem: PurgerConfig.Retention (10s) must be longer than PurgerConfig.LockTimeout (30s), or the purge could delete keys in flight
+	// idem: Config.Retention (10s) must be longer than Config.LockTimeout (30s), or the purge could delete keys in flight
 }

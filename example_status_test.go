@@ -30,7 +30,7 @@ func ExampleNewStatusHandler() {
 	if err != nil {
 		panic(err)
 	}
-	status, err := idem.NewStatusHandler(store, &idem.StatusConfig{ClientID: client, Logger: quiet, Now: clock})
+	status, err := idem.NewStatusHandler(store, &idem.Config{ClientID: client, Logger: quiet, Now: clock})
 	if err != nil {
 		panic(err)
 	}

@@ -73,3 +73,15 @@ func (r resp) problem(t *testing.T) idem.Problem {
 	}
 	return p
 }
+
+// resumerOnly is a Config.Metrics that reports only the resumer's passes.
+type resumerOnly struct{ idem.ResumerMetrics }
+
+func (resumerOnly) Request(context.Context, idem.Result)        {}
+func (resumerOnly) Claim(context.Context, time.Duration, error) {}
+func metricsOf(m idem.ResumerMetrics) idem.Metrics {
+	if m == nil {
+		return nil
+	}
+	return resumerOnly{m}
+}

@@ -26,9 +26,12 @@ func New(store idemstore.Store, cfg *Config) (*Middleware, error) {
 	if store == nil {
 		return nil, errors.New("idem: a Store is required")
 	}
-	c := cfg.withDefaults()
-	if err := c.validate(); err != nil {
+	c, err := build(cfg)
+	if err != nil {
 		return nil, err
+	}
+	if c.ClientID == nil {
+		return nil, errors.New("idem: Config.ClientID is required: keys must be scoped by client")
 	}
 	c.Metrics = resultNoter{c.Metrics} // the outcome of NewRequestLog's line
 	return &Middleware{store: store, cfg: c, replayHeaders: newReplayList(c.ReplayHeaders), recent: newRecentKeys()}, nil

@@ -7,7 +7,7 @@ import (
 )
 
 // requestPath is the path the middleware fingerprints a request with and
-// records with its key ([idemstore.Record] Path, "METHOD /path" for the completer and
+// records with its key ([idemstore.Record] Path, "METHOD /path" for the resumer and
 // operators): the request's escaped path with each segment spelled one way,
 // so that two spellings of one path (/v1/payments and /v1/%70ayments,
 // %2f and %2F) are one request, and two paths are never one.

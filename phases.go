@@ -37,7 +37,7 @@ type Phase func(ctx context.Context, w http.ResponseWriter, state State) (next s
 //	}
 //
 // A handler behind the middleware in [ModeTwoPhase] runs it with Run; a
-// [Completer] runs the phases after RecoveryStarted for keys whose client
+// [Resumer] runs the phases after RecoveryStarted for keys whose client
 // went away.
 type Phases map[string]Phase
 
@@ -62,10 +62,10 @@ const unfinishedRetryAfter = 1
 // the end: each phase, then a checkpoint that commits its writes with the
 // recovery point it returned, until a phase returns [idemstore.RecoveryFinished]. A
 // phase that has committed is never run again for the key, by this request,
-// a retry, a takeover or a [Completer].
+// a retry, a takeover or a [Resumer].
 //
 // ctx must be the context of a handler behind the middleware, or of a
-// Completer's run. When Run returns an error the operation is unfinished:
+// Resumer's run. When Run returns an error the operation is unfinished:
 // Run has answered w with 503 [ProblemOperationUnfinished] and Retry-After,
 // the middleware releases the key without storing that answer, keeping its
 // recovery point, and the client's retry with the same key resumes it.
@@ -89,7 +89,7 @@ func (ph Phases) Run(ctx context.Context, w http.ResponseWriter) error {
 
 func (ph Phases) run(ctx context.Context, host *phaseHost, w http.ResponseWriter) error {
 	if host == nil {
-		return fmt.Errorf("idem: run phases: not behind the middleware in ModeTwoPhase, nor run by a Completer: %w", idemstore.ErrNoRecovery)
+		return fmt.Errorf("idem: run phases: not behind the middleware in ModeTwoPhase, nor run by a Resumer: %w", idemstore.ErrNoRecovery)
 	}
 	lease, ok := host.lease.(idemstore.RecoveryLease)
 	if !ok {
@@ -168,7 +168,7 @@ func claimCreated(lease idemstore.RecoveryLease, point string, state State) stri
 type phaseHostKey struct{}
 
 // phaseHost is what Run needs from the code that holds the lease: the
-// middleware or a Completer.
+// middleware or a Resumer.
 type phaseHost struct {
 	lease idemstore.Lease
 	base  string // ProblemTypeBase

@@ -51,7 +51,7 @@ func (o *phased) count(point string) int {
 	return o.runs[point]
 }
 
-// resume returns the phases after RecoveryStarted, as a completer runs them.
+// resume returns the phases after RecoveryStarted, as a resumer runs them.
 func (o *phased) resume() idem.Phases {
 	return idem.Phases{
 		"created": func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
@@ -256,23 +256,22 @@ func TestPhaseThatGoesNowhereIsAnError(t *testing.T) {
 	}
 }
 
-// passes collects what a completer reports.
+// passes collects what a resumer reports.
 type passes struct {
 	mu  sync.Mutex
-	all []idem.CompleterResult
+	all []idem.ResumerResult
 }
 
-func (p *passes) CompleterPass(_ context.Context, r idem.CompleterResult) {
+func (p *passes) ResumerPass(_ context.Context, r idem.ResumerResult) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.all = append(p.all, r)
 }
 
-func (e *phasedEnv) completer(t *testing.T, m idem.CompleterMetrics) *idem.Completer {
+func (e *phasedEnv) resumer(t *testing.T, m idem.ResumerMetrics) *idem.Resumer {
 	t.Helper()
-	c, err := idem.NewCompleter(e.store, &idem.CompleterConfig{
-		Operations: map[string]idem.Phases{"POST /v1/payments": e.op.resume()},
-		Logger:     quiet, Metrics: m, Now: e.clock.Now,
+	c, err := idem.NewResumer(e.store, &idem.Config{
+		Logger: quiet, Metrics: metricsOf(m), Now: e.clock.Now, Resume: idem.ResumeOpts{Operations: map[string]idem.Phases{"POST /v1/payments": e.op.resume()}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -280,7 +279,7 @@ func (e *phasedEnv) completer(t *testing.T, m idem.CompleterMetrics) *idem.Compl
 	return c
 }
 
-func runOnce(t *testing.T, c *idem.Completer) idem.CompleterResult {
+func runOnce(t *testing.T, c *idem.Resumer) idem.ResumerResult {
 	t.Helper()
 	res, err := c.RunOnce(context.Background())
 	if err != nil {
@@ -289,7 +288,7 @@ func runOnce(t *testing.T, c *idem.Completer) idem.CompleterResult {
 	return res
 }
 
-func TestCompleterFinishesAbandonedKey(t *testing.T) {
+func TestResumerFinishesAbandonedKey(t *testing.T) {
 	t.Parallel()
 	e := setupPhased(t, nil)
 	// The handler panics in the middle of "created": the key stays at
@@ -298,20 +297,20 @@ func TestCompleterFinishesAbandonedKey(t *testing.T) {
 	e.post(t, "k1")
 	e.op.crash = ""
 	// The middleware released the key on the panic, which keeps its
-	// recovery point and leaves it without a holder: the completer need
-	// not wait for the lease (TestCompleterWaitsForTheLease covers a
+	// recovery point and leaves it without a holder: the resumer need
+	// not wait for the lease (TestResumerWaitsForTheLease covers a
 	// process that dies holding it).
 	m := &passes{}
-	c := e.completer(t, m)
+	c := e.resumer(t, m)
 	if res := runOnce(t, c); res.Completed != 1 {
 		t.Fatalf("pass = %+v; want the released key completed", res)
 	}
 	if rec, _ := e.point(t, "k1"); rec.Status != idemstore.StatusCompleted || rec.Response.StatusCode != http.StatusCreated {
-		t.Fatalf("key after the completer: %+v; want completed with 201", rec)
+		t.Fatalf("key after the resumer: %+v; want completed with 201", rec)
 	}
 	w := e.post(t, "k1")
 	if w.Code != http.StatusCreated || w.Header().Get(idem.HeaderReplayed) != "true" || !strings.Contains(w.Body.String(), "ch_pay_1") {
-		t.Errorf("client's return = %d %s; want the completer's 201, replayed", w.Code, w.Body)
+		t.Errorf("client's return = %d %s; want the resumer's 201, replayed", w.Code, w.Body)
 	}
 	if n := e.op.count(idemstore.RecoveryStarted); n != 1 {
 		t.Errorf("first phase ran %d times; want 1", n)
@@ -324,7 +323,7 @@ func TestCompleterFinishesAbandonedKey(t *testing.T) {
 	}
 }
 
-func TestCompleterWaitsForTheLease(t *testing.T) {
+func TestResumerWaitsForTheLease(t *testing.T) {
 	t.Parallel()
 	e := setupPhased(t, nil)
 	ctx := context.Background()
@@ -341,7 +340,7 @@ func TestCompleterWaitsForTheLease(t *testing.T) {
 	if err := res.Lease.(idemstore.RecoveryLease).Checkpoint(ctx, idemstore.Recovery{Point: "created", State: idem.State{"payment_id": "pay_9"}}); err != nil {
 		t.Fatal(err)
 	}
-	c := e.completer(t, nil)
+	c := e.resumer(t, nil)
 	e.clock.Advance(idem.LockTimeoutDefault - time.Second)
 	if res := runOnce(t, c); res.Completed+res.Failed+res.Skipped != 0 {
 		t.Fatalf("pass while the lease lives = %+v; want the key left to its holder", res)
@@ -354,7 +353,7 @@ func TestCompleterWaitsForTheLease(t *testing.T) {
 	if rec, _ := e.point(t, "k1"); rec.Status != idemstore.StatusInFlight {
 		t.Fatalf("key after a failed pass: %q; want it still started", rec.Status)
 	}
-	e.clock.Advance(idem.CompleterIntervalDefault)
+	e.clock.Advance(idem.ResumeIntervalDefault)
 	if res := runOnce(t, c); res.Completed != 1 {
 		t.Fatalf("next pass = %+v; want the key completed", res)
 	}
@@ -370,20 +369,18 @@ func TestCompleterWaitsForTheLease(t *testing.T) {
 	}
 }
 
-// followerStore is a memory store whose completer lock another instance
+// followerStore is a memory store whose resumer lock another instance
 // holds.
 type followerStore struct{ *idemtest.MemoryStore }
 
 func (followerStore) TryLead(context.Context, string) (func(), bool, error) { return nil, false, nil }
 
-func TestCompleterSkipsPassWithoutTheLock(t *testing.T) {
+func TestResumerSkipsPassWithoutTheLock(t *testing.T) {
 	t.Parallel()
 	e := setupPhased(t, nil)
 	e.op.crash = "created"
 	e.post(t, "k1")
-	c, err := idem.NewCompleter(followerStore{e.store}, &idem.CompleterConfig{
-		Operations: map[string]idem.Phases{"POST /v1/payments": e.op.resume()}, Logger: quiet, Now: e.clock.Now,
-	})
+	c, err := idem.NewResumer(followerStore{e.store}, &idem.Config{Logger: quiet, Now: e.clock.Now, Resume: idem.ResumeOpts{Operations: map[string]idem.Phases{"POST /v1/payments": e.op.resume()}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,39 +392,36 @@ func TestCompleterSkipsPassWithoutTheLock(t *testing.T) {
 	}
 }
 
-func TestCompleterConfig(t *testing.T) {
+func TestResumerConfig(t *testing.T) {
 	t.Parallel()
 	store := idemtest.NewMemoryStore()
-	for name, cfg := range map[string]*idem.CompleterConfig{
+	for name, cfg := range map[string]*idem.Config{
 		"NoOperations":    nil,
-		"NegativeBatch":   {Operations: map[string]idem.Phases{"POST /x": {}}, BatchSize: -1},
-		"ForbiddenHeader": {Operations: map[string]idem.Phases{"POST /x": {}}, ReplayHeaders: []string{"Set-Cookie"}},
+		"NegativeBatch":   {Resume: idem.ResumeOpts{Operations: map[string]idem.Phases{"POST /x": {}}, BatchSize: -1}},
+		"ForbiddenHeader": {Resume: idem.ResumeOpts{Operations: map[string]idem.Phases{"POST /x": {}}}, ReplayHeaders: []string{"Set-Cookie"}},
 	} {
-		if _, err := idem.NewCompleter(store, cfg); err == nil {
-			t.Errorf("%s: NewCompleter accepted the config", name)
+		if _, err := idem.NewResumer(store, cfg); err == nil {
+			t.Errorf("%s: NewResumer accepted the config", name)
 		}
 	}
-	if _, err := idem.NewCompleter(nil, nil); err == nil {
-		t.Error("NewCompleter accepted a nil store")
+	if _, err := idem.NewResumer(nil, nil); err == nil {
+		t.Error("NewResumer accepted a nil store")
 	}
 }
 
 // passSignal sends every pass's result on a channel.
-type passSignal chan idem.CompleterResult
+type passSignal chan idem.ResumerResult
 
-func (p passSignal) CompleterPass(_ context.Context, r idem.CompleterResult) { p <- r }
+func (p passSignal) ResumerPass(_ context.Context, r idem.ResumerResult) { p <- r }
 
-func TestCompleterRunPassesUntilCancelled(t *testing.T) {
+func TestResumerRunPassesUntilCancelled(t *testing.T) {
 	t.Parallel()
 	e := setupPhased(t, nil)
 	e.op.crash = "created"
 	e.post(t, "k1")
 	e.op.crash = ""
 	passes := make(passSignal)
-	c, err := idem.NewCompleter(e.store, &idem.CompleterConfig{
-		Operations: map[string]idem.Phases{"POST /v1/payments": e.op.resume()},
-		Interval:   time.Hour, Logger: quiet, Metrics: passes, Now: e.clock.Now,
-	})
+	c, err := idem.NewResumer(e.store, &idem.Config{Logger: quiet, Metrics: metricsOf(passes), Now: e.clock.Now, Resume: idem.ResumeOpts{Operations: map[string]idem.Phases{"POST /v1/payments": e.op.resume()}, Interval: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,12 +442,12 @@ func TestCompleterRunPassesUntilCancelled(t *testing.T) {
 	}
 }
 
-func TestCompleterSurvivesAPanickingPhase(t *testing.T) {
+func TestResumerSurvivesAPanickingPhase(t *testing.T) {
 	t.Parallel()
 	e := setupPhased(t, nil)
 	e.op.crash = "created"
 	e.post(t, "k1")
-	c := e.completer(t, nil)
+	c := e.resumer(t, nil)
 	if res := runOnce(t, c); res.Failed != 1 {
 		t.Fatalf("pass with a panicking phase = %+v; want one failed key", res)
 	}

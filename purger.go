@@ -3,27 +3,10 @@ package idem
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
-)
-
-// Defaults of [PurgerConfig].
-const (
-	// PurgeIntervalDefault is the default of [PurgerConfig.Interval].
-	PurgeIntervalDefault = time.Minute
-	// PurgePauseDefault is the default of [PurgerConfig.Pause].
-	PurgePauseDefault = 10 * time.Millisecond
-	// PurgerBatchSizeDefault is the default of [PurgerConfig.BatchSize]:
-	// larger than a one-off purge's PurgeBatchSizeDefault, since the
-	// service runs while requests do and fewer, larger batches delete
-	// faster for the same effect on them (docs/benchmarks.md).
-	PurgerBatchSizeDefault = 5000
-	// PurgeBatchTimeoutDefault is the default of [PurgerConfig.BatchTimeout].
-	PurgeBatchTimeoutDefault = 30 * time.Second
 )
 
 // PurgeMetrics is implemented by a [Metrics] that also reports what a
@@ -47,94 +30,6 @@ type KeyStatsMetrics interface {
 	KeyStats(ctx context.Context, s idemstore.KeyStats, now time.Time)
 }
 
-// PurgerConfig configures a [Purger]. A nil *PurgerConfig is the zero
-// PurgerConfig, which uses every default.
-type PurgerConfig struct {
-	// Retention is how long a key is kept: the middleware's
-	// Config.Retention, the one published to clients. Keys created longer
-	// ago are deleted. Defaults to RetentionDefault (24 h).
-	Retention time.Duration
-
-	// LockTimeout is the middleware's Config.LockTimeout, the length of a
-	// two-phase lease. A Retention that is not longer than it is refused:
-	// the purge would delete keys whose lease may still be live. Defaults
-	// to LockTimeoutDefault (30 s).
-	LockTimeout time.Duration
-
-	// Interval is the time from the end of one run to the start of the
-	// next, and how often an instance that does not hold the purge lock
-	// tries to take it. Defaults to PurgeIntervalDefault (1 min).
-	Interval time.Duration
-
-	// BatchSize is the number of keys each batch deletes. Defaults to
-	// PurgerBatchSizeDefault (5000).
-	BatchSize int
-
-	// Pause is the mean pause between two batches of one run, jittered by
-	// half either way, so that requests get the table in between. Defaults
-	// to PurgePauseDefault (10 ms).
-	Pause time.Duration
-
-	// BatchTimeout bounds each batch. Defaults to PurgeBatchTimeoutDefault
-	// (30 s).
-	BatchTimeout time.Duration
-
-	// Logger receives a line for every run that deleted keys or failed,
-	// and when this instance takes or loses the purge lock. Defaults to
-	// slog.Default().
-	Logger *slog.Logger
-
-	// Metrics receives batches and runs when it implements PurgeMetrics.
-	// Defaults to none.
-	Metrics Metrics
-
-	// Now is the clock that decides which keys are past retention: use the
-	// middleware's. Defaults to time.Now.
-	Now func() time.Time
-}
-
-func (c *PurgerConfig) withDefaults() *PurgerConfig {
-	out := PurgerConfig{}
-	if c != nil {
-		out = *c
-	}
-	if out.Retention == 0 {
-		out.Retention = RetentionDefault
-	}
-	if out.LockTimeout == 0 {
-		out.LockTimeout = LockTimeoutDefault
-	}
-	if out.Interval == 0 {
-		out.Interval = PurgeIntervalDefault
-	}
-	if out.BatchSize == 0 {
-		out.BatchSize = PurgerBatchSizeDefault
-	}
-	if out.Pause == 0 {
-		out.Pause = PurgePauseDefault
-	}
-	if out.BatchTimeout == 0 {
-		out.BatchTimeout = PurgeBatchTimeoutDefault
-	}
-	if out.Logger == nil {
-		out.Logger = slog.Default()
-	}
-	if out.Now == nil {
-		out.Now = time.Now
-	}
-	return &out
-}
-
-func (c *PurgerConfig) validate() error {
-	if c.Retention < 0 || c.LockTimeout < 0 || c.Interval < 0 || c.BatchSize < 0 || c.Pause < 0 || c.BatchTimeout < 0 {
-		return errors.New("idem: durations and sizes in PurgerConfig must not be negative")
-	}
-	if c.Retention <= c.LockTimeout {
-		return fmt.Errorf("idem: PurgerConfig.Retention (%s) must be longer than PurgerConfig.LockTimeout (%s), or the purge could delete keys in flight", c.Retention, c.LockTimeout)
-	}
-	return nil
-}
-
 // Purger deletes keys past retention, in the background, for as long as
 // its Run lasts. Every instance of a service may run one: the store's purge
 // lock lets one at a time purge, and when that instance dies another takes
@@ -146,7 +41,7 @@ func (c *PurgerConfig) validate() error {
 // every claim: the purge only keeps the table from growing without bound.
 type Purger struct {
 	store   idemstore.PurgeStore
-	cfg     *PurgerConfig
+	cfg     *Config
 	metrics PurgeMetrics
 
 	// stats and statsMetrics are set when the store counts its keys and
@@ -163,12 +58,12 @@ type PurgeResult struct {
 }
 
 // NewPurger returns a Purger on store. A nil cfg uses the defaults.
-func NewPurger(store idemstore.PurgeStore, cfg *PurgerConfig) (*Purger, error) {
+func NewPurger(store idemstore.PurgeStore, cfg *Config) (*Purger, error) {
 	if store == nil {
 		return nil, errors.New("idem: a PurgeStore is required")
 	}
-	c := cfg.withDefaults()
-	if err := c.validate(); err != nil {
+	c, err := build(cfg)
+	if err != nil {
 		return nil, err
 	}
 	p := &Purger{store: store, cfg: c, metrics: noPurgeMetrics{}}
@@ -217,7 +112,7 @@ func (p *Purger) Run(ctx context.Context) error {
 		if lock != nil {
 			p.readStats(ctx)
 		}
-		wait.Reset(p.cfg.Interval)
+		wait.Reset(p.cfg.Purge.Interval)
 	}
 }
 
@@ -249,7 +144,7 @@ func (p *Purger) unlock(ctx context.Context, lock idemstore.PurgeLock) {
 
 // run deletes batches until one is not full.
 func (p *Purger) run(ctx context.Context, lock idemstore.PurgeLock) (PurgeResult, error) {
-	params := idemstore.PurgeParams{Before: p.cfg.Now().Add(-p.cfg.Retention), BatchSize: p.cfg.BatchSize}
+	params := idemstore.PurgeParams{Before: p.cfg.Now().Add(-p.cfg.Retention), BatchSize: p.cfg.Purge.BatchSize}
 	var res PurgeResult
 	start := time.Now()
 	err := func() error {
@@ -260,7 +155,7 @@ func (p *Purger) run(ctx context.Context, lock idemstore.PurgeLock) (PurgeResult
 			if err != nil || n < int64(params.BatchSize) {
 				return err
 			}
-			pause := time.NewTimer(p.cfg.Pause/2 + rand.N(p.cfg.Pause+1))
+			pause := time.NewTimer(p.cfg.Purge.Pause/2 + rand.N(p.cfg.Purge.Pause+1))
 			select {
 			case <-ctx.Done():
 				pause.Stop()
@@ -287,7 +182,7 @@ func (p *Purger) run(ctx context.Context, lock idemstore.PurgeLock) (PurgeResult
 }
 
 func (p *Purger) batch(ctx context.Context, lock idemstore.PurgeLock, params idemstore.PurgeParams) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.BatchTimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Purge.BatchTimeout)
 	defer cancel()
 	start := time.Now()
 	n, err := lock.PurgeBatch(ctx, params)
@@ -300,7 +195,7 @@ func (p *Purger) readStats(ctx context.Context) {
 	if p.stats == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.BatchTimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Purge.BatchTimeout)
 	defer cancel()
 	now := p.cfg.Now()
 	s, err := p.stats.KeyStats(ctx, now, p.cfg.LockTimeout)

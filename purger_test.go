@@ -80,11 +80,11 @@ func storeKeys(t *testing.T, store *idemtest.MemoryStore, n int, created time.Ti
 func TestNewPurgerRefusesRetentionNotLongerThanLease(t *testing.T) {
 	t.Parallel()
 	store := idemtest.NewMemoryStore()
-	for _, cfg := range []*idem.PurgerConfig{
+	for _, cfg := range []*idem.Config{
 		{Retention: time.Minute, LockTimeout: time.Minute},
 		{Retention: 10 * time.Second}, // the default lease is 30 s
-		{BatchSize: -1},
-		{Pause: -time.Second},
+		{Purge: idem.PurgeOpts{BatchSize: -1}},
+		{Purge: idem.PurgeOpts{Pause: -time.Second}},
 	} {
 		if _, err := idem.NewPurger(store, cfg); err == nil {
 			t.Errorf("NewPurger(%+v) succeeded; want an error", *cfg)
@@ -93,7 +93,7 @@ func TestNewPurgerRefusesRetentionNotLongerThanLease(t *testing.T) {
 	if _, err := idem.NewPurger(nil, nil); err == nil {
 		t.Errorf("NewPurger without a store succeeded; want an error")
 	}
-	if _, err := idem.NewPurger(store, &idem.PurgerConfig{Retention: time.Hour, LockTimeout: time.Minute}); err != nil {
+	if _, err := idem.NewPurger(store, &idem.Config{Retention: time.Hour, LockTimeout: time.Minute}); err != nil {
 		t.Errorf("NewPurger with retention longer than the lease: %v", err)
 	}
 }
@@ -109,14 +109,13 @@ func TestPurgerRun(t *testing.T) {
 			var clock sync.Mutex
 			rec := &purgeRecorder{}
 			var logs bytes.Buffer
-			p, err := idem.NewPurger(store, &idem.PurgerConfig{
-				Interval: time.Hour, BatchSize: 3, Metrics: rec,
+			p, err := idem.NewPurger(store, &idem.Config{Metrics: rec,
 				Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 				Now: func() time.Time {
 					clock.Lock()
 					defer clock.Unlock()
 					return now
-				},
+				}, Purge: idem.PurgeOpts{Interval: time.Hour, BatchSize: 3},
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -180,9 +179,8 @@ func TestPurgerRun(t *testing.T) {
 			store := idemtest.NewMemoryStore()
 			now := purgeEpoch.Add(25 * time.Hour)
 			newPurger := func(rec *purgeRecorder) *idem.Purger {
-				p, err := idem.NewPurger(store, &idem.PurgerConfig{
-					Interval: time.Minute, Metrics: rec, Logger: slog.New(slog.DiscardHandler),
-					Now: func() time.Time { return now },
+				p, err := idem.NewPurger(store, &idem.Config{Metrics: rec, Logger: slog.New(slog.DiscardHandler),
+					Now: func() time.Time { return now }, Purge: idem.PurgeOpts{Interval: time.Minute},
 				})
 				if err != nil {
 					t.Fatal(err)
@@ -235,9 +233,8 @@ func TestPurgerRun(t *testing.T) {
 			store := &failingStore{MemoryStore: idemtest.NewMemoryStore(), fail: 1}
 			storeKeys(t, store.MemoryStore, 3, purgeEpoch)
 			rec := &purgeRecorder{}
-			p, err := idem.NewPurger(store, &idem.PurgerConfig{
-				Interval: time.Minute, Metrics: rec, Logger: slog.New(slog.DiscardHandler),
-				Now: func() time.Time { return purgeEpoch.Add(25 * time.Hour) },
+			p, err := idem.NewPurger(store, &idem.Config{Metrics: rec, Logger: slog.New(slog.DiscardHandler),
+				Now: func() time.Time { return purgeEpoch.Add(25 * time.Hour) }, Purge: idem.PurgeOpts{Interval: time.Minute},
 			})
 			if err != nil {
 				t.Fatal(err)

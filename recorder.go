@@ -11,7 +11,7 @@ import (
 
 // replayList is the response headers a stored response keeps: Content-Type,
 // Content-Language, Location, and the configured ones, canonical. The
-// middleware and the completer build theirs from their ReplayHeaders with
+// middleware and the resumer build theirs from their ReplayHeaders with
 // newReplayList, and store responses with its response.
 type replayList []string
 

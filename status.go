@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -41,27 +40,6 @@ type KeyStatus struct {
 	Link string `json:"link,omitempty"`
 }
 
-// StatusConfig configures [NewStatusHandler].
-type StatusConfig struct {
-	// ClientID returns the authenticated client of a request, as
-	// [Config.ClientID]: the handler answers only about this client's keys.
-	// Required.
-	ClientID func(r *http.Request) (string, bool)
-	// Retention is the middleware's [Config.Retention]: a key older than
-	// this is reported as unknown. Defaults to RetentionDefault (24 h).
-	Retention time.Duration
-	// StoreTimeout bounds the store's lookup. Defaults to
-	// StoreTimeoutDefault (10 s).
-	StoreTimeout time.Duration
-	// ProblemTypeBase prefixes the problem type URIs. Defaults to
-	// ProblemTypeBaseDefault ("/problems/").
-	ProblemTypeBase string
-	// Logger receives store failures. Defaults to slog.Default().
-	Logger *slog.Logger
-	// Now is the clock. Defaults to time.Now.
-	Now func() time.Time
-}
-
 // keyNotFoundDetail is the one detail of every 404: it says nothing that
 // would tell another client's key from an unknown one.
 const keyNotFoundDetail = "You have no idempotency key with this value: it was never used by you, or it expired."
@@ -80,41 +58,23 @@ const keyNotFoundDetail = "You have no idempotency key with this value: it was n
 //     fails.
 //
 // It only reads: it never runs the operation nor replays its response.
-func NewStatusHandler(store idemstore.KeyReader, cfg *StatusConfig) (http.Handler, error) {
+func NewStatusHandler(store idemstore.KeyReader, cfg *Config) (http.Handler, error) {
 	if store == nil {
 		return nil, errors.New("idem: a KeyReader is required")
 	}
-	c := StatusConfig{}
-	if cfg != nil {
-		c = *cfg
+	c, err := build(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if c.ClientID == nil {
-		return nil, errors.New("idem: StatusConfig.ClientID is required: keys are scoped by client")
-	}
-	if c.Retention < 0 || c.StoreTimeout < 0 {
-		return nil, errors.New("idem: durations in StatusConfig must not be negative")
-	}
-	if c.Retention == 0 {
-		c.Retention = RetentionDefault
-	}
-	if c.StoreTimeout == 0 {
-		c.StoreTimeout = StoreTimeoutDefault
-	}
-	if c.ProblemTypeBase == "" {
-		c.ProblemTypeBase = ProblemTypeBaseDefault
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Now == nil {
-		c.Now = time.Now
+		return nil, errors.New("idem: Config.ClientID is required: keys are scoped by client")
 	}
 	return &statusHandler{store: store, cfg: c}, nil
 }
 
 type statusHandler struct {
 	store idemstore.KeyReader
-	cfg   StatusConfig
+	cfg   *Config
 }
 
 func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -219,7 +219,7 @@ SELECT idem_lease_held(count(*)) FROM done`
 	// over (the row, $4 created_at, and token $3 fence it): it deletes a key
 	// that passed no recovery point, and leaves one that did at its
 	// recovery point, with no holder (locked_at NULL), for the next request
-	// or the completer to take over at once. The next claim of a deleted
+	// or the resumer to take over at once. The next claim of a deleted
 	// key makes a new row, at token 1 again but with a created_at of its
 	// own, which no earlier holder's fence matches.
 	queryReleaseKey = `WITH kept AS (

@@ -88,7 +88,7 @@ func decodeRecovery(point *string, state []byte) (idemstore.Recovery, error) {
 	return r, nil
 }
 
-// Unfinished implements [idemstore.RecoveryStore], for the completer: the keys
+// Unfinished implements [idemstore.RecoveryStore], for the resumer: the keys
 // past a recovery point through the partial index of migration 003, and,
 // for p.Started, the keys that passed none within p's bounded range of
 // creation times.
@@ -125,7 +125,7 @@ func (s *Store) Unfinished(ctx context.Context, p idemstore.UnfinishedParams) ([
 	return out[:min(len(out), p.Limit)], nil
 }
 
-// listUnfinished runs one of the completer's listings.
+// listUnfinished runs one of the resumer's listings.
 func listUnfinished(ctx context.Context, conn *pgxpool.Conn, query string, args ...any) ([]*idemstore.Record, error) {
 	rows, err := conn.Query(ctx, query, args...)
 	if err != nil {
@@ -157,7 +157,7 @@ func listUnfinished(ctx context.Context, conn *pgxpool.Conn, query string, args 
 // one holder in the database at a time, and a holder whose process dies
 // loses it with its session. With Config.TransactionPooling the lock is
 // transaction-scoped instead, in a transaction held open until unlock. The
-// completer takes it for each pass.
+// resumer takes it for each pass.
 func (s *Store) TryLead(ctx context.Context, name string) (unlock func(), held bool, err error) {
 	if s.cfg.TransactionPooling {
 		return s.tryLeadInTx(ctx, name)

@@ -54,7 +54,7 @@ func (p *fakeProcessor) counts() (charges, calls int) {
 }
 
 // paymentPhases are the phases of a payment after the request's own first
-// phase, which a completer runs too.
+// phase, which a resumer runs too.
 func paymentPhases(proc *fakeProcessor) idem.Phases {
 	return idem.Phases{
 		"payment_created": func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
@@ -163,11 +163,11 @@ func TestCheckpointEndsTheTransactionOfThePhase(t *testing.T) {
 	}
 }
 
-// TestCompleterOnTwoInstances abandons a payment after payment_created, as
-// a process that dies holding its lease, and runs the completers of two
+// TestResumerOnTwoInstances abandons a payment after payment_created, as
+// a process that dies holding its lease, and runs the resumers of two
 // instances at once after the lease: one completes the key, once, and the
 // client that comes back gets the answer.
-func TestCompleterOnTwoInstances(t *testing.T) {
+func TestResumerOnTwoInstances(t *testing.T) {
 	t.Parallel()
 	connString := pgtest.NewDatabase(t)
 	a := setupOn(t, newPool(t, connString, 4), nil)
@@ -197,21 +197,20 @@ func TestCompleterOnTwoInstances(t *testing.T) {
 	// The process dies here, holding the lease.
 
 	now := epoch.Add(lockTimeout)
-	completers := make([]*idem.Completer, 2)
+	resumers := make([]*idem.Resumer, 2)
 	for i, store := range []*idempg.Store{a, b} {
-		c, err := idem.NewCompleter(store, &idem.CompleterConfig{
-			Operations:  map[string]idem.Phases{"POST /": paymentPhases(proc)},
+		c, err := idem.NewResumer(store, &idem.Config{
 			LockTimeout: lockTimeout, Retention: retention, Logger: quiet,
-			Now: func() time.Time { return now },
+			Now: func() time.Time { return now }, Resume: idem.ResumeOpts{Operations: map[string]idem.Phases{"POST /": paymentPhases(proc)}},
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		completers[i] = c
+		resumers[i] = c
 	}
-	results := make([]idem.CompleterResult, 2)
+	results := make([]idem.ResumerResult, 2)
 	var wg sync.WaitGroup
-	for i, c := range completers {
+	for i, c := range resumers {
 		wg.Go(func() {
 			res, err := c.RunOnce(ctx)
 			if err != nil {
@@ -233,11 +232,11 @@ func TestCompleterOnTwoInstances(t *testing.T) {
 	// The client comes back to the other instance and gets the answer.
 	srv := newServer(t, b, idem.Config{Mode: idem.ModeTwoPhase, Now: func() time.Time { return now }},
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			t.Errorf("the handler ran for a key the completer finished")
+			t.Errorf("the handler ran for a key the resumer finished")
 		}))
 	got := post(t, srv.Client(), srv.URL, scope.Key, body)
 	if got.status != http.StatusCreated || !got.replayed || string(got.body) != fmt.Sprintf(`{"payment":%q,"charge":"ch_1"}`, scope.Key) {
-		t.Errorf("client's return = %d %s (replayed %v); want the completer's 201", got.status, got.body, got.replayed)
+		t.Errorf("client's return = %d %s (replayed %v); want the resumer's 201", got.status, got.body, got.replayed)
 	}
 	// The dead holder wakes up: fenced out.
 	if err := l.Complete(ctx, response(`{}`)); !errors.Is(err, idemstore.ErrLeaseLost) {
@@ -263,11 +262,11 @@ func testTryLead(t *testing.T, pooling bool) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	unlock, held, err := a.TryLead(ctx, idem.CompleterLockName)
+	unlock, held, err := a.TryLead(ctx, idem.ResumerLockName)
 	if err != nil || !held {
 		t.Fatalf("first TryLead = %v, %v; want held", held, err)
 	}
-	if _, held, err := b.TryLead(ctx, idem.CompleterLockName); err != nil || held {
+	if _, held, err := b.TryLead(ctx, idem.ResumerLockName); err != nil || held {
 		t.Fatalf("second instance's TryLead = %v, %v; want not held", held, err)
 	}
 	unlockOther, held, err := b.TryLead(ctx, "another-job")
@@ -276,7 +275,7 @@ func testTryLead(t *testing.T, pooling bool) {
 	}
 	unlockOther()
 	unlock()
-	unlockB, held, err := b.TryLead(ctx, idem.CompleterLockName)
+	unlockB, held, err := b.TryLead(ctx, idem.ResumerLockName)
 	if err != nil || !held {
 		t.Fatalf("TryLead after unlock = %v, %v; want held", held, err)
 	}

@@ -19,6 +19,10 @@
 //	idem_keys_started                       gauge, started keys (read by the instance that purges)
 //	idem_keys_stuck                         gauge, started keys whose lease expired (same)
 //	idem_keys_oldest_started_age_seconds    gauge, age of the oldest started key's lease (same)
+//	idem_resumer_passes_total{led}          counter of the idem.Resumer's passes; led is false for a pass skipped because another instance held the lock
+//	idem_resumer_keys_total{outcome}        counter of keys it worked on: completed, released (passed no recovery point), failed or skipped
+//	idem_resumer_oldest_unfinished_seconds  gauge, age of the oldest key the last led pass left unfinished, 0 for none
+//	idem_resumer_gave_up_keys               gauge, keys the last led pass left to an operator after MaxAttempts runs; alert above 0
 package idemprom
 
 import (
@@ -69,6 +73,7 @@ type Metrics struct {
 	requests *prometheus.CounterVec
 	claims   *prometheus.HistogramVec
 	purge    purgeMetrics
+	resumer  resumerMetrics
 }
 
 // New builds the collectors. A nil cfg uses the defaults.
@@ -100,6 +105,7 @@ func New(cfg *Config) *Metrics {
 		m.requests.WithLabelValues(r)
 	}
 	m.purge = newPurgeMetrics(c)
+	m.resumer = newResumerMetrics(c)
 	return m
 }
 
@@ -123,6 +129,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.requests.Describe(ch)
 	m.claims.Describe(ch)
 	m.purge.describe(ch)
+	m.resumer.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -130,4 +137,5 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.requests.Collect(ch)
 	m.claims.Collect(ch)
 	m.purge.collect(ch)
+	m.resumer.collect(ch)
 }

@@ -49,9 +49,8 @@ func TestReportsPurger(t *testing.T) {
 		if err != nil || res.Lease == nil {
 			t.Fatal(err)
 		}
-		p, err := idem.NewPurger(store, &idem.PurgerConfig{
-			BatchSize: 2, Metrics: m, Logger: slog.New(slog.DiscardHandler),
-			Now: func() time.Time { return created.Add(25 * time.Hour) },
+		p, err := idem.NewPurger(store, &idem.Config{Metrics: m, Logger: slog.New(slog.DiscardHandler),
+			Now: func() time.Time { return created.Add(25 * time.Hour) }, Purge: idem.PurgeOpts{BatchSize: 2},
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -245,9 +245,8 @@ func TestRecoveryPointOfAnEarlierVersionDerivesItsKey(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.clock.Advance(idem.LockTimeoutDefault + time.Second)
-			c, err := idem.NewCompleter(e.store.(idemstore.RecoveryStore), &idem.CompleterConfig{
-				Operations: map[string]idem.Phases{"POST /v1/payments": e.op.phases()},
-				Logger:     quiet, Now: e.clock.Now,
+			c, err := idem.NewResumer(e.store.(idemstore.RecoveryStore), &idem.Config{
+				Logger: quiet, Now: e.clock.Now, Resume: idem.ResumeOpts{Operations: map[string]idem.Phases{"POST /v1/payments": e.op.phases()}},
 			})
 			if err != nil {
 				t.Fatal(err)

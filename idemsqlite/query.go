@@ -44,7 +44,7 @@ WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_tok
 
 	// queryUnlockLease and queryDeleteLease release a two-phase key: a key
 	// that passed a recovery point stays there with no holder (locked_at
-	// NULL), for the next request or the completer to take over at once;
+	// NULL), for the next request or the resumer to take over at once;
 	// one that did not is deleted (see idempg's queryReleaseKey).
 	queryUnlockLease = `UPDATE idempotency_keys SET locked_at = NULL, lease_expires_at = NULL
 WHERE client_id = ?1 AND idempotency_key = ?2 AND status = 'started' AND lease_token = ?3 AND created_at = ?4

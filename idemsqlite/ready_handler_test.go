@@ -37,7 +37,7 @@ func TestReadyHandler(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	h, err := idem.NewReadyHandler(store, &idem.ReadyConfig{Logger: quiet})
+	h, err := idem.NewReadyHandler(store, &idem.Config{Logger: quiet})
 	if err != nil {
 		t.Fatalf("NewReadyHandler: %v", err)
 	}
@@ -67,7 +67,7 @@ func (stuckReadier) Ready(ctx context.Context) error {
 
 func TestReadyHandlerTimesOut(t *testing.T) {
 	t.Parallel()
-	h, err := idem.NewReadyHandler(stuckReadier{}, &idem.ReadyConfig{Timeout: time.Millisecond, Logger: quiet})
+	h, err := idem.NewReadyHandler(stuckReadier{}, &idem.Config{ReadyTimeout: time.Millisecond, Logger: quiet})
 	if err != nil {
 		t.Fatalf("NewReadyHandler: %v", err)
 	}

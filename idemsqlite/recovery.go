@@ -157,7 +157,7 @@ func (lt *leaseTx) hasEnded() bool {
 	return lt.ended
 }
 
-// Unfinished implements [idemstore.RecoveryStore], for the completer: the keys
+// Unfinished implements [idemstore.RecoveryStore], for the resumer: the keys
 // past a recovery point through the partial index of migration 003, and,
 // for p.Started, the keys that passed none within p's bounded range of
 // creation times.
@@ -192,7 +192,7 @@ func (s *Store) Unfinished(ctx context.Context, p idemstore.UnfinishedParams) ([
 	return out[:min(len(out), p.Limit)], nil
 }
 
-// listUnfinished runs one of the completer's listings.
+// listUnfinished runs one of the resumer's listings.
 func (s *Store) listUnfinished(ctx context.Context, query string, args ...any) ([]*idemstore.Record, error) {
 	rows, err := s.read.QueryContext(ctx, query, args...)
 	if err != nil {

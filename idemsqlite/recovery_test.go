@@ -156,7 +156,7 @@ func TestPhasesResumeAfterALostAnswer(t *testing.T) {
 	}
 }
 
-func TestCompleterFinishesAbandonedPayment(t *testing.T) {
+func TestResumerFinishesAbandonedPayment(t *testing.T) {
 	t.Parallel()
 	p := newPayments(t)
 	p.lose = 1
@@ -165,9 +165,8 @@ func TestCompleterFinishesAbandonedPayment(t *testing.T) {
 	if w := p.post(h, "k1"); w.Code != http.StatusServiceUnavailable {
 		t.Fatalf("first answer = %d; want 503", w.Code)
 	}
-	c, err := idem.NewCompleter(p.store, &idem.CompleterConfig{
-		Operations: map[string]idem.Phases{"POST /v1/payments": p.resume()},
-		Logger:     discardLog, Now: func() time.Time { return p.now },
+	c, err := idem.NewResumer(p.store, &idem.Config{
+		Logger: discardLog, Now: func() time.Time { return p.now }, Resume: idem.ResumeOpts{Operations: map[string]idem.Phases{"POST /v1/payments": p.resume()}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +180,7 @@ func TestCompleterFinishesAbandonedPayment(t *testing.T) {
 	}
 	w := p.post(h, "k1")
 	if w.Code != http.StatusCreated || w.Header().Get(idem.HeaderReplayed) != "true" || w.Body.String() != `{"charge":"ch_1"}` {
-		t.Errorf("client's return = %d %s; want the completer's 201, replayed", w.Code, w.Body)
+		t.Errorf("client's return = %d %s; want the resumer's 201, replayed", w.Code, w.Body)
 	}
 	if len(p.charges) != 1 {
 		t.Errorf("%d charges; want 1", len(p.charges))

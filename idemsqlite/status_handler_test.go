@@ -62,7 +62,7 @@ func newStatusServer(t *testing.T, store interface {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	status, err := idem.NewStatusHandler(store, &idem.StatusConfig{ClientID: clientID, Logger: quiet, Now: s.clock.Now})
+	status, err := idem.NewStatusHandler(store, &idem.Config{ClientID: clientID, Logger: quiet, Now: s.clock.Now})
 	if err != nil {
 		t.Fatalf("NewStatusHandler: %v", err)
 	}
@@ -217,7 +217,7 @@ func TestKeyStatusPathSpellings(t *testing.T) {
 					t.Fatalf("POST with key %q = %d, want 201", key, resp.StatusCode)
 				}
 			}
-			status, err := idem.NewStatusHandler(store, &idem.StatusConfig{ClientID: func(*http.Request) (string, bool) { return "alice", true }, Logger: quiet, Now: s.clock.Now})
+			status, err := idem.NewStatusHandler(store, &idem.Config{ClientID: func(*http.Request) (string, bool) { return "alice", true }, Logger: quiet, Now: s.clock.Now})
 			if err != nil {
 				t.Fatalf("NewStatusHandler: %v", err)
 			}
@@ -309,7 +309,7 @@ func TestKeyStatusStoreFailureIs503(t *testing.T) {
 		t.Fatalf("Open: %v", err)
 	}
 	store.Close()
-	h, err := idem.NewStatusHandler(store, &idem.StatusConfig{ClientID: func(*http.Request) (string, bool) { return "alice", true }, Logger: quiet})
+	h, err := idem.NewStatusHandler(store, &idem.Config{ClientID: func(*http.Request) (string, bool) { return "alice", true }, Logger: quiet})
 	if err != nil {
 		t.Fatalf("NewStatusHandler: %v", err)
 	}
@@ -323,12 +323,12 @@ func TestKeyStatusStoreFailureIs503(t *testing.T) {
 func TestNewStatusHandlerRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	store := idemtest.NewMemoryStore()
-	for _, cfg := range []*idem.StatusConfig{nil, {}, {ClientID: func(*http.Request) (string, bool) { return "", false }, Retention: -1}} {
+	for _, cfg := range []*idem.Config{nil, {}, {ClientID: func(*http.Request) (string, bool) { return "", false }, Retention: -1}} {
 		if _, err := idem.NewStatusHandler(store, cfg); err == nil {
 			t.Errorf("NewStatusHandler(%+v) succeeded, want an error", cfg)
 		}
 	}
-	if _, err := idem.NewStatusHandler(nil, &idem.StatusConfig{ClientID: func(*http.Request) (string, bool) { return "", false }}); err == nil {
+	if _, err := idem.NewStatusHandler(nil, &idem.Config{ClientID: func(*http.Request) (string, bool) { return "", false }}); err == nil {
 		t.Error("NewStatusHandler(nil store) succeeded, want an error")
 	}
 }

@@ -45,7 +45,7 @@ type RecoveryLease interface {
 	Checkpoint(ctx context.Context, r Recovery) error
 }
 
-// RecoveryStore is a store that can list the keys that need a completer:
+// RecoveryStore is a store that can list the keys that need a resumer:
 // started keys that have passed a recovery point and whose holder is gone,
 // and, of the operations [UnfinishedParams.Started] names, those that
 // passed none.
@@ -81,7 +81,7 @@ type UnfinishedParams struct {
 	StartedAfter time.Time
 	// CreatedUntil bounds the whole listing, past a recovery point or not,
 	// to keys created at or before it: with Retention as its lower bound,
-	// the completer lists a span of older keys through it, a bounded range
+	// the resumer lists a span of older keys through it, a bounded range
 	// per pass. Defaults to zero: no bound.
 	CreatedUntil time.Time
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // runRecoveryTests runs the cases of recovery points ([idemstore.RecoveryLease])
-// and of the completer's listing ([idemstore.RecoveryStore]). A store whose
+// and of the resumer's listing ([idemstore.RecoveryStore]). A store whose
 // two-phase leases keep no recovery points skips them. The cases run one
 // after the other: each store is a database of its own on some harnesses,
 // and the suite's parallel cases already press the server's connection

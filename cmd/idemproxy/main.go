@@ -267,10 +267,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup fu
 	}
 	var purger *idem.Purger
 	if o.purgeInterval > 0 {
-		purger, err = idem.NewPurger(db.PurgeStore(), &idem.PurgerConfig{
-			Retention: o.retention, LockTimeout: o.lockTimeout, Interval: o.purgeInterval,
-			Logger: logger, Metrics: metrics,
-		})
+		ic := px.IdemConfig()
+		ic.Purge.Interval = o.purgeInterval
+		purger, err = idem.NewPurger(db.PurgeStore(), ic)
 		if err != nil {
 			return err
 		}

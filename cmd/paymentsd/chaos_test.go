@@ -34,7 +34,7 @@ func TestLossyProcessorChargesEveryKeyOnce(t *testing.T) {
 	proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", procDB, "-lose-rate", "0.3", "-timeout-rate", "0.1", "-seed", "7")
 	payDB := filepath.Join(dir, "pay.db")
 	svc := start(t, paymentsd, "-addr", "127.0.0.1:0", "-db", "sqlite:"+payDB,
-		"-processor", proc.base, "-lock-timeout", "15s", "-completer-interval", "1s")
+		"-processor", proc.base, "-lock-timeout", "15s", "-resumer-interval", "1s")
 
 	// Count the faults that processord logs, so that the test cannot pass
 	// without them.

@@ -30,7 +30,7 @@ import (
 //
 // The kill points are made without hooks in paymentsd: the test holds a
 // row lock that the next commit needs, waits until paymentsd waits on it,
-// and kills it there. The completer is off (-completer-interval 0), so
+// and kills it there. The resumer is off (-resumer-interval 0), so
 // that the client's retry is what resumes the payment.
 func TestKilledAtEachRecoveryPoint(t *testing.T) {
 	t.Parallel()
@@ -42,7 +42,7 @@ func TestKilledAtEachRecoveryPoint(t *testing.T) {
 			proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", filepath.Join(dir, "proc.db"), "-delay", "1s")
 			dbURL := pgtest.NewDatabase(t)
 			args := []string{"-addr", "127.0.0.1:0", "-db", withPoolSize(dbURL, 4),
-				"-processor", proc.base, "-lock-timeout", "2s", "-completer-interval", "0"}
+				"-processor", proc.base, "-lock-timeout", "2s", "-resumer-interval", "0"}
 			svc := start(t, paymentsd, args...)
 			ctx := context.Background()
 			pool, err := pgxpool.New(ctx, withPoolSize(dbURL, 2))
@@ -172,7 +172,7 @@ func TestKilledAtRecoveryPointsOnSQLite(t *testing.T) {
 			proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", procDB, "-delay", "1s")
 			payDB := filepath.Join(dir, "pay.db")
 			args := []string{"-addr", "127.0.0.1:0", "-db", "sqlite:" + payDB,
-				"-processor", proc.base, "-lock-timeout", "2s", "-completer-interval", "0"}
+				"-processor", proc.base, "-lock-timeout", "2s", "-resumer-interval", "0"}
 			var svc *process
 			if point == "charge_created" {
 				svc = startWithEnv(t, crashBinary(t), []string{"PAYMENTSD_CRASH_POINT=charge_created"}, args...)

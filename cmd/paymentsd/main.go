@@ -10,7 +10,7 @@
 // charge at the card processor with a key derived from the client's, the
 // outcome. The processor is processord at -processor, or, without it, an
 // in-process simulated one that declines amounts ending in 02. A
-// completer finishes payments whose client went away.
+// resumer finishes payments whose client went away.
 //
 // GET /healthz is liveness, GET /readyz readiness (the key store answers
 // and its schema is current), and GET /v1/idempotency-keys/{key} tells a
@@ -87,7 +87,7 @@ type options struct {
 	shutdown           time.Duration
 	processor          string
 	processorToken     string
-	completerInterval  time.Duration
+	resumerInterval    time.Duration
 
 	// Operations.
 	logFormat string
@@ -115,7 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", env.Duration("PAYMENTSD_LOCK_TIMEOUT", idem.LockTimeoutDefault), "two-phase lease length before takeover (env PAYMENTSD_LOCK_TIMEOUT)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", env.Duration("PAYMENTSD_SHUTDOWN_TIMEOUT", 30*time.Second), "how long in-flight requests may finish on SIGINT/SIGTERM (env PAYMENTSD_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&o.processor, "processor", env.String("PAYMENTSD_PROCESSOR", ""), "base URL of the card processor (processord) that payments charge; empty charges an in-process simulated processor, which declines amounts ending in 02 (env PAYMENTSD_PROCESSOR)")
-	fs.DurationVar(&o.completerInterval, "completer-interval", env.Duration("PAYMENTSD_COMPLETER_INTERVAL", idem.CompleterIntervalDefault), "how often the completer finishes payments whose client went away; 0 disables (env PAYMENTSD_COMPLETER_INTERVAL)")
+	fs.DurationVar(&o.resumerInterval, "resumer-interval", env.Duration("PAYMENTSD_RESUMER_INTERVAL", idem.ResumeIntervalDefault), "how often the resumer finishes payments whose client went away; 0 disables (env PAYMENTSD_RESUMER_INTERVAL)")
 	fs.StringVar(&o.processorToken, "processor-token", "", "bearer token sent to the card processor (env PAYMENTSD_PROCESSOR_TOKEN; default: processord's development token, with a warning)")
 	// Operations.
 	fs.StringVar(&o.logFormat, "log-format", env.String("PAYMENTSD_LOG_FORMAT", "text"), "log format: text or json; every request is logged in one line with its request id (env PAYMENTSD_LOG_FORMAT)")
@@ -222,7 +222,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	svc, err := payments.NewService(payments.Config{
 		Repo: repo, Store: store, Tokens: tokens, Processor: proc, Logger: logger, Outbox: db.Outbox(), Ledger: ledger, BeforePhase: beforePhase,
-		Idem: idem.Config{Retention: o.retention, LockTimeout: o.lockTimeout, Logger: logger, Metrics: metrics},
+		Idem: idem.Config{
+			Retention: o.retention, LockTimeout: o.lockTimeout, Logger: logger, Metrics: metrics,
+			Purge: o.purge.opts(), Resume: idem.ResumeOpts{Interval: o.resumerInterval},
+		},
 	})
 	if err != nil {
 		return err
@@ -250,7 +253,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "paymentsd: admin endpoint (GET /metrics) at http://%s\n", adminLn.Addr())
 	}
 
-	stopPurge, err := o.purge.start(ctx, db, o.retention, o.lockTimeout, logger, metrics)
+	stopPurge, err := o.purge.start(ctx, db, svc.IdemConfig(), logger)
 	if err != nil {
 		ln.Close()
 		if adminLn != nil {
@@ -275,26 +278,20 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// by the next instance (at least once). Run waits for it before the
 	// database closes.
 	defer func() { stopRelay(); <-relayDone; stopPurge() }()
-	if rs, ok := db.Store().(idemstore.RecoveryStore); ok && o.completerInterval > 0 {
-		cm := idemprom.NewCompleterMetrics(nil)
-		registry.MustRegister(cm)
-		completer, err := idem.NewCompleter(rs, &idem.CompleterConfig{
-			Operations: map[string]idem.Phases{"POST /v1/payments": svc.ResumePhases()},
-			Interval:   o.completerInterval, LockTimeout: o.lockTimeout, Retention: o.retention,
-			Logger: logger, Metrics: cm,
-		})
+	if rs, ok := db.Store().(idemstore.RecoveryStore); ok && o.resumerInterval > 0 {
+		resumer, err := idem.NewResumer(rs, svc.IdemConfig())
 		if err != nil {
 			return err
 		}
-		completerCtx, stopCompleter := context.WithCancel(ctx)
-		completerDone := make(chan struct{})
+		resumerCtx, stopResumer := context.WithCancel(ctx)
+		resumerDone := make(chan struct{})
 		go func() {
-			defer close(completerDone)
-			completer.Run(completerCtx)
+			defer close(resumerDone)
+			resumer.Run(resumerCtx)
 		}()
 		defer func() {
-			stopCompleter()
-			<-completerDone // a key under way is released; before the database closes
+			stopResumer()
+			<-resumerDone // a key under way is released; before the database closes
 		}()
 	}
 

@@ -376,7 +376,7 @@ func TestKilledMidRequestChargesOnce(t *testing.T) {
 	proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", filepath.Join(dir, "proc.db"), "-delay", "500ms")
 	payDB := filepath.Join(dir, "pay.db")
 	args := []string{"-addr", "127.0.0.1:0", "-db", "sqlite:" + payDB,
-		"-processor", proc.base, "-lock-timeout", "2s", "-completer-interval", "0"}
+		"-processor", proc.base, "-lock-timeout", "2s", "-resumer-interval", "0"}
 	svc := start(t, paymentsd, args...)
 
 	body := `{"amount":4200,"currency":"usd","customer":"cus_123"}`

@@ -72,7 +72,7 @@ func (s *Service) createPhases(params Params) idem.Phases {
 }
 
 // ResumePhases are the phases of POST /v1/payments after its first, which
-// need no request: a completer runs them for payments whose client went
+// need no request: a resumer runs them for payments whose client went
 // away.
 func (s *Service) ResumePhases() idem.Phases {
 	return idem.Phases{

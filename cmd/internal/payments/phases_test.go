@@ -176,7 +176,7 @@ func TestPhasesNeedOneConnection(t *testing.T) {
 	}
 }
 
-func TestCompleterFinishesAbandonedPayment(t *testing.T) {
+func TestResumerFinishesAbandonedPayment(t *testing.T) {
 	t.Parallel()
 	f := setupPhased(t, "sqlite")
 	body := `{"amount":4200,"currency":"usd","customer":"cus_1"}`
@@ -184,11 +184,10 @@ func TestCompleterFinishesAbandonedPayment(t *testing.T) {
 	if r := f.post(t, "sk_alice", "k-gone", jsonType, body); r.status != http.StatusServiceUnavailable {
 		t.Fatalf("first attempt: %d; want 503", r.status)
 	}
-	// The client gives up; the completer finishes the payment.
+	// The client gives up; the resumer finishes the payment.
 	store := f.db.Store().(idemstore.RecoveryStore)
-	c, err := idem.NewCompleter(store, &idem.CompleterConfig{
-		Operations: map[string]idem.Phases{"POST /v1/payments": f.svc.ResumePhases()},
-		Logger:     quiet, Now: func() time.Time { return time.Now() },
+	c, err := idem.NewResumer(store, &idem.Config{
+		Logger: quiet, Now: func() time.Time { return time.Now() }, Resume: idem.ResumeOpts{Operations: map[string]idem.Phases{"POST /v1/payments": f.svc.ResumePhases()}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +197,7 @@ func TestCompleterFinishesAbandonedPayment(t *testing.T) {
 	}
 	back := f.post(t, "sk_alice", "k-gone", jsonType, body)
 	if p := decode[payments.Payment](t, back.body); back.status != http.StatusCreated || back.header.Get(idem.HeaderReplayed) != "true" || p.Status != payments.StatusSucceeded {
-		t.Errorf("client's return: %d %s; want the completer's 201, replayed", back.status, back.body)
+		t.Errorf("client's return: %d %s; want the resumer's 201, replayed", back.status, back.body)
 	}
 	if f.proc.Charges() != 1 || f.proc.calls != 2 {
 		t.Errorf("%d charges in %d calls; want 1 in 2", f.proc.Charges(), f.proc.calls)
@@ -316,15 +315,15 @@ func TestSimulatedProcessorDeclines(t *testing.T) {
 	}
 }
 
-// TestCompleterReleasesPaymentThatPassedNoPhase: a payment whose holder
+// TestResumerReleasesPaymentThatPassedNoPhase: a payment whose holder
 // died before the pending payment committed has left nothing but its
-// started key. The completer releases that key once its lease expired,
+// started key. The resumer releases that key once its lease expired,
 // and leaves a live one to its holder; the dead holder is fenced out, also
 // while a retry holds the key made anew at token 1, the dead holder's
 // token (the chaos run once found a second payment there, before leases
 // were fenced by their row's created_at), and the client's retry makes the
 // payment once.
-func TestCompleterReleasesPaymentThatPassedNoPhase(t *testing.T) {
+func TestResumerReleasesPaymentThatPassedNoPhase(t *testing.T) {
 	t.Parallel()
 	body := `{"amount":4200,"currency":"usd","customer":"cus_1"}`
 	fp, err := idem.NewFingerprint(idem.FingerprintParams{
@@ -355,9 +354,7 @@ func TestCompleterReleasesPaymentThatPassedNoPhase(t *testing.T) {
 			live := claim("k-live", time.Now())
 			defer live.Release(ctx)
 
-			c, err := idem.NewCompleter(store, &idem.CompleterConfig{
-				Operations: map[string]idem.Phases{"POST /v1/payments": f.svc.ResumePhases()}, Logger: quiet,
-			})
+			c, err := idem.NewResumer(store, &idem.Config{Logger: quiet, Resume: idem.ResumeOpts{Operations: map[string]idem.Phases{"POST /v1/payments": f.svc.ResumePhases()}}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -45,7 +45,7 @@ func countingProcessor(t *testing.T) (url string, charges *atomic.Int64) {
 // The payment is recorded as failed and answered 424 payment-failed, which
 // names the processor's refusal and is no decline; the answer is stored and
 // replayed, and the processor is asked once, neither again by the client's
-// retry nor by the completer.
+// retry nor by the resumer.
 func TestProcessorRefusalFailsPayment(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -82,15 +82,14 @@ func TestProcessorRefusalFailsPayment(t *testing.T) {
 			if again.status != http.StatusFailedDependency || again.header.Get(idem.HeaderReplayed) != "true" {
 				t.Errorf("retry: %d %s; want the 424 replayed", again.status, again.body)
 			}
-			c, err := idem.NewCompleter(f.db.Store().(idemstore.RecoveryStore), &idem.CompleterConfig{
-				Operations: map[string]idem.Phases{"POST /v1/payments": f.svc.ResumePhases()},
-				Logger:     quiet, Now: func() time.Time { return time.Now().Add(time.Hour) },
+			c, err := idem.NewResumer(f.db.Store().(idemstore.RecoveryStore), &idem.Config{
+				Logger: quiet, Now: func() time.Time { return time.Now().Add(time.Hour) }, Resume: idem.ResumeOpts{Operations: map[string]idem.Phases{"POST /v1/payments": f.svc.ResumePhases()}},
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if res, err := c.RunOnce(context.Background()); err != nil || res.Completed+res.Failed+res.Released != 0 {
-				t.Errorf("completer pass = %+v, %v; want nothing to do", res, err)
+				t.Errorf("resumer pass = %+v, %v; want nothing to do", res, err)
 			}
 			if n := charges.Load(); n != 1 {
 				t.Errorf("%d charge requests reached the processor; want 1", n)
@@ -125,12 +124,12 @@ func setupPhasedWith(t *testing.T, proc payments.Processor) *phasedFixture {
 	return &phasedFixture{fixture: &fixture{url: srv.URL, repo: repo}, svc: svc, db: db}
 }
 
-// TestCompleterGivesUpOnUnansweredCharge: a processor that fails every
+// TestResumerGivesUpOnUnansweredCharge: a processor that fails every
 // charge before charging (processord's 503 processor-busy) leaves the
-// charge unknown, so the payment stays pending; the completer runs it
+// charge unknown, so the payment stays pending; the resumer runs it
 // MaxAttempts times, then gives up on it, says so at Error, counts it,
 // and asks the processor no more.
-func TestCompleterGivesUpOnUnansweredCharge(t *testing.T) {
+func TestResumerGivesUpOnUnansweredCharge(t *testing.T) {
 	t.Parallel()
 	pstore, err := idemsqlite.Open(filepath.Join(t.TempDir(), "processor.db"), &idemsqlite.Config{Logger: quiet})
 	if err != nil {
@@ -164,15 +163,13 @@ func TestCompleterGivesUpOnUnansweredCharge(t *testing.T) {
 	}
 	var logs strings.Builder
 	var mu sync.Mutex
-	c, err := idem.NewCompleter(f.db.Store().(idemstore.RecoveryStore), &idem.CompleterConfig{
-		Operations:  map[string]idem.Phases{"POST /v1/payments": f.svc.ResumePhases()},
-		MaxAttempts: 2, Now: func() time.Time { return time.Now().Add(time.Hour) },
-		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelError})),
+	c, err := idem.NewResumer(f.db.Store().(idemstore.RecoveryStore), &idem.Config{Now: func() time.Time { return time.Now().Add(time.Hour) },
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelError})), Resume: idem.ResumeOpts{Operations: map[string]idem.Phases{"POST /v1/payments": f.svc.ResumePhases()}, MaxAttempts: 2},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var results []idem.CompleterResult
+	var results []idem.ResumerResult
 	for range 4 {
 		res, err := c.RunOnce(context.Background())
 		if err != nil {
@@ -184,12 +181,12 @@ func TestCompleterGivesUpOnUnansweredCharge(t *testing.T) {
 		t.Errorf("passes = %+v; want two failed, then the key given up on", results)
 	}
 	if n := charges.Load(); n != 1+2 {
-		t.Errorf("%d charge requests; want 3: the client's and the completer's 2", n)
+		t.Errorf("%d charge requests; want 3: the client's and the resumer's 2", n)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if strings.Count(logs.String(), "idem: completer gave up on a key") != 1 {
-		t.Errorf("error log:\n%s\nwant one line that the completer gave up", logs.String())
+	if strings.Count(logs.String(), "idem: resumer gave up on a key") != 1 {
+		t.Errorf("error log:\n%s\nwant one line that the resumer gave up", logs.String())
 	}
 	if n, _ := f.repo.Count(context.Background(), "alice", "k-busy"); n != 1 {
 		t.Errorf("%d payments; want 1, pending", n)

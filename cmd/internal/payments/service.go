@@ -49,7 +49,10 @@ type Config struct {
 	Store idemstore.Store
 	// Tokens maps bearer tokens to client ids. Required.
 	Tokens *bearer.Tokens
-	// Idem configures the middleware; ClientID is set by the service.
+	// Idem is the service's one idempotency configuration: its middleware,
+	// key-status and readiness handlers are built from it, and so are the
+	// purger and the resumer that run beside it (see IdemConfig).
+	// ClientID, Mode and Resume.Operations are set by the service.
 	// Defaults to idem's defaults.
 	Idem idem.Config
 	// Processor, when set, charges each payment, and POST /v1/payments
@@ -138,9 +141,7 @@ func NewService(cfg Config) (*Service, error) {
 		cfg.Keys, _ = cfg.Store.(idemstore.KeyReader)
 	}
 	if cfg.Keys != nil {
-		if svc.status, err = idem.NewStatusHandler(cfg.Keys, &idem.StatusConfig{
-			ClientID: ic.ClientID, Retention: ic.Retention, StoreTimeout: ic.StoreTimeout, Logger: cfg.Logger, Now: ic.Now,
-		}); err != nil {
+		if svc.status, err = idem.NewStatusHandler(cfg.Keys, &ic); err != nil {
 			return nil, err
 		}
 	}
@@ -148,12 +149,24 @@ func NewService(cfg Config) (*Service, error) {
 		cfg.Ready, _ = cfg.Store.(idemstore.Readier)
 	}
 	if cfg.Ready != nil {
-		if svc.ready, err = idem.NewReadyHandler(cfg.Ready, &idem.ReadyConfig{Logger: cfg.Logger}); err != nil {
+		if svc.ready, err = idem.NewReadyHandler(cfg.Ready, &ic); err != nil {
 			return nil, err
 		}
 	}
+	if cfg.Processor != nil {
+		cfg.Idem.Resume.Operations = map[string]idem.Phases{"POST /v1/payments": svc.ResumePhases()}
+	}
 	svc.cfg = cfg
 	return svc, nil
+}
+
+// IdemConfig returns the configuration the service's middleware was built
+// from, with ClientID, Mode and (with a Processor) Resume.Operations set:
+// build the purger and the resumer from it, so that they keep the
+// middleware's retention, lock timeout, clock and replay headers.
+func (s *Service) IdemConfig() *idem.Config {
+	c := s.cfg.Idem
+	return &c
 }
 
 // Handler returns the service's routes.
@@ -261,7 +274,7 @@ func (s *Service) Create(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.cfg.Processor != nil {
 		if err := s.createPhases(params).Run(r.Context(), w); err != nil {
-			s.cfg.Logger.WarnContext(r.Context(), "payments: the payment is unfinished; a retry or the completer resumes it", "err", err)
+			s.cfg.Logger.WarnContext(r.Context(), "payments: the payment is unfinished; a retry or the resumer resumes it", "err", err)
 		}
 		return
 	}

@@ -62,20 +62,9 @@ func New(cfg *Config) (*Proxy, error) {
 		return nil, errNoRecoveryStore
 	}
 	for _, policy := range []Policy{PolicyRetry, PolicyHold, PolicyProbe} {
-		mw, err := idem.New(keyStore{c.Store}, &idem.Config{
-			ClientID:        c.Identity,
-			Require:         func(*http.Request) bool { return true }, // only key routes reach it
-			Mode:            idem.ModeTwoPhase,
-			LockTimeout:     c.LockTimeout,
-			Retention:       c.Retention,
-			MaxBodyBytes:    c.MaxBodyBytes,
-			MaxPreferWait:   c.MaxPreferWait,
-			ReplayHeaders:   c.ReplayHeaders,
-			Outcome:         outcomePolicy(policy, c.ReleaseServerErrors),
-			ProblemTypeBase: c.ProblemTypeBase,
-			Logger:          c.Logger,
-			Metrics:         c.Metrics,
-		})
+		ic := p.IdemConfig()
+		ic.Outcome = outcomePolicy(policy, c.ReleaseServerErrors)
+		mw, err := idem.New(keyStore{c.Store}, ic)
 		if err != nil {
 			return nil, fmt.Errorf("proxy: %w", err)
 		}
@@ -85,6 +74,26 @@ func New(cfg *Config) (*Proxy, error) {
 		p.problems = problemPages(c.Retention)
 	}
 	return p, nil
+}
+
+// IdemConfig returns the idem configuration the proxy's middleware is built
+// from (each route's policy sets its own Outcome): build the purger from it,
+// so that it keeps the proxy's retention, lock timeout and clock.
+func (p *Proxy) IdemConfig() *idem.Config {
+	c := p.cfg
+	return &idem.Config{
+		ClientID:        c.Identity,
+		Require:         func(*http.Request) bool { return true }, // only key routes reach it
+		Mode:            idem.ModeTwoPhase,
+		LockTimeout:     c.LockTimeout,
+		Retention:       c.Retention,
+		MaxBodyBytes:    c.MaxBodyBytes,
+		MaxPreferWait:   c.MaxPreferWait,
+		ReplayHeaders:   c.ReplayHeaders,
+		ProblemTypeBase: c.ProblemTypeBase,
+		Logger:          c.Logger,
+		Metrics:         c.Metrics,
+	}
 }
 
 // outcomePolicy is idem's outcome policy for a route's policy: which

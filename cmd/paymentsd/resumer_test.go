@@ -39,11 +39,11 @@ func pollStatus(t *testing.T, want string, status func() string) {
 	}
 }
 
-// TestCompleterFinishesAbandonedPayment: a payment whose process died after
+// TestResumerFinishesAbandonedPayment: a payment whose process died after
 // payment_created, and whose client never came back, is finished by the
-// completer of a restarted instance: one charge, one payment, succeeded,
+// resumer of a restarted instance: one charge, one payment, succeeded,
 // and the client that finally returns gets the stored 201.
-func TestCompleterFinishesAbandonedPaymentOnSQLite(t *testing.T) {
+func TestResumerFinishesAbandonedPaymentOnSQLite(t *testing.T) {
 	t.Parallel()
 	paymentsd, processord := binaries(t)
 	dir := t.TempDir()
@@ -51,7 +51,7 @@ func TestCompleterFinishesAbandonedPaymentOnSQLite(t *testing.T) {
 	proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", procDB, "-delay", "500ms")
 	payDB := filepath.Join(dir, "pay.db")
 	args := []string{"-addr", "127.0.0.1:0", "-db", "sqlite:" + payDB,
-		"-processor", proc.base, "-lock-timeout", "2s", "-completer-interval", "1s"}
+		"-processor", proc.base, "-lock-timeout", "2s", "-resumer-interval", "1s"}
 	body := `{"amount":4200,"currency":"usd","customer":"cus_123"}`
 	abandon(t, start(t, paymentsd, args...), proc, "gone-key", body)
 
@@ -76,9 +76,9 @@ func TestCompleterFinishesAbandonedPaymentOnSQLite(t *testing.T) {
 	}
 }
 
-// TestCompleterOnTwoPostgresInstances: the same on PostgreSQL, with two
-// instances running completers: the payment is finished once.
-func TestCompleterOnTwoPostgresInstances(t *testing.T) {
+// TestResumerOnTwoPostgresInstances: the same on PostgreSQL, with two
+// instances running resumers: the payment is finished once.
+func TestResumerOnTwoPostgresInstances(t *testing.T) {
 	t.Parallel()
 	paymentsd, processord := binaries(t)
 	dir := t.TempDir()
@@ -86,7 +86,7 @@ func TestCompleterOnTwoPostgresInstances(t *testing.T) {
 	proc := start(t, processord, "-addr", "127.0.0.1:0", "-db", procDB, "-delay", "500ms")
 	dbURL := pgtest.NewDatabase(t)
 	args := []string{"-addr", "127.0.0.1:0", "-db", withPoolSize(dbURL, 4),
-		"-processor", proc.base, "-lock-timeout", "2s", "-completer-interval", "1s"}
+		"-processor", proc.base, "-lock-timeout", "2s", "-resumer-interval", "1s"}
 	body := `{"amount":4200,"currency":"usd","customer":"cus_123"}`
 	b := start(t, paymentsd, args...)
 	abandon(t, start(t, paymentsd, args...), proc, "gone-key", body)

@@ -14,15 +14,15 @@ import (
 	"github.com/idemkit/idem/idemstore"
 )
 
-// TestCompleterReleasesKeyThatPassedNoPoint: a holder that dies before its
+// TestResumerReleasesKeyThatPassedNoPoint: a holder that dies before its
 // first phase commits leaves a started key with no recovery point. Once
-// its lease expired, the completer takes it over and releases it, which
+// its lease expired, the resumer takes it over and releases it, which
 // deletes it; the dead holder's checkpoint is fenced out then, and still
 // after a retry made the key anew at token 1, the dead holder's token, and
 // the client's retry runs the operation fresh. A live lease is waited for,
-// and a key of an operation that the completer does not drive is left
+// and a key of an operation that the resumer does not drive is left
 // alone.
-func TestCompleterReleasesKeyThatPassedNoPoint(t *testing.T) {
+func TestResumerReleasesKeyThatPassedNoPoint(t *testing.T) {
 	t.Parallel()
 	e := setupPhased(t, nil)
 	ctx := context.Background()
@@ -47,7 +47,7 @@ func TestCompleterReleasesKeyThatPassedNoPoint(t *testing.T) {
 	dead := claim("k1", "/v1/payments")
 	claim("k2", "/v1/refunds")
 	m := &passes{}
-	c := e.completer(t, m)
+	c := e.resumer(t, m)
 
 	e.clock.Advance(idem.LockTimeoutDefault - time.Second)
 	if res := runOnce(t, c); res.Released+res.Completed+res.Failed+res.Skipped != 0 {
@@ -95,13 +95,13 @@ func TestCompleterReleasesKeyThatPassedNoPoint(t *testing.T) {
 	}
 }
 
-// TestCompleterReleasesOldKeyThatPassedNoPoint: a key of a listed
+// TestResumerReleasesOldKeyThatPassedNoPoint: a key of a listed
 // operation created long before the recent range that a pass lists (two
 // hours, with a one-minute interval), whose holder is gone, as after an
-// outage, is released by the completer's sweep within a bounded number of
+// outage, is released by the resumer's sweep within a bounded number of
 // passes, and no listing of a pass reads more than a bounded span of
 // creation times.
-func TestCompleterReleasesOldKeyThatPassedNoPoint(t *testing.T) {
+func TestResumerReleasesOldKeyThatPassedNoPoint(t *testing.T) {
 	t.Parallel()
 	e := setupPhased(t, nil)
 	res, err := e.store.Claim(context.Background(), idemstore.ClaimParams{
@@ -114,10 +114,7 @@ func TestCompleterReleasesOldKeyThatPassedNoPoint(t *testing.T) {
 	}
 	e.clock.Advance(2 * time.Hour)
 	spy := &listings{RecoveryStore: e.store}
-	c, err := idem.NewCompleter(spy, &idem.CompleterConfig{
-		Operations: map[string]idem.Phases{"POST /v1/payments": e.op.resume()},
-		Interval:   time.Minute, Logger: quiet, Now: e.clock.Now,
-	})
+	c, err := idem.NewResumer(spy, &idem.Config{Logger: quiet, Now: e.clock.Now, Resume: idem.ResumeOpts{Operations: map[string]idem.Phases{"POST /v1/payments": e.op.resume()}, Interval: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,11 +158,11 @@ func (l *listings) Unfinished(ctx context.Context, p idemstore.UnfinishedParams)
 	return l.RecoveryStore.Unfinished(ctx, p)
 }
 
-// TestCompleterGivesUpAfterMaxAttempts: a key whose phase fails every time
-// is run MaxAttempts times, then left alone: the completer says so once at
+// TestResumerGivesUpAfterMaxAttempts: a key whose phase fails every time
+// is run MaxAttempts times, then left alone: the resumer says so once at
 // Error, and counts it as given up on every pass after, for an alert. A
-// new completer (a restart, after an operator fixed the cause) finishes it.
-func TestCompleterGivesUpAfterMaxAttempts(t *testing.T) {
+// new resumer (a restart, after an operator fixed the cause) finishes it.
+func TestResumerGivesUpAfterMaxAttempts(t *testing.T) {
 	t.Parallel()
 	e := setupPhased(t, nil)
 	e.op.fail["created"] = 1
@@ -175,18 +172,16 @@ func TestCompleterGivesUpAfterMaxAttempts(t *testing.T) {
 	e.op.fail["created"] = 1000
 	var logs bytes.Buffer
 	m := &passes{}
-	newCompleter := func() *idem.Completer {
-		c, err := idem.NewCompleter(e.store, &idem.CompleterConfig{
-			Operations:  map[string]idem.Phases{"POST /v1/payments": e.op.resume()},
-			MaxAttempts: 3, Metrics: m, Now: e.clock.Now,
-			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError})),
+	newResumer := func() *idem.Resumer {
+		c, err := idem.NewResumer(e.store, &idem.Config{Metrics: metricsOf(m), Now: e.clock.Now,
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError})), Resume: idem.ResumeOpts{Operations: map[string]idem.Phases{"POST /v1/payments": e.op.resume()}, MaxAttempts: 3},
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
-	c := newCompleter()
+	c := newResumer()
 	for pass := 1; pass <= 3; pass++ {
 		if res := runOnce(t, c); res.Failed != 1 || res.GaveUp != 0 {
 			t.Fatalf("pass %d = %+v; want the key failed", pass, res)
@@ -199,17 +194,17 @@ func TestCompleterGivesUpAfterMaxAttempts(t *testing.T) {
 		}
 	}
 	if n := e.op.count("created"); n != 1+3 {
-		t.Errorf("created ran %d times; want 4: the client's and 3 by the completer", n)
+		t.Errorf("created ran %d times; want 4: the client's and 3 by the resumer", n)
 	}
-	if got := strings.Count(logs.String(), "idem: completer gave up on a key"); got != 1 || !strings.Contains(logs.String(), "attempts=3") {
-		t.Errorf("error log:\n%s\nwant one line that the completer gave up after 3 attempts", logs.String())
+	if got := strings.Count(logs.String(), "idem: resumer gave up on a key"); got != 1 || !strings.Contains(logs.String(), "attempts=3") {
+		t.Errorf("error log:\n%s\nwant one line that the resumer gave up after 3 attempts", logs.String())
 	}
 	if rec, found := e.point(t, "k1"); !found || rec.Status != idemstore.StatusInFlight {
 		t.Errorf("key = %+v, %v; want it left started for an operator", rec, found)
 	}
 
 	e.op.fail["created"] = 0
-	if res := runOnce(t, newCompleter()); res.Completed != 1 {
-		t.Errorf("a new completer's pass = %+v; want the key completed", res)
+	if res := runOnce(t, newResumer()); res.Completed != 1 {
+		t.Errorf("a new resumer's pass = %+v; want the key completed", res)
 	}
 }

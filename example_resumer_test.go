@@ -15,12 +15,12 @@ import (
 	"github.com/idemkit/idem/idemtest"
 )
 
-// A client whose payment stopped halfway went away. The Completer, given
+// A client whose payment stopped halfway went away. The Resumer, given
 // the same store, operations and clock as the middleware, finishes the
 // payment from its recovery point; when the client comes back with the
 // key, it gets the stored answer. A service calls Run, which passes every
 // Interval; this example calls RunOnce and moves the clock by hand.
-func ExampleCompleter() {
+func ExampleResumer() {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	clock := func() time.Time { return now }
 	timeouts := 2 // the card processor is down for a while
@@ -65,22 +65,21 @@ func ExampleCompleter() {
 		fmt.Printf("client: %d replayed=%q %s\n", w.Code, w.Header().Get(idem.HeaderReplayed), w.Body)
 	}
 
-	completer, err := idem.NewCompleter(store, &idem.CompleterConfig{
-		Operations: map[string]idem.Phases{"POST /v1/payments": payment}, // method and path, as the middleware stores them
-		Logger:     quiet, Now: clock,
+	resumer, err := idem.NewResumer(store, &idem.Config{ // method and path, as the middleware stores them
+		Logger: quiet, Now: clock, Resume: idem.ResumeOpts{Operations: map[string]idem.Phases{"POST /v1/payments": payment}},
 	})
 	if err != nil {
 		panic(err)
 	}
 	pass := func() {
-		res, err := completer.RunOnce(context.Background())
+		res, err := resumer.RunOnce(context.Background())
 		fmt.Printf("pass: completed %d, failed %d, oldest unfinished %v, err %v\n", res.Completed, res.Failed, res.Oldest, err)
 	}
 
 	post() // the charge times out, and the client goes away
-	now = now.Add(idem.CompleterIntervalDefault)
+	now = now.Add(idem.ResumeIntervalDefault)
 	pass() // the card processor is still down
-	now = now.Add(idem.CompleterIntervalDefault)
+	now = now.Add(idem.ResumeIntervalDefault)
 	pass()
 	post() // the client comes back
 	// Output:

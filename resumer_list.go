@@ -24,7 +24,7 @@ const sweepPasses = 360
 // newest key listed when the listing was full; back to the start of
 // Retention once it reached recent. A failed listing leaves it where it
 // was.
-func (c *Completer) listSweep(ctx context.Context, now, recent time.Time, limit int) ([]*idemstore.Record, error) {
+func (c *Resumer) listSweep(ctx context.Context, now, recent time.Time, limit int) ([]*idemstore.Record, error) {
 	floor := now.Add(-c.cfg.Retention)
 	c.mu.Lock()
 	after := c.sweep
