@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Defaults of [Config].
@@ -22,11 +24,6 @@ const (
 	PurgeIntervalDefault = time.Minute
 	// PurgePauseDefault is the default of [PurgeOpts.Pause].
 	PurgePauseDefault = 10 * time.Millisecond
-	// PurgeBatchSizeDefault is the default of [PurgeOpts.BatchSize]:
-	// larger than a one-off purge's idemstore.PurgeBatchSizeDefault, since
-	// the service runs while requests do and fewer, larger batches delete
-	// faster for the same effect on them (docs/benchmarks.md).
-	PurgeBatchSizeDefault = 5000
 	// PurgeBatchTimeoutDefault is the default of [PurgeOpts.BatchTimeout].
 	PurgeBatchTimeoutDefault = 30 * time.Second
 
@@ -147,7 +144,7 @@ type PurgeOpts struct {
 	Interval time.Duration
 
 	// BatchSize is the number of keys each batch deletes. Defaults to
-	// PurgeBatchSizeDefault (5000).
+	// idemstore.PurgeBatchSizeDefault (5000).
 	BatchSize int
 
 	// Pause is the mean pause between two batches of one run, jittered by
@@ -237,7 +234,7 @@ func (c *Config) withDefaults() *Config {
 		out.Purge.Interval = PurgeIntervalDefault
 	}
 	if out.Purge.BatchSize == 0 {
-		out.Purge.BatchSize = PurgeBatchSizeDefault
+		out.Purge.BatchSize = idemstore.PurgeBatchSizeDefault
 	}
 	if out.Purge.Pause == 0 {
 		out.Purge.Pause = PurgePauseDefault

@@ -40,7 +40,7 @@ func ExampleProblemCode() {
 	// 400 idempotency-key-missing: fix the request; it was not processed
 	// 400 idempotency-key-malformed: fix the request; it was not processed
 	// 422 idempotency-key-reused: a bug: a new operation needs a new key
-	// 409 idempotency-key-in-use: retry with the same key after Retry-After
+	// 409 idempotency-key-in-flight: retry with the same key after Retry-After
 	// 400 request-body-malformed: fix the request; it was not processed
 	// 413 request-body-too-large: fix the request; it was not processed
 	// 408 request-body-timeout: send the whole body promptly, with the same key

@@ -52,7 +52,7 @@ const (
 	// ProblemKeyInFlight: 409, the first request with the key is still in
 	// flight (a record with [idemstore.StatusInFlight], counted as [ResultInFlight]),
 	// or another request took the key over.
-	ProblemKeyInFlight ProblemCode = "idempotency-key-in-use"
+	ProblemKeyInFlight ProblemCode = "idempotency-key-in-flight"
 	// ProblemBodyMalformed: 400, the body or query string does not parse,
 	// or the request sends Content-Type in more than one field.
 	ProblemBodyMalformed ProblemCode = "request-body-malformed"

@@ -16,15 +16,15 @@ import (
 
 // Key states reported by the handler of [NewStatusHandler].
 const (
-	KeyStateInProgress = "in_progress"
-	KeyStateCompleted  = "completed"
+	KeyStateInFlight  = "in_flight"
+	KeyStateCompleted = "completed"
 )
 
 // KeyStatus is the JSON body of the 200 answer of the handler that
 // [NewStatusHandler] returns.
 type KeyStatus struct {
 	Key string `json:"key"`
-	// State is [KeyStateInProgress] or [KeyStateCompleted].
+	// State is [KeyStateInFlight] or [KeyStateCompleted].
 	State string `json:"state"`
 	// Method and Path are the first request's, "POST" and "/v1/payments".
 	Method string `json:"method"`
@@ -107,7 +107,7 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := KeyStatus{
-		Key: key, State: KeyStateInProgress, Method: rec.Method, Path: rec.Path,
+		Key: key, State: KeyStateInFlight, Method: rec.Method, Path: rec.Path,
 		Created: rec.CreatedAt.UTC(), Expires: rec.CreatedAt.Add(h.cfg.Retention).UTC(),
 	}
 	if rec.Status == idemstore.StatusCompleted && rec.Response != nil {

@@ -12,9 +12,6 @@ import (
 
 // Defaults and bounds of [Store.Purge].
 const (
-	// PurgeBatchSizeDefault is the default of [PurgeParams.BatchSize].
-	PurgeBatchSizeDefault = idemstore.PurgeBatchSizeDefault
-
 	// purgeBatchTimeout bounds each batch's statement.
 	purgeBatchTimeout = 30 * time.Second
 	// purgeLockWait is the lock_timeout of the purge lock's connection:

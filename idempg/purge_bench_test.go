@@ -41,7 +41,7 @@ func (s *runSignal) PurgeRun(_ context.Context, n int64, d time.Duration, err er
 // row, complete; 4 clients) run, and reports the purge's rows/s and the
 // live requests' p99 without the purge (10 s before it and 10 s after)
 // and during it. IDEM_PURGE_BATCH sets the batch size (default
-// idem.PurgeBatchSizeDefault, 5000).
+// idemstore.PurgeBatchSizeDefault, 5000).
 // It runs only with IDEM_PURGE_BENCH set, once:
 //
 //	IDEM_PURGE_BENCH=1 go test -run '^$' -bench PurgeUnderLoad -benchtime 1x ./idempg
@@ -49,7 +49,7 @@ func BenchmarkPurgeUnderLoad(b *testing.B) {
 	if os.Getenv("IDEM_PURGE_BENCH") == "" {
 		b.Skip("set IDEM_PURGE_BENCH=1 to run it: it takes minutes and a million rows")
 	}
-	keys, batch := envInt(b, "IDEM_PURGE_KEYS", 1_000_000), envInt(b, "IDEM_PURGE_BATCH", idem.PurgeBatchSizeDefault)
+	keys, batch := envInt(b, "IDEM_PURGE_KEYS", 1_000_000), envInt(b, "IDEM_PURGE_BATCH", idemstore.PurgeBatchSizeDefault)
 	for b.Loop() {
 		store := setupOn(b, newPool(b, pgtest.NewDatabase(b), 16), nil)
 		ctx := context.Background()

@@ -603,7 +603,7 @@ func TestKeyInFlightGets409WithRetryAfter(t *testing.T) {
 			if r.status != http.StatusConflict || r.header.Get("Retry-After") != tt.want {
 				t.Fatalf("duplicate in flight: %d Retry-After %q, want 409 and %s", r.status, r.header.Get("Retry-After"), tt.want)
 			}
-			if p := r.problem(t); p.Code != "idempotency-key-in-use" || p.Title != "A request is outstanding for this Idempotency-Key" {
+			if p := r.problem(t); p.Code != "idempotency-key-in-flight" || p.Title != "A request is outstanding for this Idempotency-Key" {
 				t.Errorf("problem = %+v", p)
 			}
 			close(gate)

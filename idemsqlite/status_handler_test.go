@@ -291,8 +291,8 @@ func TestKeyStatusInProgress(t *testing.T) {
 			code, _, body := s.get(t, "alice", "slow")
 			var st idem.KeyStatus
 			json.Unmarshal([]byte(body), &st)
-			if code != http.StatusOK || st.State != idem.KeyStateInProgress || st.ResponseStatus != 0 || st.Link != "" {
-				t.Errorf("held key: %d %s, want 200 in_progress without a response", code, body)
+			if code != http.StatusOK || st.State != idem.KeyStateInFlight || st.ResponseStatus != 0 || st.Link != "" {
+				t.Errorf("held key: %d %s, want 200 in_flight without a response", code, body)
 			}
 			close(s.hold)
 			if resp := <-done; resp.StatusCode != http.StatusCreated {

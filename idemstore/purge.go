@@ -57,8 +57,11 @@ type KeyStatsStore interface {
 	KeyStats(ctx context.Context, now time.Time, lockTimeout time.Duration) (KeyStats, error)
 }
 
-// PurgeBatchSizeDefault is the default of [PurgeParams.BatchSize].
-const PurgeBatchSizeDefault = 1000
+// PurgeBatchSizeDefault is the default of [PurgeParams.BatchSize], for
+// the service's purger and a one-off purge alike: fewer, larger batches
+// delete faster for the same effect on the requests that run meanwhile
+// (docs/benchmarks.md, "Purge").
+const PurgeBatchSizeDefault = 5000
 
 var errPurgeNoBefore = errors.New("idem: PurgeParams.Before is required")
 
@@ -70,7 +73,7 @@ type PurgeParams struct {
 	Before time.Time
 
 	// BatchSize is the number of keys deleted per statement. 0 means
-	// PurgeBatchSizeDefault (1000); a negative size is an error.
+	// PurgeBatchSizeDefault (5000); a negative size is an error.
 	BatchSize int
 }
 

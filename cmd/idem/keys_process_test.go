@@ -208,8 +208,8 @@ func TestStuckKeyAfterSIGKILL(t *testing.T) {
 			if r := call(t, "POST", svc.base+"/v1/payments", "sk_a", "kill-1", body); r.status != http.StatusConflict {
 				t.Fatalf("retry of the stuck key: %d %s, want 409", r.status, r.body)
 			}
-			if r := call(t, "GET", svc.base+"/v1/idempotency-keys/kill-1", "sk_a", "", ""); r.status != 200 || !strings.Contains(r.body, `"state":"in_progress"`) {
-				t.Fatalf("status of the stuck key: %d %s, want in_progress", r.status, r.body)
+			if r := call(t, "GET", svc.base+"/v1/idempotency-keys/kill-1", "sk_a", "", ""); r.status != 200 || !strings.Contains(r.body, `"state":"in_flight"`) {
+				t.Fatalf("status of the stuck key: %d %s, want in_flight", r.status, r.body)
 			}
 
 			e := &keysEnv{db: db, now: time.Now()}

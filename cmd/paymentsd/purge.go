@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/cmdrun"
 )
 
@@ -23,7 +24,7 @@ type purgeOptions struct {
 func (p *purgeOptions) flags(fs *flag.FlagSet, env *cmdrun.Env) {
 	fs.BoolVar(&p.enabled, "purge", env.Bool("PAYMENTSD_PURGE", true), "run the purge service, which deletes keys past -retention; with several instances on one PostgreSQL database one at a time purges, and another takes over when it dies. false turns it off, as for a purge run by idem purge on a schedule (env PAYMENTSD_PURGE)")
 	fs.DurationVar(&p.interval, "purge-interval", env.Duration("PAYMENTSD_PURGE_INTERVAL", idem.PurgeIntervalDefault), "time between purge runs, and between an instance's tries to take the purge over; 0 turns the purge off (env PAYMENTSD_PURGE_INTERVAL)")
-	fs.IntVar(&p.batch, "purge-batch", env.Int("PAYMENTSD_PURGE_BATCH", idem.PurgeBatchSizeDefault), "keys deleted per purge batch (env PAYMENTSD_PURGE_BATCH)")
+	fs.IntVar(&p.batch, "purge-batch", env.Int("PAYMENTSD_PURGE_BATCH", idemstore.PurgeBatchSizeDefault), "keys deleted per purge batch (env PAYMENTSD_PURGE_BATCH)")
 	fs.DurationVar(&p.pause, "purge-pause", env.Duration("PAYMENTSD_PURGE_PAUSE", idem.PurgePauseDefault), "mean pause between two purge batches, jittered by half either way (env PAYMENTSD_PURGE_PAUSE)")
 }
 

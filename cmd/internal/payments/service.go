@@ -434,7 +434,7 @@ var keyStatusSchema = map[string]any{
 	"type": "object", "required": []string{"key", "state", "method", "path", "created", "expires"},
 	"properties": map[string]any{
 		"key":             map[string]any{"type": "string"},
-		"state":           map[string]any{"type": "string", "enum": []string{idem.KeyStateInProgress, idem.KeyStateCompleted}},
+		"state":           map[string]any{"type": "string", "enum": []string{idem.KeyStateInFlight, idem.KeyStateCompleted}},
 		"method":          map[string]any{"type": "string"},
 		"path":            map[string]any{"type": "string"},
 		"created":         map[string]any{"type": "string", "format": "date-time"},
