@@ -14,24 +14,6 @@ import (
 
 var quiet = slog.New(slog.DiscardHandler)
 
-// fakeClock is a clock the tests move by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 type resp struct {
 	status int
 	header http.Header

@@ -91,14 +91,14 @@ func (o *phased) all(id string) idem.Phases {
 type phasedEnv struct {
 	store *idemtest.MemoryStore
 	op    *phased
-	clock *fakeClock
+	clock *idemtest.Clock
 	h     http.Handler
 	cfg   idem.Config
 }
 
 func setupPhased(t *testing.T, policy idem.OutcomePolicy) *phasedEnv {
 	t.Helper()
-	e := &phasedEnv{store: idemtest.NewMemoryStore(), op: newPhased(), clock: &fakeClock{now: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}}
+	e := &phasedEnv{store: idemtest.NewMemoryStore(), op: newPhased(), clock: idemtest.NewClock(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))}
 	e.cfg = idem.Config{
 		ClientID: func(*http.Request) (string, bool) { return "alice", true },
 		Mode:     idem.ModeTwoPhase, Outcome: policy, Logger: quiet, Now: e.clock.Now,

@@ -78,7 +78,7 @@ func (d *derivedCharge) keys() (first, later []string) {
 
 type derivedEnv struct {
 	store idemstore.Store
-	clock *fakeClock
+	clock *idemtest.Clock
 	op    *derivedCharge
 	h     http.Handler
 }
@@ -87,7 +87,7 @@ type derivedEnv struct {
 // mode, over a memory store or a SQLite one, on an injected clock.
 func setupDerived(t *testing.T, storeName string) *derivedEnv {
 	t.Helper()
-	e := &derivedEnv{clock: &fakeClock{now: time.Date(2026, 3, 4, 5, 6, 7, 890123456, time.UTC)}, op: &derivedCharge{}}
+	e := &derivedEnv{clock: idemtest.NewClock(time.Date(2026, 3, 4, 5, 6, 7, 890123456, time.UTC)), op: &derivedCharge{}}
 	switch storeName {
 	case "Memory":
 		e.store = idemtest.NewMemoryStore()

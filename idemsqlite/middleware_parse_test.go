@@ -153,7 +153,7 @@ func TestMismatchNamesTheMediaType(t *testing.T) {
 // writers does.
 type delayedClaimStore struct {
 	*idemtest.MemoryStore
-	clock *fakeClock
+	clock *idemtest.Clock
 	wait  time.Duration
 }
 
@@ -185,7 +185,7 @@ func TestRetryAfterNeverExceedsTheLease(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			t0 := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
-			clock := &fakeClock{now: t0}
+			clock := idemtest.NewClock(t0)
 			store := &delayedClaimStore{MemoryStore: idemtest.NewMemoryStore(), clock: clock, wait: tt.wait}
 			fp, err := idem.NewFingerprint(idem.FingerprintParams{Method: "POST", Path: "/v1/payments", ContentType: "application/json", Body: []byte(payment)})
 			if err != nil {

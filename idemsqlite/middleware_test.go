@@ -20,27 +20,10 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemtest"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
-
-// fakeClock is a clock the tests move by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // env is a real HTTP server with the middleware on a real SQLite store, in
 // front of a handler that writes one business row per execution.
@@ -48,7 +31,7 @@ type env struct {
 	t      *testing.T
 	url    string
 	store  *idemsqlite.Store
-	clock  *fakeClock
+	clock  *idemtest.Clock
 	runs   atomic.Int64
 	gates  sync.Map // key -> chan struct{}: the handler waits on it
 	inside chan string
@@ -68,7 +51,7 @@ func setup(t *testing.T, cfg *idem.Config) *env {
 	if _, err := store.DB().Exec(`CREATE TABLE business (key TEXT NOT NULL, derived TEXT NOT NULL)`); err != nil {
 		t.Fatalf("create business table: %v", err)
 	}
-	e := &env{t: t, store: store, clock: &fakeClock{now: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}, inside: make(chan string, 100)}
+	e := &env{t: t, store: store, clock: idemtest.NewClock(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)), inside: make(chan string, 100)}
 	c := idem.Config{}
 	if cfg != nil {
 		c = *cfg

@@ -48,7 +48,7 @@ type statusServer struct {
 	runs    atomic.Int64
 	hold    chan struct{} // a request with body {"hold":true} waits on it
 	entered chan struct{} // after it entered the handler
-	clock   *fakeClock
+	clock   *idemtest.Clock
 }
 
 func newStatusServer(t *testing.T, store interface {
@@ -56,7 +56,7 @@ func newStatusServer(t *testing.T, store interface {
 	idemstore.KeyReader
 }) *statusServer {
 	t.Helper()
-	s := &statusServer{hold: make(chan struct{}), entered: make(chan struct{}, 1), clock: &fakeClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}}
+	s := &statusServer{hold: make(chan struct{}), entered: make(chan struct{}, 1), clock: idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
 	clientID := func(r *http.Request) (string, bool) { c := r.Header.Get("X-Client"); return c, c != "" }
 	mw, err := idem.New(store, &idem.Config{ClientID: clientID, Mode: idem.ModeTwoPhase, Logger: quiet, Now: s.clock.Now})
 	if err != nil {

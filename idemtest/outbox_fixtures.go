@@ -13,24 +13,6 @@ import (
 	"github.com/idemkit/idem/idemoutbox"
 )
 
-// fakeClock is an injected clock that tests move by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // receiver is a webhook endpoint that verifies every request and counts
 // deliveries by event id. answer, if set, picks the status of each
 // delivery (its attempt number counts from 1); nil answers 204.

@@ -14,7 +14,7 @@ import (
 func (o outboxSuite) deliversSigned(t *testing.T) {
 	t.Parallel()
 	s := o.store(t)
-	clock := &fakeClock{now: time.Now()}
+	clock := NewClock(time.Now())
 	ids := enqueueCommitted(t, s, "client-a", 25, clock.Now())
 	r, srv := newReceiver(t, nil)
 	m := &countingMetrics{}
@@ -42,7 +42,7 @@ func (o outboxSuite) deliversSigned(t *testing.T) {
 func (o outboxSuite) retriesUntilDelivered(t *testing.T) {
 	t.Parallel()
 	s := o.store(t)
-	clock := &fakeClock{now: time.Now()}
+	clock := NewClock(time.Now())
 	ids := enqueueCommitted(t, s, "client-a", 5, clock.Now())
 	const failures = 3
 	r, srv := newReceiver(t, func(_ string, attempt int) int {
@@ -92,7 +92,7 @@ func (o outboxSuite) retriesUntilDelivered(t *testing.T) {
 func (o outboxSuite) parksDead(t *testing.T) {
 	t.Parallel()
 	s := o.store(t)
-	clock := &fakeClock{now: time.Now()}
+	clock := NewClock(time.Now())
 	dead := enqueueCommitted(t, s, "client-a", 2, clock.Now())
 	fine := enqueueCommitted(t, s, "client-b", 1, clock.Now())
 	failing := map[string]bool{dead[0]: true, dead[1]: true}
@@ -272,7 +272,7 @@ func (o outboxSuite) stoppedRelay(t *testing.T) {
 func (o outboxSuite) purgesDelivered(t *testing.T) {
 	t.Parallel()
 	s := o.store(t)
-	clock := &fakeClock{now: time.Now()}
+	clock := NewClock(time.Now())
 	delivered := enqueueCommitted(t, s, "client-a", 3, clock.Now())
 	pending := enqueueCommitted(t, s, "client-b", 1, clock.Now())
 	r, srv := newReceiver(t, func(id string, _ int) int {
