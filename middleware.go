@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/fingerprint"
 )
 
 // Middleware enforces the Idempotency-Key contract in front of a handler.
@@ -57,8 +58,8 @@ type call struct {
 	// returned. The body's buffer is reused only when none may; see
 	// bodyBuffers.
 	bodyHeld int
-	fp       fingerprint // without its field digests; see fingerprint.withFields
-	fields   []byte      // the field digests, encoded
+	fp       fingerprint.Fingerprint // without its field digests; see Fingerprint.WithFields
+	fields   []byte                  // the field digests, encoded
 
 	base *slog.Logger
 	log  *slog.Logger // base with the client and the key's digest; see logger

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/fingerprint"
 )
 
 // rejection is a 4xx answer found while parsing, before any store work.
@@ -47,7 +48,7 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 		mediaType = contentType[0]
 	}
 	path := requestPath(r)
-	fp, fields, err := encodedFingerprintOf(FingerprintParams{
+	fp, fields, err := fingerprint.Encoded(fingerprint.Params{
 		Method: r.Method, Path: path, RawQuery: r.URL.RawQuery,
 		ContentType: mediaType, Body: body,
 		Exclude: m.cfg.ExcludeFields, Raw: !required,
@@ -56,7 +57,7 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 		recycleBody(body) // the error holds none of it
 	}
 	switch {
-	case errors.Is(err, errUnsupportedMediaType):
+	case errors.Is(err, fingerprint.ErrUnsupportedMediaType):
 		return nil, &rejection{ProblemMediaType, reasonOf(err, "The media type is not supported") + "."}
 	case err != nil:
 		return nil, &rejection{ProblemBodyMalformed, reasonOf(err, "The request body is malformed") + "."}
@@ -76,9 +77,9 @@ func reasonOf(err error, fallback string) string {
 	if errors.As(err, &ke) && ke.Reason != "" {
 		return ke.Reason
 	}
-	var be *bodyError
-	if errors.As(err, &be) && be.reason != "" {
-		return be.reason
+	var be *fingerprint.BodyError
+	if errors.As(err, &be) && be.Reason() != "" {
+		return be.Reason()
 	}
 	return fallback
 }

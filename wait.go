@@ -29,7 +29,7 @@ func (m *Middleware) claimOnce(c *call) (idemstore.ClaimResult, error) {
 	claimCtx := newDeadlineCtx(ctx, started.Add(m.cfg.StoreTimeout))
 	res, err := m.store.Claim(claimCtx, idemstore.ClaimParams{
 		Scope: c.scope, Method: c.r.Method, Path: c.path,
-		RequestHash: c.fp.sum[:], RequestFields: c.fields,
+		RequestHash: c.fp.Sum[:], RequestFields: c.fields,
 		TwoPhase: m.cfg.Mode == ModeTwoPhase, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
 		Speculative: m.speculative(c),
 	})
@@ -91,7 +91,7 @@ func (m *Middleware) claimWaiting(c *call) (idemstore.ClaimResult, error) {
 func waitable(c *call, res idemstore.ClaimResult, err error) bool {
 	rec := res.Record
 	return err == nil && rec != nil && rec.Status == idemstore.StatusInFlight &&
-		(len(rec.RequestHash) == 0 || bytes.Equal(rec.RequestHash, c.fp.sum[:]))
+		(len(rec.RequestHash) == 0 || bytes.Equal(rec.RequestHash, c.fp.Sum[:]))
 }
 
 // waitPause is the pause before the claim after attempt (0 for the first),
