@@ -57,7 +57,7 @@
 //
 // Operators and services add [NewStatusHandler] (what became of a client's
 // key), [NewReadyHandler] over a [idemstore.Readier] (readiness),
-// [NewRequestLog] (one log line per request, with [RequestIDFromContext]),
+// idemlog.New (one log line per request, with idemlog.RequestIDFromContext),
 // and a [Purger] ([NewPurger]) that deletes keys past retention, one
 // instance at a time, reporting through [PurgeMetrics] and
 // [KeyStatsMetrics];

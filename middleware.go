@@ -31,7 +31,7 @@ func New(store idemstore.Store, cfg *Config) (*Middleware, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	c.Metrics = resultNoter{c.Metrics} // the outcome of NewRequestLog's line
+	c.Metrics = resultNoter{c.Metrics} // the outcome of idemlog's line
 	return &Middleware{store: store, cfg: c, replayHeaders: newReplayList(c.ReplayHeaders), recent: newRecentKeys()}, nil
 }
 
