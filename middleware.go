@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/bodybuf"
+	"github.com/idemkit/idem/internal/deadline"
 	"github.com/idemkit/idem/internal/fingerprint"
+	"github.com/idemkit/idem/internal/recent"
 )
 
 // Middleware enforces the Idempotency-Key contract in front of a handler.
@@ -19,7 +22,7 @@ type Middleware struct {
 	store         idemstore.Store
 	cfg           *Config
 	replayHeaders replayList
-	recent        *recentKeys // keys claimed here lately; see claimOnce
+	recent        *recent.Keys // keys claimed here lately; see claimOnce
 }
 
 // New returns the middleware for a store. cfg.ClientID is required.
@@ -32,7 +35,7 @@ func New(store idemstore.Store, cfg *Config) (*Middleware, error) {
 		return nil, err
 	}
 	c.Metrics = resultNoter{c.Metrics} // the outcome of idemlog's line
-	return &Middleware{store: store, cfg: c, replayHeaders: newReplayList(c.ReplayHeaders), recent: newRecentKeys()}, nil
+	return &Middleware{store: store, cfg: c, replayHeaders: newReplayList(c.ReplayHeaders), recent: recent.New()}, nil
 }
 
 // Wrap returns next behind the contract. Its method value is a
@@ -56,7 +59,7 @@ type call struct {
 	// bodyHeld counts the runs of the handler that may still read the
 	// body: one that panicked, or whose reader was being read when it
 	// returned. The body's buffer is reused only when none may; see
-	// bodyBuffers.
+	// package bodybuf.
 	bodyHeld int
 	fp       fingerprint.Fingerprint // without its field digests; see Fingerprint.WithFields
 	fields   []byte                  // the field digests, encoded
@@ -104,7 +107,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	c.next = next
 	m.claimAndRun(c)
 	if c.bodyHeld == 0 {
-		recycleBody(c.body)
+		bodybuf.Recycle(c.body)
 	}
 }
 
@@ -172,8 +175,8 @@ func (m *Middleware) mayRerun(attempt int) bool {
 // the client staying connected: a handler that finished its work commits
 // it, and the client's retry gets the replay. Stop it when the call
 // returns.
-func (m *Middleware) finishContext(c *call) *deadlineCtx {
-	return newDeadlineCtx(context.WithoutCancel(c.r.Context()), time.Now().Add(m.cfg.StoreTimeout))
+func (m *Middleware) finishContext(c *call) *deadline.Context {
+	return deadline.New(context.WithoutCancel(c.r.Context()), time.Now().Add(m.cfg.StoreTimeout))
 }
 
 // run runs the handler under the lease, then stores its response or
@@ -186,7 +189,7 @@ func (m *Middleware) run(c *call, lease idemstore.Lease, attempt int) runOutcome
 		defer rec.abortIfBroken()
 	}
 	ctx := m.finishContext(c)
-	defer ctx.stop()
+	defer ctx.Stop()
 	rerun := func() bool { return m.mayRerun(attempt) && reportsConflict(lease) }
 	switch {
 	case rerun():
@@ -309,7 +312,7 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease) *recorder {
 			return
 		}
 		ctx := m.finishContext(c)
-		defer ctx.stop()
+		defer ctx.Stop()
 		m.cfg.Metrics.Request(ctx, ResultReleased)
 		var exists *idemstore.ExistsError
 		if err := lease.Release(ctx); err != nil && !errors.As(err, &exists) {
@@ -328,7 +331,7 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease) *recorder {
 	}
 	req := c.r.WithContext(ctx)
 	c.bodyHeld++
-	x.body.s = c.body
+	x.body.Attach(c.body)
 	req.Body = &x.body
 	req.ContentLength = int64(len(c.body))
 	if m.cfg.Mode == ModeTwoPhase {
@@ -339,7 +342,7 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease) *recorder {
 	// The handler is done with its body: a reader of it that the handler
 	// left behind reads nothing more, and unless it is reading now, the
 	// buffer may go to another request.
-	if x.body.detach() {
+	if x.body.Detach() {
 		c.bodyHeld--
 	}
 	return rec
@@ -350,7 +353,7 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease) *recorder {
 // and the context that carries the scope.
 type execution struct {
 	rec  recorder
-	body bodyReader
+	body bodybuf.Reader
 	ctx  scopeContext
 }
 

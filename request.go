@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/bodybuf"
 	"github.com/idemkit/idem/internal/fingerprint"
 )
 
@@ -54,7 +55,7 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 		Exclude: m.cfg.ExcludeFields, Raw: !required,
 	})
 	if err != nil {
-		recycleBody(body) // the error holds none of it
+		bodybuf.Recycle(body) // the error holds none of it
 	}
 	switch {
 	case errors.Is(err, fingerprint.ErrUnsupportedMediaType):
@@ -95,9 +96,9 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	body, err := readAllInto(bodyBuffer(r.ContentLength), http.MaxBytesReader(w, r.Body, max), r.ContentLength)
+	body, err := readAllInto(bodybuf.Get(r.ContentLength), http.MaxBytesReader(w, r.Body, max), r.ContentLength)
 	if err != nil {
-		recycleBody(body)
+		bodybuf.Recycle(body)
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, tooLarge()
