@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/fingerprint"
 )
 
 // unavailableRetryAfter is the Retry-After of 503 answers, in seconds.
@@ -46,16 +47,16 @@ func (m *Middleware) unavailable(c *call, detail string) {
 // answerExisting answers a request whose key is already held or completed.
 func (m *Middleware) answerExisting(c *call, rec *idemstore.Record) {
 	r := c.r
-	if len(rec.RequestHash) > 0 && !bytes.Equal(rec.RequestHash, c.fp.sum[:]) {
+	if len(rec.RequestHash) > 0 && !bytes.Equal(rec.RequestHash, c.fp.Sum[:]) {
 		p := ProblemKeyReused.Kind().New(m.cfg.ProblemTypeBase, "")
 		if rec.Method != r.Method || rec.Path != c.path {
 			p.OriginalRequest = rec.Method + " " + rec.Path
 			p.Detail = fmt.Sprintf("This key was first used for %s %s.", rec.Method, rec.Path)
-		} else if first := kindChange(rec.RequestFields, c.fp); first != "" {
+		} else if first := fingerprint.KindChange(rec.RequestFields, c.fp); first != "" {
 			// Fields of another media type compare as all different; name
 			// the media type instead.
-			p.Detail = fmt.Sprintf("This key was first used with %s, and this request has %s: the media type differs. A retry must send the first request's media type and body.", describeKind(first), describeKind(c.fp.kind))
-		} else if p.Fields = diffFields(rec.RequestFields, c.fp.withFields(c.fields)); len(p.Fields) > 0 {
+			p.Detail = fmt.Sprintf("This key was first used with %s, and this request has %s: the media type differs. A retry must send the first request's media type and body.", fingerprint.DescribeKind(first), fingerprint.DescribeKind(c.fp.Kind))
+		} else if p.Fields = fingerprint.DiffFields(rec.RequestFields, c.fp.WithFields(c.fields)); len(p.Fields) > 0 {
 			p.Detail = fmt.Sprintf("This key was first used with a different request: %s %s.", strings.Join(p.Fields, ", "), plural(len(p.Fields), "differs", "differ"))
 		} else {
 			p.Detail = "This key was first used with a different request: the query string or body differs."

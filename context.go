@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/fingerprint"
 )
 
 type scopeKey struct{}
@@ -96,7 +97,7 @@ func DeriveKey(ctx context.Context, purpose string) string {
 	}
 	h := sha256.New()
 	for _, part := range parts {
-		writePart(h, []byte(part))
+		fingerprint.WritePart(h, []byte(part))
 	}
 	var sum [32]byte
 	h.Sum(sum[:0])

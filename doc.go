@@ -20,7 +20,7 @@
 // a stable type URI and a machine-readable [ProblemCode]; see [Problems].
 //
 // Keys are always scoped by the authenticated client ([Config.ClientID]), and
-// requests are compared by a [Fingerprint]: SHA-256 over the method, the path,
+// requests are compared by a fingerprint (idemfingerprint.Fingerprint): SHA-256 over the method, the path,
 // the canonical query string and the canonical body (RFC 8785 for JSON, sorted
 // pairs for form bodies).
 //
@@ -57,7 +57,7 @@
 //
 // Operators and services add [NewStatusHandler] (what became of a client's
 // key), [NewReadyHandler] over a [idemstore.Readier] (readiness),
-// [NewRequestLog] (one log line per request, with [RequestIDFromContext]),
+// idemlog.New (one log line per request, with idemlog.RequestIDFromContext),
 // and a [Purger] ([NewPurger]) that deletes keys past retention, one
 // instance at a time, reporting through [PurgeMetrics] and
 // [KeyStatsMetrics];
@@ -71,5 +71,5 @@
 //
 // Code that claims keys itself, outside the middleware (a queue consumer
 // calling idempg's Store.ClaimTx), builds the request hash with
-// [NewFingerprint].
+// idemfingerprint.New.
 package idem

@@ -1,5 +1,7 @@
 package idem
 
+import "github.com/idemkit/idem/internal/bodybuf"
+
 // The key parser is not part of the API; its external tests reach it
 // through these names.
 var (
@@ -15,5 +17,5 @@ var (
 
 type KeyError = invalidKeyError
 
-// BodyBuffer is bodyBuffer, for the tests of body buffer reuse.
-var BodyBuffer = bodyBuffer
+// BodyBuffer is bodybuf.Get, for the tests of body buffer reuse.
+var BodyBuffer = bodybuf.Get

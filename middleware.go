@@ -11,6 +11,10 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/bodybuf"
+	"github.com/idemkit/idem/internal/deadline"
+	"github.com/idemkit/idem/internal/fingerprint"
+	"github.com/idemkit/idem/internal/recent"
 )
 
 // Middleware enforces the Idempotency-Key contract in front of a handler.
@@ -18,7 +22,7 @@ type Middleware struct {
 	store         idemstore.Store
 	cfg           *Config
 	replayHeaders replayList
-	recent        *recentKeys // keys claimed here lately; see claimOnce
+	recent        *recent.Keys // keys claimed here lately; see claimOnce
 }
 
 // New returns the middleware for a store. cfg.ClientID is required.
@@ -33,8 +37,8 @@ func New(store idemstore.Store, cfg *Config) (*Middleware, error) {
 	if c.ClientID == nil {
 		return nil, errors.New("idem: Config.ClientID is required: keys must be scoped by client")
 	}
-	c.Metrics = resultNoter{c.Metrics} // the outcome of NewRequestLog's line
-	return &Middleware{store: store, cfg: c, replayHeaders: newReplayList(c.ReplayHeaders), recent: newRecentKeys()}, nil
+	c.Metrics = resultNoter{c.Metrics} // the outcome of idemlog's line
+	return &Middleware{store: store, cfg: c, replayHeaders: newReplayList(c.ReplayHeaders), recent: recent.New()}, nil
 }
 
 // Wrap returns next behind the contract. Its method value is a
@@ -58,10 +62,10 @@ type call struct {
 	// bodyHeld counts the runs of the handler that may still read the
 	// body: one that panicked, or whose reader was being read when it
 	// returned. The body's buffer is reused only when none may; see
-	// bodyBuffers.
+	// package bodybuf.
 	bodyHeld int
-	fp       fingerprint // without its field digests; see fingerprint.withFields
-	fields   []byte      // the field digests, encoded
+	fp       fingerprint.Fingerprint // without its field digests; see Fingerprint.WithFields
+	fields   []byte                  // the field digests, encoded
 
 	base *slog.Logger
 	log  *slog.Logger // base with the client and the key's digest; see logger
@@ -106,7 +110,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	c.next = next
 	m.claimAndRun(c)
 	if c.bodyHeld == 0 {
-		recycleBody(c.body)
+		bodybuf.Recycle(c.body)
 	}
 }
 
@@ -174,8 +178,8 @@ func (m *Middleware) mayRerun(attempt int) bool {
 // the client staying connected: a handler that finished its work commits
 // it, and the client's retry gets the replay. Stop it when the call
 // returns.
-func (m *Middleware) finishContext(c *call) *deadlineCtx {
-	return newDeadlineCtx(context.WithoutCancel(c.r.Context()), time.Now().Add(m.cfg.StoreTimeout))
+func (m *Middleware) finishContext(c *call) *deadline.Context {
+	return deadline.New(context.WithoutCancel(c.r.Context()), time.Now().Add(m.cfg.StoreTimeout))
 }
 
 // run runs the handler under the lease, then stores its response or
@@ -188,7 +192,7 @@ func (m *Middleware) run(c *call, lease idemstore.Lease, attempt int) runOutcome
 		defer rec.abortIfBroken()
 	}
 	ctx := m.finishContext(c)
-	defer ctx.stop()
+	defer ctx.Stop()
 	rerun := func() bool { return m.mayRerun(attempt) && reportsConflict(lease) }
 	switch {
 	case rerun():
@@ -311,7 +315,7 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease) *recorder {
 			return
 		}
 		ctx := m.finishContext(c)
-		defer ctx.stop()
+		defer ctx.Stop()
 		m.cfg.Metrics.Request(ctx, ResultReleased)
 		var exists *idemstore.ExistsError
 		if err := lease.Release(ctx); err != nil && !errors.As(err, &exists) {
@@ -330,7 +334,7 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease) *recorder {
 	}
 	req := c.r.WithContext(ctx)
 	c.bodyHeld++
-	x.body.s = c.body
+	x.body.Attach(c.body)
 	req.Body = &x.body
 	req.ContentLength = int64(len(c.body))
 	if m.cfg.Mode == ModeTwoPhase {
@@ -341,7 +345,7 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease) *recorder {
 	// The handler is done with its body: a reader of it that the handler
 	// left behind reads nothing more, and unless it is reading now, the
 	// buffer may go to another request.
-	if x.body.detach() {
+	if x.body.Detach() {
 		c.bodyHeld--
 	}
 	return rec
@@ -352,7 +356,7 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease) *recorder {
 // and the context that carries the scope.
 type execution struct {
 	rec  recorder
-	body bodyReader
+	body bodybuf.Reader
 	ctx  scopeContext
 }
 

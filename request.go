@@ -9,6 +9,8 @@ import (
 	"os"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/bodybuf"
+	"github.com/idemkit/idem/internal/fingerprint"
 )
 
 // rejection is a 4xx answer found while parsing, before any store work.
@@ -47,16 +49,16 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 		mediaType = contentType[0]
 	}
 	path := requestPath(r)
-	fp, fields, err := encodedFingerprintOf(FingerprintParams{
+	fp, fields, err := fingerprint.Encoded(fingerprint.Params{
 		Method: r.Method, Path: path, RawQuery: r.URL.RawQuery,
 		ContentType: mediaType, Body: body,
 		Exclude: m.cfg.ExcludeFields, Raw: !required,
 	})
 	if err != nil {
-		recycleBody(body) // the error holds none of it
+		bodybuf.Recycle(body) // the error holds none of it
 	}
 	switch {
-	case errors.Is(err, errUnsupportedMediaType):
+	case errors.Is(err, fingerprint.ErrUnsupportedMediaType):
 		return nil, &rejection{ProblemMediaType, reasonOf(err, "The media type is not supported") + "."}
 	case err != nil:
 		return nil, &rejection{ProblemBodyMalformed, reasonOf(err, "The request body is malformed") + "."}
@@ -76,9 +78,9 @@ func reasonOf(err error, fallback string) string {
 	if errors.As(err, &ke) && ke.Reason != "" {
 		return ke.Reason
 	}
-	var be *bodyError
-	if errors.As(err, &be) && be.reason != "" {
-		return be.reason
+	var be *fingerprint.BodyError
+	if errors.As(err, &be) && be.Reason() != "" {
+		return be.Reason()
 	}
 	return fallback
 }
@@ -94,9 +96,9 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	body, err := readAllInto(bodyBuffer(r.ContentLength), http.MaxBytesReader(w, r.Body, max), r.ContentLength)
+	body, err := readAllInto(bodybuf.Get(r.ContentLength), http.MaxBytesReader(w, r.Body, max), r.ContentLength)
 	if err != nil {
-		recycleBody(body)
+		bodybuf.Recycle(body)
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, tooLarge()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemfingerprint"
 	"github.com/idemkit/idem/idemstore"
 )
 
@@ -26,7 +27,7 @@ func TestResumerReleasesKeyThatPassedNoPoint(t *testing.T) {
 	t.Parallel()
 	e := setupPhased(t, nil)
 	ctx := context.Background()
-	fp, err := idem.NewFingerprint(idem.FingerprintParams{
+	fp, err := idemfingerprint.New(idemfingerprint.Params{
 		Method: http.MethodPost, Path: "/v1/payments", ContentType: "application/json", Body: []byte(`{"amount":100}`),
 	})
 	if err != nil {

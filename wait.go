@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/deadline"
 )
 
 // HeaderPreferenceApplied is the response header (RFC 7240) that says a
@@ -26,14 +27,14 @@ func (m *Middleware) claimOnce(c *call) (idemstore.ClaimResult, error) {
 	ctx := c.r.Context()
 	now := m.cfg.Now()
 	started := time.Now()
-	claimCtx := newDeadlineCtx(ctx, started.Add(m.cfg.StoreTimeout))
+	claimCtx := deadline.New(ctx, started.Add(m.cfg.StoreTimeout))
 	res, err := m.store.Claim(claimCtx, idemstore.ClaimParams{
 		Scope: c.scope, Method: c.r.Method, Path: c.path,
-		RequestHash: c.fp.sum[:], RequestFields: c.fields,
+		RequestHash: c.fp.Sum[:], RequestFields: c.fields,
 		TwoPhase: m.cfg.Mode == ModeTwoPhase, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
 		Speculative: m.speculative(c),
 	})
-	claimCtx.stop()
+	claimCtx.Stop()
 	m.cfg.Metrics.Claim(ctx, time.Since(started), err)
 	return res, err
 }
@@ -48,7 +49,7 @@ func (m *Middleware) speculative(c *call) bool {
 	if m.cfg.Mode != ModeAtomic {
 		return false
 	}
-	seen := m.recent.seen(c.scope)
+	seen := m.recent.Seen(c.scope)
 	return !seen && preferredWait(c.r.Header, m.cfg.MaxPreferWait) <= 0
 }
 
@@ -91,7 +92,7 @@ func (m *Middleware) claimWaiting(c *call) (idemstore.ClaimResult, error) {
 func waitable(c *call, res idemstore.ClaimResult, err error) bool {
 	rec := res.Record
 	return err == nil && rec != nil && rec.Status == idemstore.StatusInFlight &&
-		(len(rec.RequestHash) == 0 || bytes.Equal(rec.RequestHash, c.fp.sum[:]))
+		(len(rec.RequestHash) == 0 || bytes.Equal(rec.RequestHash, c.fp.Sum[:]))
 }
 
 // waitPause is the pause before the claim after attempt (0 for the first),

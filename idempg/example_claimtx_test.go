@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemfingerprint"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemstore"
 )
@@ -23,7 +24,7 @@ var errRetryLater = errors.New("the message is being applied elsewhere; retry la
 // A queue consumer that applies each message once, in its own transaction:
 // it claims the message's key in that transaction, does the work through
 // the lease, and the key commits with the work. The request hash comes
-// from idem.NewFingerprint, as the middleware computes it for an HTTP
+// from idemfingerprint.New, as the middleware computes it for an HTTP
 // request, so a message redelivered with another body is caught.
 func ExampleStore_ClaimTx() {
 	ctx := context.Background()
@@ -42,7 +43,7 @@ func ExampleStore_ClaimTx() {
 		Body        []byte // JSON
 	}
 	apply := func(ctx context.Context, msg message) error {
-		fp, err := idem.NewFingerprint(idem.FingerprintParams{
+		fp, err := idemfingerprint.New(idemfingerprint.Params{
 			Method: "CONSUME", Path: "/queues/payments", ContentType: "application/json", Body: msg.Body,
 		})
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemfingerprint"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/pgtest"
@@ -178,7 +179,7 @@ func TestResumerOnTwoInstances(t *testing.T) {
 	ctx := context.Background()
 	proc := newFakeProcessor()
 	body := `{"amount":4200}`
-	fp, err := idem.NewFingerprint(idem.FingerprintParams{Method: http.MethodPost, Path: "/", ContentType: "application/json", Body: []byte(body)})
+	fp, err := idemfingerprint.New(idemfingerprint.Params{Method: http.MethodPost, Path: "/", ContentType: "application/json", Body: []byte(body)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"unicode/utf16"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemfingerprint"
 	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
@@ -187,7 +188,7 @@ func TestRetryAfterNeverExceedsTheLease(t *testing.T) {
 			t0 := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 			clock := idemtest.NewClock(t0)
 			store := &delayedClaimStore{MemoryStore: idemtest.NewMemoryStore(), clock: clock, wait: tt.wait}
-			fp, err := idem.NewFingerprint(idem.FingerprintParams{Method: "POST", Path: "/v1/payments", ContentType: "application/json", Body: []byte(payment)})
+			fp, err := idemfingerprint.New(idemfingerprint.Params{Method: "POST", Path: "/v1/payments", ContentType: "application/json", Body: []byte(payment)})
 			if err != nil {
 				t.Fatal(err)
 			}

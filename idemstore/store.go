@@ -32,10 +32,10 @@ type Record struct {
 	// ("/v1/payments" for POST /v1/%70ayments).
 	Path string
 
-	// RequestHash is the idem.Fingerprint Hash of the first request.
+	// RequestHash is the idemfingerprint.Fingerprint Hash of the first request.
 	RequestHash []byte
-	// RequestFields are the first request's idem.Fingerprint Fields, opaque
-	// to stores. It may be empty.
+	// RequestFields are the first request's idemfingerprint.Fingerprint
+	// Fields, opaque to stores. It may be empty.
 	RequestFields []byte
 
 	Status   Status
@@ -64,8 +64,9 @@ type ClaimParams struct {
 	Method string
 	Path   string
 
-	// RequestHash and RequestFields are the request's idem.Fingerprint: the
-	// middleware's, or one from idem.NewFingerprint.
+	// RequestHash and RequestFields are the request's
+	// idemfingerprint.Fingerprint: the middleware's, or one from
+	// idemfingerprint.New.
 	RequestHash   []byte
 	RequestFields []byte
 

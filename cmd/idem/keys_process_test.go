@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemlog"
 	"github.com/idemkit/idem/idemsqlite"
 )
 
@@ -141,7 +142,7 @@ func call(t *testing.T, method, url, token, key, body string) reply {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	resp.Header.Del("Date")
-	resp.Header.Del(idem.HeaderRequestID) // a new one per request
+	resp.Header.Del(idemlog.HeaderRequestID) // a new one per request
 	return reply{resp.StatusCode, resp.Header, string(b)}
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemfingerprint"
 	"github.com/idemkit/idem/idemstore"
 )
 
@@ -105,7 +106,7 @@ func (e *keysEnv) strandFor(t *testing.T, client, key, body string, lockTimeout 
 		t.Fatal(err)
 	}
 	defer store.Close()
-	fp, err := idem.NewFingerprint(idem.FingerprintParams{Method: "POST", Path: "/v1/payments", ContentType: "application/json", Body: []byte(body)})
+	fp, err := idemfingerprint.New(idemfingerprint.Params{Method: "POST", Path: "/v1/payments", ContentType: "application/json", Body: []byte(body)})
 	if err != nil {
 		t.Fatal(err)
 	}

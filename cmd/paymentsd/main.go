@@ -44,6 +44,7 @@ import (
 	"github.com/idemkit/idem/cmd/internal/database"
 	"github.com/idemkit/idem/cmd/internal/payments"
 	"github.com/idemkit/idem/cmd/internal/processor"
+	"github.com/idemkit/idem/idemlog"
 	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/idemprom"
 	"github.com/idemkit/idem/idemstore"
@@ -235,7 +236,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           idem.NewRequestLog(&idem.RequestLogConfig{Logger: logger})(svc.Handler()),
+		Handler:           idemlog.New(&idemlog.Config{Logger: logger})(svc.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,

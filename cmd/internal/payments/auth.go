@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemlog"
 	"github.com/idemkit/idem/internal/bearer"
 )
 
@@ -39,7 +39,7 @@ func (a Authenticator) Wrap(next http.Handler) http.Handler {
 			problem(w, ProblemInvalidCredentials, "Send one Authorization field, Bearer <secret key>, with a valid key.")
 			return
 		}
-		idem.SetRequestLogClient(r.Context(), client)
+		idemlog.SetClient(r.Context(), client)
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientKey{}, client)))
 	})
 }

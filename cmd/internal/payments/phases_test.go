@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
 	"github.com/idemkit/idem/cmd/internal/payments"
+	"github.com/idemkit/idem/idemfingerprint"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
@@ -326,7 +327,7 @@ func TestSimulatedProcessorDeclines(t *testing.T) {
 func TestResumerReleasesPaymentThatPassedNoPhase(t *testing.T) {
 	t.Parallel()
 	body := `{"amount":4200,"currency":"usd","customer":"cus_1"}`
-	fp, err := idem.NewFingerprint(idem.FingerprintParams{
+	fp, err := idemfingerprint.New(idemfingerprint.Params{
 		Method: http.MethodPost, Path: "/v1/payments", ContentType: jsonType, Body: []byte(body),
 	})
 	if err != nil {

@@ -1,4 +1,8 @@
-package idem
+// Package fingerprint computes the fingerprint of a request, which
+// identifies it for its key: the middleware's, with its field digests kept
+// encoded and its buffers reused, under the one that package
+// idemfingerprint publishes for code that claims keys itself.
+package fingerprint
 
 import (
 	"encoding/base64"
@@ -13,29 +17,33 @@ import (
 
 // Errors of a request that cannot be fingerprinted.
 var (
-	// errUnsupportedMediaType means the body is neither JSON nor form data.
-	errUnsupportedMediaType = errors.New("idem: unsupported media type")
-	// errMalformedBody means the body does not parse as its media type says.
-	errMalformedBody = errors.New("idem: malformed request body")
-	// errDuplicateMember means a JSON object in the body names a member twice.
-	errDuplicateMember = errors.New("idem: duplicate member in JSON body")
-	// errMalformedQuery means the query string does not parse.
-	errMalformedQuery = errors.New("idem: malformed query string")
+	// ErrUnsupportedMediaType means the body is neither JSON nor form data.
+	ErrUnsupportedMediaType = errors.New("idem: unsupported media type")
+	// ErrMalformedBody means the body does not parse as its media type says.
+	ErrMalformedBody = errors.New("idem: malformed request body")
+	// ErrDuplicateMember means a JSON object in the body names a member twice.
+	ErrDuplicateMember = errors.New("idem: duplicate member in JSON body")
+	// ErrMalformedQuery means the query string does not parse.
+	ErrMalformedQuery = errors.New("idem: malformed query string")
 )
 
-// bodyError describes a request that cannot be fingerprinted.
-type bodyError struct {
+// BodyError describes a request that cannot be fingerprinted.
+type BodyError struct {
 	err    error  // one of the sentinel errors above
 	reason string // safe to show to the client
 }
 
-func (e *bodyError) Error() string { return e.err.Error() + ": " + e.reason }
+func (e *BodyError) Error() string { return e.err.Error() + ": " + e.reason }
 
 // Unwrap returns the sentinel error.
-func (e *bodyError) Unwrap() error { return e.err }
+func (e *BodyError) Unwrap() error { return e.err }
 
-// FingerprintParams describe a request to [NewFingerprint].
-type FingerprintParams struct {
+// Reason says why the request cannot be fingerprinted, in words safe to
+// show to the client.
+func (e *BodyError) Reason() string { return e.reason }
+
+// Params describe a request to [Encoded].
+type Params struct {
 	Method string // the HTTP method, or any name of the operation
 	// Path is the escaped path, or any name of the resource. The
 	// middleware passes the request's path with each segment's escapes
@@ -52,52 +60,12 @@ type FingerprintParams struct {
 	Raw bool
 }
 
-// Fingerprint identifies a request for its key, in the form a store keeps:
-// the same logical request always has the same Hash, whatever the JSON
-// member order, whitespace, number spelling, or order of the distinct names
-// of form and query pairs. The values of a repeated name keep their order,
-// as the elements of a JSON array do: a=1&a=2 and a=2&a=1 are two requests.
-//
-// The middleware computes it for every request. Code that claims keys
-// itself, such as a queue consumer that calls idempg's Store.ClaimTx,
-// computes it with [NewFingerprint] and passes Hash and Fields in
-// [idemstore.ClaimParams].
+// Fingerprint is the fingerprint of a request before its field digests
+// are encoded: the form the middleware compares. Sum is what a store keeps
+// as the request's hash.
 type Fingerprint struct {
-	// Hash is SHA-256 over the method, the path, the canonical query, the
-	// body kind and the canonical body, each length-prefixed: the
-	// [idemstore.ClaimParams] RequestHash.
-	Hash []byte
-	// Fields are digests of the body's top-level fields, and whether the
-	// body is JSON or form data, so that a mismatch can name the fields or
-	// the media type that differ without storing or echoing any value: the
-	// [idemstore.ClaimParams] RequestFields. Nil for a body that is empty, or neither
-	// a JSON object nor a form.
-	Fields []byte
-}
-
-// NewFingerprint computes the fingerprint of a request. JSON bodies
-// (application/json and any +json type) are canonicalised by RFC 8785, with
-// numbers that a double cannot hold kept exact, and a JSON object that names
-// a member twice is rejected; form bodies
-// (application/x-www-form-urlencoded), like the query, by sorted names,
-// each name's values in the order they came. Both
-// must be UTF-8: a charset parameter other than utf-8 (in any case) is an
-// unsupported media type, and with Raw such a body is hashed byte for byte.
-// An empty body needs no content type. The error says, in words safe to
-// show to the client, why a request cannot be fingerprinted.
-func NewFingerprint(p FingerprintParams) (Fingerprint, error) {
-	f, fields, err := encodedFingerprintOf(p)
-	if err != nil {
-		return Fingerprint{}, err
-	}
-	return Fingerprint{Hash: f.sum[:], Fields: fields}, nil
-}
-
-// fingerprint is a [Fingerprint] before its field digests are encoded: the
-// form the middleware compares.
-type fingerprint struct {
-	sum    [32]byte
-	kind   string        // kindEmpty, kindJSON, kindForm or kindRaw
+	Sum    [32]byte
+	Kind   string        // kindEmpty, kindJSON, kindForm or kindRaw
 	fields []fieldDigest // sorted by pointer; nil for a body that is not an object
 }
 
@@ -114,48 +82,58 @@ const (
 	kindRaw   = "raw"
 )
 
-// encodedFingerprintOf computes the fingerprint of a request, as
-// [NewFingerprint] describes. It works in buffers it reuses: the canonical
-// query and body never leave them. It returns the field digests encoded
-// (see scratch.encodeFields), in their one allocation, and a fingerprint
-// without them (see fingerprint.withFields).
-func encodedFingerprintOf(p FingerprintParams) (fingerprint, []byte, error) {
+// Encoded computes the fingerprint of a request. JSON bodies
+// (application/json and any +json type) are canonicalised by RFC 8785, with
+// numbers that a double cannot hold kept exact, and a JSON object that names
+// a member twice is rejected; form bodies
+// (application/x-www-form-urlencoded), like the query, by sorted names,
+// each name's values in the order they came. Both
+// must be UTF-8: a charset parameter other than utf-8 (in any case) is an
+// unsupported media type, and with Raw such a body is hashed byte for byte.
+// An empty body needs no content type. The error, a [*BodyError], says in
+// words safe to show to the client why a request cannot be fingerprinted.
+//
+// It works in buffers it reuses: the canonical query and body never leave
+// them. It returns the field digests encoded (see scratch.encodeFields), in
+// their one allocation, and a Fingerprint without them (see
+// [Fingerprint.WithFields]).
+func Encoded(p Params) (Fingerprint, []byte, error) {
 	s := scratchPool.Get().(*scratch)
 	defer s.release()
 	f, err := s.fingerprint(p)
 	if err != nil {
-		return fingerprint{}, nil, err
+		return Fingerprint{}, nil, err
 	}
-	return f, s.encodeFields(f.kind), nil
+	return f, s.encodeFields(f.Kind), nil
 }
 
 // fingerprint computes the fingerprint of a request but for its field
 // digests, which it leaves in s.
-func (s *scratch) fingerprint(p FingerprintParams) (fingerprint, error) {
+func (s *scratch) fingerprint(p Params) (Fingerprint, error) {
 	query, err := canonicalPairs(s, s.query[:0], p.RawQuery, nil, false)
 	if err != nil {
-		return fingerprint{}, &bodyError{err: errMalformedQuery, reason: "the query string does not parse"}
+		return Fingerprint{}, &BodyError{err: ErrMalformedQuery, reason: "the query string does not parse"}
 	}
 	s.query = query
 	s.digests, s.hasFields = s.digests[:0], false
 	kind, body, err := s.canonicalBody(p)
 	if err != nil {
-		return fingerprint{}, err
+		return Fingerprint{}, err
 	}
 	head := appendPart(s.head[:0], "idem-fingerprint-v1")
 	head = appendPart(head, p.Method)
 	head = appendPart(head, p.Path)
 	head = appendPart(head, query)
 	head = appendPart(head, kind)
-	f := fingerprint{kind: kind}
-	s.sum(&f.sum, head, body)
+	f := Fingerprint{Kind: kind}
+	s.sum(&f.Sum, head, body)
 	return f, nil
 }
 
-// withFields returns f with the field digests that encoded holds, as
-// encodedFingerprintOf returned them: for the answers that compare them
+// WithFields returns f with the field digests that encoded holds, as
+// [Encoded] returned them: for the answers that compare them
 // with a stored request's.
-func (f fingerprint) withFields(encoded []byte) fingerprint {
+func (f Fingerprint) WithFields(encoded []byte) Fingerprint {
 	fields := decodeFields(encoded)
 	if fields == nil {
 		return f
@@ -186,7 +164,7 @@ func mediaType(contentType string) (media, charset string, err error) {
 
 // canonicalBody returns the kind and canonical form of the body, which may
 // be in s's buffers, and leaves its field digests in s.
-func (s *scratch) canonicalBody(p FingerprintParams) (kind string, body []byte, err error) {
+func (s *scratch) canonicalBody(p Params) (kind string, body []byte, err error) {
 	if len(p.Body) == 0 {
 		return kindEmpty, nil, nil
 	}
@@ -194,7 +172,7 @@ func (s *scratch) canonicalBody(p FingerprintParams) (kind string, body []byte, 
 	if p.ContentType != "" {
 		m, cs, perr := mediaType(p.ContentType)
 		if perr != nil && !p.Raw {
-			return "", nil, &bodyError{err: errUnsupportedMediaType, reason: "the Content-Type header does not parse"}
+			return "", nil, &BodyError{err: ErrUnsupportedMediaType, reason: "the Content-Type header does not parse"}
 		}
 		media, charset = m, cs
 	}
@@ -207,7 +185,7 @@ func (s *scratch) canonicalBody(p FingerprintParams) (kind string, body []byte, 
 		if p.Raw {
 			return kindRaw, p.Body, nil
 		}
-		return "", nil, &bodyError{err: errUnsupportedMediaType, reason: fmt.Sprintf("charset %q is not supported; send the body in UTF-8 (charset=utf-8, or no charset)", charset)}
+		return "", nil, &BodyError{err: ErrUnsupportedMediaType, reason: fmt.Sprintf("charset %q is not supported; send the body in UTF-8 (charset=utf-8, or no charset)", charset)}
 	}
 	switch {
 	case isJSON:
@@ -216,19 +194,19 @@ func (s *scratch) canonicalBody(p FingerprintParams) (kind string, body []byte, 
 	case isForm:
 		form, ferr := canonicalPairs(s, s.text[:0], p.Body, p.Exclude, true)
 		if ferr != nil {
-			return "", nil, &bodyError{err: errMalformedBody, reason: "the form body does not parse"}
+			return "", nil, &BodyError{err: ErrMalformedBody, reason: "the form body does not parse"}
 		}
 		s.text = form
 		if !utf8.Valid(s.pointers) { // the pointers of every field name, one after the other
-			return "", nil, &bodyError{err: errMalformedBody, reason: "a form field name is not UTF-8 after percent-decoding"}
+			return "", nil, &BodyError{err: ErrMalformedBody, reason: "a form field name is not UTF-8 after percent-decoding"}
 		}
 		return kindForm, form, nil
 	case p.Raw:
 		return kindRaw, p.Body, nil
 	case media == "":
-		return "", nil, &bodyError{err: errUnsupportedMediaType, reason: "the request has a body but no Content-Type; send application/json or application/x-www-form-urlencoded"}
+		return "", nil, &BodyError{err: ErrUnsupportedMediaType, reason: "the request has a body but no Content-Type; send application/json or application/x-www-form-urlencoded"}
 	default:
-		return "", nil, &bodyError{err: errUnsupportedMediaType, reason: fmt.Sprintf("content type %q is not supported; send application/json or application/x-www-form-urlencoded", media)}
+		return "", nil, &BodyError{err: ErrUnsupportedMediaType, reason: fmt.Sprintf("content type %q is not supported; send application/json or application/x-www-form-urlencoded", media)}
 	}
 }
 
@@ -295,17 +273,17 @@ func excluded(exclude []string, ptr []byte) bool {
 func jsonError(err error) error {
 	var dup *jcs.DuplicateMemberError
 	if errors.As(err, &dup) {
-		return &bodyError{err: errDuplicateMember, reason: fmt.Sprintf("the JSON body names %s more than once", dup.Pointer)}
+		return &BodyError{err: ErrDuplicateMember, reason: fmt.Sprintf("the JSON body names %s more than once", dup.Pointer)}
 	}
 	if errors.Is(err, jcs.ErrTooDeep) {
-		return &bodyError{err: errMalformedBody, reason: "the JSON body is nested too deeply"}
+		return &BodyError{err: ErrMalformedBody, reason: "the JSON body is nested too deeply"}
 	}
 	if errors.Is(err, jcs.ErrNumber) {
-		return &bodyError{err: errMalformedBody, reason: "the JSON body has a number out of range"}
+		return &BodyError{err: ErrMalformedBody, reason: "the JSON body has a number out of range"}
 	}
 	var syn *jcs.SyntaxError
 	if errors.As(err, &syn) {
-		return &bodyError{err: errMalformedBody, reason: fmt.Sprintf("the body is not valid JSON (offset %d: %s)", syn.Offset, syn.Msg)}
+		return &BodyError{err: ErrMalformedBody, reason: fmt.Sprintf("the body is not valid JSON (offset %d: %s)", syn.Offset, syn.Msg)}
 	}
-	return &bodyError{err: errMalformedBody, reason: "the body is not valid JSON"}
+	return &BodyError{err: ErrMalformedBody, reason: "the body is not valid JSON"}
 }

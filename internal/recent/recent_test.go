@@ -1,4 +1,4 @@
-package idem
+package recent
 
 import (
 	"fmt"
@@ -8,18 +8,18 @@ import (
 )
 
 func TestRecentKeysRemembersAndForgetsTheOldest(t *testing.T) {
-	r := newRecentKeys()
+	r := New()
 	a := idemstore.Scope{ClientID: "alice", Key: "k"}
-	if r.seen(a) {
+	if r.Seen(a) {
 		t.Fatal("a key never claimed was seen")
 	}
-	if !r.seen(a) {
+	if !r.Seen(a) {
 		t.Fatal("a key just claimed was not seen")
 	}
-	if r.seen(idemstore.Scope{ClientID: "bob", Key: "k"}) {
+	if r.Seen(idemstore.Scope{ClientID: "bob", Key: "k"}) {
 		t.Error("another client's key of the same name was seen")
 	}
-	if r.seen(idemstore.Scope{ClientID: "alic", Key: "ek"}) {
+	if r.Seen(idemstore.Scope{ClientID: "alic", Key: "ek"}) {
 		t.Error("a scope whose parts join to the same text was seen")
 	}
 	// Keys of a's bucket, newer than a: a is remembered until the bucket
@@ -33,21 +33,21 @@ func TestRecentKeysRemembersAndForgetsTheOldest(t *testing.T) {
 		}
 	}
 	for i, s := range newer[:recentWays-1] {
-		if r.seen(s) {
+		if r.Seen(s) {
 			t.Fatalf("newer key %d was seen before it was claimed", i)
 		}
 	}
-	if !r.seen(a) {
+	if !r.Seen(a) {
 		t.Fatalf("a was forgotten after %d newer keys in its bucket, want %d", recentWays-1, recentWays)
 	}
 	// Seeing a again does not make it newer: the next key in the bucket
 	// is the recentWays-th after it.
-	r.seen(newer[recentWays-1])
-	if r.seen(a) {
+	r.Seen(newer[recentWays-1])
+	if r.Seen(a) {
 		t.Errorf("a was remembered after %d newer keys in its bucket", recentWays)
 	}
 	for i, s := range newer[1:] {
-		if !r.seen(s) {
+		if !r.Seen(s) {
 			t.Errorf("newer key %d was forgotten", i+1)
 		}
 	}
@@ -56,10 +56,10 @@ func TestRecentKeysRemembersAndForgetsTheOldest(t *testing.T) {
 // TestRecentKeysRemembersMostOfTheLast counts what the buckets forget of
 // the last keys.
 func TestRecentKeysRemembersMostOfTheLast(t *testing.T) {
-	r := newRecentKeys()
+	r := New()
 	const keys, lookback = 40_000, 16_384
 	for i := range keys {
-		r.seen(idemstore.Scope{ClientID: "c", Key: fmt.Sprint(i)})
+		r.Seen(idemstore.Scope{ClientID: "c", Key: fmt.Sprint(i)})
 	}
 	forgotten := 0
 	for i := keys - lookback; i < keys; i++ {
@@ -76,9 +76,9 @@ func TestRecentKeysRemembersMostOfTheLast(t *testing.T) {
 	t.Logf("%d of the last %d keys forgotten", forgotten, lookback)
 }
 
-// remembers reports whether r remembers the key of scope, as seen does,
+// remembers reports whether r remembers the key of scope, as Seen does,
 // without remembering it.
-func (r *recentKeys) remembers(scope idemstore.Scope) bool {
+func (r *Keys) remembers(scope idemstore.Scope) bool {
 	d := r.digest(scope)
 	for _, x := range r.buckets[d%recentBuckets] {
 		if x == d {

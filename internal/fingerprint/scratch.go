@@ -1,4 +1,4 @@
-package idem
+package fingerprint
 
 import (
 	"bytes"
@@ -59,7 +59,7 @@ func (s *scratch) release() {
 }
 
 // sum writes to dst the SHA-256 of head followed by the length-prefixed
-// tail: the parts of [writePart], with the last one written in place.
+// tail: the parts of [WritePart], with the last one written in place.
 func (s *scratch) sum(dst *[32]byte, head, tail []byte) {
 	s.head = binary.AppendUvarint(head, uint64(len(tail)))
 	s.h.Reset()
@@ -68,15 +68,15 @@ func (s *scratch) sum(dst *[32]byte, head, tail []byte) {
 	copy(dst[:], s.h.Sum(s.sums[:0]))
 }
 
-// writePart writes b to h with its length before it, so that no two lists
+// WritePart writes b to h with its length before it, so that no two lists
 // of parts write the same bytes.
-func writePart(h hash.Hash, b []byte) {
+func WritePart(h hash.Hash, b []byte) {
 	var n [binary.MaxVarintLen64]byte
 	h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
 	h.Write(b)
 }
 
-// appendPart appends part as [writePart] writes it.
+// appendPart appends part as [WritePart] writes it.
 func appendPart[T string | []byte](dst []byte, part T) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(part)))
 	return append(dst, part...)

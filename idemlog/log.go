@@ -1,4 +1,7 @@
-package idem
+// Package idemlog writes one structured line per HTTP request, with what
+// the idem middleware did with it: wrap a service's whole router with
+// [New].
+package idemlog
 
 import (
 	"context"
@@ -6,10 +9,9 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
-	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/reqlog"
 )
 
 // HeaderRequestID carries a request's id, in requests and in responses.
@@ -18,13 +20,13 @@ const HeaderRequestID = "X-Request-Id"
 // MaxRequestIDLength is the longest X-Request-Id accepted from a client.
 const MaxRequestIDLength = 128
 
-// RequestLogConfig configures [NewRequestLog].
-type RequestLogConfig struct {
+// Config configures [New].
+type Config struct {
 	// Logger receives one line per request. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
-// NewRequestLog returns middleware that writes one structured line per
+// New returns middleware that writes one structured line per
 // request when it ends, "http request", with:
 //
 //   - request_id: the request's X-Request-Id when it is 1 to
@@ -35,10 +37,10 @@ type RequestLogConfig struct {
 //     /v1/payments"), never the path, which may carry ids or keys;
 //     "unmatched" when no pattern did;
 //   - client: the client that the idem middleware, the key-status handler
-//     or [SetRequestLogClient] named; absent when none did;
-//   - key_digest: a short digest of the Idempotency-Key ([KeyDigest]),
+//     or [SetClient] named; absent when none did;
+//   - key_digest: a short digest of the Idempotency-Key (idem.KeyDigest),
 //     never the key;
-//   - outcome: the [Result] of a request the idem middleware handled
+//   - outcome: the idem.Result of a request the idem middleware handled
 //     (executed, released, replayed, in_flight, mismatch, rejected,
 //     unavailable, outcome_unknown, lease_lost); absent otherwise;
 //   - status and duration_ms.
@@ -46,7 +48,7 @@ type RequestLogConfig struct {
 // It never logs a body, a header value other than the request id, or a
 // token. Wrap the whole router with it: the route is read from the request
 // after the router has matched it.
-func NewRequestLog(cfg *RequestLogConfig) func(http.Handler) http.Handler {
+func New(cfg *Config) func(http.Handler) http.Handler {
 	logger := slog.Default()
 	if cfg != nil && cfg.Logger != nil {
 		logger = cfg.Logger
@@ -58,8 +60,8 @@ func NewRequestLog(cfg *RequestLogConfig) func(http.Handler) http.Handler {
 			if !validRequestID(id) {
 				id = newRequestID()
 			}
-			info := &requestInfo{id: id}
-			r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
+			info := &reqlog.Info{ID: id}
+			r = r.WithContext(reqlog.NewContext(r.Context(), info))
 			w.Header().Set(HeaderRequestID, id)
 			sw := &statusWriter{ResponseWriter: w}
 			defer func() {
@@ -78,24 +80,23 @@ func NewRequestLog(cfg *RequestLogConfig) func(http.Handler) http.Handler {
 	}
 }
 
-func logRequest(logger *slog.Logger, r *http.Request, info *requestInfo, status int, d time.Duration) {
+func logRequest(logger *slog.Logger, r *http.Request, info *reqlog.Info, status int, d time.Duration) {
 	route := r.Pattern
 	if route == "" {
 		route = "unmatched"
 	}
 	attrs := make([]slog.Attr, 0, 8)
-	attrs = append(attrs, slog.String("request_id", info.id), slog.String("method", r.Method), slog.String("route", route))
-	info.mu.Lock()
-	if info.client != "" {
-		attrs = append(attrs, slog.String("client", info.client))
+	attrs = append(attrs, slog.String("request_id", info.ID), slog.String("method", r.Method), slog.String("route", route))
+	client, keyDigest, result := info.Notes()
+	if client != "" {
+		attrs = append(attrs, slog.String("client", client))
 	}
-	if info.keyDigest != "" {
-		attrs = append(attrs, slog.String("key_digest", info.keyDigest))
+	if keyDigest != "" {
+		attrs = append(attrs, slog.String("key_digest", keyDigest))
 	}
-	if info.result != "" {
-		attrs = append(attrs, slog.String("outcome", string(info.result)))
+	if result != "" {
+		attrs = append(attrs, slog.String("outcome", result))
 	}
-	info.mu.Unlock()
 	attrs = append(attrs, slog.Int("status", status), slog.Float64("duration_ms", float64(d.Microseconds())/1000))
 	level := slog.LevelInfo
 	if status >= 500 {
@@ -104,70 +105,23 @@ func logRequest(logger *slog.Logger, r *http.Request, info *requestInfo, status 
 	logger.LogAttrs(r.Context(), level, "http request", attrs...)
 }
 
-// RequestIDFromContext returns the id that [NewRequestLog] gave the
-// request whose context this is.
+// RequestIDFromContext returns the id that [New] gave the request whose
+// context this is.
 func RequestIDFromContext(ctx context.Context) (string, bool) {
-	info, ok := ctx.Value(requestInfoKey{}).(*requestInfo)
+	info, ok := reqlog.FromContext(ctx)
 	if !ok {
 		return "", false
 	}
-	return info.id, true
+	return info.ID, true
 }
 
-// SetRequestLogClient names the authenticated client in the request's log
-// line, for an auth layer that runs before any idem handler. It does
-// nothing when the context did not come through [NewRequestLog].
-func SetRequestLogClient(ctx context.Context, client string) {
-	if info, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
-		info.mu.Lock()
-		info.client = client
-		info.mu.Unlock()
+// SetClient names the authenticated client in the request's log line,
+// for an auth layer that runs before any idem handler. It does nothing
+// when the context did not come through [New].
+func SetClient(ctx context.Context, client string) {
+	if info, ok := reqlog.FromContext(ctx); ok {
+		info.SetClient(client)
 	}
-}
-
-type requestInfoKey struct{}
-
-// requestInfo is what the request's log line says beyond the request
-// itself, filled in by the handlers it passes through.
-type requestInfo struct {
-	id string
-
-	mu        sync.Mutex
-	client    string
-	keyDigest string
-	result    Result
-}
-
-// noteScope records the client and the key of a request in its log line.
-func noteScope(ctx context.Context, scope idemstore.Scope) {
-	if info, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
-		info.mu.Lock()
-		info.client = scope.ClientID
-		if scope.Key != "" {
-			info.keyDigest = keyDigest(scope.Key)
-		}
-		info.mu.Unlock()
-	}
-}
-
-// resultNoter passes results on to the application's Metrics and records
-// each request's final result in its log line.
-type resultNoter struct{ next Metrics }
-
-func (n resultNoter) Request(ctx context.Context, r Result) {
-	n.next.Request(ctx, r)
-	if r == ResultTakenOver || r == ResultConflictRerun {
-		return // counted in addition to the final result
-	}
-	if info, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
-		info.mu.Lock()
-		info.result = r
-		info.mu.Unlock()
-	}
-}
-
-func (n resultNoter) Claim(ctx context.Context, d time.Duration, err error) {
-	n.next.Claim(ctx, d, err)
 }
 
 // validRequestID reports whether a client's X-Request-Id may be logged and

@@ -1,4 +1,4 @@
-package idem
+package fingerprint
 
 // The fingerprint as it was computed before the middleware's hot path was
 // made to allocate less: a reference that the faster code must match byte
@@ -24,9 +24,9 @@ import (
 	"github.com/idemkit/idem/internal/jcs"
 )
 
-// refFingerprintOf computes the fingerprint of a request, as [NewFingerprint]
+// refFingerprintOf computes the fingerprint of a request, as [Encoded]
 // describes.
-func refFingerprintOf(p FingerprintParams) (fingerprint, error) {
+func refFingerprintOf(p Params) (Fingerprint, error) {
 	f, _, err := refFingerprint(p, false)
 	return f, err
 }
@@ -35,22 +35,22 @@ func refFingerprintOf(p FingerprintParams) (fingerprint, error) {
 // each form or query name in the order they came, or, with sortValues, sorted
 // as they were before their order became part of the request. moved reports
 // whether sorting put some name's values in another order.
-func refFingerprint(p FingerprintParams, sortValues bool) (f fingerprint, moved bool, err error) {
+func refFingerprint(p Params, sortValues bool) (f Fingerprint, moved bool, err error) {
 	query, err := refCanonicalPairs(p.RawQuery, nil, sortValues)
 	if err != nil {
-		return fingerprint{}, false, &bodyError{err: errMalformedQuery, reason: "the query string does not parse"}
+		return Fingerprint{}, false, &BodyError{err: ErrMalformedQuery, reason: "the query string does not parse"}
 	}
 	kind, body, fields, bodyMoved, err := refCanonicalBody(p, sortValues)
 	if err != nil {
-		return fingerprint{}, false, err
+		return Fingerprint{}, false, err
 	}
 	h := sha256.New()
 	for _, part := range []string{"idem-fingerprint-v1", p.Method, p.Path, query.encoded, kind} {
 		refWritePart(h, []byte(part))
 	}
 	refWritePart(h, body)
-	h.Sum(f.sum[:0])
-	f.kind, f.fields = kind, fields
+	h.Sum(f.Sum[:0])
+	f.Kind, f.fields = kind, fields
 	return f, query.moved || bodyMoved, nil
 }
 
@@ -60,7 +60,7 @@ func refWritePart(h hash.Hash, b []byte) {
 	h.Write(b)
 }
 
-func refCanonicalBody(p FingerprintParams, sortValues bool) (kind string, body []byte, fields []fieldDigest, moved bool, err error) {
+func refCanonicalBody(p Params, sortValues bool) (kind string, body []byte, fields []fieldDigest, moved bool, err error) {
 	if len(p.Body) == 0 {
 		return kindEmpty, nil, nil, false, nil
 	}
@@ -68,7 +68,7 @@ func refCanonicalBody(p FingerprintParams, sortValues bool) (kind string, body [
 	if p.ContentType != "" {
 		m, params, perr := mime.ParseMediaType(p.ContentType)
 		if perr != nil && !p.Raw {
-			return "", nil, nil, false, &bodyError{err: errUnsupportedMediaType, reason: "the Content-Type header does not parse"}
+			return "", nil, nil, false, &BodyError{err: ErrUnsupportedMediaType, reason: "the Content-Type header does not parse"}
 		}
 		media, charset = m, params["charset"]
 	}
@@ -81,7 +81,7 @@ func refCanonicalBody(p FingerprintParams, sortValues bool) (kind string, body [
 		if p.Raw {
 			return kindRaw, p.Body, nil, false, nil
 		}
-		return "", nil, nil, false, &bodyError{err: errUnsupportedMediaType, reason: fmt.Sprintf("charset %q is not supported; send the body in UTF-8 (charset=utf-8, or no charset)", charset)}
+		return "", nil, nil, false, &BodyError{err: ErrUnsupportedMediaType, reason: fmt.Sprintf("charset %q is not supported; send the body in UTF-8 (charset=utf-8, or no charset)", charset)}
 	}
 	switch {
 	case isJSON:
@@ -94,20 +94,20 @@ func refCanonicalBody(p FingerprintParams, sortValues bool) (kind string, body [
 		}
 		form, ferr := refCanonicalPairs(string(p.Body), exclude, sortValues)
 		if ferr != nil {
-			return "", nil, nil, false, &bodyError{err: errMalformedBody, reason: "the form body does not parse"}
+			return "", nil, nil, false, &BodyError{err: ErrMalformedBody, reason: "the form body does not parse"}
 		}
 		for _, d := range form.fields {
 			if !utf8.ValidString(d.pointer) {
-				return "", nil, nil, false, &bodyError{err: errMalformedBody, reason: "a form field name is not UTF-8 after percent-decoding"}
+				return "", nil, nil, false, &BodyError{err: ErrMalformedBody, reason: "a form field name is not UTF-8 after percent-decoding"}
 			}
 		}
 		return kindForm, []byte(form.encoded), form.fields, form.moved, nil
 	case p.Raw:
 		return kindRaw, p.Body, nil, false, nil
 	case media == "":
-		return "", nil, nil, false, &bodyError{err: errUnsupportedMediaType, reason: "the request has a body but no Content-Type; send application/json or application/x-www-form-urlencoded"}
+		return "", nil, nil, false, &BodyError{err: ErrUnsupportedMediaType, reason: "the request has a body but no Content-Type; send application/json or application/x-www-form-urlencoded"}
 	default:
-		return "", nil, nil, false, &bodyError{err: errUnsupportedMediaType, reason: fmt.Sprintf("content type %q is not supported; send application/json or application/x-www-form-urlencoded", media)}
+		return "", nil, nil, false, &BodyError{err: ErrUnsupportedMediaType, reason: fmt.Sprintf("content type %q is not supported; send application/json or application/x-www-form-urlencoded", media)}
 	}
 }
 
@@ -155,19 +155,19 @@ func refCanonicalJSON(src []byte, exclude []string) ([]byte, []fieldDigest, erro
 func refJsonError(err error) error {
 	var dup *jcs.DuplicateMemberError
 	if errors.As(err, &dup) {
-		return &bodyError{err: errDuplicateMember, reason: fmt.Sprintf("the JSON body names %s more than once", dup.Pointer)}
+		return &BodyError{err: ErrDuplicateMember, reason: fmt.Sprintf("the JSON body names %s more than once", dup.Pointer)}
 	}
 	if errors.Is(err, jcs.ErrTooDeep) {
-		return &bodyError{err: errMalformedBody, reason: "the JSON body is nested too deeply"}
+		return &BodyError{err: ErrMalformedBody, reason: "the JSON body is nested too deeply"}
 	}
 	if errors.Is(err, jcs.ErrNumber) {
-		return &bodyError{err: errMalformedBody, reason: "the JSON body has a number out of range"}
+		return &BodyError{err: ErrMalformedBody, reason: "the JSON body has a number out of range"}
 	}
 	var syn *jcs.SyntaxError
 	if errors.As(err, &syn) {
-		return &bodyError{err: errMalformedBody, reason: fmt.Sprintf("the body is not valid JSON (offset %d: %s)", syn.Offset, syn.Msg)}
+		return &BodyError{err: ErrMalformedBody, reason: fmt.Sprintf("the body is not valid JSON (offset %d: %s)", syn.Offset, syn.Msg)}
 	}
-	return &bodyError{err: errMalformedBody, reason: "the body is not valid JSON"}
+	return &BodyError{err: ErrMalformedBody, reason: "the body is not valid JSON"}
 }
 
 type refPairs struct {
@@ -249,7 +249,7 @@ func refUnescapePointer(ptr string) string {
 // refEncodeFields encodes the field digests for storage, as a small JSON object
 // of pointer to base64url digest, with the body's kind under kindMember.
 // Stores keep it as opaque bytes.
-func refEncodeFields(f fingerprint) []byte {
+func refEncodeFields(f Fingerprint) []byte {
 	if f.fields == nil { // not an object; an empty object encodes as {"media":...}
 		return nil
 	}
@@ -257,7 +257,7 @@ func refEncodeFields(f fingerprint) []byte {
 	for _, d := range f.fields {
 		m[d.pointer] = base64.RawURLEncoding.EncodeToString(d.digest[:])
 	}
-	m[kindMember] = f.kind
+	m[kindMember] = f.Kind
 	out, _ := json.Marshal(m) // a map of strings always marshals
 	return out
 }
@@ -308,7 +308,7 @@ func FuzzFingerprintMatchesReference(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, query, contentType string, body []byte, exclude string, raw bool) {
-		p := FingerprintParams{Method: "POST", Path: "/v1/payments", RawQuery: query, ContentType: contentType, Body: body, Raw: raw}
+		p := Params{Method: "POST", Path: "/v1/payments", RawQuery: query, ContentType: contentType, Body: body, Raw: raw}
 		if exclude != "" {
 			p.Exclude = strings.Split(exclude, ",")
 		}
@@ -318,13 +318,13 @@ func FuzzFingerprintMatchesReference(f *testing.F) {
 			t.Fatalf("fingerprintOf(%+v) error = %v, reference %v", p, err, wantErr)
 		}
 		if err != nil {
-			if errors.Is(err, errUnsupportedMediaType) != errors.Is(wantErr, errUnsupportedMediaType) {
+			if errors.Is(err, ErrUnsupportedMediaType) != errors.Is(wantErr, ErrUnsupportedMediaType) {
 				t.Fatalf("fingerprintOf(%+v) error = %v, reference %v: another sentinel", p, err, wantErr)
 			}
 			return
 		}
-		if got.sum != want.sum || got.kind != want.kind || !slices.Equal(got.fields, want.fields) {
-			t.Fatalf("fingerprintOf(%+v) = %x %s %v, reference %x %s %v", p, got.sum, got.kind, got.fields, want.sum, want.kind, want.fields)
+		if got.Sum != want.Sum || got.Kind != want.Kind || !slices.Equal(got.fields, want.fields) {
+			t.Fatalf("fingerprintOf(%+v) = %x %s %v, reference %x %s %v", p, got.Sum, got.Kind, got.fields, want.Sum, want.Kind, want.fields)
 		}
 		if enc, wantEnc := got.encodeFields(), refEncodeFields(want); !bytes.Equal(enc, wantEnc) {
 			t.Fatalf("encodeFields of %+v = %s, reference %s", p, enc, wantEnc)
@@ -334,10 +334,10 @@ func FuzzFingerprintMatchesReference(f *testing.F) {
 		// fingerprint, and one whose values it moves gets another.
 		old, moved, _ := refFingerprint(p, true)
 		switch {
-		case !moved && (old.sum != want.sum || !slices.Equal(old.fields, want.fields)):
-			t.Fatalf("fingerprintOf(%+v) = %x %v, with sorted values %x %v: a request whose values came sorted changed its fingerprint", p, want.sum, want.fields, old.sum, old.fields)
-		case moved && old.sum == want.sum:
-			t.Fatalf("fingerprintOf(%+v) = %x, the same with its values sorted: their order is not part of the request", p, want.sum)
+		case !moved && (old.Sum != want.Sum || !slices.Equal(old.fields, want.fields)):
+			t.Fatalf("fingerprintOf(%+v) = %x %v, with sorted values %x %v: a request whose values came sorted changed its Fingerprint", p, want.Sum, want.fields, old.Sum, old.fields)
+		case moved && old.Sum == want.Sum:
+			t.Fatalf("fingerprintOf(%+v) = %x, the same with its values sorted: their order is not part of the request", p, want.Sum)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package idem
+package fingerprint
 
 import (
 	"fmt"
@@ -18,11 +18,11 @@ func BenchmarkFingerprint(b *testing.B) {
 		fmt.Fprintf(&body, `{"sku": "SKU-%05d", "qty": %d, "unit_price": %d.%02d}`, i, i%7+1, 100+i, i%100)
 	}
 	body.WriteString(`], "capture": true}`)
-	p := FingerprintParams{Method: "POST", Path: "/v1/payments", ContentType: "application/json", Body: []byte(body.String())}
+	p := Params{Method: "POST", Path: "/v1/payments", ContentType: "application/json", Body: []byte(body.String())}
 	b.Run("fingerprint", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			if _, _, err := encodedFingerprintOf(p); err != nil { // the middleware's
+			if _, _, err := Encoded(p); err != nil { // the middleware's
 				b.Fatal(err)
 			}
 		}

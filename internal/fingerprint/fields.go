@@ -1,4 +1,4 @@
-package idem
+package fingerprint
 
 import (
 	"encoding/base64"
@@ -90,8 +90,8 @@ func decodeFields(stored []byte) map[string]string {
 	return m
 }
 
-// describeKind names a body kind for a problem's detail.
-func describeKind(kind string) string {
+// DescribeKind names a body kind for a problem's detail.
+func DescribeKind(kind string) string {
 	switch kind {
 	case kindJSON:
 		return "a JSON body"
@@ -103,23 +103,23 @@ func describeKind(kind string) string {
 	return "a body of another media type"
 }
 
-// kindChange returns the body kind of the first request, from its stored
+// KindChange returns the body kind of the first request, from its stored
 // field digests, when it is not f's: the retry sends its body in another
 // media type, so its fields cannot be compared one by one. It returns ""
 // when the kinds are the same, or the stored digests do not say (they were
 // stored by a version that did not record the kind).
-func kindChange(stored []byte, f fingerprint) string {
+func KindChange(stored []byte, f Fingerprint) string {
 	first := decodeFields(stored)[kindMember]
-	if first == "" || first == f.kind {
+	if first == "" || first == f.Kind {
 		return ""
 	}
 	return first
 }
 
-// diffFields returns the pointers of the top-level fields that differ between
+// DiffFields returns the pointers of the top-level fields that differ between
 // the stored field digests and f: changed, added or removed, sorted. It
 // returns nil when the stored digests are empty or cannot be decoded.
-func diffFields(stored []byte, f fingerprint) []string {
+func DiffFields(stored []byte, f Fingerprint) []string {
 	old := decodeFields(stored)
 	if old == nil {
 		return nil

@@ -1,4 +1,4 @@
-package idem_test
+package idemlog_test
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemlog"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -55,7 +56,7 @@ func (b *logBuffer) String() string {
 	return b.buf.String()
 }
 
-func TestRequestLog(t *testing.T) {
+func TestNew(t *testing.T) {
 	t.Parallel()
 	logs := &logBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
@@ -71,14 +72,14 @@ func TestRequestLog(t *testing.T) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/payments", mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id, ok := idem.RequestIDFromContext(r.Context()); !ok || id == "" {
+		if id, ok := idemlog.RequestIDFromContext(r.Context()); !ok || id == "" {
 			t.Error("the handler sees no request id")
 		}
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, `{"card":"4242424242424242"}`)
 	})))
 	mux.HandleFunc("GET /panic", func(http.ResponseWriter, *http.Request) { panic("boom") })
-	h := idem.NewRequestLog(&idem.RequestLogConfig{Logger: logger})(mux)
+	h := idemlog.New(&idemlog.Config{Logger: logger})(mux)
 
 	const key = "order-secret-key-1"
 	do := func(method, path, body, requestID string) *httptest.ResponseRecorder {
@@ -87,7 +88,7 @@ func TestRequestLog(t *testing.T) {
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(idem.HeaderKey, `"`+key+`"`)
 		if requestID != "" {
-			req.Header.Set(idem.HeaderRequestID, requestID)
+			req.Header.Set(idemlog.HeaderRequestID, requestID)
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
@@ -104,7 +105,7 @@ func TestRequestLog(t *testing.T) {
 		{"Replayed", "POST", "/v1/payments", `{"amount":1}`, "", "", 201, "replayed", "POST /v1/payments"},
 		{"Mismatch", "POST", "/v1/payments", `{"amount":2}`, "has space", "", 422, "mismatch", "POST /v1/payments"},
 		{"ControlCharacterID", "POST", "/v1/payments", `{"amount":1}`, "a\tb", "", 201, "replayed", "POST /v1/payments"},
-		{"TooLongID", "POST", "/v1/payments", `{"amount":1}`, strings.Repeat("x", idem.MaxRequestIDLength+1), "", 201, "replayed", "POST /v1/payments"},
+		{"TooLongID", "POST", "/v1/payments", `{"amount":1}`, strings.Repeat("x", idemlog.MaxRequestIDLength+1), "", 201, "replayed", "POST /v1/payments"},
 		{"Unmatched", "GET", "/v1/nothing/" + key, "", "", "", 404, "", "unmatched"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,7 +123,7 @@ func TestRequestLog(t *testing.T) {
 			if tt.wantID != "" && id != tt.wantID || tt.wantID == "" && !hexID.MatchString(id) {
 				t.Errorf("request_id %q, want %q or a generated one", id, tt.wantID)
 			}
-			if got := rec.Header().Get(idem.HeaderRequestID); got != id {
+			if got := rec.Header().Get(idemlog.HeaderRequestID); got != id {
 				t.Errorf("response X-Request-Id %q, want the logged %q", got, id)
 			}
 			if l["route"] != tt.wantRoute || l["status"] != float64(tt.wantStatus) || l["method"] != tt.method {
@@ -159,9 +160,9 @@ func TestRequestLog(t *testing.T) {
 	}
 }
 
-func TestRequestLogKeepsFlushing(t *testing.T) {
+func TestNewKeepsFlushing(t *testing.T) {
 	t.Parallel()
-	h := idem.NewRequestLog(&idem.RequestLogConfig{Logger: quiet})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := idemlog.New(&idemlog.Config{Logger: slog.New(slog.DiscardHandler)})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f, ok := w.(http.Flusher)
 		if !ok {
 			t.Error("the wrapped writer is not an http.Flusher")

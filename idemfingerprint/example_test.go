@@ -1,10 +1,10 @@
-package idem_test
+package idemfingerprint_test
 
 import (
 	"bytes"
 	"fmt"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemfingerprint"
 	"github.com/idemkit/idem/idemstore"
 )
 
@@ -13,9 +13,9 @@ import (
 // as a queue consumer calling idempg's Store.ClaimTx, puts Hash and Fields
 // in its idemstore.ClaimParams; the stored fields name top-level members, never
 // their values.
-func ExampleNewFingerprint() {
-	request := func(body string) idem.FingerprintParams {
-		return idem.FingerprintParams{
+func ExampleNew() {
+	request := func(body string) idemfingerprint.Params {
+		return idemfingerprint.Params{
 			Method:      "POST",
 			Path:        "/v1/payments",
 			ContentType: "application/json; charset=utf-8",
@@ -23,13 +23,13 @@ func ExampleNewFingerprint() {
 		}
 	}
 
-	var first idem.Fingerprint
-	first, err := idem.NewFingerprint(request(`{"amount":4200,"currency":"eur","customer":"cus_123"}`))
+	var first idemfingerprint.Fingerprint
+	first, err := idemfingerprint.New(request(`{"amount":4200,"currency":"eur","customer":"cus_123"}`))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	retry, err := idem.NewFingerprint(request(`{
+	retry, err := idemfingerprint.New(request(`{
 		"customer": "cus_123",
 		"currency": "eur",
 		"amount": 4.2e3
@@ -38,7 +38,7 @@ func ExampleNewFingerprint() {
 		fmt.Println(err)
 		return
 	}
-	changed, err := idem.NewFingerprint(request(`{"amount":4300,"currency":"eur","customer":"cus_123"}`))
+	changed, err := idemfingerprint.New(request(`{"amount":4300,"currency":"eur","customer":"cus_123"}`))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -54,7 +54,7 @@ func ExampleNewFingerprint() {
 	fmt.Println("changed is the same request:", bytes.Equal(changed.Hash, p.RequestHash))
 	fmt.Println("the stored fields hold the amount:", bytes.Contains(p.RequestFields, []byte("4200")))
 
-	_, err = idem.NewFingerprint(request(`{"amount":1,"amount":2}`))
+	_, err = idemfingerprint.New(request(`{"amount":1,"amount":2}`))
 	fmt.Println(err)
 	// Output:
 	// retry is the same request: true

@@ -1,19 +1,19 @@
-package idem
+package fingerprint
 
 // The fingerprint with its field digests as values, which only tests need:
-// the middleware keeps them encoded (encodedFingerprintOf).
+// the middleware keeps them encoded ([Encoded]).
 
 // fingerprintOf computes the fingerprint of a request with its field
 // digests decoded, one by one, for the tests that look at them; the
-// middleware and NewFingerprint take encodedFingerprintOf.
+// middleware and idemfingerprint.New take [Encoded].
 // FuzzFingerprintMatchesReference holds this one to the reference's bytes,
 // FuzzEncodedFingerprint the middleware's.
-func fingerprintOf(p FingerprintParams) (fingerprint, error) {
+func fingerprintOf(p Params) (Fingerprint, error) {
 	s := scratchPool.Get().(*scratch)
 	defer s.release()
 	f, err := s.fingerprint(p)
 	if err != nil {
-		return fingerprint{}, err
+		return Fingerprint{}, err
 	}
 	f.fields = s.fieldDigests()
 	return f, nil
@@ -38,11 +38,11 @@ func (s *scratch) fieldDigests() []fieldDigest {
 }
 
 // encodeFields encodes f's field digests as scratch.encodeFields does.
-func (f fingerprint) encodeFields() []byte {
+func (f Fingerprint) encodeFields() []byte {
 	if f.fields == nil { // not an object; an empty object encodes as {"media":...}
 		return nil
 	}
-	n := encodedFieldsLen(f.kind)
+	n := encodedFieldsLen(f.Kind)
 	for _, d := range f.fields {
 		n += encodedFieldLen(len(d.pointer))
 	}
@@ -51,5 +51,5 @@ func (f fingerprint) encodeFields() []byte {
 	for i := range f.fields {
 		out = appendEncodedField(out, f.fields[i].pointer, &f.fields[i].digest)
 	}
-	return appendEncodedKind(out, f.kind)
+	return appendEncodedKind(out, f.Kind)
 }

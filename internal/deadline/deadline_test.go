@@ -1,4 +1,4 @@
-package idem
+package deadline
 
 import (
 	"context"
@@ -47,20 +47,20 @@ func TestDeadlineCtx(t *testing.T) {
 		name string
 		// run gets a context with a timeout of 1 s whose parent cancel
 		// cancels.
-		run func(t *testing.T, ctx *deadlineCtx, cancelParent context.CancelFunc)
+		run func(t *testing.T, ctx *Context, cancelParent context.CancelFunc)
 	}{
-		{"LiveBeforeDeadline", func(t *testing.T, ctx *deadlineCtx, _ context.CancelFunc) {
+		{"LiveBeforeDeadline", func(t *testing.T, ctx *Context, _ context.CancelFunc) {
 			time.Sleep(999 * time.Millisecond)
 			checkLive(t, ctx)
 		}},
-		{"ErrAtDeadlineWithoutDone", func(t *testing.T, ctx *deadlineCtx, _ context.CancelFunc) {
+		{"ErrAtDeadlineWithoutDone", func(t *testing.T, ctx *Context, _ context.CancelFunc) {
 			time.Sleep(time.Second)
 			if err := ctx.Err(); err != context.DeadlineExceeded {
 				t.Fatalf("Err = %v, want DeadlineExceeded", err)
 			}
 			checkEnded(t, ctx, context.DeadlineExceeded)
 		}},
-		{"DoneClosesAtDeadline", func(t *testing.T, ctx *deadlineCtx, _ context.CancelFunc) {
+		{"DoneClosesAtDeadline", func(t *testing.T, ctx *Context, _ context.CancelFunc) {
 			done := ctx.Done()
 			checkLive(t, ctx)
 			start := time.Now()
@@ -70,42 +70,42 @@ func TestDeadlineCtx(t *testing.T) {
 			}
 			checkEnded(t, ctx, context.DeadlineExceeded)
 		}},
-		{"ParentCancelledBeforeDone", func(t *testing.T, ctx *deadlineCtx, cancelParent context.CancelFunc) {
+		{"ParentCancelledBeforeDone", func(t *testing.T, ctx *Context, cancelParent context.CancelFunc) {
 			cancelParent()
 			checkEnded(t, ctx, context.Canceled)
 		}},
-		{"ParentCancelledAfterDone", func(t *testing.T, ctx *deadlineCtx, cancelParent context.CancelFunc) {
+		{"ParentCancelledAfterDone", func(t *testing.T, ctx *Context, cancelParent context.CancelFunc) {
 			done := ctx.Done()
 			cancelParent()
 			<-done
 			checkEnded(t, ctx, context.Canceled)
 		}},
-		{"StopBeforeDone", func(t *testing.T, ctx *deadlineCtx, _ context.CancelFunc) {
-			ctx.stop()
+		{"StopBeforeDone", func(t *testing.T, ctx *Context, _ context.CancelFunc) {
+			ctx.Stop()
 			checkEnded(t, ctx, context.Canceled)
 		}},
-		{"StopAfterDone", func(t *testing.T, ctx *deadlineCtx, _ context.CancelFunc) {
+		{"StopAfterDone", func(t *testing.T, ctx *Context, _ context.CancelFunc) {
 			done := ctx.Done()
-			ctx.stop()
+			ctx.Stop()
 			<-done
 			checkEnded(t, ctx, context.Canceled)
 		}},
-		{"StopAfterDeadlineKeepsDeadlineExceeded", func(t *testing.T, ctx *deadlineCtx, _ context.CancelFunc) {
+		{"StopAfterDeadlineKeepsDeadlineExceeded", func(t *testing.T, ctx *Context, _ context.CancelFunc) {
 			time.Sleep(time.Second)
 			ctx.Err()
-			ctx.stop()
+			ctx.Stop()
 			checkEnded(t, ctx, context.DeadlineExceeded)
 		}},
-		{"ErrIsSticky", func(t *testing.T, ctx *deadlineCtx, cancelParent context.CancelFunc) {
+		{"ErrIsSticky", func(t *testing.T, ctx *Context, cancelParent context.CancelFunc) {
 			time.Sleep(time.Second)
 			if err := ctx.Err(); err != context.DeadlineExceeded {
 				t.Fatalf("Err = %v, want DeadlineExceeded", err)
 			}
 			cancelParent()
-			ctx.stop()
+			ctx.Stop()
 			checkEnded(t, ctx, context.DeadlineExceeded)
 		}},
-		{"DerivedWithCancelEndsAtDeadline", func(t *testing.T, ctx *deadlineCtx, _ context.CancelFunc) {
+		{"DerivedWithCancelEndsAtDeadline", func(t *testing.T, ctx *Context, _ context.CancelFunc) {
 			child, cancel := context.WithCancel(ctx)
 			defer cancel()
 			checkLive(t, child)
@@ -113,21 +113,21 @@ func TestDeadlineCtx(t *testing.T) {
 			checkEnded(t, child, context.DeadlineExceeded)
 			checkEnded(t, ctx, context.DeadlineExceeded)
 		}},
-		{"DerivedWithCancelEndsOnStop", func(t *testing.T, ctx *deadlineCtx, _ context.CancelFunc) {
+		{"DerivedWithCancelEndsOnStop", func(t *testing.T, ctx *Context, _ context.CancelFunc) {
 			child, cancel := context.WithCancel(ctx)
 			defer cancel()
-			ctx.stop()
+			ctx.Stop()
 			<-child.Done()
 			checkEnded(t, child, context.Canceled)
 		}},
-		{"DerivedAfterDeadlineStartsEnded", func(t *testing.T, ctx *deadlineCtx, _ context.CancelFunc) {
+		{"DerivedAfterDeadlineStartsEnded", func(t *testing.T, ctx *Context, _ context.CancelFunc) {
 			time.Sleep(time.Second)
 			ctx.Err()
 			child, cancel := context.WithCancel(ctx)
 			defer cancel()
 			checkEnded(t, child, context.DeadlineExceeded)
 		}},
-		{"AfterFuncRunsAtDeadline", func(t *testing.T, ctx *deadlineCtx, _ context.CancelFunc) {
+		{"AfterFuncRunsAtDeadline", func(t *testing.T, ctx *Context, _ context.CancelFunc) {
 			ran := make(chan time.Time, 1)
 			start := time.Now()
 			context.AfterFunc(ctx, func() { ran <- time.Now() })
@@ -136,7 +136,7 @@ func TestDeadlineCtx(t *testing.T) {
 			}
 			checkEnded(t, ctx, context.DeadlineExceeded)
 		}},
-		{"AfterFuncStoppedDoesNotRun", func(t *testing.T, ctx *deadlineCtx, _ context.CancelFunc) {
+		{"AfterFuncStoppedDoesNotRun", func(t *testing.T, ctx *Context, _ context.CancelFunc) {
 			ran := false
 			stop := context.AfterFunc(ctx, func() { ran = true })
 			if !stop() {
@@ -148,19 +148,19 @@ func TestDeadlineCtx(t *testing.T) {
 				t.Error("the stopped func ran")
 			}
 		}},
-		{"AfterFuncAfterStopRuns", func(t *testing.T, ctx *deadlineCtx, _ context.CancelFunc) {
-			ctx.stop()
+		{"AfterFuncAfterStopRuns", func(t *testing.T, ctx *Context, _ context.CancelFunc) {
+			ctx.Stop()
 			ran := make(chan struct{})
 			context.AfterFunc(ctx, func() { close(ran) })
 			<-ran
 		}},
-		{"CarriesParentValues", func(t *testing.T, ctx *deadlineCtx, _ context.CancelFunc) {
+		{"CarriesParentValues", func(t *testing.T, ctx *Context, _ context.CancelFunc) {
 			if v := ctx.Value(valueKey{}); v != "v" {
 				t.Errorf("Value = %v, want v", v)
 			}
 			checkLive(t, ctx)
 		}},
-		{"Deadline", func(t *testing.T, ctx *deadlineCtx, _ context.CancelFunc) {
+		{"Deadline", func(t *testing.T, ctx *Context, _ context.CancelFunc) {
 			d, ok := ctx.Deadline()
 			if want := time.Now().Add(time.Second); !ok || !d.Equal(want) {
 				t.Errorf("Deadline = %v, %v; want %v, true", d, ok, want)
@@ -173,8 +173,8 @@ func TestDeadlineCtx(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				parent, cancel := context.WithCancel(context.WithValue(context.Background(), valueKey{}, "v"))
 				defer cancel()
-				ctx := newDeadlineCtx(parent, time.Now().Add(time.Second))
-				defer ctx.stop()
+				ctx := New(parent, time.Now().Add(time.Second))
+				defer ctx.Stop()
 				tt.run(t, ctx, cancel)
 			})
 		})
@@ -189,8 +189,8 @@ func TestDeadlineCtxEarlierParentDeadline(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			parent, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			ctx := newDeadlineCtx(parent, time.Now().Add(time.Hour))
-			defer ctx.stop()
+			ctx := New(parent, time.Now().Add(time.Hour))
+			defer ctx.Stop()
 			if d, _ := ctx.Deadline(); !d.Equal(time.Now().Add(time.Second)) {
 				t.Errorf("Deadline = %v, want the parent's", d)
 			}
@@ -205,14 +205,14 @@ func TestDeadlineCtxEarlierParentDeadline(t *testing.T) {
 }
 
 // TestDeadlineCtxConcurrent checks, under the race detector, that Err and
-// Done agree when the deadline, the parent's cancellation and stop race
+// Done agree when the deadline, the parent's cancellation and Stop race
 // with them: once Err returns an error, Done is closed and Err keeps
 // returning that error.
 func TestDeadlineCtxConcurrent(t *testing.T) {
 	t.Parallel()
 	for range 50 {
 		parent, cancel := context.WithCancel(context.Background())
-		ctx := newDeadlineCtx(parent, time.Now().Add(time.Millisecond))
+		ctx := New(parent, time.Now().Add(time.Millisecond))
 		var wg sync.WaitGroup
 		for g := range 4 {
 			wg.Go(func() {
@@ -243,7 +243,7 @@ func TestDeadlineCtxConcurrent(t *testing.T) {
 			})
 		}
 		wg.Go(cancel)
-		wg.Go(ctx.stop)
+		wg.Go(ctx.Stop)
 		wg.Wait()
 	}
 }

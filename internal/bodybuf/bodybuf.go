@@ -1,4 +1,7 @@
-package idem
+// Package bodybuf holds the buffers that request bodies are read into,
+// reused from one request to the next, and the reader a handler is given
+// for one.
+package bodybuf
 
 import (
 	"errors"
@@ -38,10 +41,10 @@ func bodySize(n int64) int {
 	return -1
 }
 
-// bodyBuffer returns an empty buffer for a body of the given length, with
+// Get returns an empty buffer for a body of the given length, with
 // room for the byte after it, from bodyBuffers when it holds one; nil when
 // the length is unknown, 0, or too large to pool.
-func bodyBuffer(length int64) []byte {
+func Get(length int64) []byte {
 	if length <= 0 || length >= maxPooledBody {
 		return nil
 	}
@@ -55,9 +58,9 @@ func bodyBuffer(length int64) []byte {
 	return make([]byte, 0, bodySizes[i])
 }
 
-// recycleBody puts b, a body buffer that no handler holds and nothing
+// Recycle puts b, a body buffer that no handler holds and nothing
 // refers to any more, in bodyBuffers, when it is one of bodySizes.
-func recycleBody(b []byte) {
+func Recycle(b []byte) {
 	i := bodySize(int64(cap(b)))
 	if i < 0 || cap(b) != bodySizes[i] {
 		return
@@ -74,20 +77,20 @@ func recycleBody(b []byte) {
 // putting a buffer there does not allocate one.
 var bodyHolders sync.Pool // of *[]byte, nil
 
-// bodyReader is the body a handler reads, as a bytes.Reader reads it: the
-// buffered request body, until the middleware takes it back with detach.
+// Reader is the body a handler reads, as a bytes.Reader reads it: the
+// buffered request body, until the middleware takes it back with Detach.
 // Its lock is held while its bytes are read, so that the middleware can
 // tell whether a reader the handler left behind, such as a Transport that
 // still sends the body upstream after its RoundTrip returned, is reading
 // them.
-type bodyReader struct {
+type Reader struct {
 	mu sync.Mutex
 	s  []byte // the body; nil once detached
 	i  int64  // where the next Read starts
 }
 
 // Read reads the body as bytes.Reader.Read does.
-func (b *bodyReader) Read(p []byte) (int, error) {
+func (b *Reader) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.i >= int64(len(b.s)) {
@@ -100,7 +103,7 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 
 // WriteTo writes the rest of the body to w, as bytes.Reader.WriteTo does,
 // so that io.Copy needs no buffer. w must not keep the bytes it is given.
-func (b *bodyReader) WriteTo(w io.Writer) (int64, error) {
+func (b *Reader) WriteTo(w io.Writer) (int64, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.i >= int64(len(b.s)) {
@@ -119,7 +122,7 @@ func (b *bodyReader) WriteTo(w io.Writer) (int64, error) {
 }
 
 // ReadAt reads the body at off as bytes.Reader.ReadAt does.
-func (b *bodyReader) ReadAt(p []byte, off int64) (int, error) {
+func (b *Reader) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, errors.New("idem: request body: ReadAt at a negative offset")
 	}
@@ -136,7 +139,7 @@ func (b *bodyReader) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // Seek sets where the next Read starts, as bytes.Reader.Seek does.
-func (b *bodyReader) Seek(offset int64, whence int) (int64, error) {
+func (b *Reader) Seek(offset int64, whence int) (int64, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var abs int64
@@ -158,12 +161,16 @@ func (b *bodyReader) Seek(offset int64, whence int) (int64, error) {
 }
 
 // Close does nothing: the body is in memory.
-func (*bodyReader) Close() error { return nil }
+func (*Reader) Close() error { return nil }
 
-// detach makes the reader read nothing more and reports whether its
+// Attach makes the reader read body from its start. Call it before the
+// reader is handed to anyone.
+func (b *Reader) Attach(body []byte) { b.s, b.i = body, 0 }
+
+// Detach makes the reader read nothing more and reports whether its
 // buffer may go to another request: false while a read is under way, which
 // may still be copying from it.
-func (b *bodyReader) detach() bool {
+func (b *Reader) Detach() bool {
 	if !b.mu.TryLock() {
 		return false
 	}

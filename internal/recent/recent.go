@@ -1,4 +1,5 @@
-package idem
+// Package recent remembers the keys that a middleware claimed lately.
+package recent
 
 import (
 	"hash/maphash"
@@ -7,7 +8,7 @@ import (
 	"github.com/idemkit/idem/idemstore"
 )
 
-// The size of recentKeys: recentBuckets buckets of recentWays digests of 8
+// The size of Keys: recentBuckets buckets of recentWays digests of 8
 // bytes, 512 KiB in all, without pointers for the garbage collector to
 // follow. A bucket is one cache line.
 const (
@@ -15,7 +16,7 @@ const (
 	recentBuckets = 1 << 13
 )
 
-// recentKeys remembers digests of the last keys that a middleware in
+// Keys remembers digests of the last keys that a middleware in
 // ModeAtomic claimed, so that another request with one of them (a retry
 // of a finished request, or a duplicate of one in flight) claims its key
 // at once instead of speculatively ([idemstore.ClaimParams.Speculative]). A
@@ -35,27 +36,28 @@ const (
 // only chooses the other claim, which is answered the same way. Retries
 // that reach another process (behind a load balancer) claim
 // speculatively there.
-type recentKeys struct {
+type Keys struct {
 	seed    maphash.Seed
 	mu      sync.Mutex
 	buckets *[recentBuckets][recentWays]uint64 // newest first; 0 is empty; nil until the first key
 }
 
-func newRecentKeys() *recentKeys {
-	return &recentKeys{seed: maphash.MakeSeed()}
+// New returns a Keys that remembers no key yet.
+func New() *Keys {
+	return &Keys{seed: maphash.MakeSeed()}
 }
 
 // digest is the digest of the key of scope, never 0.
-func (r *recentKeys) digest(scope idemstore.Scope) uint64 {
+func (r *Keys) digest(scope idemstore.Scope) uint64 {
 	// Two digests mixed, rather than one of the joined text, which would
 	// allocate.
 	d := maphash.String(r.seed, scope.ClientID)*0x9e3779b97f4a7c15 ^ maphash.String(r.seed, scope.Key)
 	return max(d, 1)
 }
 
-// seen reports whether the key of scope was claimed here recently, and
+// Seen reports whether the key of scope was claimed here recently, and
 // remembers it.
-func (r *recentKeys) seen(scope idemstore.Scope) bool {
+func (r *Keys) Seen(scope idemstore.Scope) bool {
 	d := r.digest(scope)
 	r.mu.Lock()
 	defer r.mu.Unlock()

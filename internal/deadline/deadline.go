@@ -1,4 +1,6 @@
-package idem
+// Package deadline is the context of the store calls of a request: that of
+// context.WithDeadline, without its timer for the calls that never wait.
+package deadline
 
 import (
 	"context"
@@ -6,12 +8,12 @@ import (
 	"time"
 )
 
-// deadlineCtx is the context of [context.WithDeadline], for the store
+// Context is the context of [context.WithDeadline], for the store
 // calls of a request, made cheap for the calls that never wait on it.
 // context.WithDeadline starts a timer and allocates it with the context,
 // on every request; most store calls (an in-memory store, a claim that
 // finds a replay) only ask Err, which needs no timer: it compares the
-// clock with the deadline. deadlineCtx makes the real context, with its
+// clock with the deadline. Context makes the real context, with its
 // timer, only when Done or Value is first called, and until then answers
 // Err itself.
 //
@@ -22,36 +24,36 @@ import (
 //
 // Err is sticky: once it has returned an error it returns that error, and
 // Done is closed (or is made closed) from then on.
-type deadlineCtx struct {
+type Context struct {
 	parent   context.Context
 	deadline time.Time
 
 	mu     sync.Mutex
 	real   context.Context    // made by materialize
 	cancel context.CancelFunc // cancels real
-	err    error              // the first error Err returned; see stop
+	err    error              // the first error Err returned; see Stop
 }
 
-// newDeadlineCtx returns a context that parent's cancellation and the
-// deadline end, as context.WithDeadline(parent, deadline) does. Call stop
+// New returns a context that parent's cancellation and the
+// deadline end, as context.WithDeadline(parent, deadline) does. Call Stop
 // when the work under it is done.
-func newDeadlineCtx(parent context.Context, deadline time.Time) *deadlineCtx {
-	return &deadlineCtx{parent: parent, deadline: deadline}
+func New(parent context.Context, deadline time.Time) *Context {
+	return &Context{parent: parent, deadline: deadline}
 }
 
 // Deadline returns the earlier of the parent's deadline and its own.
-func (c *deadlineCtx) Deadline() (time.Time, bool) {
+func (c *Context) Deadline() (time.Time, bool) {
 	if d, ok := c.parent.Deadline(); ok && d.Before(c.deadline) {
 		return d, true
 	}
 	return c.deadline, true
 }
 
-func (c *deadlineCtx) Done() <-chan struct{} { return c.materialize().Done() }
+func (c *Context) Done() <-chan struct{} { return c.materialize().Done() }
 
-func (c *deadlineCtx) Value(key any) any { return c.materialize().Value(key) }
+func (c *Context) Value(key any) any { return c.materialize().Value(key) }
 
-func (c *deadlineCtx) Err() error {
+func (c *Context) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err == nil {
@@ -62,7 +64,7 @@ func (c *deadlineCtx) Err() error {
 
 // check returns the error that ends the context now, or nil. The caller
 // holds mu.
-func (c *deadlineCtx) check() error {
+func (c *Context) check() error {
 	if c.real != nil {
 		return c.real.Err()
 	}
@@ -78,7 +80,7 @@ func (c *deadlineCtx) check() error {
 // materialize returns the real context, made on the first call: one
 // already ended with the error Err returned, when it returned one, and
 // otherwise context.WithDeadline's. It carries the parent's values.
-func (c *deadlineCtx) materialize() context.Context {
+func (c *Context) materialize() context.Context {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.real != nil {
@@ -96,9 +98,9 @@ func (c *deadlineCtx) materialize() context.Context {
 	return c.real
 }
 
-// stop ends the context, as the CancelFunc of context.WithTimeout does,
+// Stop ends the context, as the CancelFunc of context.WithTimeout does,
 // and releases the real context's timer if it was made.
-func (c *deadlineCtx) stop() {
+func (c *Context) Stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
