@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/replay"
 )
 
 // Defaults of [Config].
@@ -278,7 +279,7 @@ func (c *Config) validate() error {
 			return fmt.Errorf("idem: Config.ExcludeFields entry %q must be a top-level JSON pointer such as \"/timestamp\"", ptr)
 		}
 	}
-	return checkReplayHeaders("Config.ReplayHeaders", c.ReplayHeaders)
+	return replay.Check("Config.ReplayHeaders", c.ReplayHeaders)
 }
 
 // build returns cfg with its defaults, or the reason it is invalid.

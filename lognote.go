@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/keyspec"
 	"github.com/idemkit/idem/internal/reqlog"
 )
 
@@ -17,7 +18,7 @@ func noteScope(ctx context.Context, scope idemstore.Scope) {
 	if info, ok := reqlog.FromContext(ctx); ok {
 		digest := ""
 		if scope.Key != "" {
-			digest = keyDigest(scope.Key)
+			digest = keyspec.Digest(scope.Key)
 		}
 		info.SetScope(scope.ClientID, digest)
 	}

@@ -2,8 +2,6 @@ package idem
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
@@ -14,6 +12,7 @@ import (
 	"github.com/idemkit/idem/internal/bodybuf"
 	"github.com/idemkit/idem/internal/deadline"
 	"github.com/idemkit/idem/internal/fingerprint"
+	"github.com/idemkit/idem/internal/keyspec"
 	"github.com/idemkit/idem/internal/recent"
 )
 
@@ -76,7 +75,7 @@ type call struct {
 // most requests log none.
 func (c *call) logger() *slog.Logger {
 	if c.log == nil {
-		c.log = c.base.With("client_id", c.scope.ClientID, "key_digest", keyDigest(c.scope.Key))
+		c.log = c.base.With("client_id", c.scope.ClientID, "key_digest", keyspec.Digest(c.scope.Key))
 	}
 	return c.log
 }
@@ -358,10 +357,4 @@ type execution struct {
 	rec  recorder
 	body bodybuf.Reader
 	ctx  scopeContext
-}
-
-// keyDigest is a short digest of a key for logs, which never carry keys.
-func keyDigest(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:6])
 }

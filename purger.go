@@ -50,8 +50,8 @@ type Purger struct {
 	statsMetrics KeyStatsMetrics
 }
 
-// PurgeResult is the outcome of one run of a [Purger].
-type PurgeResult struct {
+// purgeResult is the outcome of one run of a [Purger].
+type purgeResult struct {
 	Deleted  int64         // keys deleted
 	Batches  int           // batches run, the last one not full
 	Duration time.Duration // from the first batch to the end of the last
@@ -143,9 +143,9 @@ func (p *Purger) unlock(ctx context.Context, lock idemstore.PurgeLock) {
 }
 
 // run deletes batches until one is not full.
-func (p *Purger) run(ctx context.Context, lock idemstore.PurgeLock) (PurgeResult, error) {
+func (p *Purger) run(ctx context.Context, lock idemstore.PurgeLock) (purgeResult, error) {
 	params := idemstore.PurgeParams{Before: p.cfg.Now().Add(-p.cfg.Retention), BatchSize: p.cfg.Purge.BatchSize}
-	var res PurgeResult
+	var res purgeResult
 	start := time.Now()
 	err := func() error {
 		for {

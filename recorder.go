@@ -2,11 +2,11 @@ package idem
 
 import (
 	"bytes"
-	"fmt"
 	"net/http"
 	"slices"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/replay"
 )
 
 // replayList is the response headers a stored response keeps: Content-Type,
@@ -15,41 +15,7 @@ import (
 // newReplayList, and store responses with its response.
 type replayList []string
 
-func newReplayList(extra []string) replayList { return StoredHeaders(extra) }
-
-// StoredHeaders returns the response headers that a stored response keeps
-// and a replay sends: Content-Type, Content-Language and Location, then
-// extra (a Config's ReplayHeaders), canonical and each once. A front that
-// answers for the middleware, as a proxy's replay of an upstream's answer
-// does, writes these and no others.
-func StoredHeaders(extra []string) []string {
-	l := []string{"Content-Type", "Content-Language", "Location"}
-	for _, h := range extra {
-		if h = http.CanonicalHeaderKey(h); !slices.Contains(l, h) {
-			l = append(l, h)
-		}
-	}
-	return l
-}
-
-// forbiddenReplayHeaders are never stored or replayed, whatever the
-// configuration.
-var forbiddenReplayHeaders = []string{
-	"Set-Cookie", "Authorization", "Proxy-Authorization", "Proxy-Authenticate",
-	"Www-Authenticate", "Cookie", "Content-Length", "Transfer-Encoding", "Connection",
-	"Idempotent-Replayed",
-}
-
-// checkReplayHeaders refuses a configured replay list with a forbidden
-// header; field names the setting in the error.
-func checkReplayHeaders(field string, headers []string) error {
-	for _, h := range headers {
-		if slices.Contains(forbiddenReplayHeaders, http.CanonicalHeaderKey(h)) {
-			return fmt.Errorf("idem: %s must not contain %q", field, h)
-		}
-	}
-	return nil
-}
+func newReplayList(extra []string) replayList { return replay.Headers(extra) }
 
 // response is what the store keeps of a buffered response: the status,
 // the headers on the list and the body.

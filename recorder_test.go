@@ -4,7 +4,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"testing"
 )
 
@@ -34,13 +33,4 @@ func TestRecorderWriteString(t *testing.T) {
 			t.Errorf("overflow %t, kept %q, sent %d %q; want true, nothing, 201 abcd", rec.stream.overflow, rec.body.String(), client.Code, client.Body.String())
 		}
 	})
-}
-
-func TestStoredHeaders(t *testing.T) {
-	t.Parallel()
-	got := StoredHeaders([]string{"x-request-id", "content-type", "X-Request-Id", "Etag"})
-	want := []string{"Content-Type", "Content-Language", "Location", "X-Request-Id", "Etag"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("StoredHeaders = %q, want %q", got, want)
-	}
 }

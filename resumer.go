@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/keyspec"
 )
 
-// ResumerLockName is the name of the lock that a [Resumer] takes
-// through [Leader] for each pass, so that one instance at a time runs it.
-const ResumerLockName = "idem-resumer"
+// resumerLockName is the name of the lock that a [Resumer] takes
+// through [idemstore.Leader] for each pass, so that one instance at a time runs it.
+const resumerLockName = "idem-resumer"
 
 // ResumerMetrics is implemented by a [Metrics] that also reports what a
 // [Resumer] does. The idemprom package
@@ -24,13 +25,6 @@ const ResumerLockName = "idem-resumer"
 type ResumerMetrics interface {
 	// ResumerPass reports one pass of the resumer.
 	ResumerPass(ctx context.Context, r ResumerResult)
-}
-
-// Leader is implemented by stores that several instances share (idempg):
-// TryLead takes the database-wide lock name without waiting. held is
-// false when another instance holds it; otherwise unlock frees it.
-type Leader interface {
-	TryLead(ctx context.Context, name string) (unlock func(), held bool, err error)
 }
 
 // ResumerResult is what one pass of a [Resumer] did.
@@ -79,8 +73,8 @@ type ResumerResult struct {
 // gives up on it, says so at Error, and counts it in ResumerResult.GaveUp
 // for an alert: it stays started at its recovery point for an operator.
 //
-// On a store that implements [Leader] (idempg), each pass holds the
-// database-wide lock [ResumerLockName]: with several instances, at most
+// On a store that implements [idemstore.Leader] (idempg), each pass holds the
+// database-wide lock "idem-resumer": with several instances, at most
 // one runs a pass at a time, and the others skip theirs.
 //
 // Keys that passed no recovery point are found in two listings a pass, each
@@ -146,8 +140,8 @@ func (c *Resumer) Run(ctx context.Context) error {
 // returned: the error is the listing's or the lock's.
 func (c *Resumer) RunOnce(ctx context.Context) (ResumerResult, error) {
 	var res ResumerResult
-	if leader, ok := c.store.(Leader); ok {
-		unlock, held, err := leader.TryLead(ctx, ResumerLockName)
+	if leader, ok := c.store.(idemstore.Leader); ok {
+		unlock, held, err := leader.TryLead(ctx, resumerLockName)
 		if err != nil {
 			return res, fmt.Errorf("idem: resumer: take the lock: %w", err)
 		}
@@ -234,7 +228,7 @@ func (c *Resumer) complete(ctx context.Context, rec *idemstore.Record, now time.
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
 	defer cancel()
-	log := c.cfg.Logger.With("client_id", rec.Scope.ClientID, "key_digest", keyDigest(rec.Scope.Key))
+	log := c.cfg.Logger.With("client_id", rec.Scope.ClientID, "key_digest", keyspec.Digest(rec.Scope.Key))
 	claimed, err := c.store.Claim(ctx, idemstore.ClaimParams{
 		Scope: rec.Scope, Method: rec.Method, Path: rec.Path,
 		RequestHash: rec.RequestHash, RequestFields: rec.RequestFields,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/keyspec"
 )
 
 // Key states reported by the handler of [NewStatusHandler].
@@ -98,7 +99,7 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		if r.Context().Err() == nil {
-			h.cfg.Logger.ErrorContext(r.Context(), "idem: key status lookup failed", "client_id", client, "key_digest", keyDigest(key), "err", err)
+			h.cfg.Logger.ErrorContext(r.Context(), "idem: key status lookup failed", "client_id", client, "key_digest", keyspec.Digest(key), "err", err)
 		}
 		h.problem(w, ProblemUnavailable, "The idempotency store did not answer; retry after Retry-After.", unavailableRetryAfter)
 		return

@@ -38,7 +38,7 @@ type Config struct {
 //     "unmatched" when no pattern did;
 //   - client: the client that the idem middleware, the key-status handler
 //     or [SetClient] named; absent when none did;
-//   - key_digest: a short digest of the Idempotency-Key (idem.KeyDigest),
+//   - key_digest: a short digest of the Idempotency-Key (the first 12 hex digits of its SHA-256, as every idem component logs it),
 //     never the key;
 //   - outcome: the idem.Result of a request the idem middleware handled
 //     (executed, released, replayed, in_flight, mismatch, rejected,

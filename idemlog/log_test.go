@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemlog"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/keyspec"
 )
 
 // logBuffer is a concurrency-safe buffer of JSON log lines.
@@ -132,8 +133,8 @@ func TestNew(t *testing.T) {
 			if out, _ := l["outcome"].(string); out != tt.wantOutcome {
 				t.Errorf("outcome %q, want %q", out, tt.wantOutcome)
 			}
-			if tt.wantOutcome != "" && (l["client"] != "alice" || l["key_digest"] != idem.KeyDigest(key)) {
-				t.Errorf("client %v key_digest %v, want alice and %s", l["client"], l["key_digest"], idem.KeyDigest(key))
+			if tt.wantOutcome != "" && (l["client"] != "alice" || l["key_digest"] != keyspec.Digest(key)) {
+				t.Errorf("client %v key_digest %v, want alice and %s", l["client"], l["key_digest"], keyspec.Digest(key))
 			}
 			if _, ok := l["duration_ms"].(float64); !ok {
 				t.Errorf("no duration_ms in %v", l)

@@ -11,13 +11,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemstore"
 )
 
 var (
 	_ idemstore.RecoveryStore = (*Store)(nil)
-	_ idem.Leader             = (*Store)(nil)
+	_ idemstore.Leader        = (*Store)(nil)
 )
 
 // Statements of recovery points (migration 003).
@@ -152,7 +151,7 @@ func listUnfinished(ctx context.Context, conn *pgxpool.Conn, query string, args 
 	return out, nil
 }
 
-// TryLead implements [idem.Leader] with a session-level advisory lock,
+// TryLead implements [idemstore.Leader] with a session-level advisory lock,
 // taken without waiting, on a connection that the lock keeps until unlock:
 // one holder in the database at a time, and a holder whose process dies
 // loses it with its session. With Config.TransactionPooling the lock is

@@ -263,11 +263,11 @@ func testTryLead(t *testing.T, pooling bool) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	unlock, held, err := a.TryLead(ctx, idem.ResumerLockName)
+	unlock, held, err := a.TryLead(ctx, "idem-resumer")
 	if err != nil || !held {
 		t.Fatalf("first TryLead = %v, %v; want held", held, err)
 	}
-	if _, held, err := b.TryLead(ctx, idem.ResumerLockName); err != nil || held {
+	if _, held, err := b.TryLead(ctx, "idem-resumer"); err != nil || held {
 		t.Fatalf("second instance's TryLead = %v, %v; want not held", held, err)
 	}
 	unlockOther, held, err := b.TryLead(ctx, "another-job")
@@ -276,7 +276,7 @@ func testTryLead(t *testing.T, pooling bool) {
 	}
 	unlockOther()
 	unlock()
-	unlockB, held, err := b.TryLead(ctx, idem.ResumerLockName)
+	unlockB, held, err := b.TryLead(ctx, "idem-resumer")
 	if err != nil || !held {
 		t.Fatalf("TryLead after unlock = %v, %v; want held", held, err)
 	}

@@ -105,3 +105,10 @@ func (r Recovery) Clone() Recovery {
 	}
 	return r
 }
+
+// Leader is implemented by stores that several instances share (idempg):
+// TryLead takes the database-wide lock name without waiting. held is
+// false when another instance holds it; otherwise unlock frees it.
+type Leader interface {
+	TryLead(ctx context.Context, name string) (unlock func(), held bool, err error)
+}

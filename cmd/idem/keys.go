@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/keyspec"
 )
 
 const keysUsage = `Usage: idem keys <list|show|release|delete> [flags] [CLIENT KEY]
@@ -298,7 +299,7 @@ func releaseChecklist(client, key string) string {
   - that no process still runs the request (its lease has expired, or it was stopped).
 If the work happened, do not release: the retry would run it again, except for calls
 that other systems deduplicate by the derived key.
-`, idem.KeyDigest(key), client)
+`, keyspec.Digest(key), client)
 }
 
 func runKeysRelease(ctx context.Context, c *cli, args []string) int {
@@ -393,7 +394,7 @@ func runKeysDelete(ctx context.Context, c *cli, args []string) int {
 // digest, never the key.
 func (c *cli) audit(action string, scope idemstore.Scope, before *idemstore.Record, reason string, force bool) {
 	operator, _ := c.lookupEnv("USER")
-	attrs := []any{"action", action, "client_id", scope.ClientID, "key_digest", idem.KeyDigest(scope.Key),
+	attrs := []any{"action", action, "client_id", scope.ClientID, "key_digest", keyspec.Digest(scope.Key),
 		"state", string(before.Status), "token", before.Token, "operator", operator, "reason", reason}
 	if force {
 		attrs = append(attrs, "force", true)
@@ -428,7 +429,7 @@ type keyView struct {
 
 func viewOf(rec *idemstore.Record, now time.Time, lockTimeout time.Duration, withBody bool) keyView {
 	v := keyView{
-		Client: rec.Scope.ClientID, Key: rec.Scope.Key, KeyDigest: idem.KeyDigest(rec.Scope.Key),
+		Client: rec.Scope.ClientID, Key: rec.Scope.Key, KeyDigest: keyspec.Digest(rec.Scope.Key),
 		State: string(rec.Status), Method: rec.Method, Path: rec.Path, RequestHash: hex.EncodeToString(rec.RequestHash),
 		Created: rec.CreatedAt.UTC(), AgeSeconds: now.Sub(rec.CreatedAt).Seconds(), Token: rec.Token,
 	}

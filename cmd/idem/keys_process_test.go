@@ -22,6 +22,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemlog"
 	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/internal/keyspec"
 )
 
 // serviceBinaries builds paymentsd and processord into a directory that
@@ -274,7 +275,7 @@ func TestStuckKeyAfterSIGKILL(t *testing.T) {
 				}
 				var l map[string]any
 				if json.Unmarshal([]byte(line), &l) == nil && l["msg"] == "http request" && l["outcome"] == "executed" &&
-					l["key_digest"] == idem.KeyDigest("kill-1") && l["client"] == "alice" && l["request_id"] != "" {
+					l["key_digest"] == keyspec.Digest("kill-1") && l["client"] == "alice" && l["request_id"] != "" {
 					executed++
 				}
 			}

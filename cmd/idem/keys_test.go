@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemfingerprint"
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/keyspec"
 )
 
 // keysEnv is a migrated database, a service's middleware on it in
@@ -161,7 +162,7 @@ func TestKeysFreeAStuckKey(t *testing.T) {
 			code, out, errOut = e.keys(t, "release", "alice", "stuck-1", "--reason", "INC-42 holder killed")
 			t.Logf("idem keys release alice stuck-1\n%s%s", out, errOut)
 			if code != exitOK || !strings.Contains(out, "released alice stuck-1") || !strings.Contains(errOut, "reason=\"INC-42 holder killed\"") ||
-				!strings.Contains(errOut, "key_digest="+idem.KeyDigest("stuck-1")) || strings.Contains(errOut, "stuck-1") {
+				!strings.Contains(errOut, "key_digest="+keyspec.Digest("stuck-1")) || strings.Contains(errOut, "stuck-1") {
 				t.Fatalf("release: exit %d\n%s%s", code, out, errOut)
 			}
 

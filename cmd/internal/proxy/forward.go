@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/keyspec"
 )
 
 // Problem codes of the proxy, beside idem's own.
@@ -281,7 +282,7 @@ func (p *Proxy) notForwarded(w http.ResponseWriter, r *http.Request, err error) 
 func (p *Proxy) logger(r *http.Request, policy Policy) *slog.Logger {
 	log := p.cfg.Logger.With("method", r.Method, "path", r.URL.Path, "policy", string(policy))
 	if scope, ok := idem.ScopeFromContext(r.Context()); ok {
-		log = log.With("client_id", scope.ClientID, "key_digest", idem.KeyDigest(scope.Key))
+		log = log.With("client_id", scope.ClientID, "key_digest", keyspec.Digest(scope.Key))
 	}
 	return log
 }

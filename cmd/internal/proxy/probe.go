@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/keyspec"
+	"github.com/idemkit/idem/internal/replay"
 )
 
 // The status URL contract of PolicyProbe (docs/proxy.md, "The probe
@@ -151,7 +153,7 @@ func (p *Proxy) probeFirst(w http.ResponseWriter, r *http.Request) bool {
 		return false // nothing was sent under the key before, or it did not take effect
 	}
 	scope, _ := idem.ScopeFromContext(ctx)
-	log := p.cfg.Logger.With("method", r.Method, "path", r.URL.Path, "client_id", scope.ClientID, "key_digest", idem.KeyDigest(scope.Key))
+	log := p.cfg.Logger.With("method", r.Method, "path", r.URL.Path, "client_id", scope.ClientID, "key_digest", keyspec.Digest(scope.Key))
 	pctx, cancel := context.WithTimeout(ctx, p.cfg.ProbeTimeout)
 	defer cancel()
 	// The key as the upstream received it: the field value the first
@@ -220,7 +222,7 @@ func classify(resp *http.Response, err error) ProbeResult {
 // (streamed, as a forward's response is).
 func (p *Proxy) replayProbe(w http.ResponseWriter, resp *http.Response) {
 	defer resp.Body.Close()
-	for _, name := range idem.StoredHeaders(p.cfg.ReplayHeaders) {
+	for _, name := range replay.Headers(p.cfg.ReplayHeaders) {
 		if v := resp.Header.Values(name); len(v) > 0 {
 			w.Header()[name] = v
 		}
