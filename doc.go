@@ -25,51 +25,50 @@
 // pairs for form bodies).
 //
 // Stores that share a database with the business data run the handler inside
-// the key's transaction ([ModeAtomic]), so the business writes and the stored
-// response commit together or not at all. A store may claim the key only with
-// the handler's first statement ([idemstore.ClaimParams.Speculative]; idempg does), so
-// atomic-mode handlers must not have effects outside the transaction: the
-// code before the first statement can run and be discarded, when the claim
-// finds the key held or completed and the request is answered from it. Handlers that call other systems use
-// [ModeTwoPhase] with a fenced lease, and pass [DeriveKey] downstream.
+// the key's transaction ([ModeAtomic]), so the business writes and the
+// stored response commit together or not at all. A store may claim the key
+// only with the handler's first statement (idempg does), so atomic-mode
+// handlers must not have effects outside the transaction: the code before
+// the first statement can run and be discarded, when the claim finds the
+// key held or completed and the request is answered from it. Handlers that
+// call other systems use [ModeTwoPhase] with a fenced lease, and pass
+// [DeriveKey] downstream.
 //
-// The root package depends on the standard library only. Stores live in
-// idemsqlite (embedded SQLite), idempg (PostgreSQL) and idemtest (memory, and
-// the conformance suite every store passes).
+// # One configuration
 //
-// # Who uses what
+// A service declares one [Config] and builds everything from it: the
+// middleware ([New]), the [Purger] that deletes keys past retention
+// ([NewPurger]), the [Resumer] that finishes phased operations whose client
+// went away ([NewResumer]), the key-status handler ([NewStatusHandler]) and
+// the readiness handler ([NewReadyHandler]). Retention, the lock timeout,
+// the store timeout, the clock, the replay headers, the outcome policy and
+// the problem type base are then declared once; a purger cannot delete keys
+// that the middleware still promises to replay. See the example "Service".
 //
-// Handler authors need [New] with a [Config] and its policies
-// ([RequirePolicy], [OutcomePolicy]), the [Mode], [ScopeFromContext] and
-// [DeriveKey] inside a handler, [ContextWithScope] in its tests, and, to
-// answer their own errors in the same format, [ProblemKind], [WriteProblem]
-// and [ProblemsHandler]. Two-phase handlers with large responses stream
-// them with [StreamResponse] (and [BreakResponse] when one breaks off).
-// Dashboards read [Metrics] and [Results].
+// # Packages
 //
-// Store authors implement [idemstore.Store] and [idemstore.Lease] over [idemstore.ClaimParams],
-// [idemstore.ClaimResult], [idemstore.Record] and [idemstore.Response], decide expiry and takeover with
-// [idemstore.Expired] and [idemstore.ClaimParams.CanTakeOver], return [idemstore.ErrLeaseLost],
-// [idemstore.ErrLeaseEnded] and [idemstore.ErrUnavailable], check a purge's [idemstore.PurgeParams] with
-// Validate and decide what it deletes with [idemstore.PurgeParams.Purges], implement
-// [idemstore.PurgeStore] and [idemstore.PurgeLock] (and [idemstore.KeyStatsStore]) for the [Purger], and
-// run idemtest.RunStoreTests.
+// This package is for service authors: the middleware and its [Config],
+// policies ([RequirePolicy], [OutcomePolicy]), the [Mode], [Phases] and
+// [DeriveKey], [ScopeFromContext] inside a handler and [ContextWithScope]
+// in its tests, the problems it answers ([Problems], and [ProblemKind],
+// [WriteProblem] and [ProblemsHandler] for a service's own errors),
+// [StreamResponse] for large two-phase responses, and the [Metrics] and
+// [Results] that dashboards read. It depends on the standard library only,
+// as do the other packages of its module:
 //
-// Operators and services add [NewStatusHandler] (what became of a client's
-// key), [NewReadyHandler] over a [idemstore.Readier] (readiness),
-// idemlog.New (one log line per request, with idemlog.RequestIDFromContext),
-// and a [Purger] ([NewPurger]) that deletes keys past retention, one
-// instance at a time, reporting through [PurgeMetrics] and
-// [KeyStatsMetrics];
-// stores implement [idemstore.KeyAdmin] for the idem keys command and run
-// idemtest.RunAdminTests.
+//   - idemstore, for store authors: the Store and Lease interfaces, the
+//     values and errors they exchange, the optional purge, recovery,
+//     key-admin and readiness interfaces, and rules.go, where every rule of
+//     the key's state machine lives once;
+//   - idemtest: the memory store, a hand-moved Clock, and the conformance
+//     suites every store passes;
+//   - idemclient: the retrying client;
+//   - idemoutbox: the outbox and its webhook relay;
+//   - idemfingerprint: the request hash, for code that claims keys itself
+//     (a queue consumer calling idempg's Store.ClaimTx);
+//   - idemlog: one log line per request, with its request id.
 //
-// Handlers that call other systems between database writes split the work
-// into [Phases] with recovery points, and a [Resumer] finishes the ones
-// whose client went away; stores support them through [idemstore.RecoveryLease] and
-// [idemstore.RecoveryStore].
-//
-// Code that claims keys itself, outside the middleware (a queue consumer
-// calling idempg's Store.ClaimTx), builds the request hash with
-// idemfingerprint.New.
+// Stores and integrations with a dependency are modules of their own:
+// idempg (PostgreSQL, pgx), idemsqlite (embedded SQLite) and idemprom
+// (Prometheus).
 package idem
