@@ -6,72 +6,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/record"
 )
-
-// ErrNoTx is returned by [TxFromContext] for a context that carries no lease.
-var ErrNoTx = errors.New("idemsqlite: no idempotency transaction in context")
-
-type txKey struct{}
-
-// TxFromContext returns the transaction that the idem middleware opened for
-// the request whose context this is. Business writes made in it commit
-// together with the stored response, or roll back with the key.
-//
-// In ModeAtomic the transaction was opened with the claim. In ModeTwoPhase
-// it is opened on the first call, so a handler can call other systems
-// before it takes SQLite's single write lock. Do not commit or roll it back.
-// Once the lease is completed or released, it returns an error wrapping
-// idemstore.ErrLeaseEnded.
-func TxFromContext(ctx context.Context) (*sql.Tx, error) {
-	lt, ok := ctx.Value(txKey{}).(*leaseTx)
-	if !ok {
-		return nil, ErrNoTx
-	}
-	return lt.get(ctx)
-}
-
-// leaseTx is a lease's transaction, opened at once or on first use.
-type leaseTx struct {
-	store *Store
-	mu    sync.Mutex
-	tx    *writeTx
-	ended bool
-}
-
-func (lt *leaseTx) get(ctx context.Context) (*sql.Tx, error) {
-	lt.mu.Lock()
-	defer lt.mu.Unlock()
-	if lt.ended {
-		return nil, fmt.Errorf("idemsqlite: %w", idemstore.ErrLeaseEnded)
-	}
-	if lt.tx == nil {
-		tx, err := lt.store.begin(ctx)
-		if err != nil {
-			return nil, err
-		}
-		lt.tx = tx
-	}
-	return lt.tx.Tx, nil
-}
-
-// end takes the transaction out, so that nothing uses it after the lease
-// ends. ended is true when the lease had already ended.
-func (lt *leaseTx) end() (tx *writeTx, ended bool) {
-	lt.mu.Lock()
-	defer lt.mu.Unlock()
-	if lt.ended {
-		return nil, true
-	}
-	lt.ended = true
-	tx = lt.tx
-	lt.tx = nil
-	return tx, false
-}
 
 // writeTx is a transaction on the write connection. The wait for the
 // connection is bounded by the caller's context; the transaction itself
@@ -144,26 +83,32 @@ func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.C
 	}
 	s.mu.Unlock()
 
-	res, err := s.claimTx(ctx, p)
-	if err != nil || res.Lease == nil || p.TwoPhase {
-		s.landed(p.Scope)
+	if p.TwoPhase {
+		return s.claimTwoPhase(ctx, p)
 	}
-	return res, err
+	return s.claimAtomic(ctx, p)
 }
 
-// landed forgets a scope's in-flight mark once the database shows the truth.
+// landed forgets a scope's in-flight mark once the database shows the truth:
+// a two-phase claim's once it committed, an atomic one's once its lease
+// ended, and either's once it claimed nothing.
 func (s *Store) landed(scope idemstore.Scope) {
 	s.mu.Lock()
 	delete(s.inflight, scope)
 	s.mu.Unlock()
 }
 
-func (s *Store) claimTx(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
-	// An atomic claim's transaction outlives the claim call; it ends with
-	// Complete or Release.
+// claimKey begins the claim's transaction and, in it, claims the key that
+// p names: it inserts the key's row (there is none, or the one there is
+// past retention) or takes it over (its lease expired: the token grows by
+// one). It returns the transaction, still open, and the lease of the
+// claimed row, which claimAtomic and claimTwoPhase make theirs; when p may
+// not have the key, it rolls back and returns no lease and the key's
+// record.
+func (s *Store) claimKey(ctx context.Context, p idemstore.ClaimParams) (*writeTx, *lease, *idemstore.Record, error) {
 	tx, err := s.begin(ctx)
 	if err != nil {
-		return idemstore.ClaimResult{}, err
+		return nil, nil, nil, err
 	}
 	keep := false
 	defer func() {
@@ -173,9 +118,9 @@ func (s *Store) claimTx(ctx context.Context, p idemstore.ClaimParams) (idemstore
 	}()
 	rec, err := load(ctx, tx, p.Scope)
 	if err != nil {
-		return idemstore.ClaimResult{}, err
+		return nil, nil, nil, err
 	}
-	l := &lease{store: s, scope: p.Scope, twoPhase: p.TwoPhase, info: idemstore.LeaseInfo{Token: 1}}
+	l := &lease{store: s, scope: p.Scope, info: idemstore.LeaseInfo{Token: 1}}
 	switch {
 	case rec == nil || idemstore.Expired(rec.CreatedAt, p.Now, p.Retention):
 		if rec != nil {
@@ -185,29 +130,20 @@ func (s *Store) claimTx(ctx context.Context, p idemstore.ClaimParams) (idemstore
 		l.createdAt = now
 		if _, err := tx.ExecContext(ctx, queryInsertKey, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
 			p.RequestHash, nullBytes(p.RequestFields), l.info.Token, now, now, leaseExpires(p)); err != nil {
-			return idemstore.ClaimResult{}, fmt.Errorf("idemsqlite: insert key: %w", unavailable(err))
+			return nil, nil, nil, fmt.Errorf("idemsqlite: insert key: %w", unavailable(err))
 		}
 	case p.CanTakeOver(rec):
 		if _, err := tx.ExecContext(ctx, queryTakeOverKey, p.Now.UnixMicro(), leaseExpires(p), p.Scope.ClientID, p.Scope.Key, rec.Token); err != nil {
-			return idemstore.ClaimResult{}, fmt.Errorf("idemsqlite: take over key: %w", unavailable(err))
+			return nil, nil, nil, fmt.Errorf("idemsqlite: take over key: %w", unavailable(err))
 		}
 		l.info = idemstore.LeaseInfo{Token: rec.Token + 1, TakenOver: true}
 		l.createdAt = rec.CreatedAt.UnixMicro()
 	default:
-		return idemstore.ClaimResult{Record: rec}, nil
+		return nil, nil, rec, nil
 	}
 	l.info.CreatedAt = time.UnixMicro(l.createdAt).UTC()
-	if !p.TwoPhase {
-		keep = true
-		l.tx = &leaseTx{store: s, tx: tx}
-		return idemstore.ClaimResult{Lease: l}, nil
-	}
 	keep = true
-	if err := tx.commit(); err != nil {
-		return idemstore.ClaimResult{}, fmt.Errorf("idemsqlite: commit claim: %w", unavailable(err))
-	}
-	l.tx = &leaseTx{store: s}
-	return idemstore.ClaimResult{Lease: l}, nil
+	return tx, l, nil, nil
 }
 
 // leaseExpires is the lease expiry that p's claim records: NULL when it
@@ -277,113 +213,4 @@ func unavailable(err error) error {
 		return err
 	}
 	return errors.Join(idemstore.ErrUnavailable, err)
-}
-
-type lease struct {
-	store    *Store
-	scope    idemstore.Scope
-	twoPhase bool
-	info     idemstore.LeaseInfo
-	// createdAt is the created_at of the row the lease claimed
-	// (microseconds): with the token, the fence of every write the lease
-	// makes to its row, since a row made anew after this one was deleted
-	// starts again at token 1.
-	createdAt int64
-	tx        *leaseTx
-	// completeFailed is set when Complete failed other than by losing the
-	// lease; Release may then still free a two-phase claim.
-	completeFailed bool
-	// recovery is the key's recovery point, once read or saved (see
-	// recovery.go).
-	recovery *idemstore.Recovery
-}
-
-func (l *lease) Context(ctx context.Context) context.Context {
-	return context.WithValue(ctx, txKey{}, l.tx)
-}
-
-func (l *lease) Info() idemstore.LeaseInfo { return l.info }
-
-func (l *lease) Complete(ctx context.Context, resp *idemstore.Response) (err error) {
-	tx, ended := l.tx.end()
-	if ended {
-		return fmt.Errorf("idemsqlite: complete key: %w", idemstore.ErrLeaseEnded)
-	}
-	defer l.finish()
-	defer func() {
-		// A two-phase claim is committed: a Release after this failure
-		// frees it (see idemstore.Lease).
-		if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) {
-			l.completeFailed = true
-		}
-	}()
-	if tx == nil { // a two-phase handler that wrote nothing
-		var err error
-		if tx, err = l.store.begin(ctx); err != nil {
-			return err
-		}
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			tx.rollback()
-		}
-	}()
-	header, err := record.EncodeHeader(resp.Header)
-	if err != nil {
-		return fmt.Errorf("idemsqlite: %w", err)
-	}
-	res, err := tx.ExecContext(ctx, queryCompleteKey, resp.StatusCode, header, record.EncodeBody(resp.Body), time.Now().UnixMicro(),
-		l.scope.ClientID, l.scope.Key, l.info.Token, l.createdAt)
-	if err != nil {
-		return fmt.Errorf("idemsqlite: complete key: %w", unavailable(err))
-	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return fmt.Errorf("idemsqlite: complete key (token %d): %w", l.info.Token, idemstore.ErrLeaseLost)
-	}
-	committed = true
-	if err := tx.commit(); err != nil {
-		return fmt.Errorf("idemsqlite: commit: %w", unavailable(err))
-	}
-	return nil
-}
-
-func (l *lease) Release(ctx context.Context) error {
-	tx, ended := l.tx.end()
-	if ended {
-		if l.completeFailed && l.twoPhase {
-			return l.deleteClaim(ctx)
-		}
-		return fmt.Errorf("idemsqlite: release key: %w", idemstore.ErrLeaseEnded)
-	}
-	defer l.finish()
-	if tx != nil {
-		if err := tx.rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-			return fmt.Errorf("idemsqlite: roll back: %w", err)
-		}
-	}
-	if !l.twoPhase {
-		return nil // the claim was in the rolled-back transaction
-	}
-	return l.deleteClaim(ctx)
-}
-
-// deleteClaim deletes a two-phase claim's committed row, unless another
-// request took it over.
-func (l *lease) deleteClaim(ctx context.Context) error {
-	// A key that passed a recovery point keeps it, with no holder; one
-	// that did not is deleted.
-	for _, q := range []string{queryUnlockLease, queryDeleteLease} {
-		if _, err := l.store.write.ExecContext(ctx, q, l.scope.ClientID, l.scope.Key, l.info.Token, l.createdAt); err != nil {
-			return fmt.Errorf("idemsqlite: release key: %w", unavailable(err))
-		}
-	}
-	return nil
-}
-
-// finish forgets the in-flight mark of an atomic lease.
-func (l *lease) finish() {
-	if !l.twoPhase {
-		l.store.landed(l.scope)
-	}
 }

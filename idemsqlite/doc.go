@@ -18,6 +18,17 @@
 // once with a 409. Several processes may share a file; they wait for each
 // other's write lock up to [Config.BusyTimeout].
 //
+// The two modes hold a key differently, each by a lease type of its own
+// (lease_atomic.go, lease_twophase.go). In idem.ModeAtomic the claim's
+// transaction stays open on the write connection until Complete or
+// Release: the key's row, the handler's writes and the response commit
+// together, and a Release or a crash leaves nothing. In idem.ModeTwoPhase
+// the claim commits the key's row at once with a fencing token, the
+// handler's transaction begins on its first [TxFromContext], and Complete
+// stores the response only while the token still holds the key. Only
+// two-phase leases keep recovery points (idemstore.RecoveryLease), which
+// idem.Phases and the resumer need.
+//
 // A commit is a call into the library in this process, not a message over
 // a network, so its outcome is always known: Complete never returns
 // idemstore.ErrOutcomeUnknown. When COMMIT fails, SQLite has rolled the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -12,10 +11,7 @@ import (
 	"github.com/idemkit/idem/idemstore"
 )
 
-var (
-	_ idemstore.RecoveryLease = (*lease)(nil)
-	_ idemstore.RecoveryStore = (*Store)(nil)
-)
+var _ idemstore.RecoveryStore = (*Store)(nil)
 
 // Statements of recovery points (migration 003).
 const (
@@ -58,104 +54,6 @@ WHERE created_at > ?1 AND created_at <= ?2
 ORDER BY created_at
 LIMIT ?3`
 )
-
-// Recovery implements [idemstore.RecoveryLease]. A key that this lease claimed
-// new has no recovery point; a key it took over is read once.
-func (l *lease) Recovery(ctx context.Context) (idemstore.Recovery, error) {
-	if !l.twoPhase {
-		return idemstore.Recovery{}, fmt.Errorf("idemsqlite: read recovery point: %w", idemstore.ErrNoRecovery)
-	}
-	if l.tx.hasEnded() {
-		return idemstore.Recovery{}, fmt.Errorf("idemsqlite: read recovery point: %w", idemstore.ErrLeaseEnded)
-	}
-	if l.recovery == nil && !l.info.TakenOver {
-		l.recovery = &idemstore.Recovery{Point: idemstore.RecoveryStarted}
-	}
-	if l.recovery == nil {
-		var (
-			point sql.NullString
-			state []byte
-		)
-		err := l.store.read.QueryRowContext(ctx, queryLoadRecovery, l.scope.ClientID, l.scope.Key, l.info.Token, l.createdAt).Scan(&point, &state)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			return idemstore.Recovery{}, fmt.Errorf("idemsqlite: read recovery point (token %d): %w", l.info.Token, idemstore.ErrLeaseLost)
-		case err != nil:
-			return idemstore.Recovery{}, fmt.Errorf("idemsqlite: read recovery point: %w", unavailable(err))
-		}
-		r := idemstore.Recovery{Point: idemstore.RecoveryStarted}
-		if point.Valid {
-			r.Point = point.String
-			if len(state) > 0 {
-				if err := json.Unmarshal(state, &r.State); err != nil {
-					return idemstore.Recovery{}, fmt.Errorf("idemsqlite: decode recovery state: %w", err)
-				}
-			}
-		}
-		l.recovery = &r
-	}
-	return l.recovery.Clone(), nil
-}
-
-// Checkpoint implements [idemstore.RecoveryLease]: it saves the recovery point
-// in the lease's transaction (begun now if the phase wrote nothing) and
-// commits; the next TxFromContext begins a new transaction. Only two-phase
-// leases keep recovery points.
-func (l *lease) Checkpoint(ctx context.Context, r idemstore.Recovery) error {
-	if !l.twoPhase {
-		return fmt.Errorf("idemsqlite: checkpoint: %w", idemstore.ErrNoRecovery)
-	}
-	var state []byte
-	if len(r.State) > 0 {
-		var err error
-		if state, err = json.Marshal(r.State); err != nil {
-			return fmt.Errorf("idemsqlite: checkpoint: encode state: %w", err)
-		}
-	}
-	tx, ended := l.tx.detach()
-	if ended {
-		return fmt.Errorf("idemsqlite: checkpoint: %w", idemstore.ErrLeaseEnded)
-	}
-	if tx == nil {
-		var err error
-		if tx, err = l.store.begin(ctx); err != nil {
-			return err
-		}
-	}
-	res, err := tx.ExecContext(ctx, queryCheckpoint, r.Point, state, l.scope.ClientID, l.scope.Key, l.info.Token, l.createdAt)
-	if err != nil {
-		tx.rollback()
-		return fmt.Errorf("idemsqlite: checkpoint: %w", unavailable(err))
-	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		tx.rollback()
-		return fmt.Errorf("idemsqlite: checkpoint %q (token %d): %w", r.Point, l.info.Token, idemstore.ErrLeaseLost)
-	}
-	if err := tx.commit(); err != nil {
-		return fmt.Errorf("idemsqlite: checkpoint: commit: %w", unavailable(err))
-	}
-	c := r.Clone()
-	l.recovery = &c
-	return nil
-}
-
-// detach takes the transaction out and leaves the lease holding none, so
-// that the next use begins a new one.
-func (lt *leaseTx) detach() (tx *writeTx, ended bool) {
-	lt.mu.Lock()
-	defer lt.mu.Unlock()
-	if lt.ended {
-		return nil, true
-	}
-	tx, lt.tx = lt.tx, nil
-	return tx, false
-}
-
-func (lt *leaseTx) hasEnded() bool {
-	lt.mu.Lock()
-	defer lt.mu.Unlock()
-	return lt.ended
-}
 
 // Unfinished implements [idemstore.RecoveryStore], for the resumer: the keys
 // past a recovery point through the partial index of migration 003, and,
