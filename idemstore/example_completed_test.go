@@ -1,4 +1,4 @@
-package idem_test
+package idemstore_test
 
 import (
 	"context"
