@@ -48,10 +48,12 @@ type PhaseError struct {
 	Err   error
 }
 
+// Error names the recovery point the phase started from.
 func (e *PhaseError) Error() string {
 	return fmt.Sprintf("idem: phase from recovery point %q: %v", e.Point, e.Err)
 }
 
+// Unwrap returns the phase's error.
 func (e *PhaseError) Unwrap() error { return e.Err }
 
 // unfinishedRetryAfter is the Retry-After of the 503 for an unfinished

@@ -16,10 +16,12 @@ type CompletedError struct {
 	Record *Record
 }
 
+// Error describes the error.
 func (e *CompletedError) Error() string {
 	return "idem: another request completed the key first"
 }
 
+// Unwrap returns ErrLeaseLost.
 func (e *CompletedError) Unwrap() error { return ErrLeaseLost }
 
 // ExistsError is returned, wrapped, by Complete and Release of a
@@ -33,6 +35,7 @@ type ExistsError struct {
 	Record *Record
 }
 
+// Error describes the error.
 func (e *ExistsError) Error() string {
 	if e.Record != nil && e.Record.Status == StatusCompleted {
 		return "idem: the key was completed by another request"
@@ -40,6 +43,7 @@ func (e *ExistsError) Error() string {
 	return "idem: the key is held by another request"
 }
 
+// Unwrap returns ErrLeaseLost.
 func (e *ExistsError) Unwrap() error { return ErrLeaseLost }
 
 // ErrPurgeLocked means another instance holds the purge lock: it is
@@ -61,6 +65,7 @@ type LeaseLiveError struct {
 	Expires  time.Time // when its lease expires
 }
 
+// Error describes the error.
 func (e *LeaseLiveError) Error() string {
 	return fmt.Sprintf("idem: the key's lease is live: claimed at %s, expires at %s", e.LockedAt.Format(time.RFC3339), e.Expires.Format(time.RFC3339))
 }
@@ -77,6 +82,7 @@ type SchemaVersionError struct {
 	Have, Want int
 }
 
+// Error describes the error.
 func (e *SchemaVersionError) Error() string {
 	return fmt.Sprintf("idem: the store's schema is at version %d and this build needs %d: apply the migrations", e.Have, e.Want)
 }
