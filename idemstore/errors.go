@@ -6,6 +6,34 @@ import (
 	"time"
 )
 
+// Errors of a claim's lease.
+var (
+	// ErrLeaseLost means the key was taken over by another request, or
+	// completed by one, before this holder could store its response.
+	ErrLeaseLost = errors.New("idem: lease lost to another request")
+
+	// ErrLeaseEnded means the lease was already completed or released: a
+	// second Complete or Release, or a use of its transaction after that.
+	ErrLeaseEnded = errors.New("idem: the lease has ended")
+
+	// ErrUnavailable means the store cannot be reached. Stores wrap
+	// connection failures, timeouts and pool exhaustion with it.
+	ErrUnavailable = errors.New("idem: store unavailable")
+
+	// ErrOutcomeUnknown means a commit was sent to the store and its answer
+	// never came back (the connection failed after the COMMIT went out): it
+	// may have been applied or not. A Complete that returns it has left the
+	// key either completed or still in flight, never free; the client must
+	// retry with the same key, which gets the stored response if the commit
+	// happened. Stores wrap it together with [ErrUnavailable].
+	ErrOutcomeUnknown = errors.New("idem: outcome of the commit unknown")
+
+	// ErrNoRecovery means that recovery points cannot be kept for the key:
+	// the handler does not run behind the middleware, the store's leases do
+	// not implement [RecoveryLease], or the mode is not idem.ModeTwoPhase.
+	ErrNoRecovery = errors.New("idem: recovery points need ModeTwoPhase and a store that keeps them")
+)
+
 // CompletedError is returned, wrapped, by [Lease.Complete] when another
 // request completed the key before this holder could store its response:
 // the holder's writes were rolled back, and Record is the stored key. The
@@ -46,17 +74,21 @@ func (e *ExistsError) Error() string {
 // Unwrap returns ErrLeaseLost.
 func (e *ExistsError) Unwrap() error { return ErrLeaseLost }
 
-// ErrPurgeLocked means another instance holds the purge lock: it is
-// the one that purges, and this one waits for its turn.
-var ErrPurgeLocked = errors.New("idem: another instance holds the purge lock")
-
-// ErrNoRecovery means that recovery points cannot be kept for the key: the
-// handler does not run behind the middleware, the store's leases do not
-// implement [RecoveryLease], or the mode is not idem.ModeTwoPhase.
-var ErrNoRecovery = errors.New("idem: recovery points need ModeTwoPhase and a store that keeps them")
-
-// ErrKeyNotFound means the store holds no key for the scope.
-var ErrKeyNotFound = errors.New("idem: no such key")
+// Errors of [KeyReader] and [KeyAdmin].
+var (
+	// ErrKeyNotFound means the store holds no key for the scope.
+	ErrKeyNotFound = errors.New("idem: no such key")
+	// ErrKeyCompleted means a release found the key completed: freeing it
+	// would let the operation run a second time.
+	ErrKeyCompleted = errors.New("idem: the key is completed; releasing it would allow a second execution")
+	// ErrKeyInFlight means a delete found the key started: release it.
+	ErrKeyInFlight = errors.New("idem: the key is in flight; release it instead of deleting it")
+	// ErrKeyChanged means the key changed between the store's read and its
+	// write, as when a request took it over or completed it: look again.
+	ErrKeyChanged = errors.New("idem: the key changed while it was being released")
+	// ErrLeaseLive is wrapped by [LeaseLiveError].
+	ErrLeaseLive = errors.New("idem: the key's lease is live")
+)
 
 // LeaseLiveError is returned by a release without Force of a key whose
 // holder's lease has not expired: its holder may still be running.
@@ -72,6 +104,17 @@ func (e *LeaseLiveError) Error() string {
 
 // Unwrap returns ErrLeaseLive.
 func (e *LeaseLiveError) Unwrap() error { return ErrLeaseLive }
+
+// Errors of the purge lock.
+var (
+	// ErrPurgeLocked means another instance holds the purge lock: it is
+	// the one that purges, and this one waits for its turn.
+	ErrPurgeLocked = errors.New("idem: another instance holds the purge lock")
+	// ErrPurgeLockLost means the purge lock was lost, as when the
+	// connection that held it broke; the batch that reports it deleted
+	// nothing.
+	ErrPurgeLockLost = errors.New("idem: the purge lock was lost")
+)
 
 // ErrSchemaVersion is wrapped by [SchemaVersionError].
 var ErrSchemaVersion = errors.New("idem: the store's schema is not at the version this build needs")
@@ -89,48 +132,3 @@ func (e *SchemaVersionError) Error() string {
 
 // Unwrap returns ErrSchemaVersion.
 func (e *SchemaVersionError) Unwrap() error { return ErrSchemaVersion }
-
-// ErrLeaseLost means the key was taken over by another request, or
-// completed by one, before this holder could store its response.
-var ErrLeaseLost = errors.New("idem: lease lost to another request")
-
-// Errors of the purge lock.
-var (
-	// ErrPurgeLockLost means the purge lock was lost, as when the
-	// connection that held it broke; the batch that reports it deleted
-	// nothing.
-	ErrPurgeLockLost = errors.New("idem: the purge lock was lost")
-)
-
-// Store errors.
-var (
-	// ErrLeaseEnded means the lease was already completed or released: a
-	// second Complete or Release, or a use of its transaction after that.
-	ErrLeaseEnded = errors.New("idem: the lease has ended")
-
-	// ErrUnavailable means the store cannot be reached. Stores wrap
-	// connection failures, timeouts and pool exhaustion with it.
-	ErrUnavailable = errors.New("idem: store unavailable")
-
-	// ErrOutcomeUnknown means a commit was sent to the store and its answer
-	// never came back (the connection failed after the COMMIT went out): it
-	// may have been applied or not. A Complete that returns it has left the
-	// key either completed or still in flight, never free; the client must
-	// retry with the same key, which gets the stored response if the commit
-	// happened. Stores wrap it together with [ErrUnavailable].
-	ErrOutcomeUnknown = errors.New("idem: outcome of the commit unknown")
-)
-
-// Errors of [KeyReader] and [KeyAdmin].
-var (
-	// ErrKeyCompleted means a release found the key completed: freeing it
-	// would let the operation run a second time.
-	ErrKeyCompleted = errors.New("idem: the key is completed; releasing it would allow a second execution")
-	// ErrKeyInFlight means a delete found the key started: release it.
-	ErrKeyInFlight = errors.New("idem: the key is in flight; release it instead of deleting it")
-	// ErrKeyChanged means the key changed between the store's read and its
-	// write, as when a request took it over or completed it: look again.
-	ErrKeyChanged = errors.New("idem: the key changed while it was being released")
-	// ErrLeaseLive is wrapped by [LeaseLiveError].
-	ErrLeaseLive = errors.New("idem: the key's lease is live")
-)
