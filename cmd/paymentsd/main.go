@@ -82,13 +82,13 @@ type options struct {
 	// transactionPooling: PostgreSQL is reached through a pooler in
 	// transaction mode.
 	transactionPooling bool
-	retention          time.Duration
-	lockTimeout        time.Duration
-	purge              purgeOptions
-	shutdown           time.Duration
-	processor          string
-	processorToken     string
-	resumerInterval    time.Duration
+	// idem is the service's one idempotency configuration: the flags
+	// below fill its retention, lease, purge and resumer settings.
+	idem           idem.Config
+	purge          bool
+	shutdown       time.Duration
+	processor      string
+	processorToken string
 
 	// Operations.
 	logFormat string
@@ -112,11 +112,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.tokens, "tokens", "", "bearer tokens as token=client,token=client (env PAYMENTSD_TOKENS; default: the development tokens of clients alice and bob, with a warning)")
 	fs.BoolVar(&o.migrate, "migrate", env.Bool("PAYMENTSD_MIGRATE", true), "apply database migrations at start; safe with several instances (env PAYMENTSD_MIGRATE)")
 	fs.BoolVar(&o.transactionPooling, "transaction-pooling", env.Bool("PAYMENTSD_TRANSACTION_POOLING", false), "PostgreSQL is reached through a pooler in transaction mode, such as PgBouncer's pool_mode=transaction (env PAYMENTSD_TRANSACTION_POOLING)")
-	fs.DurationVar(&o.retention, "retention", env.Duration("PAYMENTSD_RETENTION", idem.RetentionDefault), "how long keys are kept (env PAYMENTSD_RETENTION)")
-	fs.DurationVar(&o.lockTimeout, "lock-timeout", env.Duration("PAYMENTSD_LOCK_TIMEOUT", idem.LockTimeoutDefault), "two-phase lease length before takeover (env PAYMENTSD_LOCK_TIMEOUT)")
+	fs.DurationVar(&o.idem.Retention, "retention", env.Duration("PAYMENTSD_RETENTION", idem.RetentionDefault), "how long keys are kept (env PAYMENTSD_RETENTION)")
+	fs.DurationVar(&o.idem.LockTimeout, "lock-timeout", env.Duration("PAYMENTSD_LOCK_TIMEOUT", idem.LockTimeoutDefault), "two-phase lease length before takeover (env PAYMENTSD_LOCK_TIMEOUT)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", env.Duration("PAYMENTSD_SHUTDOWN_TIMEOUT", 30*time.Second), "how long in-flight requests may finish on SIGINT/SIGTERM (env PAYMENTSD_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&o.processor, "processor", env.String("PAYMENTSD_PROCESSOR", ""), "base URL of the card processor (processord) that payments charge; empty charges an in-process simulated processor, which declines amounts ending in 02 (env PAYMENTSD_PROCESSOR)")
-	fs.DurationVar(&o.resumerInterval, "resumer-interval", env.Duration("PAYMENTSD_RESUMER_INTERVAL", idem.ResumeIntervalDefault), "how often the resumer finishes payments whose client went away; 0 disables (env PAYMENTSD_RESUMER_INTERVAL)")
+	fs.DurationVar(&o.idem.Resume.Interval, "resumer-interval", env.Duration("PAYMENTSD_RESUMER_INTERVAL", idem.ResumeIntervalDefault), "how often the resumer finishes payments whose client went away; 0 disables (env PAYMENTSD_RESUMER_INTERVAL)")
 	fs.StringVar(&o.processorToken, "processor-token", "", "bearer token sent to the card processor (env PAYMENTSD_PROCESSOR_TOKEN; default: processord's development token, with a warning)")
 	// Operations.
 	fs.StringVar(&o.logFormat, "log-format", env.String("PAYMENTSD_LOG_FORMAT", "text"), "log format: text or json; every request is logged in one line with its request id (env PAYMENTSD_LOG_FORMAT)")
@@ -128,7 +128,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.webhookRetry, "webhook-retry", env.Duration("PAYMENTSD_WEBHOOK_RETRY", idemoutbox.BackoffBase), "wait before the first retry of a failed webhook, doubling per attempt up to 1h, jittered (env PAYMENTSD_WEBHOOK_RETRY)")
 	fs.IntVar(&o.webhookTries, "webhook-max-attempts", env.Int("PAYMENTSD_WEBHOOK_MAX_ATTEMPTS", idemoutbox.MaxAttemptsDefault), "delivery attempts before an event is parked as dead (env PAYMENTSD_WEBHOOK_MAX_ATTEMPTS)")
 	// The purge service.
-	o.purge.flags(fs, env)
+	purgeFlags(fs, env, o)
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
@@ -221,12 +221,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	ic := o.idem
+	ic.Logger, ic.Metrics = logger, metrics
 	svc, err := payments.NewService(payments.Config{
 		Repo: repo, Store: store, Tokens: tokens, Processor: proc, Logger: logger, Outbox: db.Outbox(), Ledger: ledger, BeforePhase: beforePhase,
-		Idem: idem.Config{
-			Retention: o.retention, LockTimeout: o.lockTimeout, Logger: logger, Metrics: metrics,
-			Purge: o.purge.opts(), Resume: idem.ResumeOpts{Interval: o.resumerInterval},
-		},
+		Idem: ic,
 	})
 	if err != nil {
 		return err
@@ -254,7 +253,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "paymentsd: admin endpoint (GET /metrics) at http://%s\n", adminLn.Addr())
 	}
 
-	stopPurge, err := o.purge.start(ctx, db, svc.IdemConfig(), logger)
+	stopPurge, err := startPurge(ctx, o.purge, db, svc.IdemConfig(), logger)
 	if err != nil {
 		ln.Close()
 		if adminLn != nil {
@@ -279,7 +278,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// by the next instance (at least once). Run waits for it before the
 	// database closes.
 	defer func() { stopRelay(); <-relayDone; stopPurge() }()
-	if rs, ok := db.Store().(idemstore.RecoveryStore); ok && o.resumerInterval > 0 {
+	if rs, ok := db.Store().(idemstore.RecoveryStore); ok && o.idem.Resume.Interval > 0 {
 		resumer, err := idem.NewResumer(rs, svc.IdemConfig())
 		if err != nil {
 			return err

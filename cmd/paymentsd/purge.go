@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
@@ -13,36 +12,24 @@ import (
 	"github.com/idemkit/idem/internal/cmdrun"
 )
 
-// purgeOptions are the flags of the purge service.
-type purgeOptions struct {
-	enabled  bool
-	interval time.Duration
-	batch    int
-	pause    time.Duration
+// purgeFlags declares the flags of the purge service: whether it runs, and
+// the purger's settings in the one idem.Config.
+func purgeFlags(fs *flag.FlagSet, env *cmdrun.Env, o *options) {
+	fs.BoolVar(&o.purge, "purge", env.Bool("PAYMENTSD_PURGE", true), "run the purge service, which deletes keys past -retention; with several instances on one PostgreSQL database one at a time purges, and another takes over when it dies. false turns it off, as for a purge run by idem purge on a schedule (env PAYMENTSD_PURGE)")
+	fs.DurationVar(&o.idem.Purge.Interval, "purge-interval", env.Duration("PAYMENTSD_PURGE_INTERVAL", idem.PurgeIntervalDefault), "time between purge runs, and between an instance's tries to take the purge over; 0 turns the purge off (env PAYMENTSD_PURGE_INTERVAL)")
+	fs.IntVar(&o.idem.Purge.BatchSize, "purge-batch", env.Int("PAYMENTSD_PURGE_BATCH", idemstore.PurgeBatchSizeDefault), "keys deleted per purge batch (env PAYMENTSD_PURGE_BATCH)")
+	fs.DurationVar(&o.idem.Purge.Pause, "purge-pause", env.Duration("PAYMENTSD_PURGE_PAUSE", idem.PurgePauseDefault), "mean pause between two purge batches, jittered by half either way (env PAYMENTSD_PURGE_PAUSE)")
 }
 
-func (p *purgeOptions) flags(fs *flag.FlagSet, env *cmdrun.Env) {
-	fs.BoolVar(&p.enabled, "purge", env.Bool("PAYMENTSD_PURGE", true), "run the purge service, which deletes keys past -retention; with several instances on one PostgreSQL database one at a time purges, and another takes over when it dies. false turns it off, as for a purge run by idem purge on a schedule (env PAYMENTSD_PURGE)")
-	fs.DurationVar(&p.interval, "purge-interval", env.Duration("PAYMENTSD_PURGE_INTERVAL", idem.PurgeIntervalDefault), "time between purge runs, and between an instance's tries to take the purge over; 0 turns the purge off (env PAYMENTSD_PURGE_INTERVAL)")
-	fs.IntVar(&p.batch, "purge-batch", env.Int("PAYMENTSD_PURGE_BATCH", idemstore.PurgeBatchSizeDefault), "keys deleted per purge batch (env PAYMENTSD_PURGE_BATCH)")
-	fs.DurationVar(&p.pause, "purge-pause", env.Duration("PAYMENTSD_PURGE_PAUSE", idem.PurgePauseDefault), "mean pause between two purge batches, jittered by half either way (env PAYMENTSD_PURGE_PAUSE)")
-}
-
-// opts returns the purger's settings of the one idem.Config.
-func (p *purgeOptions) opts() idem.PurgeOpts {
-	return idem.PurgeOpts{Interval: p.interval, BatchSize: p.batch, Pause: p.pause}
-}
-
-// start starts the purge service unless it is off, with the service's
-// one idem.Config (its retention, lock timeout, clock and purge settings),
-// and returns the function that stops it and waits until it gave the
-// purge lock up.
-func (p *purgeOptions) start(ctx context.Context, db *database.DB, cfg *idem.Config, logger *slog.Logger) (stop func(), err error) {
-	if !p.enabled || p.interval == 0 {
+// startPurge starts the purge service unless it is off, from the service's
+// one idem.Config, and returns the function that stops it and waits until
+// it gave the purge lock up.
+func startPurge(ctx context.Context, on bool, db *database.DB, cfg *idem.Config, logger *slog.Logger) (stop func(), err error) {
+	if !on || cfg.Purge.Interval == 0 {
 		logger.Info("paymentsd: purge service off")
 		return func() {}, nil
 	}
-	if p.interval < 0 || p.batch <= 0 || p.pause <= 0 {
+	if cfg.Purge.Interval < 0 || cfg.Purge.BatchSize <= 0 || cfg.Purge.Pause <= 0 {
 		return nil, fmt.Errorf("-purge-interval, -purge-batch and -purge-pause must be positive")
 	}
 	purger, err := idem.NewPurger(db.PurgeStore(), cfg)
