@@ -297,8 +297,46 @@ func (ps *docPackages) resolve(p *docPackage, l docLink) string {
 			return "" // a link to the package itself
 		}
 	}
-	if !target.doc.Parser().LookupSym(l.recv, l.name) {
+	if !target.doc.Parser().LookupSym(l.recv, l.name) && !target.hasMember(l.recv, l.name) {
 		return "no such name in " + target.importPath
 	}
 	return ""
+}
+
+// hasMember reports whether the package has a type recv with a field or
+// an interface method called name: go/doc resolves such links only since
+// Go 1.26, and this module's tests run on Go 1.25 too.
+func (p *docPackage) hasMember(recv, name string) bool {
+	if recv == "" {
+		return false
+	}
+	for _, t := range p.doc.Types {
+		if t.Name != recv {
+			continue
+		}
+		for _, spec := range t.Decl.Specs {
+			ts, ok := spec.(*ast.TypeSpec)
+			if !ok || ts.Name.Name != recv {
+				continue
+			}
+			var fields *ast.FieldList
+			switch tt := ts.Type.(type) {
+			case *ast.StructType:
+				fields = tt.Fields
+			case *ast.InterfaceType:
+				fields = tt.Methods
+			}
+			if fields == nil {
+				return false
+			}
+			for _, f := range fields.List {
+				for _, n := range f.Names {
+					if n.Name == name {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
 }
