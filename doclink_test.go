@@ -181,21 +181,7 @@ func (p *docPackage) comments() []docComment {
 		values(t.Vars)
 		funcs(t.Funcs)
 		funcs(t.Methods)
-		for _, spec := range t.Decl.Specs {
-			ts, ok := spec.(*ast.TypeSpec)
-			if !ok || ts.Name.Name != t.Name {
-				continue
-			}
-			var fields *ast.FieldList
-			switch tt := ts.Type.(type) {
-			case *ast.StructType:
-				fields = tt.Fields
-			case *ast.InterfaceType:
-				fields = tt.Methods
-			}
-			if fields == nil {
-				continue
-			}
+		if fields := members(t); fields != nil {
 			for _, f := range fields.List {
 				if f.Doc == nil {
 					continue
@@ -311,24 +297,7 @@ func (p *docPackage) hasMember(recv, name string) bool {
 		return false
 	}
 	for _, t := range p.doc.Types {
-		if t.Name != recv {
-			continue
-		}
-		for _, spec := range t.Decl.Specs {
-			ts, ok := spec.(*ast.TypeSpec)
-			if !ok || ts.Name.Name != recv {
-				continue
-			}
-			var fields *ast.FieldList
-			switch tt := ts.Type.(type) {
-			case *ast.StructType:
-				fields = tt.Fields
-			case *ast.InterfaceType:
-				fields = tt.Methods
-			}
-			if fields == nil {
-				return false
-			}
+		if fields := members(t); t.Name == recv && fields != nil {
 			for _, f := range fields.List {
 				for _, n := range f.Names {
 					if n.Name == name {
@@ -339,4 +308,22 @@ func (p *docPackage) hasMember(recv, name string) bool {
 		}
 	}
 	return false
+}
+
+// members returns the fields of t, a struct type, or the methods of t, an
+// interface type, and nil for any other type.
+func members(t *doc.Type) *ast.FieldList {
+	for _, spec := range t.Decl.Specs {
+		ts, ok := spec.(*ast.TypeSpec)
+		if !ok || ts.Name.Name != t.Name {
+			continue
+		}
+		switch tt := ts.Type.(type) {
+		case *ast.StructType:
+			return tt.Fields
+		case *ast.InterfaceType:
+			return tt.Methods
+		}
+	}
+	return nil
 }
