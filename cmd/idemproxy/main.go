@@ -74,17 +74,16 @@ type options struct {
 	dropKey, storeServerErrors      bool
 	policy                          string
 	probeURL                        string
-	probeTimeout                    time.Duration
-	upstreamTimeout, lockTimeout    time.Duration
-	maxPreferWait                   time.Duration
-	retention                       time.Duration
-	maxBodyBytes, maxStoredBytes    int64
-	replayHeaders                   []string
+	probeTimeout, upstreamTimeout   time.Duration
+	maxStoredBytes                  int64
 	trustForwarded                  bool
-	problemBase                     string
 	migrate                         bool
 	purgeInterval, shutdown         time.Duration
 	readTimeout, writeTimeout       time.Duration
+	// idem is the proxy's idempotency configuration: the flags below fill
+	// its retention, lease, body limit, Prefer: wait, replay headers and
+	// problem type base.
+	idem idem.Config
 }
 
 // listFlag is a repeatable flag.
@@ -142,15 +141,15 @@ func parseFlags(args []string, stderr io.Writer, lookup func(string) (string, bo
 	fs.StringVar(&o.probeURL, "probe-url", env.String("IDEMPROXY_PROBE_URL", ""), "status `URL` template of probe routes that name none: absolute, or a path under -upstream, with {key} where the key goes, such as /v1/requests/{key}; the upstream must keep the contract of docs/proxy.md (env IDEMPROXY_PROBE_URL)")
 	fs.DurationVar(&o.probeTimeout, "probe-timeout", env.Duration("IDEMPROXY_PROBE_TIMEOUT", proxy.ProbeTimeoutDefault), "`timeout` of a probe of the status URL; -lock-timeout must exceed it plus -upstream-timeout when a route probes (env IDEMPROXY_PROBE_TIMEOUT)")
 	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", env.Duration("IDEMPROXY_UPSTREAM_TIMEOUT", proxy.UpstreamTimeoutDefault), "`timeout` of a forward on a key route, to the end of the response (env IDEMPROXY_UPSTREAM_TIMEOUT)")
-	fs.DurationVar(&o.lockTimeout, "lock-timeout", env.Duration("IDEMPROXY_LOCK_TIMEOUT", proxy.LockTimeoutDefault), "`duration` of a key's lease before another request may take it over; longer than -upstream-timeout (env IDEMPROXY_LOCK_TIMEOUT)")
-	fs.DurationVar(&o.maxPreferWait, "max-prefer-wait", env.Duration("IDEMPROXY_MAX_PREFER_WAIT", proxy.MaxPreferWaitDefault), "longest `duration` a duplicate sent with Prefer: wait=N waits for its key's first request instead of getting 409; 0 ignores Prefer: wait (env IDEMPROXY_MAX_PREFER_WAIT)")
-	fs.DurationVar(&o.retention, "retention", env.Duration("IDEMPROXY_RETENTION", idem.RetentionDefault), "how long keys are kept (env IDEMPROXY_RETENTION)")
-	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", int64(env.Int("IDEMPROXY_MAX_BODY_BYTES", idem.MaxBodyBytesDefault)), "largest request body on a key route, in `bytes`; larger ones get 413 (env IDEMPROXY_MAX_BODY_BYTES)")
+	fs.DurationVar(&o.idem.LockTimeout, "lock-timeout", env.Duration("IDEMPROXY_LOCK_TIMEOUT", proxy.LockTimeoutDefault), "`duration` of a key's lease before another request may take it over; longer than -upstream-timeout (env IDEMPROXY_LOCK_TIMEOUT)")
+	fs.DurationVar(&o.idem.MaxPreferWait, "max-prefer-wait", env.Duration("IDEMPROXY_MAX_PREFER_WAIT", proxy.MaxPreferWaitDefault), "longest `duration` a duplicate sent with Prefer: wait=N waits for its key's first request instead of getting 409; 0 ignores Prefer: wait (env IDEMPROXY_MAX_PREFER_WAIT)")
+	fs.DurationVar(&o.idem.Retention, "retention", env.Duration("IDEMPROXY_RETENTION", idem.RetentionDefault), "how long keys are kept (env IDEMPROXY_RETENTION)")
+	fs.Int64Var(&o.idem.MaxBodyBytes, "max-body-bytes", int64(env.Int("IDEMPROXY_MAX_BODY_BYTES", idem.MaxBodyBytesDefault)), "largest request body on a key route, in `bytes`; larger ones get 413 (env IDEMPROXY_MAX_BODY_BYTES)")
 	fs.Int64Var(&o.maxStoredBytes, "max-stored-bytes", int64(env.Int("IDEMPROXY_MAX_STORED_BYTES", proxy.MaxStoredBytesDefault)), "longest response body stored for replay, in `bytes`; responses always stream, and a retry of a longer one gets the problem idempotency-response-not-retained (env IDEMPROXY_MAX_STORED_BYTES)")
-	o.replayHeaders = splitEnv(env, "IDEMPROXY_REPLAY_HEADERS", ",")
-	fs.Var(listFlag{&o.replayHeaders}, "replay-header", "upstream response `header` stored and replayed besides Content-Type, Content-Language and Location, repeatable (env IDEMPROXY_REPLAY_HEADERS, comma-separated)")
+	o.idem.ReplayHeaders = splitEnv(env, "IDEMPROXY_REPLAY_HEADERS", ",")
+	fs.Var(listFlag{&o.idem.ReplayHeaders}, "replay-header", "upstream response `header` stored and replayed besides Content-Type, Content-Language and Location, repeatable (env IDEMPROXY_REPLAY_HEADERS, comma-separated)")
 	fs.BoolVar(&o.trustForwarded, "trust-forwarded", env.Bool("IDEMPROXY_TRUST_FORWARDED", false), "keep and append to incoming X-Forwarded-For and Forwarded headers; only behind a load balancer that sets them (env IDEMPROXY_TRUST_FORWARDED)")
-	fs.StringVar(&o.problemBase, "problem-base", env.String("IDEMPROXY_PROBLEM_BASE", proxy.ProblemTypeBaseDefault), "prefix of problem type URIs; a path is served by the proxy (env IDEMPROXY_PROBLEM_BASE)")
+	fs.StringVar(&o.idem.ProblemTypeBase, "problem-base", env.String("IDEMPROXY_PROBLEM_BASE", proxy.ProblemTypeBaseDefault), "prefix of problem type URIs; a path is served by the proxy (env IDEMPROXY_PROBLEM_BASE)")
 	fs.DurationVar(&o.purgeInterval, "purge-interval", env.Duration("IDEMPROXY_PURGE_INTERVAL", 10*time.Minute), "time between runs of the purge, which deletes keys past -retention, and between an instance's tries to take the purge over: with several instances on one PostgreSQL database one at a time purges; 0 disables (env IDEMPROXY_PURGE_INTERVAL)")
 	fs.DurationVar(&o.readTimeout, "read-timeout", env.Duration("IDEMPROXY_READ_TIMEOUT", 30*time.Second), "longest `duration` to read a request, headers and body; a key route's body that is not in by then gets 408 (env IDEMPROXY_READ_TIMEOUT)")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", env.Duration("IDEMPROXY_WRITE_TIMEOUT", 0), "longest `duration` to write a response, from the end of its request's headers; default: -lock-timeout plus -max-prefer-wait. A key route's forward bounds its own writes to well within its lease, and a client that stops reading gets no more while the answer is stored for its retry (env IDEMPROXY_WRITE_TIMEOUT)")
@@ -189,13 +188,11 @@ func (o *options) config() (proxy.Config, error) {
 	}
 	cfg := proxy.Config{
 		Upstream: u, DropKey: o.dropKey, DefaultPolicy: proxy.Policy(o.policy), ReleaseServerErrors: !o.storeServerErrors,
-		UpstreamTimeout: o.upstreamTimeout, LockTimeout: o.lockTimeout, Retention: o.retention,
-		MaxPreferWait: o.maxPreferWait, ProbeURL: o.probeURL, ProbeTimeout: o.probeTimeout,
-		MaxBodyBytes: o.maxBodyBytes, MaxStoredBytes: o.maxStoredBytes, ReplayHeaders: o.replayHeaders,
-		TrustForwarded: o.trustForwarded, ProblemTypeBase: o.problemBase,
+		UpstreamTimeout: o.upstreamTimeout, ProbeURL: o.probeURL, ProbeTimeout: o.probeTimeout,
+		MaxStoredBytes: o.maxStoredBytes, TrustForwarded: o.trustForwarded, Idem: o.idem,
 	}
-	if o.maxPreferWait == 0 {
-		cfg.MaxPreferWait = proxy.NoPreferWait
+	if o.idem.MaxPreferWait == 0 {
+		cfg.Idem.MaxPreferWait = proxy.NoPreferWait // the flag's 0 is off
 	}
 	for _, s := range o.routes {
 		rt, err := proxy.ParseRoute(s)
@@ -258,7 +255,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup fu
 	}, []string{"route", "result"})
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(metrics, forwards, probes, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg.Store, cfg.Logger, cfg.Metrics = db.Store(), logger, metrics
+	cfg.Store, cfg.Idem.Logger, cfg.Idem.Metrics = db.Store(), logger, metrics
 	cfg.Forwards = forwardCounter{forwards}
 	cfg.Probes = probeCounter{probes}
 	px, err := proxy.New(&cfg)
@@ -281,7 +278,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup fu
 	}
 	writeTimeout := o.writeTimeout
 	if writeTimeout == 0 {
-		writeTimeout = o.lockTimeout + o.maxPreferWait
+		writeTimeout = o.idem.LockTimeout + o.idem.MaxPreferWait
 	}
 	srv := &http.Server{
 		Handler:           px,

@@ -9,7 +9,7 @@ require (
 	github.com/stripe/stripe-go/v84 v84.4.1
 )
 
-require github.com/idemkit/idem v0.0.0-00010101000000-000000000000 // indirect
+require github.com/idemkit/idem v0.0.0-00010101000000-000000000000
 
 require (
 	github.com/dustin/go-humanize v1.1.0 // indirect

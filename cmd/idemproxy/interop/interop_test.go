@@ -20,6 +20,7 @@ import (
 
 	"github.com/stripe/stripe-go/v84"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/proxy"
 	"github.com/idemkit/idem/idemsqlite"
 )
@@ -187,8 +188,10 @@ func startProxy(t *testing.T, mock string) (*httptest.Server, *upstreamCounter) 
 	upstream := &upstreamCounter{count: map[string]int{}, media: map[string]string{}}
 	px, err := proxy.New(&proxy.Config{
 		Upstream: target, Store: store, Identity: id, Transport: upstream,
-		ReplayHeaders: []string{"Request-Id", "Stripe-Version"},
-		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Idem: idem.Config{
+			ReplayHeaders: []string{"Request-Id", "Stripe-Version"},
+			Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

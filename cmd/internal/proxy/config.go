@@ -21,8 +21,8 @@ const (
 	MaxPreferWaitDefault   = 10 * time.Second
 )
 
-// NoPreferWait, as Config.MaxPreferWait, ignores Prefer: wait: duplicates
-// get 409 at once.
+// NoPreferWait, as Config.Idem.MaxPreferWait, ignores Prefer: wait:
+// duplicates get 409 at once.
 const NoPreferWait = -1
 
 // Config configures a Proxy.
@@ -65,7 +65,7 @@ type Config struct {
 	ProbeURL string
 
 	// ProbeTimeout bounds a probe, to the end of the status URL's answer.
-	// LockTimeout must be longer than UpstreamTimeout and ProbeTimeout
+	// Idem.LockTimeout must be longer than UpstreamTimeout and ProbeTimeout
 	// together when a route probes. Defaults to ProbeTimeoutDefault (5 s).
 	ProbeTimeout time.Duration
 
@@ -90,18 +90,33 @@ type Config struct {
 	// UpstreamTimeoutDefault (30 s).
 	UpstreamTimeout time.Duration
 
-	// LockTimeout is how long a key's lease lasts before another request may
-	// take it over; it must be longer than UpstreamTimeout, so that a
-	// forward in progress is never overtaken. Defaults to
-	// LockTimeoutDefault (60 s).
-	LockTimeout time.Duration
-
-	// Retention is how long keys are kept. Defaults to idem.RetentionDefault.
-	Retention time.Duration
-
-	// MaxBodyBytes is the largest request body accepted on a key route.
-	// Defaults to idem.MaxBodyBytesDefault (1 MiB).
-	MaxBodyBytes int64
+	// Idem holds the idem settings the proxy's middleware and purger are
+	// built from: retention, lock timeout, body limit, Prefer: wait, replay
+	// headers, problem type base, logger, metrics, clock. ClientID,
+	// Require, Mode and Outcome are set by the proxy: ClientID from
+	// Identity, Require to every request of a key route, Mode to
+	// idem.ModeTwoPhase, Outcome from each route's policy. The proxy reads
+	// some of them itself, and some of its defaults differ from idem's:
+	//
+	//   - LockTimeout is how long a key's lease lasts before another
+	//     request may take it over; it must be longer than
+	//     UpstreamTimeout, so that a forward in progress is never
+	//     overtaken. Defaults to LockTimeoutDefault (60 s).
+	//   - MaxPreferWait is the longest a duplicate that arrives while its
+	//     key is in flight waits for the first request's response when it
+	//     sends Prefer: wait=N. Defaults to MaxPreferWaitDefault (10 s);
+	//     NoPreferWait turns waiting off.
+	//   - ProblemTypeBase prefixes the type URIs of problem documents; when
+	//     it is a path, the proxy serves the problem pages there (GET)
+	//     instead of forwarding it. Defaults to ProblemTypeBaseDefault.
+	//   - ReplayHeaders are upstream response headers stored and replayed
+	//     in addition to Content-Type, Content-Language and Location.
+	//   - Retention is published on the problem pages.
+	//   - Logger receives forwarding failures too.
+	//
+	// MaxBodyBytes bounds the request body on a key route. The other fields
+	// default as in idem.Config.
+	Idem idem.Config
 
 	// MaxStoredBytes is the longest response body stored for replay.
 	// Responses are streamed to the client whatever their size; a longer one
@@ -110,37 +125,15 @@ type Config struct {
 	// Defaults to MaxStoredBytesDefault (1 MiB).
 	MaxStoredBytes int64
 
-	// MaxPreferWait is the longest a duplicate that arrives while its key is
-	// in flight waits for the first request's response when it sends
-	// Prefer: wait=N (idem.Config.MaxPreferWait). Defaults to
-	// MaxPreferWaitDefault (10 s); NoPreferWait turns waiting off.
-	MaxPreferWait time.Duration
-
-	// ReplayHeaders are upstream response headers stored and replayed in
-	// addition to Content-Type, Content-Language and Location. Defaults to
-	// none.
-	ReplayHeaders []string
-
 	// TrustForwarded keeps the X-Forwarded-For and Forwarded headers of
 	// incoming requests and appends to them. Set it only behind a load
 	// balancer that sets them. Defaults to false: they are replaced.
 	TrustForwarded bool
 
-	// ProblemTypeBase prefixes the type URIs of problem documents. When it
-	// is a path, the proxy serves the problem pages there (GET) instead of
-	// forwarding it. Defaults to ProblemTypeBaseDefault.
-	ProblemTypeBase string
-
 	// Transport sends requests upstream. It must not retry requests on its
 	// own. Defaults to a clone of http.DefaultTransport without
 	// compression.
 	Transport http.RoundTripper
-
-	// Logger receives forwarding failures. Defaults to slog.Default().
-	Logger *slog.Logger
-
-	// Metrics receives idem's results. Defaults to none.
-	Metrics idem.Metrics
 
 	// Forwards receives the result of every forward of a key route.
 	// Defaults to none.
@@ -164,28 +157,28 @@ func (c *Config) withDefaults() *Config {
 	if out.UpstreamTimeout == 0 {
 		out.UpstreamTimeout = UpstreamTimeoutDefault
 	}
-	if out.LockTimeout == 0 {
-		out.LockTimeout = LockTimeoutDefault
+	if out.Idem.LockTimeout == 0 {
+		out.Idem.LockTimeout = LockTimeoutDefault
 	}
-	switch out.MaxPreferWait {
+	switch out.Idem.MaxPreferWait {
 	case 0:
-		out.MaxPreferWait = MaxPreferWaitDefault
+		out.Idem.MaxPreferWait = MaxPreferWaitDefault
 	case NoPreferWait:
-		out.MaxPreferWait = 0
+		out.Idem.MaxPreferWait = 0
 	}
 	if out.MaxStoredBytes == 0 {
 		out.MaxStoredBytes = MaxStoredBytesDefault
 	}
-	if out.ProblemTypeBase == "" {
-		out.ProblemTypeBase = ProblemTypeBaseDefault
+	if out.Idem.ProblemTypeBase == "" {
+		out.Idem.ProblemTypeBase = ProblemTypeBaseDefault
 	}
 	if out.Transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.DisableCompression = true // pass bodies through byte for byte
 		out.Transport = t
 	}
-	if out.Logger == nil {
-		out.Logger = slog.Default()
+	if out.Idem.Logger == nil {
+		out.Idem.Logger = slog.Default()
 	}
 	if out.Forwards == nil {
 		out.Forwards = noForwardMetrics{}
@@ -224,8 +217,8 @@ func (c *Config) validateSettings() error {
 		return errors.New("proxy: Config.Identity is required")
 	case c.UpstreamTimeout < 0 || c.MaxStoredBytes < 0 || c.ProbeTimeout < 0:
 		return errors.New("proxy: Config.UpstreamTimeout, ProbeTimeout and MaxStoredBytes must not be negative")
-	case c.LockTimeout <= c.UpstreamTimeout:
-		return fmt.Errorf("proxy: the lock timeout (%s) must be longer than the upstream timeout (%s), or a forward in progress could be taken over and sent twice", c.LockTimeout, c.UpstreamTimeout)
+	case c.Idem.LockTimeout <= c.UpstreamTimeout:
+		return fmt.Errorf("proxy: the lock timeout (%s) must be longer than the upstream timeout (%s), or a forward in progress could be taken over and sent twice", c.Idem.LockTimeout, c.UpstreamTimeout)
 	}
 	switch c.DefaultPolicy {
 	case PolicyRetry, PolicyHold:
@@ -251,8 +244,8 @@ func (c *Config) validateSettings() error {
 			return fmt.Errorf("proxy: route %s: %w", rt, errNoProbeURL)
 		case c.DropKey:
 			return fmt.Errorf("proxy: route %s: probe needs the key forwarded, so that the upstream can answer for it; it does not work with DropKey", rt)
-		case c.LockTimeout <= c.UpstreamTimeout+c.ProbeTimeout:
-			return fmt.Errorf("proxy: the lock timeout (%s) must be longer than the upstream timeout (%s) and the probe timeout (%s) together, or a retry that probes and forwards could be taken over", c.LockTimeout, c.UpstreamTimeout, c.ProbeTimeout)
+		case c.Idem.LockTimeout <= c.UpstreamTimeout+c.ProbeTimeout:
+			return fmt.Errorf("proxy: the lock timeout (%s) must be longer than the upstream timeout (%s) and the probe timeout (%s) together, or a retry that probes and forwards could be taken over", c.Idem.LockTimeout, c.UpstreamTimeout, c.ProbeTimeout)
 		}
 	}
 	return nil

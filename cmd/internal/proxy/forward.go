@@ -170,7 +170,7 @@ func (p *Proxy) forwarder(policy Policy) http.Handler {
 				// The upstream says it did not process the request: the
 				// retry may be forwarded, whatever the policy.
 				if err := p.save(ctx, a, RecoveryNotProcessed); err != nil {
-					p.cfg.Logger.ErrorContext(ctx, "idemproxy: could not record that the upstream did not process the request; a retry is treated as after an unknown outcome",
+					p.cfg.Idem.Logger.ErrorContext(ctx, "idemproxy: could not record that the upstream did not process the request; a retry is treated as after an unknown outcome",
 						"upstream_status", resp.StatusCode, "err", err)
 				}
 			}
@@ -179,7 +179,7 @@ func (p *Proxy) forwarder(policy Policy) http.Handler {
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			p.forwardFailed(w, r, policy, err)
 		},
-		ErrorLog: slog.NewLogLogger(p.cfg.Logger.Handler(), slog.LevelWarn),
+		ErrorLog: slog.NewLogLogger(p.cfg.Idem.Logger.Handler(), slog.LevelWarn),
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		idem.StreamResponse(w, p.cfg.MaxStoredBytes)
@@ -193,7 +193,7 @@ func (p *Proxy) forwarder(policy Policy) http.Handler {
 				if v != http.ErrAbortHandler || !idem.BreakResponse(w) {
 					panic(v)
 				}
-				p.cfg.Logger.WarnContext(r.Context(), "idemproxy: the upstream's response broke off after its status was sent; the key keeps the status, not the body",
+				p.cfg.Idem.Logger.WarnContext(r.Context(), "idemproxy: the upstream's response broke off after its status was sent; the key keeps the status, not the body",
 					"method", r.Method, "path", r.URL.Path)
 			}
 		}()
@@ -226,7 +226,7 @@ func (p *Proxy) forwarder(policy Policy) http.Handler {
 // writeBound is how long after a forward starts the client may be written
 // to: the upstream timeout, and half the time the lease has beyond it.
 func (p *Proxy) writeBound() time.Duration {
-	return p.cfg.UpstreamTimeout + (p.cfg.LockTimeout-p.cfg.UpstreamTimeout)/2
+	return p.cfg.UpstreamTimeout + (p.cfg.Idem.LockTimeout-p.cfg.UpstreamTimeout)/2
 }
 
 // begin reads what the key's recovery point says of earlier forwards and
@@ -241,7 +241,7 @@ func (p *Proxy) begin(w http.ResponseWriter, r *http.Request, policy Policy) boo
 	pr, err := p.prior(ctx, keyLeaseOf(ctx))
 	if err != nil {
 		p.logger(r, policy).ErrorContext(ctx, "idemproxy: could not read the key's recovery point; nothing was sent", "err", err)
-		idem.WriteProblem(w, idem.ProblemUnavailable.Kind().New(p.cfg.ProblemTypeBase,
+		idem.WriteProblem(w, idem.ProblemUnavailable.Kind().New(p.cfg.Idem.ProblemTypeBase,
 			"The idempotency store did not answer; the request was not sent upstream. Retry with the same key after Retry-After."), 1)
 		return false
 	}
@@ -254,7 +254,7 @@ func (p *Proxy) begin(w http.ResponseWriter, r *http.Request, policy Policy) boo
 	}
 	p.logger(r, policy).WarnContext(ctx, "idemproxy: hold: an earlier forward of the key may have reached the upstream; holding it, nothing is sent", "recovery_point", pr.point)
 	p.cfg.Forwards.Forward(ctx, a.route, ForwardHeld)
-	prob := outcomeUnknownKind.New(p.cfg.ProblemTypeBase, "")
+	prob := outcomeUnknownKind.New(p.cfg.Idem.ProblemTypeBase, "")
 	prob.Status = http.StatusBadGateway
 	prob.Detail = "An earlier request with this key was sent to the upstream service, and its answer was not recorded (the proxy that sent it stopped, or could not store the answer), so whether it took effect is unknown. " + holdAdvice
 	idem.WriteProblem(w, prob, 0)
@@ -270,17 +270,17 @@ func (p *Proxy) notForwarded(w http.ResponseWriter, r *http.Request, err error) 
 	ctx := r.Context()
 	p.logger(r, attemptOf(r).policy).ErrorContext(ctx, "idemproxy: could not save the key's recovery point before the forward; nothing was sent", "err", err)
 	if errors.Is(err, idemstore.ErrLeaseLost) {
-		idem.WriteProblem(w, idem.ProblemKeyInFlight.Kind().New(p.cfg.ProblemTypeBase,
+		idem.WriteProblem(w, idem.ProblemKeyInFlight.Kind().New(p.cfg.Idem.ProblemTypeBase,
 			"Another request took this key over; nothing was sent upstream for this one. Retry with the same key to get its result."), 1)
 		return
 	}
-	idem.WriteProblem(w, idem.ProblemUnavailable.Kind().New(p.cfg.ProblemTypeBase,
+	idem.WriteProblem(w, idem.ProblemUnavailable.Kind().New(p.cfg.Idem.ProblemTypeBase,
 		"The idempotency store did not answer; the request was not sent upstream. Retry with the same key after Retry-After."), 1)
 }
 
 // logger is the logger of a request on a key route.
 func (p *Proxy) logger(r *http.Request, policy Policy) *slog.Logger {
-	log := p.cfg.Logger.With("method", r.Method, "path", r.URL.Path, "policy", string(policy))
+	log := p.cfg.Idem.Logger.With("method", r.Method, "path", r.URL.Path, "policy", string(policy))
 	if scope, ok := idem.ScopeFromContext(r.Context()); ok {
 		log = log.With("client_id", scope.ClientID, "key_digest", keyspec.Digest(scope.Key))
 	}
@@ -309,12 +309,12 @@ func (p *Proxy) forwardFailed(w http.ResponseWriter, r *http.Request, policy Pol
 		p.cfg.Forwards.Forward(ctx, a.route, ForwardNotSent)
 		if serr := p.save(ctx, a, RecoveryNotProcessed); serr != nil && policy == PolicyHold {
 			log.ErrorContext(ctx, "idemproxy: could not record that the request was not sent; the key will be held", "err", serr)
-			idem.WriteProblem(w, kindOf(ProblemUpstreamUnavailable).New(p.cfg.ProblemTypeBase,
+			idem.WriteProblem(w, kindOf(ProblemUpstreamUnavailable).New(p.cfg.Idem.ProblemTypeBase,
 				"The upstream service could not be reached and the request was not sent to it, but the idempotency store failed to record that: a retry with this key is answered as an unknown outcome until an operator releases the key."), 0)
 			keyLeaseOf(ctx).keep.Store(true)
 			return
 		}
-		idem.WriteProblem(w, kindOf(ProblemUpstreamUnavailable).New(p.cfg.ProblemTypeBase,
+		idem.WriteProblem(w, kindOf(ProblemUpstreamUnavailable).New(p.cfg.Idem.ProblemTypeBase,
 			"The upstream service could not be reached and the request was not sent to it. The key is free: retry with the same key."), 1)
 	case isTimeout(err):
 		log.WarnContext(ctx, "idemproxy: outcome unknown: the upstream did not answer in time", "err", err)
@@ -330,7 +330,7 @@ func (p *Proxy) forwardFailed(w http.ResponseWriter, r *http.Request, policy Pol
 func (p *Proxy) outcomeUnknown(w http.ResponseWriter, r *http.Request, policy Policy, status int, what string) {
 	a := attemptOf(r)
 	p.cfg.Forwards.Forward(r.Context(), a.route, ForwardOutcomeUnknown)
-	prob := outcomeUnknownKind.New(p.cfg.ProblemTypeBase, "")
+	prob := outcomeUnknownKind.New(p.cfg.Idem.ProblemTypeBase, "")
 	prob.Status = status
 	retryAfter := 0
 	switch policy {
@@ -339,7 +339,7 @@ func (p *Proxy) outcomeUnknown(w http.ResponseWriter, r *http.Request, policy Po
 		retryAfter = 1
 		if _, keep := p.markUnknown(r.Context(), a, status); keep {
 			prob.Detail = what + ", so whether it took effect is unknown. Retry with the same Idempotency-Key after Retry-After, never a new one: the retry asks the upstream service what became of the request before anything is sent again."
-			retryAfter = int(p.cfg.LockTimeout.Round(time.Second) / time.Second)
+			retryAfter = int(p.cfg.Idem.LockTimeout.Round(time.Second) / time.Second)
 		}
 	case PolicyHold:
 		prob.Detail = what + ", so whether it took effect is unknown. " + holdAdvice

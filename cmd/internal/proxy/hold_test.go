@@ -73,11 +73,11 @@ func TestHoldAfterTakeover(t *testing.T) {
 			store := newStore(t, kind)
 			dead := setupOn(t, store, up, func(c *Config) {
 				holdRoute(c)
-				c.UpstreamTimeout, c.LockTimeout = time.Hour, 2*time.Hour
+				c.UpstreamTimeout, c.Idem.LockTimeout = time.Hour, 2*time.Hour
 			})
 			quick := setupOn(t, store, up, func(c *Config) {
 				holdRoute(c)
-				c.UpstreamTimeout, c.LockTimeout = 50*time.Millisecond, 200*time.Millisecond
+				c.UpstreamTimeout, c.Idem.LockTimeout = 50*time.Millisecond, 200*time.Millisecond
 			})
 			t.Cleanup(up.releaseSlow) // before the proxies close, which waits for their requests
 			first := make(chan exchange, 1)
@@ -167,7 +167,7 @@ func TestHoldAfterFailedStore(t *testing.T) {
 					holdRoute(c)
 					// Generous: the first forward must be answered within it
 					// on a loaded machine; ReleaseFails waits out the lease.
-					c.UpstreamTimeout, c.LockTimeout = 2*time.Second, 3*time.Second
+					c.UpstreamTimeout, c.Idem.LockTimeout = 2*time.Second, 3*time.Second
 				})
 				store.failComplete.Store(true)
 				store.failRelease.Store(releaseFails)
@@ -252,8 +252,8 @@ func TestClientStopsReading(t *testing.T) {
 	})
 	target, _ := url.Parse(up.URL)
 	id, _ := CredentialIdentity([]byte(testSecret))
-	p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, Logger: discard(),
-		UpstreamTimeout: 2 * time.Second, LockTimeout: 6 * time.Second})
+	p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id,
+		UpstreamTimeout: 2 * time.Second, Idem: idem.Config{LockTimeout: 6 * time.Second, Logger: discard()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestClientGivesUp(t *testing.T) {
 			t.Cleanup(up.Close)
 			target, _ := url.Parse(up.URL)
 			id, _ := CredentialIdentity([]byte(testSecret))
-			p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, Logger: discard(), DefaultPolicy: policy})
+			p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, Idem: idem.Config{Logger: discard()}, DefaultPolicy: policy})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -466,7 +466,7 @@ func TestUpstreamUnavailable(t *testing.T) {
 	t.Cleanup(up.Close)
 	target, _ := url.Parse(up.URL)
 	id, _ := CredentialIdentity([]byte(testSecret))
-	p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, Logger: discard()})
+	p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, Idem: idem.Config{Logger: discard()}})
 	if err != nil {
 		t.Fatal(err)
 	}

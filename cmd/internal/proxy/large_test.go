@@ -122,7 +122,7 @@ func TestBodyBreaksOff(t *testing.T) {
 			t.Cleanup(up.Close)
 			target, _ := url.Parse(up.URL)
 			id, _ := CredentialIdentity([]byte(testSecret))
-			p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, DefaultPolicy: policy, Logger: discard()})
+			p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, DefaultPolicy: policy, Idem: idem.Config{Logger: discard()}})
 			if err != nil {
 				t.Fatal(err)
 			}

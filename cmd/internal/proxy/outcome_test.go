@@ -123,7 +123,7 @@ func TestOutcomeUnknownAfterReset(t *testing.T) {
 
 func TestOutcomeUnknownAfterTimeout(t *testing.T) {
 	t.Parallel()
-	short := func(c *Config) { c.UpstreamTimeout, c.LockTimeout = 50*time.Millisecond, 20*time.Second }
+	short := func(c *Config) { c.UpstreamTimeout, c.Idem.LockTimeout = 50*time.Millisecond, 20*time.Second }
 	for _, kind := range storeKinds {
 		t.Run(kind+"/RetryWithKeyHonouringUpstream", func(t *testing.T) {
 			t.Parallel()
@@ -203,7 +203,7 @@ func TestNotSentReleasesKey(t *testing.T) {
 	id, _ := CredentialIdentity([]byte(testSecret))
 	target, _ := url.Parse("http://upstream.invalid")
 	counts := &forwardCounts{ch: make(chan ForwardResult, 10)}
-	p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, Forwards: counts, Transport: refused, Logger: slog.New(slog.DiscardHandler)})
+	p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, Forwards: counts, Transport: refused, Idem: idem.Config{Logger: slog.New(slog.DiscardHandler)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,7 +133,7 @@ func (p *Proxy) markUnknown(ctx context.Context, a *attempt, status int) (_ int,
 		return a.status, false
 	}
 	if err := p.save(ctx, a, RecoveryOutcomeUnknown, "status", strconv.Itoa(status)); err != nil {
-		p.cfg.Logger.ErrorContext(ctx, "idemproxy: could not mark the key unknown; it stays held until its lease expires, and the retry that takes it over probes", "err", err)
+		p.cfg.Idem.Logger.ErrorContext(ctx, "idemproxy: could not mark the key unknown; it stays held until its lease expires, and the retry that takes it over probes", "err", err)
 		keyLeaseOf(ctx).keep.Store(true)
 		return status, true
 	}
@@ -153,7 +153,7 @@ func (p *Proxy) probeFirst(w http.ResponseWriter, r *http.Request) bool {
 		return false // nothing was sent under the key before, or it did not take effect
 	}
 	scope, _ := idem.ScopeFromContext(ctx)
-	log := p.cfg.Logger.With("method", r.Method, "path", r.URL.Path, "client_id", scope.ClientID, "key_digest", keyspec.Digest(scope.Key))
+	log := p.cfg.Idem.Logger.With("method", r.Method, "path", r.URL.Path, "client_id", scope.ClientID, "key_digest", keyspec.Digest(scope.Key))
 	pctx, cancel := context.WithTimeout(ctx, p.cfg.ProbeTimeout)
 	defer cancel()
 	// The key as the upstream received it: the field value the first
@@ -222,7 +222,7 @@ func classify(resp *http.Response, err error) ProbeResult {
 // (streamed, as a forward's response is).
 func (p *Proxy) replayProbe(w http.ResponseWriter, resp *http.Response) {
 	defer resp.Body.Close()
-	for _, name := range replay.Headers(p.cfg.ReplayHeaders) {
+	for _, name := range replay.Headers(p.cfg.Idem.ReplayHeaders) {
 		if v := resp.Header.Values(name); len(v) > 0 {
 			w.Header()[name] = v
 		}
@@ -242,7 +242,7 @@ func (p *Proxy) replayProbe(w http.ResponseWriter, resp *http.Response) {
 // its recovery point RecoveryOutcomeUnknown for the next retry to probe.
 func (p *Proxy) stillUnknown(w http.ResponseWriter, r *http.Request, retryAfter int, why string) {
 	status, keep := p.markUnknown(r.Context(), attemptOf(r), http.StatusBadGateway)
-	prob := outcomeUnknownKind.New(p.cfg.ProblemTypeBase, "")
+	prob := outcomeUnknownKind.New(p.cfg.Idem.ProblemTypeBase, "")
 	prob.Status = status
 	prob.Detail = "An earlier request with this key was sent to the upstream service and its outcome is unknown, and it still is: " + why +
 		". Nothing was sent upstream. Retry with the same Idempotency-Key after Retry-After, never a new one: the retry asks the upstream again."
@@ -250,7 +250,7 @@ func (p *Proxy) stillUnknown(w http.ResponseWriter, r *http.Request, retryAfter 
 		retryAfter = 1
 	}
 	if keep {
-		retryAfter = int(p.cfg.LockTimeout.Round(time.Second) / time.Second)
+		retryAfter = int(p.cfg.Idem.LockTimeout.Round(time.Second) / time.Second)
 	}
 	idem.WriteProblem(w, prob, retryAfter)
 }

@@ -85,7 +85,7 @@ func TestProbe(t *testing.T) {
 			logs := &syncBuffer{}
 			base := setup(t, kind, up, func(c *Config) {
 				probing("/v1/requests/{key}", counts)(c)
-				c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+				c.Idem.Logger = slog.New(slog.NewTextHandler(logs, nil))
 			})
 			key := `"probe-charged"` // a quoted key: the status URL gets it escaped, quotes and all
 			unknownFirst(t, base, "/v1/reset", key)
@@ -148,7 +148,7 @@ func TestProbe(t *testing.T) {
 			counts := newResultCounts()
 			base := setup(t, kind, up, func(c *Config) {
 				probing("/v1/requests/{key}", counts)(c)
-				c.UpstreamTimeout, c.LockTimeout = 50*time.Millisecond, 20*time.Second
+				c.UpstreamTimeout, c.Idem.LockTimeout = 50*time.Millisecond, 20*time.Second
 			})
 			first := send(t, "POST", base+"/v1/slow", "probe-slow", `{"amount":1}`)
 			if first.status != http.StatusGatewayTimeout || first.problemCode(t) != string(idem.ProblemOutcomeUnknown) {
@@ -341,11 +341,11 @@ func TestProbeAfterTakeover(t *testing.T) {
 			counts := newResultCounts()
 			slow := setupOn(t, store, up, func(c *Config) {
 				probing("/v1/requests/{key}", newResultCounts())(c)
-				c.UpstreamTimeout, c.LockTimeout = time.Hour, 2*time.Hour
+				c.UpstreamTimeout, c.Idem.LockTimeout = time.Hour, 2*time.Hour
 			})
 			quick := setupOn(t, store, up, func(c *Config) {
 				probing("/v1/requests/{key}", counts)(c)
-				c.UpstreamTimeout, c.ProbeTimeout, c.LockTimeout = 50*time.Millisecond, 100*time.Millisecond, 200*time.Millisecond
+				c.UpstreamTimeout, c.ProbeTimeout, c.Idem.LockTimeout = 50*time.Millisecond, 100*time.Millisecond, 200*time.Millisecond
 			})
 			t.Cleanup(up.releaseSlow) // before the proxies close, which waits for their requests
 			first := make(chan exchange, 1)

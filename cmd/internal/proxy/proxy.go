@@ -51,10 +51,10 @@ func New(cfg *Config) (*Proxy, error) {
 		Rewrite:       p.rewrite,
 		Transport:     c.Transport,
 		FlushInterval: -1,
-		ErrorLog:      slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn),
+		ErrorLog:      slog.NewLogLogger(c.Idem.Logger.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			c.Logger.WarnContext(r.Context(), "idemproxy: forward failed", "method", r.Method, "path", r.URL.Path, "err", err)
-			idem.WriteProblem(w, kindOf(ProblemUpstreamFailed).New(c.ProblemTypeBase,
+			c.Idem.Logger.WarnContext(r.Context(), "idemproxy: forward failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			idem.WriteProblem(w, kindOf(ProblemUpstreamFailed).New(c.Idem.ProblemTypeBase,
 				"The upstream service could not be reached, or failed before it answered."), 0)
 		},
 	}
@@ -70,30 +70,23 @@ func New(cfg *Config) (*Proxy, error) {
 		}
 		p.guarded[policy] = mw.Wrap(p.forwarder(policy))
 	}
-	if strings.HasPrefix(c.ProblemTypeBase, "/") {
-		p.problems = problemPages(c.Retention)
+	if strings.HasPrefix(c.Idem.ProblemTypeBase, "/") {
+		p.problems = problemPages(c.Idem.Retention)
 	}
 	return p, nil
 }
 
 // IdemConfig returns the idem configuration the proxy's middleware is built
-// from (each route's policy sets its own Outcome): build the purger from it,
-// so that it keeps the proxy's retention, lock timeout and clock.
+// from: Config.Idem with the proxy's defaults, its client identity, and
+// two-phase mode on every request of a key route (each route's policy sets
+// its own Outcome). Build the purger from it, so that it keeps the proxy's
+// retention, lock timeout and clock.
 func (p *Proxy) IdemConfig() *idem.Config {
-	c := p.cfg
-	return &idem.Config{
-		ClientID:        c.Identity,
-		Require:         func(*http.Request) bool { return true }, // only key routes reach it
-		Mode:            idem.ModeTwoPhase,
-		LockTimeout:     c.LockTimeout,
-		Retention:       c.Retention,
-		MaxBodyBytes:    c.MaxBodyBytes,
-		MaxPreferWait:   c.MaxPreferWait,
-		ReplayHeaders:   c.ReplayHeaders,
-		ProblemTypeBase: c.ProblemTypeBase,
-		Logger:          c.Logger,
-		Metrics:         c.Metrics,
-	}
+	ic := p.cfg.Idem
+	ic.ClientID = p.cfg.Identity
+	ic.Require = func(*http.Request) bool { return true } // only key routes reach it
+	ic.Mode = idem.ModeTwoPhase
+	return &ic
 }
 
 // outcomePolicy is idem's outcome policy for a route's policy: which
@@ -139,11 +132,11 @@ func outcomePolicy(policy Policy, releaseServerErrors bool) idem.OutcomePolicy {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Method = normalMethod(r.Method)
 	if !strings.HasPrefix(r.URL.Path, "/") && !(r.Method == http.MethodOptions && r.RequestURI == "*") {
-		idem.WriteProblem(w, kindOf(ProblemBadTarget).New(p.cfg.ProblemTypeBase,
+		idem.WriteProblem(w, kindOf(ProblemBadTarget).New(p.cfg.Idem.ProblemTypeBase,
 			fmt.Sprintf("The request-target must be a path starting with /; %s %q is not forwarded.", r.Method, r.RequestURI)), 0)
 		return
 	}
-	if p.problems != nil && r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, p.cfg.ProblemTypeBase) {
+	if p.problems != nil && r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, p.cfg.Idem.ProblemTypeBase) {
 		p.problems.ServeHTTP(w, r)
 		return
 	}

@@ -78,7 +78,7 @@ func setupOn(t *testing.T, store idemstore.Store, up *upstream, edit func(*Confi
 	target, _ := url.Parse(up.URL)
 	cfg := Config{
 		Upstream: target, Store: store, Identity: id,
-		Logger: slog.New(slog.DiscardHandler),
+		Idem: idem.Config{Logger: slog.New(slog.DiscardHandler)},
 	}
 	if edit != nil {
 		edit(&cfg)
@@ -354,14 +354,14 @@ func TestConfigValidation(t *testing.T) {
 		"RelativeUpstream":        {Upstream: &url.URL{Path: "/x"}, Store: store, Identity: id},
 		"NoStore":                 {Upstream: target, Identity: id},
 		"NoIdentity":              {Upstream: target, Store: store},
-		"LeaseShorterThanForward": {Upstream: target, Store: store, Identity: id, UpstreamTimeout: 60 * time.Second, LockTimeout: 30 * time.Second},
+		"LeaseShorterThanForward": {Upstream: target, Store: store, Identity: id, UpstreamTimeout: 60 * time.Second, Idem: idem.Config{LockTimeout: 30 * time.Second}},
 		"BadPolicy":               {Upstream: target, Store: store, Identity: id, DefaultPolicy: "probe"},
 		"BadRoute":                {Upstream: target, Store: store, Identity: id, Routes: []Route{{Method: "GET", Path: "/"}}},
 		"ProbeWithoutURL":         {Upstream: target, Store: store, Identity: id, Routes: []Route{probe}},
 		"ProbeWithBadURL":         {Upstream: target, Store: store, Identity: id, Routes: []Route{probe}, ProbeURL: "/v1/requests"},
 		"ProbeWithDropKey":        {Upstream: target, Store: store, Identity: id, Routes: []Route{probe}, ProbeURL: "/s/{key}", DropKey: true},
 		"ProbeLeaseTooShort": {Upstream: target, Store: store, Identity: id, Routes: []Route{probe}, ProbeURL: "/s/{key}",
-			UpstreamTimeout: 30 * time.Second, ProbeTimeout: 30 * time.Second, LockTimeout: 59 * time.Second},
+			UpstreamTimeout: 30 * time.Second, ProbeTimeout: 30 * time.Second, Idem: idem.Config{LockTimeout: 59 * time.Second}},
 	}
 	for name, cfg := range bad {
 		if _, err := New(&cfg); err == nil {
@@ -369,9 +369,40 @@ func TestConfigValidation(t *testing.T) {
 		}
 	}
 	good := Config{Upstream: target, Store: store, Identity: id, Routes: []Route{probe}, ProbeURL: "/s/{key}",
-		UpstreamTimeout: 30 * time.Second, ProbeTimeout: 29 * time.Second, LockTimeout: 60 * time.Second}
+		UpstreamTimeout: 30 * time.Second, ProbeTimeout: 29 * time.Second, Idem: idem.Config{LockTimeout: 60 * time.Second}}
 	if _, err := New(&good); err != nil {
 		t.Errorf("probe route with a global status URL: %v", err)
+	}
+}
+
+// TestIdemConfig checks that the proxy's middleware and purger are built
+// from Config.Idem: its settings kept, the proxy's own defaults on its zero
+// fields, and the proxy's identity and mode.
+func TestIdemConfig(t *testing.T) {
+	t.Parallel()
+	id, _ := CredentialIdentity([]byte(testSecret))
+	target, _ := url.Parse("http://127.0.0.1:1")
+	now := func() time.Time { return time.Unix(1e9, 0) }
+	p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id,
+		Idem: idem.Config{Retention: 48 * time.Hour, MaxPreferWait: NoPreferWait, ReplayHeaders: []string{"Request-Id"}, Now: now}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic := p.IdemConfig()
+	switch {
+	case ic.Retention != 48*time.Hour || len(ic.ReplayHeaders) != 1 || ic.Now == nil || !ic.Now().Equal(now()):
+		t.Errorf("settings of Config.Idem not kept: %+v", ic)
+	case ic.LockTimeout != LockTimeoutDefault || ic.MaxPreferWait != 0 || ic.ProblemTypeBase != ProblemTypeBaseDefault || ic.Logger == nil:
+		t.Errorf("proxy defaults not applied: %+v", ic)
+	case ic.ClientID == nil || ic.Require == nil || ic.Mode != idem.ModeTwoPhase:
+		t.Errorf("identity, requirement or mode not set: %+v", ic)
+	}
+	p, err = New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ic := p.IdemConfig(); ic.MaxPreferWait != MaxPreferWaitDefault || ic.Retention != 0 {
+		t.Errorf("MaxPreferWait %s, Retention %s: want %s and idem's default", ic.MaxPreferWait, ic.Retention, MaxPreferWaitDefault)
 	}
 }
 
@@ -403,7 +434,7 @@ func TestUpstreamServerErrors(t *testing.T) {
 			t.Cleanup(up.Close)
 			target, _ := url.Parse(up.URL)
 			id, _ := CredentialIdentity([]byte(testSecret))
-			p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, Routes: []Route{c.route}, ReleaseServerErrors: c.release, Logger: discard()})
+			p, err := New(&Config{Upstream: target, Store: newStore(t, "sqlite"), Identity: id, Routes: []Route{c.route}, ReleaseServerErrors: c.release, Idem: idem.Config{Logger: discard()}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -51,7 +51,7 @@ func TestPreferWaitThroughProxy(t *testing.T) {
 			t.Cleanup(up.Close)
 			target, _ := url.Parse(up.URL)
 			id, _ := CredentialIdentity([]byte(testSecret))
-			p, err := New(&Config{Upstream: target, Store: newStore(t, kind), Identity: id, Metrics: counter})
+			p, err := New(&Config{Upstream: target, Store: newStore(t, kind), Identity: id, Idem: idem.Config{Metrics: counter}})
 			if err != nil {
 				t.Fatal(err)
 			}
