@@ -445,3 +445,25 @@ func (s suite) leaseCarriesCreatedAt(t *testing.T) {
 	complete(t, again, sampleResponse("{}"))
 	stored("claimed after the purge", t2.Add(time.Second), again.Info().CreatedAt)
 }
+
+// refusesAtomicClaim: a store that keeps two-phase keys only
+// (Harness.TwoPhaseOnly) refuses a claim in ModeAtomic with an error, and
+// the key stays free for a two-phase claim.
+func (s suite) refusesAtomicClaim(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	scope := newScope("alice")
+	res, err := store.Claim(context.Background(), s.params(scope, "a", epoch))
+	if err == nil {
+		if res.Lease != nil {
+			_ = res.Lease.Release(context.Background())
+		}
+		t.Fatalf("an atomic claim succeeded (lease=%v); want an error from a two-phase-only store", res.Lease != nil)
+	}
+	twoPhase := suite{h: s.h, mode: idem.ModeTwoPhase}
+	l := twoPhase.mustLease(t, store, twoPhase.params(scope, "a", epoch))
+	if info := l.Info(); info.Token != 1 || info.TakenOver {
+		t.Errorf("two-phase claim after the refused one: Info() = %+v; want a new key at token 1", info)
+	}
+	release(t, l)
+}
