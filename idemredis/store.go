@@ -1,0 +1,388 @@
+package idemredis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem/idemstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// PrefixDefault is the default of [Config.Prefix].
+const PrefixDefault = "idem"
+
+// ReplicaTimeoutDefault is the default of [Config.ReplicaTimeout].
+const ReplicaTimeoutDefault = time.Second
+
+// SchemaVersion is the version of the key layout this build reads and
+// writes; [Store.Migrate] records it and [Store.Ready] checks it.
+const SchemaVersion = 1
+
+// ErrAtomicMode is returned, wrapped, by a claim in idem.ModeAtomic:
+// Redis has no transaction that a handler's writes could share with the
+// stored response. Run the middleware in idem.ModeTwoPhase.
+var ErrAtomicMode = errors.New("idemredis: Redis keeps two-phase keys only: ModeAtomic needs a transaction the handler's writes share, which Redis has not")
+
+// Config configures a [Store].
+type Config struct {
+	// Prefix starts the name of every key the store keeps, so that several
+	// services, or tests, share one Redis. Letters, digits, '_', '-' and
+	// '.' only. Defaults to PrefixDefault ("idem").
+	Prefix string
+
+	// MinReplicas is how many replicas must acknowledge a claim and a
+	// completion (Redis's WAIT) before the store reports them. Fewer
+	// within ReplicaTimeout is an error wrapping
+	// idemstore.ErrOutcomeUnknown and idemstore.ErrUnavailable: the
+	// primary has the write, and a failover may lose it. Defaults to 0:
+	// no wait, and a failover may lose the last writes acknowledged (see
+	// the package documentation).
+	MinReplicas int
+
+	// ReplicaTimeout is how long WAIT waits for MinReplicas. Defaults to
+	// ReplicaTimeoutDefault (1 s).
+	ReplicaTimeout time.Duration
+}
+
+var prefixRe = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+
+func (c *Config) withDefaults() *Config {
+	out := Config{}
+	if c != nil {
+		out = *c
+	}
+	if out.Prefix == "" {
+		out.Prefix = PrefixDefault
+	}
+	if out.ReplicaTimeout == 0 {
+		out.ReplicaTimeout = ReplicaTimeoutDefault
+	}
+	return &out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case !prefixRe.MatchString(c.Prefix):
+		return fmt.Errorf("idemredis: Config.Prefix %q: want letters, digits, '_', '-' and '.' only", c.Prefix)
+	case c.MinReplicas < 0:
+		return errors.New("idemredis: Config.MinReplicas must not be negative")
+	case c.ReplicaTimeout < 0:
+		return errors.New("idemredis: Config.ReplicaTimeout must not be negative")
+	}
+	return nil
+}
+
+var (
+	_ idemstore.Store         = (*Store)(nil)
+	_ idemstore.RecoveryStore = (*Store)(nil)
+	_ idemstore.KeyAdmin      = (*Store)(nil)
+	_ idemstore.Readier       = (*Store)(nil)
+	_ idemstore.RecoveryLease = (*lease)(nil)
+)
+
+// Store is a two-phase [idemstore.Store] in Redis: one server, a primary
+// with replicas, or Redis Cluster, through a go-redis UniversalClient.
+type Store struct {
+	rdb redis.UniversalClient
+	cfg *Config
+}
+
+// New returns a store on rdb, which the caller keeps and closes.
+func New(rdb redis.UniversalClient, cfg *Config) (*Store, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Store{rdb: rdb, cfg: c}, nil
+}
+
+// escaper spells the characters that would let a client or key forge
+// another scope's name ('%', ':'), move its hash tag ('{', '}') or match
+// more than itself in SCAN's MATCH ('*', '?', '[', ']', '\').
+var escaper = strings.NewReplacer("%", "%25", ":", "%3A", "{", "%7B", "}", "%7D",
+	"*", "%2A", "?", "%3F", "[", "%5B", "]", "%5D", `\`, "%5C")
+
+// keyName is the name of scope's hash: "{prefix:client:key}", all of it
+// the hash tag, so that any key the store may add for a scope lands in
+// its slot.
+func (s *Store) keyName(scope idemstore.Scope) string {
+	return "{" + s.cfg.Prefix + ":" + escaper.Replace(scope.ClientID) + ":" + escaper.Replace(scope.Key) + "}"
+}
+
+// match is the SCAN pattern of the keys of client, or of every client's
+// for "".
+func (s *Store) match(client string) string {
+	if client == "" {
+		return "{" + s.cfg.Prefix + ":*"
+	}
+	return "{" + s.cfg.Prefix + ":" + escaper.Replace(client) + ":*}"
+}
+
+func (s *Store) schemaKey() string { return s.cfg.Prefix + ":schema" }
+
+func micros(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
+
+func newNonce() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// unavailable wraps err, a failure to reach Redis, with
+// idemstore.ErrUnavailable; a context's own error is returned as it is.
+func unavailable(what string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("idemredis: %s: %w", what, err)
+	}
+	return fmt.Errorf("idemredis: %s: %w: %w", what, idemstore.ErrUnavailable, err)
+}
+
+// unknown wraps err, a failure after a write may have been applied, with
+// idemstore.ErrOutcomeUnknown and idemstore.ErrUnavailable.
+func unknown(what string, err error) error {
+	return fmt.Errorf("idemredis: %s: %w: %w: %w", what, idemstore.ErrOutcomeUnknown, idemstore.ErrUnavailable, err)
+}
+
+// errReplicas reports that fewer replicas than Config.MinReplicas
+// acknowledged a write.
+type errReplicas struct{ got, want int }
+
+func (e errReplicas) Error() string {
+	return fmt.Sprintf("%d of %d replicas acknowledged the write", e.got, e.want)
+}
+
+// run runs script on key. With Config.MinReplicas set, it sends WAIT on
+// the same connection, right after the script (WAIT counts the
+// acknowledgements of that connection's writes), and returns errReplicas
+// when fewer replicas acknowledged; wrote tells it whether the script's
+// answer means it wrote anything worth waiting for.
+func (s *Store) run(ctx context.Context, script *redis.Script, key string, wait bool, args ...any) (any, error) {
+	if !wait || s.cfg.MinReplicas == 0 {
+		return script.Run(ctx, s.rdb, []string{key}, args...).Result()
+	}
+	var node redis.Cmdable = s.rdb
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		c, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		node = c
+	}
+	var res, acks *redis.Cmd
+	pipe := func() error {
+		_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			res = p.EvalSha(ctx, script.Hash(), []string{key}, args...)
+			acks = p.Do(ctx, "WAIT", s.cfg.MinReplicas, s.cfg.ReplicaTimeout.Milliseconds())
+			return nil
+		})
+		return err
+	}
+	err := pipe()
+	if res != nil && redis.HasErrorPrefix(res.Err(), "NOSCRIPT") {
+		// The primary has not seen the script yet, or lost it in a restart.
+		if err := script.Load(ctx, node).Err(); err != nil {
+			return nil, err
+		}
+		err = pipe()
+	}
+	if err := res.Err(); err != nil {
+		return nil, err
+	}
+	if err != nil {
+		return res.Val(), err
+	}
+	n, _ := acks.Int()
+	if n < s.cfg.MinReplicas {
+		return res.Val(), errReplicas{n, s.cfg.MinReplicas}
+	}
+	return res.Val(), nil
+}
+
+// Claim implements [idemstore.Store]. It refuses a claim in ModeAtomic
+// with an error wrapping [ErrAtomicMode].
+func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
+	if !p.TwoPhase {
+		return idemstore.ClaimResult{}, fmt.Errorf("idemredis: claim key: %w", ErrAtomicMode)
+	}
+	if err := ctx.Err(); err != nil {
+		return idemstore.ClaimResult{}, err
+	}
+	nonce, err := newNonce()
+	if err != nil {
+		return idemstore.ClaimResult{}, fmt.Errorf("idemredis: claim key: %w", err)
+	}
+	leaseExp := ""
+	if e := p.LeaseExpires(); !e.IsZero() {
+		leaseExp = micros(e)
+	}
+	ttl := int64(0)
+	if p.Retention > 0 {
+		ttl = max(p.Retention.Milliseconds(), 1)
+	}
+	key := s.keyName(p.Scope)
+	raw, err := s.run(ctx, claimScript, key, true,
+		micros(p.Now), max(p.Retention.Microseconds(), 0), p.LockTimeout.Microseconds(),
+		p.Method, p.Path, p.RequestHash, p.RequestFields, nonce, leaseExp, ttl, p.Scope.ClientID, p.Scope.Key)
+	var short errReplicas
+	if err != nil && !errors.As(err, &short) {
+		return idemstore.ClaimResult{}, unavailable("claim key", err)
+	}
+	reply, _ := raw.([]any)
+	if len(reply) < 2 {
+		return idemstore.ClaimResult{}, fmt.Errorf("idemredis: claim key: unexpected reply %v", raw)
+	}
+	kind, _ := reply[0].(string)
+	if kind == "exists" {
+		fields, _ := reply[1].([]any)
+		rec, err := decodeRecord(fields)
+		if err != nil {
+			return idemstore.ClaimResult{}, fmt.Errorf("idemredis: claim key: %w", err)
+		}
+		return idemstore.ClaimResult{Record: rec}, nil
+	}
+	tok, err1 := strconv.ParseInt(fmt.Sprint(reply[1]), 10, 64)
+	created, err2 := strconv.ParseInt(fmt.Sprint(reply[2]), 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return idemstore.ClaimResult{}, fmt.Errorf("idemredis: claim key: %w", err)
+	}
+	l := &lease{store: s, key: key, token: strconv.FormatInt(tok, 10), nonce: nonce,
+		info: idemstore.LeaseInfo{Token: tok, TakenOver: kind == "takeover", CreatedAt: time.UnixMicro(created).UTC()}}
+	if short.want > 0 {
+		// The key is ours on the primary only: give it back, so that the
+		// client's retry does not wait out the lease, and say so.
+		_, _ = releaseScript.Run(context.WithoutCancel(ctx), s.rdb, []string{key}, l.token, l.nonce).Result()
+		return idemstore.ClaimResult{}, unknown("claim key", short)
+	}
+	return idemstore.ClaimResult{Lease: l}, nil
+}
+
+// lease is a two-phase lease, fenced by its token and nonce. It is not
+// safe for concurrent use, as no lease is.
+type lease struct {
+	store *Store
+	key   string
+	token string
+	nonce string
+	info  idemstore.LeaseInfo
+	ended bool
+}
+
+type leaseKey struct{}
+
+// Context returns ctx with the lease; the store has no transaction to
+// carry.
+func (l *lease) Context(ctx context.Context) context.Context {
+	return context.WithValue(ctx, leaseKey{}, l)
+}
+
+func (l *lease) Info() idemstore.LeaseInfo { return l.info }
+
+func (l *lease) Complete(ctx context.Context, resp *idemstore.Response) error {
+	if l.ended {
+		return fmt.Errorf("idemredis: complete key: %w", idemstore.ErrLeaseEnded)
+	}
+	hd, err := json.Marshal(resp.Header)
+	if err != nil {
+		return fmt.Errorf("idemredis: complete key: %w", err)
+	}
+	raw, err := l.store.run(ctx, completeScript, l.key, true, l.token, l.nonce, resp.StatusCode, hd, resp.Body)
+	var short errReplicas
+	switch {
+	case errors.As(err, &short):
+		// Completed on the primary; a failover may lose it.
+		l.ended = true
+		return unknown("complete key", short)
+	case err != nil:
+		return unknown("complete key", err)
+	}
+	reply, _ := raw.([]any)
+	if len(reply) == 0 {
+		return fmt.Errorf("idemredis: complete key: unexpected reply %v", raw)
+	}
+	switch reply[0] {
+	case "ok":
+		l.ended = true
+		return nil
+	case "completed":
+		l.ended = true
+		fields, _ := reply[1].([]any)
+		rec, err := decodeRecord(fields)
+		if err != nil {
+			return fmt.Errorf("idemredis: complete key: %w", err)
+		}
+		return fmt.Errorf("idemredis: complete key (token %s): %w", l.token, &idemstore.CompletedError{Record: rec})
+	}
+	l.ended = true
+	return fmt.Errorf("idemredis: complete key (token %s): %w", l.token, idemstore.ErrLeaseLost)
+}
+
+func (l *lease) Release(ctx context.Context) error {
+	if l.ended {
+		return fmt.Errorf("idemredis: release key: %w", idemstore.ErrLeaseEnded)
+	}
+	if err := releaseScript.Run(ctx, l.store.rdb, []string{l.key}, l.token, l.nonce).Err(); err != nil {
+		return unavailable("release key", err)
+	}
+	l.ended = true
+	return nil
+}
+
+// Recovery implements [idemstore.RecoveryLease].
+func (l *lease) Recovery(ctx context.Context) (idemstore.Recovery, error) {
+	if l.ended {
+		return idemstore.Recovery{}, fmt.Errorf("idemredis: read recovery point: %w", idemstore.ErrLeaseEnded)
+	}
+	v, err := l.store.rdb.HMGet(ctx, l.key, "st", "tok", "n", "rp", "rs").Result()
+	if err != nil {
+		return idemstore.Recovery{}, unavailable("read recovery point", err)
+	}
+	if v[0] != string(idemstore.StatusInFlight) || v[1] != l.token || v[2] != l.nonce {
+		return idemstore.Recovery{}, fmt.Errorf("idemredis: read recovery point (token %s): %w", l.token, idemstore.ErrLeaseLost)
+	}
+	point, _ := v[3].(string)
+	if point == "" {
+		return idemstore.Recovery{Point: idemstore.RecoveryStarted}, nil
+	}
+	r := idemstore.Recovery{Point: point}
+	if st, _ := v[4].(string); st != "" {
+		if err := json.Unmarshal([]byte(st), &r.State); err != nil {
+			return idemstore.Recovery{}, fmt.Errorf("idemredis: read recovery point: %w", err)
+		}
+	}
+	return r.Clone(), nil
+}
+
+// Checkpoint implements [idemstore.RecoveryLease]: it saves the point
+// and its state if the lease still holds the key. There are no writes of
+// the handler's to commit with it.
+func (l *lease) Checkpoint(ctx context.Context, r idemstore.Recovery) error {
+	if l.ended {
+		return fmt.Errorf("idemredis: checkpoint: %w", idemstore.ErrLeaseEnded)
+	}
+	state := ""
+	if len(r.State) > 0 {
+		b, err := json.Marshal(r.State)
+		if err != nil {
+			return fmt.Errorf("idemredis: checkpoint: %w", err)
+		}
+		state = string(b)
+	}
+	res, err := checkpointScript.Run(ctx, l.store.rdb, []string{l.key}, l.token, l.nonce, r.Point, state).Text()
+	if err != nil {
+		return unknown("checkpoint", err)
+	}
+	if res != "ok" {
+		return fmt.Errorf("idemredis: checkpoint (token %s): %w", l.token, idemstore.ErrLeaseLost)
+	}
+	return nil
+}
