@@ -50,9 +50,8 @@ func startServer(t *testing.T, dir string, extra ...string) string {
 	t.Helper()
 	port := freePort(t)
 	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--daemonize", "no", "--dir", dir, "--loglevel", "warning"}, extra...)
+		"--daemonize", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--loglevel", "warning"}, extra...)
 	cmd := exec.Command("redis-server", args...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start redis-server: %v", err)
 	}
