@@ -9,10 +9,12 @@ replace github.com/idemkit/idem => ../
 require (
 	github.com/idemkit/idem/idempg v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemprom v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemredis v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemsqlite v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/internal/pgtest v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/prometheus/client_golang v1.23.2
+	github.com/redis/go-redis/v9 v9.22.0
 	gonum.org/v1/plot v0.17.0
 	modernc.org/sqlite v1.59.0
 )
@@ -38,6 +40,7 @@ require (
 	github.com/prometheus/common v0.66.1 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	go.uber.org/atomic v1.11.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
@@ -52,6 +55,7 @@ require (
 replace (
 	github.com/idemkit/idem/idempg => ../idempg
 	github.com/idemkit/idem/idemprom => ../idemprom
+	github.com/idemkit/idem/idemredis => ../idemredis
 	github.com/idemkit/idem/idemsqlite => ../idemsqlite
 	github.com/idemkit/idem/internal/pgtest => ../internal/pgtest
 )

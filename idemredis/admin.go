@@ -216,24 +216,26 @@ func (s *Store) DeleteKey(ctx context.Context, scope idemstore.Scope) (*idemstor
 	return rec, nil
 }
 
-// Migrate records [SchemaVersion] in the key "PREFIX:schema", unless a
+// Migrate records [LayoutVersion] in the key "PREFIX:schema", unless a
 // newer build recorded a higher one. There is nothing else to create:
 // keys are made by claims.
 func (s *Store) Migrate(ctx context.Context) error {
-	have, err := s.version(ctx)
+	have, err := s.SchemaVersion(ctx)
 	if err != nil {
 		return fmt.Errorf("idemredis: migrate: %w", err)
 	}
-	if have >= SchemaVersion {
+	if have >= LayoutVersion {
 		return nil
 	}
-	if err := s.rdb.Set(ctx, s.schemaKey(), SchemaVersion, 0).Err(); err != nil {
+	if err := s.rdb.Set(ctx, s.schemaKey(), LayoutVersion, 0).Err(); err != nil {
 		return unavailable("migrate", err)
 	}
 	return nil
 }
 
-func (s *Store) version(ctx context.Context) (int, error) {
+// SchemaVersion returns the layout version recorded by [Store.Migrate],
+// 0 for none.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 	v, err := s.rdb.Get(ctx, s.schemaKey()).Int()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
@@ -245,7 +247,7 @@ func (s *Store) version(ctx context.Context) (int, error) {
 }
 
 // Ready implements [idemstore.Readier]: every primary answers PING and
-// the schema marker is at [SchemaVersion] (see [Store.Migrate]).
+// the schema marker is at [LayoutVersion] (see [Store.Migrate]).
 func (s *Store) Ready(ctx context.Context) error {
 	var err error
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
@@ -256,12 +258,12 @@ func (s *Store) Ready(ctx context.Context) error {
 	if err != nil {
 		return unavailable("ping", err)
 	}
-	have, err := s.version(ctx)
+	have, err := s.SchemaVersion(ctx)
 	if err != nil {
 		return fmt.Errorf("idemredis: ready: %w", err)
 	}
-	if have != SchemaVersion {
-		return fmt.Errorf("idemredis: ready: %w", &idemstore.SchemaVersionError{Have: have, Want: SchemaVersion})
+	if have != LayoutVersion {
+		return fmt.Errorf("idemredis: ready: %w", &idemstore.SchemaVersionError{Have: have, Want: LayoutVersion})
 	}
 	return nil
 }

@@ -22,9 +22,9 @@ const PrefixDefault = "idem"
 // ReplicaTimeoutDefault is the default of [Config.ReplicaTimeout].
 const ReplicaTimeoutDefault = time.Second
 
-// SchemaVersion is the version of the key layout this build reads and
+// LayoutVersion is the version of the key layout this build reads and
 // writes; [Store.Migrate] records it and [Store.Ready] checks it.
-const SchemaVersion = 1
+const LayoutVersion = 1
 
 // ErrAtomicMode is returned, wrapped, by a claim in idem.ModeAtomic:
 // Redis has no transaction that a handler's writes could share with the

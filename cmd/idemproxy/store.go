@@ -6,8 +6,12 @@ import (
 	"github.com/idemkit/idem/cmd/internal/database"
 )
 
-// ping checks that the key store answers, for /readyz.
+// ping checks that the key store answers, for /readyz: on Redis, every
+// primary, and the layout's version marker (idemredis.Store.Ready).
 func ping(ctx context.Context, db *database.DB) error {
+	if db.Redis != nil {
+		return db.Redis.Ready(ctx)
+	}
 	if db.SQLite != nil {
 		return db.SQLite.DB().PingContext(ctx)
 	}

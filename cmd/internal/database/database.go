@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem/idempg"
+	"github.com/idemkit/idem/idemredis"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/idemstore"
 )
@@ -21,7 +23,10 @@ import (
 const PoolConnsDefault = 16
 
 // ErrUnsupported means the URL names no database this package opens.
-var ErrUnsupported = errors.New("database: unsupported database URL: want sqlite:PATH or a postgres:// URL")
+var ErrUnsupported = errors.New("database: unsupported database URL: want sqlite:PATH or a postgres:// URL (idemproxy: or a redis:// or redis-cluster:// one)")
+
+// ErrNoPurge means the store has no purge: Redis expires keys itself.
+var ErrNoPurge = errors.New("database: the Redis store has no purge: each key expires at its retention")
 
 // Config configures Open. A nil *Config is the zero Config.
 type Config struct {
@@ -32,11 +37,17 @@ type Config struct {
 	// PostgreSQL is reached through a pooler in transaction mode. Ignored
 	// on SQLite. Defaults to false.
 	TransactionPooling bool
+	// Redis accepts redis:// and redis-cluster:// URLs, for a store that
+	// keeps two-phase keys only (idemredis): idemproxy sets it; services
+	// whose handlers write to their own database do not, since their keys
+	// belong in it. Defaults to false.
+	Redis bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
 
-// DB is an open key store. Exactly one of SQLite and Postgres is set.
+// DB is an open key store. Exactly one of SQLite, Postgres and Redis is
+// set.
 type DB struct {
 	// Name is the database without credentials, for logs.
 	Name string
@@ -45,6 +56,11 @@ type DB struct {
 	// Postgres is the store on postgres://..., and Pool its connections.
 	Postgres *idempg.Store
 	Pool     *pgxpool.Pool
+	// Redis is the store on redis:// or redis-cluster:// (with
+	// Config.Redis), and RedisClient its client. It has no purge: a key's
+	// retention is its Redis expiry.
+	Redis       *idemredis.Store
+	RedisClient redis.UniversalClient
 }
 
 // PurgeParams are the inputs of DB.Purge.
@@ -75,6 +91,8 @@ func Open(ctx context.Context, url string, cfg *Config) (*DB, error) {
 	switch {
 	case strings.HasPrefix(url, "sqlite:"):
 		db, err = openSQLite(strings.TrimPrefix(url, "sqlite:"), c)
+	case c.Redis && (strings.HasPrefix(url, "redis://") || strings.HasPrefix(url, "redis-cluster://")):
+		db, err = openRedis(ctx, url, c)
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		db, err = openPostgres(ctx, url, c)
 	default:
@@ -129,16 +147,22 @@ func openPostgres(ctx context.Context, url string, c Config) (*DB, error) {
 
 // Store returns the key store.
 func (d *DB) Store() idemstore.Store {
-	if d.SQLite != nil {
+	switch {
+	case d.SQLite != nil:
 		return d.SQLite
+	case d.Redis != nil:
+		return d.Redis
 	}
 	return d.Postgres
 }
 
 // SchemaVersion returns the key table's schema version.
 func (d *DB) SchemaVersion(ctx context.Context) (int, error) {
-	if d.SQLite != nil {
+	switch {
+	case d.SQLite != nil:
 		return d.SQLite.SchemaVersion(ctx)
+	case d.Redis != nil:
+		return d.Redis.SchemaVersion(ctx)
 	}
 	return d.Postgres.SchemaVersion(ctx)
 }
@@ -146,6 +170,10 @@ func (d *DB) SchemaVersion(ctx context.Context) (int, error) {
 // MigrateTo moves the key table's schema to version; -1 is the newest.
 func (d *DB) MigrateTo(ctx context.Context, version int) error {
 	switch {
+	case d.Redis != nil && version < 0:
+		return d.Redis.Migrate(ctx)
+	case d.Redis != nil:
+		return errors.New("database: Redis has one layout version: migrate to the newest")
 	case d.SQLite != nil && version < 0:
 		return d.SQLite.Migrate(ctx)
 	case d.SQLite != nil:
@@ -158,6 +186,9 @@ func (d *DB) MigrateTo(ctx context.Context, version int) error {
 
 // Purge deletes keys created before p.Before and returns how many.
 func (d *DB) Purge(ctx context.Context, p PurgeParams) (int64, error) {
+	if d.Redis != nil {
+		return 0, ErrNoPurge
+	}
 	if d.SQLite != nil {
 		return d.SQLite.Purge(ctx, idemsqlite.PurgeParams{Before: p.Before, BatchSize: p.BatchSize})
 	}
@@ -166,6 +197,10 @@ func (d *DB) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 
 // Close closes the database.
 func (d *DB) Close() {
+	if d.RedisClient != nil {
+		d.RedisClient.Close()
+		return
+	}
 	if d.SQLite != nil {
 		d.SQLite.Close()
 		return

@@ -9,8 +9,11 @@ import (
 )
 
 // PurgeStore returns the key store as an idemstore.PurgeStore, for an
-// idem.Purger.
+// idem.Purger, or nil for Redis, whose keys expire by themselves.
 func (d *DB) PurgeStore() idemstore.PurgeStore {
+	if d.Redis != nil {
+		return nil
+	}
 	if d.SQLite != nil {
 		return d.SQLite
 	}
@@ -20,6 +23,9 @@ func (d *DB) PurgeStore() idemstore.PurgeStore {
 // PurgeCount returns the number of keys that Purge with p would delete,
 // and deletes nothing.
 func (d *DB) PurgeCount(ctx context.Context, p PurgeParams) (int64, error) {
+	if d.Redis != nil {
+		return 0, ErrNoPurge
+	}
 	if d.SQLite != nil {
 		return d.SQLite.PurgeCount(ctx, idemsqlite.PurgeParams{Before: p.Before, BatchSize: p.BatchSize})
 	}
