@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -34,21 +35,39 @@ func needRedis(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
+// freePort returns a free loopback port; for a cluster node, one whose
+// cluster bus port, 10000 above it, is free too (so the port is at most
+// 55535).
+func freePort(t *testing.T, clusterNode bool) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 1000 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if !clusterNode {
+			l.Close()
+			return port
+		}
+		if port <= 55535 {
+			if bus, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000)); err == nil {
+				bus.Close()
+				l.Close()
+				return port
+			}
+		}
+		l.Close()
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port with a free cluster bus port")
+	return 0
 }
 
 // startServer starts a redis-server without persistence in dir, with
 // extra arguments, and returns its address.
 func startServer(t *testing.T, dir string, extra ...string) string {
 	t.Helper()
-	port := freePort(t)
+	port := freePort(t, slices.Contains(extra, "--cluster-enabled"))
 	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--daemonize", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--loglevel", "warning"}, extra...)
 	cmd := exec.Command("redis-server", args...)
