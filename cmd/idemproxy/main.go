@@ -1,8 +1,8 @@
 // Command idemproxy is a reverse proxy that gives any HTTP API the
 // Idempotency-Key contract, with no change to its code: requests on key
-// routes are claimed in a key store (embedded SQLite, PostgreSQL, or Redis
-// and Redis Cluster in two-phase mode) before
-// they are forwarded, their responses are stored, and retries get the
+// routes are claimed in a key store (embedded SQLite, PostgreSQL, Redis or
+// Redis Cluster) before they are forwarded, their responses are stored,
+// and retries get the
 // stored response instead of a second forward.
 //
 //	IDEMPROXY_SECRET=$(openssl rand -hex 32) idemproxy \
