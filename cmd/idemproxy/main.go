@@ -2,8 +2,7 @@
 // Idempotency-Key contract, with no change to its code: requests on key
 // routes are claimed in a key store (embedded SQLite, PostgreSQL, Redis or
 // Redis Cluster) before they are forwarded, their responses are stored,
-// and retries get the
-// stored response instead of a second forward.
+// and retries get the stored response instead of a second forward.
 //
 //	IDEMPROXY_SECRET=$(openssl rand -hex 32) idemproxy \
 //	    -upstream http://127.0.0.1:9000 -listen 127.0.0.1:8443 \
