@@ -67,6 +67,14 @@ func freePort(t *testing.T, clusterNode bool) int {
 // extra arguments, and returns its address.
 func startServer(t *testing.T, dir string, extra ...string) string {
 	t.Helper()
+	addr, _ := startServerProcess(t, dir, extra...)
+	return addr
+}
+
+// startServerProcess is startServer that returns the server's process
+// too, for tests that stop it.
+func startServerProcess(t *testing.T, dir string, extra ...string) (string, *os.Process) {
+	t.Helper()
 	port := freePort(t, slices.Contains(extra, "--cluster-enabled"))
 	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--daemonize", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--loglevel", "warning"}, extra...)
@@ -82,7 +90,7 @@ func startServer(t *testing.T, dir string, extra ...string) string {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer c.Close()
 	poll(t, "redis-server on "+addr+" to answer", func() bool { return c.Ping(context.Background()).Err() == nil })
-	return addr
+	return addr, cmd.Process
 }
 
 // poll calls ok until it returns true, failing the test after a generous

@@ -297,12 +297,7 @@ func (l *lease) Complete(ctx context.Context, resp *idemstore.Response) error {
 	}
 	raw, err := l.store.run(ctx, completeScript, l.key, true, l.token, l.nonce, resp.StatusCode, hd, resp.Body)
 	var short errReplicas
-	switch {
-	case errors.As(err, &short):
-		// Completed on the primary; a failover may lose it.
-		l.ended = true
-		return unknown("complete key", short)
-	case err != nil:
+	if err != nil && !errors.As(err, &short) {
 		return unknown("complete key", err)
 	}
 	reply, _ := raw.([]any)
@@ -311,6 +306,11 @@ func (l *lease) Complete(ctx context.Context, resp *idemstore.Response) error {
 	}
 	switch reply[0] {
 	case "ok":
+		if short.want > 0 {
+			// Completed on the primary; a failover may lose it. The lease
+			// stays open for a Release, which frees nothing completed.
+			return unknown("complete key", short)
+		}
 		l.ended = true
 		return nil
 	case "completed":
