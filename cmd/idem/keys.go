@@ -87,7 +87,7 @@ func (c *cli) keysFlagSet(name, usage string) *keysFlags {
 	}
 	env := c.env()
 	k := &keysFlags{fs: fs, name: name}
-	k.db = fs.String("db", env.String("DATABASE_URL", ""), "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
+	k.db = fs.String("db", env.String("DATABASE_URL", ""), "database `URL`: postgres://..., sqlite:PATH, or idemproxy's redis://host:port/N or redis-cluster://host:port,... (required; env DATABASE_URL)")
 	k.json = fs.Bool("json", false, "print JSON, for scripts")
 	k.lockTimeout = fs.Duration("lock-timeout", env.Duration("IDEM_LOCK_TIMEOUT", idem.LockTimeoutDefault), "the service's two-phase lease length (its -lock-timeout), for a lease whose store recorded no expiry (taken by an older build): such a lease younger than this is live (env IDEM_LOCK_TIMEOUT)")
 	k.envErr = env.Err()
@@ -136,13 +136,18 @@ func (k *keysFlags) parse(c *cli, args []string, want int) ([]string, int) {
 
 // open opens the database and returns its key admin.
 func (k *keysFlags) open(ctx context.Context, c *cli) (*database.DB, idemstore.KeyAdmin, int) {
-	db, err := openStore(ctx, *k.db, slog.New(slog.DiscardHandler))
+	// Redis too: idemproxy's keys may live there (idemredis scans every
+	// primary to list them).
+	db, err := database.Open(ctx, *k.db, &database.Config{Redis: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		fmt.Fprintf(c.stderr, "idem keys %s: %v\n", k.name, err)
 		return nil, nil, exitFail
 	}
-	if db.SQLite != nil {
+	switch {
+	case db.SQLite != nil:
 		return db, db.SQLite, -1
+	case db.Redis != nil:
+		return db, db.Redis, -1
 	}
 	return db, db.Postgres, -1
 }
