@@ -127,7 +127,10 @@
 // acknowledged by replicas that then restart without persistence are lost;
 // a write refused by WAIT may still survive. Persistence (appendonly yes,
 // appendfsync everysec or always) is a separate guard, against a restart
-// rather than a failover. Release and checkpoint do not WAIT: losing one
+// rather than a failover. The script and its WAIT go in one round trip,
+// so a claim that finds the key (a replay, a 409) waits too: while fewer
+// than MinReplicas replicas are connected, every claim, replays
+// included, takes ReplicaTimeout. Release and checkpoint do not WAIT: losing one
 // leaves the key held until its lease ends, or at an earlier recovery
 // point, which the next holder resumes.
 //
