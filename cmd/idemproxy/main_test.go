@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/cmd/internal/redistest"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
@@ -127,10 +128,11 @@ func get(t *testing.T, url string) (int, string) {
 
 // TestRun starts idemproxy from flags and environment on each store, in
 // front of a counting upstream: a retry is a replay, and the admin listener
-// serves readiness and metrics.
+// serves readiness and metrics. On Redis, whose keys expire by themselves,
+// no purge runs.
 func TestRun(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range []string{"sqlite", "postgres", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			var calls atomic.Int64
@@ -168,6 +170,13 @@ func TestRun(t *testing.T) {
 			}
 			if status, body := get(t, admin+"/readyz"); status != http.StatusOK {
 				t.Fatalf("readyz: %d %q", status, body)
+			}
+			if kind == "redis" {
+				_, metrics := get(t, admin+"/metrics")
+				if strings.Contains(metrics, `idem_purge_runs_total{outcome="ok"} 1`) || !strings.Contains(metrics, `idem_requests_total{result="replayed"} 1`) {
+					t.Errorf("/metrics on Redis: want a replay and no purge:\n%s", grepLines(metrics, "idem"))
+				}
+				return
 			}
 			// The purge (idem.Purger) runs at once, takes the purge lock and
 			// reports to the same metrics.
@@ -262,8 +271,11 @@ func TestHoldAndRelease(t *testing.T) {
 // for one test.
 func testDB(t *testing.T, kind string) string {
 	t.Helper()
-	if kind == "postgres" {
+	switch kind {
+	case "postgres":
 		return pgtest.NewDatabase(t)
+	case "redis":
+		return "redis://" + redistest.Start(t) + "/0"
 	}
 	return "sqlite:" + filepath.Join(t.TempDir(), "keys.db")
 }
