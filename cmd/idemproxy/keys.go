@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -144,7 +145,14 @@ type keySQL struct {
 	close   func()
 }
 
+// errHeldOnRedis answers held and release on a Redis store, which they do
+// not read yet.
+var errHeldOnRedis = errors.New(`idemproxy held and release read SQL key stores only; on Redis, list the keys with "idem keys list --db URL --state completed" and free a held one with "idem keys delete --i-know --reason ..."`)
+
 func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
+	if strings.HasPrefix(url, "redis://") || strings.HasPrefix(url, "redis-cluster://") {
+		return nil, errHeldOnRedis
+	}
 	d, err := database.Open(ctx, url, &database.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err
