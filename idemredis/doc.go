@@ -141,8 +141,10 @@
 //
 // On a *redis.ClusterClient every script goes to the key's primary;
 // with MinReplicas, the script and its WAIT are pipelined on that
-// primary's own client, so that WAIT counts that connection's writes. A
-// slot that moves during such a call makes it fail (MOVED), with a 503
-// to the client, who retries; without MinReplicas go-redis follows the
-// redirection itself. Listings scan every primary.
+// primary's own client, so that WAIT counts that connection's writes, and
+// the store follows a slot that moved (MOVED) or is moving (ASK) itself,
+// to the node named, five redirections at most; without MinReplicas
+// go-redis follows them. TestClusterReshardLosesNothing moves 1500 slots
+// during a storm of claims, completions and replays, with MinReplicas 0
+// and 1, and loses no key. Listings scan every primary.
 package idemredis

@@ -16,17 +16,26 @@ import (
 
 // TestClusterReshardLosesNothing moves 1500 of the cluster's slots from
 // one primary to another (redis-cli --cluster reshard) while workers claim,
-// complete and replay keys, old and new: every claim elects one owner,
-// every completed key replays its own response, and none is lost.
+// complete and replay keys, old and new, with MinReplicas 0 (go-redis
+// follows the redirections) and 1 (the store follows them, see
+// Store.run): no call fails, every completed key replays its own
+// response, and none is lost.
 func TestClusterReshardLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a six-node cluster")
 	}
+	for _, n := range []int{0, 1} {
+		t.Run(fmt.Sprintf("MinReplicas%d", n), func(t *testing.T) { reshardStorm(t, n) })
+	}
+}
+
+func reshardStorm(t *testing.T, minReplicas int) {
 	rdb, addrs := cluster(t)
-	store, err := idemredis.New(rdb, &idemredis.Config{Prefix: "reshard"})
+	store, err := idemredis.New(rdb, &idemredis.Config{Prefix: "reshard", MinReplicas: minReplicas})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(store.Close)
 	ctx := context.Background()
 	const lock, retention = time.Minute, time.Hour
 	scope := func(i int) idemstore.Scope { return idemstore.Scope{ClientID: "alice", Key: fmt.Sprintf("k%d", i)} }

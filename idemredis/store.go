@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
@@ -91,11 +92,13 @@ var (
 // Store is a two-phase [idemstore.Store] in Redis: one server, a primary
 // with replicas, or Redis Cluster, through a go-redis UniversalClient.
 type Store struct {
-	rdb redis.UniversalClient
-	cfg *Config
+	rdb   redis.UniversalClient
+	cfg   *Config
+	nodes nodeClients // of a cluster, to follow a redirection with WAIT
 }
 
-// New returns a store on rdb, which the caller keeps and closes.
+// New returns a store on rdb, which the caller keeps and closes; call
+// [Store.Close] too, when done with the store.
 func New(rdb redis.UniversalClient, cfg *Config) (*Store, error) {
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
@@ -103,6 +106,10 @@ func New(rdb redis.UniversalClient, cfg *Config) (*Store, error) {
 	}
 	return &Store{rdb: rdb, cfg: c}, nil
 }
+
+// Close closes the clients the store opened itself: with MinReplicas on a
+// cluster, those of nodes it was redirected to. It does not close rdb.
+func (s *Store) Close() { s.nodes.close() }
 
 // escaper spells the characters that would let a client or key forge
 // another scope's name ('%', ':'), move its hash tag ('{', '}') or match
@@ -164,23 +171,46 @@ func (e errReplicas) Error() string {
 // run runs script on key. With Config.MinReplicas set, it sends WAIT on
 // the same connection, right after the script (WAIT counts the
 // acknowledgements of that connection's writes), and returns errReplicas
-// when fewer replicas acknowledged; wrote tells it whether the script's
-// answer means it wrote anything worth waiting for.
+// when fewer replicas acknowledged; wait false skips it.
 func (s *Store) run(ctx context.Context, script *redis.Script, key string, wait bool, args ...any) (any, error) {
 	if !wait || s.cfg.MinReplicas == 0 {
 		return script.Run(ctx, s.rdb, []string{key}, args...).Result()
 	}
-	var node redis.Cmdable = s.rdb
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		c, err := cc.MasterForKey(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		node = c
+	cc, cluster := s.rdb.(*redis.ClusterClient)
+	if !cluster {
+		return s.runWaiting(ctx, s.rdb, false, script, key, args)
 	}
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	// The script and its WAIT go to the key's primary on its own client,
+	// which follows no redirection: a slot that moved (MOVED) or is moving
+	// (ASK) is followed here, a few times at most.
+	asking := false
+	for range 5 {
+		res, err := s.runWaiting(ctx, node, asking, script, key, args)
+		addr, ask, redirected := redirection(err)
+		if !redirected {
+			return res, err
+		}
+		if !ask {
+			cc.ReloadState(ctx)
+		}
+		node, asking = s.nodes.client(cc, addr), ask
+	}
+	return nil, errors.New("redirected five times")
+}
+
+// runWaiting runs script on key and WAIT in one pipeline on node, after
+// ASKING when asking.
+func (s *Store) runWaiting(ctx context.Context, node redis.Cmdable, asking bool, script *redis.Script, key string, args []any) (any, error) {
 	var res, acks *redis.Cmd
 	pipe := func() error {
 		_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if asking {
+				p.Do(ctx, "ASKING")
+			}
 			res = p.EvalSha(ctx, script.Hash(), []string{key}, args...)
 			acks = p.Do(ctx, "WAIT", s.cfg.MinReplicas, s.cfg.ReplicaTimeout.Milliseconds())
 			return nil
@@ -206,6 +236,53 @@ func (s *Store) run(ctx context.Context, script *redis.Script, key string, wait 
 		return res.Val(), errReplicas{n, s.cfg.MinReplicas}
 	}
 	return res.Val(), nil
+}
+
+// redirection reads a cluster's "MOVED slot addr" or "ASK slot addr".
+func redirection(err error) (addr string, ask, ok bool) {
+	if err == nil {
+		return "", false, false
+	}
+	f := strings.Fields(err.Error())
+	if len(f) != 3 || f[0] != "MOVED" && f[0] != "ASK" {
+		return "", false, false
+	}
+	return f[2], f[0] == "ASK", true
+}
+
+// nodeClients are clients of a cluster's nodes by address, for the calls
+// that must run on one connection of a given node (see Store.run).
+type nodeClients struct {
+	mu sync.Mutex
+	m  map[string]*redis.Client
+}
+
+func (n *nodeClients) client(cc *redis.ClusterClient, addr string) *redis.Client {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if c, ok := n.m[addr]; ok {
+		return c
+	}
+	o := cc.Options()
+	c := redis.NewClient(&redis.Options{
+		Addr: addr, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig, Dialer: o.Dialer,
+		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, Protocol: o.Protocol,
+	})
+	if n.m == nil {
+		n.m = make(map[string]*redis.Client)
+	}
+	n.m[addr] = c
+	return c
+}
+
+// close closes the clients.
+func (n *nodeClients) close() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, c := range n.m {
+		c.Close()
+	}
+	n.m = nil
 }
 
 // Claim implements [idemstore.Store]. It refuses a claim in ModeAtomic

@@ -26,6 +26,7 @@ func harness(rdb redis.UniversalClient, cfg idemredis.Config) idemtest.Harness {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(s.Close)
 			return s
 		},
 	}

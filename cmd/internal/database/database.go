@@ -198,6 +198,7 @@ func (d *DB) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 // Close closes the database.
 func (d *DB) Close() {
 	if d.RedisClient != nil {
+		d.Redis.Close()
 		d.RedisClient.Close()
 		return
 	}
