@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/idemkit/idem/idemstore"
 	"github.com/redis/go-redis/v9"
@@ -246,17 +247,32 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 	return v, nil
 }
 
-// Ready implements [idemstore.Readier]: every primary answers PING and
-// the schema marker is at [LayoutVersion] (see [Store.Migrate]).
+// Ready implements [idemstore.Readier]: every primary answers PING and,
+// with [Config.MinReplicas] set, has that many replicas online (else
+// every claim would fail its WAIT), and the schema marker is at
+// [LayoutVersion] (see [Store.Migrate]).
 func (s *Store) Ready(ctx context.Context) error {
+	check := func(ctx context.Context, c redis.Cmdable) error {
+		if s.cfg.MinReplicas == 0 {
+			return c.Ping(ctx).Err()
+		}
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return err
+		}
+		if n := strings.Count(info, ",state=online,"); n < s.cfg.MinReplicas {
+			return fmt.Errorf("a primary has %d replicas online, and MinReplicas is %d", n, s.cfg.MinReplicas)
+		}
+		return nil
+	}
 	var err error
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
 	} else {
-		err = s.rdb.Ping(ctx).Err()
+		err = check(ctx, s.rdb)
 	}
 	if err != nil {
-		return unavailable("ping", err)
+		return unavailable("ready", err)
 	}
 	have, err := s.SchemaVersion(ctx)
 	if err != nil {

@@ -37,7 +37,8 @@
 // token, the holder's nonce, the response, and the recovery point with its
 // state. Times are Unix microseconds. The layout's version is the key
 // "PREFIX:schema", written by [Store.Migrate] and checked by [Store.Ready],
-// which also PINGs every primary.
+// which also asks every primary to answer and, with MinReplicas, to have
+// that many replicas online.
 //
 // # Scripts and the rules they implement
 //

@@ -38,6 +38,8 @@ func TestMinReplicasWithReplica(t *testing.T) {
 	claim := func(key string) (idemstore.ClaimResult, error) {
 		return store.Claim(ctx, claimParams(idemstore.Scope{ClientID: "alice", Key: key}, "a", t0, time.Minute, time.Hour))
 	}
+	must(t, store.Migrate(ctx))
+	must(t, store.Ready(ctx))
 	res, err := claim("k1")
 	if err != nil || res.Lease == nil {
 		t.Fatalf("claim with a replica following = %+v, %v; want a lease", res, err)

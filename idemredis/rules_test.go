@@ -113,6 +113,10 @@ func TestMinReplicasUnmet(t *testing.T) {
 	if _, err := store.GetKey(ctx, scope); !errors.Is(err, idemstore.ErrKeyNotFound) {
 		t.Errorf("GetKey after the failed claim = %v; want the key given back", err)
 	}
+	must(t, store.Migrate(ctx))
+	if err := store.Ready(ctx); !errors.Is(err, idemstore.ErrUnavailable) {
+		t.Errorf("Ready without the replica MinReplicas needs = %v; want ErrUnavailable", err)
+	}
 }
 
 // TestScopesDoNotCollide: a client or key holding the name's separator,
