@@ -36,6 +36,7 @@ func Start(t testing.TB) string {
 	dir := t.TempDir()
 	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--daemonize", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start redis-server: %v", err)
 	}
