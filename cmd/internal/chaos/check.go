@@ -27,6 +27,8 @@ const (
 	vReuse      = "reuse_accepted"
 	vUnknown    = "unknown_payments"
 
+	vBank = "bank"
+
 	vEventMissing = "events_missing"
 	vEventUnknown = "events_unknown"
 	vEventInvalid = "events_invalid_signature"
@@ -44,6 +46,8 @@ type Report struct {
 	strays []string
 	// events is what the webhook receiver saw.
 	events receiverStats
+	// bank is what the checker found of the ledger; nil without transfers.
+	bank *bankReport
 }
 
 // dbState is what the database holds for one (client, key).
@@ -136,6 +140,9 @@ func (h *harness) check(ctx context.Context) (*Report, error) {
 	r := &Report{counts: map[string]int{}, reasons: map[*Op][]string{}, rows: map[*Op]*dbState{}, events: h.receiver.stats()}
 	seen := map[scopeKey]bool{}
 	for _, op := range h.history.Ops() {
+		if op.Kind != "" {
+			continue // the ledger's: checkBank
+		}
 		k := scopeKey{op.Client, op.Key}
 		s := get(k)
 		s.Charges = charges[op.Customer]
@@ -211,24 +218,33 @@ func (h *harness) check(ctx context.Context) (*Report, error) {
 			r.strays = append(r.strays, fmt.Sprintf("payment of %s/%s that no operation sent", k.client, k.key))
 		}
 	}
-	r.checkEvents(h.history.ackedPayments(), state)
-	return r, nil
-}
-
-// checkEvents audits the receiver: every acknowledged payment's event
-// delivered, every delivered event about a payment in the database, every
-// delivery signed. An event delivered more than once is at-least-once
-// delivery, not a violation; the summary counts them.
-func (r *Report) checkEvents(acked map[string]*Op, state map[scopeKey]*dbState) {
-	for id, op := range acked {
-		if len(r.events.ByPayment[id]) == 0 {
-			r.add(vEventMissing, op, "no event of the acknowledged payment "+id+" was delivered")
-		}
-	}
 	stored := map[string]bool{}
 	for _, s := range state {
 		for _, p := range s.Payments {
 			stored[p.ID] = true
+		}
+	}
+	if h.bank != nil {
+		transfers, err := h.checkBank(ctx, pool, r, state)
+		if err != nil {
+			return nil, err
+		}
+		for id := range transfers {
+			stored[id] = true
+		}
+	}
+	r.checkEvents(h.history.ackedObjects(), stored)
+	return r, nil
+}
+
+// checkEvents audits the receiver: every acknowledged payment's and
+// transfer's event delivered, every delivered event about an object in the
+// database (stored), every delivery signed. An event delivered more than
+// once is at-least-once delivery, not a violation; the summary counts them.
+func (r *Report) checkEvents(acked map[string]*Op, stored map[string]bool) {
+	for id, op := range acked {
+		if len(r.events.ByPayment[id]) == 0 {
+			r.add(vEventMissing, op, "no event of the acknowledged object "+id+" was delivered")
 		}
 	}
 	for id, events := range r.events.ByPayment {
@@ -237,7 +253,7 @@ func (r *Report) checkEvents(acked map[string]*Op, state map[scopeKey]*dbState) 
 		}
 		for _, e := range events {
 			r.add(vEventUnknown, nil, "")
-			r.strays = append(r.strays, fmt.Sprintf("event %s (%s) delivered for payment %s, which does not exist", e.ID, e.Type, id))
+			r.strays = append(r.strays, fmt.Sprintf("event %s (%s) delivered for %s, which does not exist", e.ID, e.Type, id))
 		}
 	}
 	for _, why := range r.events.Invalid {
@@ -250,7 +266,7 @@ func (r *Report) checkEvents(acked map[string]*Op, state map[scopeKey]*dbState) 
 func (r *Report) opFor(k scopeKey) *Op {
 	var best *Op
 	for op := range r.rows {
-		if op.Client == k.client && op.Key == k.key && op.ReuseOf == 0 && (best == nil || op.ID < best.ID) {
+		if op.Client == k.client && op.Key == k.key && op.ReuseOf == 0 && op.Kind == "" && (best == nil || op.ID < best.ID) {
 			best = op
 		}
 	}

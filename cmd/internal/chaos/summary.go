@@ -45,8 +45,18 @@ type Summary struct {
 	EventsInvalidSignature int `json:"events_invalid_signature"`
 	EventsDuplicateIDs     int `json:"events_duplicate_ids"`
 	EventsRefused          int `json:"events_refused"`
-	// BankTotalOK is null: no ledger workload exists yet to check.
-	BankTotalOK *bool `json:"bank_total_ok"`
+	// BankTotalOK is whether the ledger's balances summed to the opening
+	// total at the end and at every sample taken while the traffic ran,
+	// each account's balance matched its stored transfers and none was
+	// negative; null when the run had no transfers. Transfers counts the
+	// transfer operations, TransfersApplied those acknowledged and found
+	// once, InsufficientFunds those answered 402 (which must move nothing),
+	// and BankSamples the sums read during the run.
+	BankTotalOK       *bool `json:"bank_total_ok"`
+	Transfers         int   `json:"transfers"`
+	TransfersApplied  int   `json:"transfers_applied"`
+	InsufficientFunds int   `json:"insufficient_funds"`
+	BankSamples       int   `json:"bank_samples"`
 
 	Kills      int `json:"kills"`
 	Pauses     int `json:"pauses"`
@@ -96,6 +106,11 @@ func (h *harness) summary(r *Report, took time.Duration) *Summary {
 			s.Answers[answerLabel(a)]++
 		}
 	}
+	if b := r.bank; b != nil {
+		ok := b.TotalOK
+		s.BankTotalOK = &ok
+		s.Transfers, s.TransfersApplied, s.InsufficientFunds, s.BankSamples = b.Transfers, b.Applied, b.InsufficientFunds, b.Samples
+	}
 	s.OffendingKeys = r.offending()
 	if len(s.OffendingKeys) > maxListedKeys {
 		s.OffendingKeys = s.OffendingKeys[:maxListedKeys]
@@ -135,7 +150,17 @@ func (s *Summary) WriteText(w io.Writer) {
 		s.Lost, s.Duplicated, s.MismatchedReplays, s.CrossTenant, s.StuckKeys, s.Unexpected5xx, s.Unanswered, s.ReuseAccepted, s.UnknownPayments)
 	fmt.Fprintf(w, "  events:     %d delivered (%d ids more than once, %d deliveries refused with 500 and retried); %d missing, %d unknown, %d invalid signatures\n",
 		s.EventsDelivered, s.EventsDuplicateIDs, s.EventsRefused, s.EventsMissing, s.EventsUnknown, s.EventsInvalidSignature)
-	fmt.Fprintln(w, "  bank total: not checked (no ledger workload yet)")
+	switch {
+	case s.BankTotalOK == nil:
+		fmt.Fprintln(w, "  bank:       not checked (no transfers in the traffic)")
+	default:
+		verdict := "constant"
+		if !*s.BankTotalOK {
+			verdict = "NOT constant"
+		}
+		fmt.Fprintf(w, "  bank:       %d transfers, %d applied once, %d insufficient funds (moved nothing); total %s over %d samples and at the end\n",
+			s.Transfers, s.TransfersApplied, s.InsufficientFunds, verdict, s.BankSamples)
+	}
 	if len(s.OffendingKeys) > 0 {
 		fmt.Fprintf(w, "  offending keys: %s\n", strings.Join(s.OffendingKeys, " "))
 	}

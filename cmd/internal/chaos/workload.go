@@ -33,13 +33,15 @@ type Weighted struct {
 }
 
 // DefaultWorkloads is the traffic mix of a run: duplicate storms across
-// instances, plain retries, and reuse of a remembered key with a changed
-// body. Every payment charges through processord.
+// instances, plain retries, reuse of a remembered key with a changed
+// body, and the ledger's transfers between accounts opened before the
+// traffic. Every payment charges through processord.
 func DefaultWorkloads() []Weighted {
 	return []Weighted{
 		{Storm{}, 4},
 		{Retry{}, 4},
 		{Reuse{}, 2},
+		{Transfer{}, 3},
 	}
 }
 
@@ -181,7 +183,7 @@ func idemclientBackoff(n int) time.Duration {
 
 // settled notes an operation whose traffic round ended.
 func (h *harness) settled(op *Op) {
-	if _, final := op.snapshot(); final != nil && final.ok() && op.ReuseOf == 0 {
+	if _, final := op.snapshot(); final != nil && final.ok() && op.ReuseOf == 0 && op.Kind == "" {
 		h.history.ack(op)
 	}
 }
@@ -198,7 +200,7 @@ func (h *harness) send(ctx context.Context, op *Op, i int, phase string) *sentAt
 	a := &Attempt{Op: op.ID, Instance: i, Phase: phase, Sent: time.Now()}
 	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, "http://"+h.instances[i].addr+paymentsPath, bytes.NewReader([]byte(op.Body)))
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, "http://"+h.instances[i].addr+op.path(), bytes.NewReader([]byte(op.Body)))
 	if err != nil {
 		panic(err) // the URL is ours
 	}
@@ -254,6 +256,11 @@ func (h *harness) liveViolation(op *Op, a *Attempt) string {
 		return "unexpected 5xx"
 	case a.ok() && op.ReuseOf != 0:
 		return "changed body accepted"
+	case a.ok() && op.Kind == kindTransfer:
+		if t, err := parseTransfer([]byte(a.Answer)); err != nil || t.From != op.From || t.To != op.To || t.Amount != op.Amount {
+			return "another request's transfer"
+		}
+	case a.ok() && op.Kind != "":
 	case a.ok():
 		if p, err := parsePayment([]byte(a.Answer)); err != nil || p.Customer != op.Customer || p.Amount != op.Amount {
 			return "another request's payment"
