@@ -19,8 +19,11 @@ under faults. From this checkout it builds paymentsd and processord, starts
 a throwaway PostgreSQL cluster (initdb in a temporary directory; never your
 server), processord and --instances paymentsd processes, all on 127.0.0.1,
 and drives --clients clients for --duration: duplicate storms across
-instances, retries with idemclient's backoff until a final answer, and
-reuse of a key with a changed body (which must get 422).
+instances, retries with idemclient's backoff until a final answer,
+reuse of a key with a changed body (which must get 422), and transfers
+between accounts it opens first (atomic mode; some refused 402 for
+insufficient funds), while a read-only transaction samples the sum of the
+balances.
 
 Meanwhile, on a schedule drawn from --seed, it kills paymentsd processes
 (SIGKILL, then a restart), pauses them past their lease (SIGSTOP, then
@@ -32,7 +35,9 @@ the history against the database: at most one payment and one processor
 charge per key, every acknowledged payment stored with the acknowledged
 body, every replay byte-identical, no answer with another client's
 payment, no key left started, no 5xx but the documented 503s
-(store-unavailable, outcome-unknown).
+(store-unavailable, outcome-unknown); and of the ledger: every acknowledged
+transfer stored once, every 402 moving nothing, and the sum of the
+balances constant at every sample and at the end (bank_total_ok).
 
 A progress line goes to stderr every 5 s; the summary goes to stdout, as
 one JSON object with --json. The exit status is 1 on any violation, with the
