@@ -23,7 +23,7 @@ instances, retries with idemclient's backoff until a final answer,
 reuse of a key with a changed body (which must get 422), and transfers
 between accounts it opens first (atomic mode; some refused 402 for
 insufficient funds), while a read-only transaction samples the sum of the
-balances.
+balances; one new payment in 12 has an amount that processord declines.
 
 Meanwhile, on a schedule drawn from --seed, it kills paymentsd processes
 (SIGKILL, then a restart), pauses them past their lease (SIGSTOP, then
@@ -37,7 +37,9 @@ body, every replay byte-identical, no answer with another client's
 payment, no key left started, no 5xx but the documented 503s
 (store-unavailable, outcome-unknown); and of the ledger: every acknowledged
 transfer stored once, every 402 moving nothing, and the sum of the
-balances constant at every sample and at the end (bank_total_ok).
+balances constant at every sample and at the end (bank_total_ok); and of
+each declined payment: one payment recorded declined, no charge, and its
+402 payment-declined replayed byte for byte.
 
 A progress line goes to stderr every 5 s; the summary goes to stdout, as
 one JSON object with --json. The exit status is 1 on any violation, with the

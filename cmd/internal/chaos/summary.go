@@ -57,6 +57,10 @@ type Summary struct {
 	TransfersApplied  int   `json:"transfers_applied"`
 	InsufficientFunds int   `json:"insufficient_funds"`
 	BankSamples       int   `json:"bank_samples"`
+	// Declines counts the payment operations of an amount that processord
+	// declines; each must end as one declined payment, no charge and a
+	// 402 payment-declined replayed byte for byte.
+	Declines int `json:"declines"`
 
 	Kills      int `json:"kills"`
 	Pauses     int `json:"pauses"`
@@ -95,6 +99,9 @@ func (h *harness) summary(r *Report, took time.Duration) *Summary {
 		Violations: r.violations(),
 	}
 	for _, op := range h.history.Ops() {
+		if op.Kind == "" && op.ReuseOf == 0 && declined(op.Amount) {
+			s.Declines++
+		}
 		s.Operations++
 		s.Workloads[op.Workload]++
 		attempts, final := op.snapshot()
@@ -138,8 +145,8 @@ func (s *Summary) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "idem chaos: seed %d, %d instances, %d clients, %s: %s\n",
 		s.Seed, s.Instances, s.Clients, time.Duration(s.Seconds*float64(time.Second)), verdict)
-	fmt.Fprintf(w, "  traffic:    %d operations (%s), %d attempts, %d acknowledged\n",
-		s.Operations, counts(s.Workloads), s.Attempts, s.Acknowledged)
+	fmt.Fprintf(w, "  traffic:    %d operations (%s), %d attempts, %d acknowledged, %d declined payments\n",
+		s.Operations, counts(s.Workloads), s.Attempts, s.Acknowledged, s.Declines)
 	fmt.Fprintf(w, "  faults:     %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts\n",
 		s.Kills, s.Pauses, s.DBRestarts, s.CommitCuts)
 	pf := s.ProcessorFaults

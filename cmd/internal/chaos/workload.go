@@ -54,18 +54,26 @@ type Worker struct {
 	h      *harness
 }
 
-// newPayment registers a new payment operation of t with a fresh key.
+// newPayment registers a new payment operation of t with a fresh key. One
+// in declineEvery has an amount that processord declines (ending in 02):
+// it must end as one declined payment, no charge, and a 402
+// payment-declined replayed byte for byte.
 func (w *Worker) newPayment(workload string, t tenant, key string) *Op {
 	amount := 100 + w.Rand.Int64N(100_000)
-	if amount%100 == 2 {
-		// processord declines amounts ending in 02. paymentsd stores a
-		// decline as a 402 payment-declined answer, which this checker does
-		// not yet count as an acknowledged outcome; a decline workload
-		// comes with that.
+	switch {
+	case w.Rand.IntN(declineEvery) == 0:
+		amount = amount/100*100 + 2
+	case declined(amount):
 		amount++
 	}
 	return w.h.history.newOp(workload, t, key, amount, "cus_"+t.name+"_"+key)
 }
+
+// declineEvery is how rare declined payments are among new payments.
+const declineEvery = 12
+
+// declined reports whether processord declines amount: it ends in 02.
+func declined(amount int64) bool { return amount%100 == 2 }
 
 // newKey returns a key no operation has used.
 func (w *Worker) newKey() string {
