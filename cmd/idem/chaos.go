@@ -70,6 +70,7 @@ func runChaos(ctx context.Context, c *cli, args []string) int {
 		asJSON     = fs.Bool("json", env.Bool("IDEM_CHAOS_JSON", false), "print the summary as one JSON object (env IDEM_CHAOS_JSON)")
 		violations = fs.String("violations", env.String("IDEM_CHAOS_VIOLATIONS", ""), "`file` for the history of the offending keys, one JSON object a line (default chaos-violations-SEED.jsonl; env IDEM_CHAOS_VIOLATIONS)")
 		logs       = fs.String("logs", env.String("IDEM_CHAOS_LOGS", ""), "`directory` to keep the processes' logs in (default: a temporary directory, kept only after a violation; env IDEM_CHAOS_LOGS)")
+		report     = fs.String("report", env.String("IDEM_CHAOS_REPORT", ""), "`file` for a self-contained HTML page of the run: attempts per second by answer with every fault marked, latency percentiles over time, the invariants and each violation's history (env IDEM_CHAOS_REPORT)")
 		source     = fs.String("source", env.String("IDEM_CHAOS_SOURCE", ""), "`directory` of the idem checkout to build paymentsd and processord from (default: the module of the working directory; env IDEM_CHAOS_SOURCE)")
 	)
 	if env.Err() != nil {
@@ -104,7 +105,7 @@ func runChaos(ctx context.Context, c *cli, args []string) int {
 	}
 	sum, err := chaos.Run(ctx, chaos.Config{
 		Duration: *duration, Instances: *instances, Clients: *clients, Seed: s,
-		SourceDir: src, ViolationsFile: *violations, LogDir: *logs, Progress: c.stderr,
+		SourceDir: src, ViolationsFile: *violations, ReportFile: *report, LogDir: *logs, Progress: c.stderr,
 	})
 	if err != nil {
 		fmt.Fprintf(c.stderr, "idem chaos: %v\n", err)

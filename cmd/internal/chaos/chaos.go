@@ -60,6 +60,9 @@ type harness struct {
 	keySeq    atomic.Int64
 	// bank is the ledger's accounts, when the traffic has transfers.
 	bank *bank
+	// start is when the traffic started; faultLog the faults applied.
+	start    time.Time
+	faultLog faultLog
 }
 
 // Run builds paymentsd and processord, starts a throwaway PostgreSQL
@@ -121,6 +124,7 @@ func (h *harness) run(ctx context.Context) (*Summary, error) {
 		}
 	}
 	start := time.Now()
+	h.start = start
 	traffic, stopTraffic := context.WithDeadline(ctx, start.Add(cfg.Duration))
 	defer stopTraffic()
 
@@ -201,6 +205,12 @@ func (h *harness) run(ctx context.Context) (*Summary, error) {
 			return nil, err
 		}
 		sum.ViolationsFile = cfg.ViolationsFile
+	}
+	if cfg.ReportFile != "" {
+		if err := h.writeReportFile(cfg.ReportFile, sum, report); err != nil {
+			return nil, err
+		}
+		sum.ReportFile = cfg.ReportFile
 	}
 	return sum, nil
 }

@@ -52,6 +52,10 @@ type Config struct {
 	// one JSON object a line, when the checker finds a violation. Defaults
 	// to chaos-violations-SEED.jsonl in the working directory.
 	ViolationsFile string
+	// ReportFile, when set, receives a self-contained HTML page of the run:
+	// attempts per second by answer with the faults marked, latency
+	// percentiles over time, the invariants and each violation's history.
+	ReportFile string
 	// LogDir, when set, receives the processes' logs and is kept.
 	// Defaults to a temporary directory, removed after a run without
 	// violations.

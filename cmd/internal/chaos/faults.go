@@ -187,10 +187,12 @@ func (h *harness) injectKind(ctx context.Context, start time.Time, events []Even
 // apply injects one fault and, for pauses and outages, undoes it after its
 // hold time, whatever ctx says: a run never ends with a stopped process.
 func (h *harness) apply(e Event) error {
+	mark := faultMark{At: time.Since(h.start), Kind: e.Kind, Instance: e.Instance}
 	switch e.Kind {
 	case Kill:
 		if h.instances[e.Instance].kill() {
 			h.faults.kills.Add(1)
+			h.faultLog.add(mark)
 		}
 	case Pause:
 		resume, ok := h.instances[e.Instance].pause()
@@ -198,6 +200,8 @@ func (h *harness) apply(e Event) error {
 			return nil
 		}
 		h.faults.pauses.Add(1)
+		mark.Hold = e.Hold
+		h.faultLog.add(mark)
 		time.Sleep(e.Hold)
 		resume()
 	case DBRestart:
@@ -205,6 +209,8 @@ func (h *harness) apply(e Event) error {
 			return fmt.Errorf("chaos: stop PostgreSQL: %w", err)
 		}
 		h.faults.dbRestarts.Add(1)
+		mark.Hold = e.Hold
+		h.faultLog.add(mark)
 		time.Sleep(e.Hold)
 		var err error
 		for range 3 {
@@ -220,6 +226,7 @@ func (h *harness) apply(e Event) error {
 				when = pgproxy.After
 			}
 			h.proxy.CutNext(pgproxy.IsCommit, when)
+			h.faultLog.add(mark)
 		}
 	}
 	return nil

@@ -78,6 +78,7 @@ type Summary struct {
 	Violations     int      `json:"violations"`
 	OffendingKeys  []string `json:"offending_keys,omitempty"`
 	ViolationsFile string   `json:"violations_file,omitempty"`
+	ReportFile     string   `json:"report_file,omitempty"`
 	LogDir         string   `json:"log_dir,omitempty"`
 }
 
@@ -173,6 +174,9 @@ func (s *Summary) WriteText(w io.Writer) {
 	}
 	if s.ViolationsFile != "" {
 		fmt.Fprintf(w, "  history of the offending keys: %s\n", s.ViolationsFile)
+	}
+	if s.ReportFile != "" {
+		fmt.Fprintf(w, "  report: %s\n", s.ReportFile)
 	}
 	if s.LogDir != "" {
 		fmt.Fprintf(w, "  process logs: %s\n", s.LogDir)
