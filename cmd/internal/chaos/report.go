@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -97,8 +98,8 @@ func writeReport(w io.Writer, d reportData) error {
 		attempts, _ := op.snapshot()
 		for _, a := range attempts {
 			at := a.Sent.Sub(d.Start)
-			if at < 0 {
-				continue // setup, before the traffic
+			if at < 0 || a.Phase == "verify" {
+				continue // setup, before the traffic; the final replays of every acknowledged operation
 			}
 			end = max(end, at)
 			c := answerClass(a)
@@ -118,7 +119,7 @@ func writeReport(w io.Writer, d reportData) error {
 			maxCount = max(maxCount, n)
 		}
 	}
-	x := func(sec float64) float64 { return left + sec/float64(seconds)*width }
+	x := func(sec float64) float64 { return left + min(sec/float64(seconds), 1)*width }
 	y := func(v, top, h, vmax float64) float64 { return top + h - v/vmax*h }
 	type series struct {
 		Name, Color, Points string
@@ -161,7 +162,7 @@ func writeReport(w io.Writer, d reportData) error {
 	}
 	sort.Ints(buckets)
 	var p50, p99 strings.Builder
-	maxMS := 1.0
+	maxMS := 10.0
 	type pct struct{ p50, p99 float64 }
 	pcts := map[int]pct{}
 	for _, b := range buckets {
@@ -173,11 +174,26 @@ func writeReport(w io.Writer, d reportData) error {
 		pcts[b] = pct{q(0.50), q(0.99)}
 		maxMS = max(maxMS, pcts[b].p99)
 	}
-	const latTop = 10.0
+	// A log scale from 0.1 ms to the slowest p99, so that p50 and p99
+	// both show.
+	const latTop, latHeight, latMin = 10.0, 160.0, 0.1
+	logY := func(ms float64) float64 {
+		return y(math.Log10(max(ms, latMin)/latMin), latTop, latHeight, math.Log10(maxMS/latMin))
+	}
 	for _, b := range buckets {
 		sx := x(float64(b*5) + 2.5)
-		fmt.Fprintf(&p50, "%.1f,%.1f ", sx, y(pcts[b].p50, latTop, 160, maxMS))
-		fmt.Fprintf(&p99, "%.1f,%.1f ", sx, y(pcts[b].p99, latTop, 160, maxMS))
+		fmt.Fprintf(&p50, "%.1f,%.1f ", sx, logY(pcts[b].p50))
+		fmt.Fprintf(&p99, "%.1f,%.1f ", sx, logY(pcts[b].p99))
+	}
+	type tick struct {
+		Y     float64
+		Label string
+	}
+	var ticks []tick
+	for _, ms := range []float64{1, 10, 100, 1000, 10000} {
+		if ms <= maxMS {
+			ticks = append(ticks, tick{logY(ms), fmt.Sprintf("%g ms", ms)})
+		}
 	}
 	// The invariants.
 	s := d.Summary
@@ -237,7 +253,7 @@ func writeReport(w io.Writer, d reportData) error {
 		"Histories": histories, "Strays": d.Invalids[:min(len(d.Invalids), 50)],
 		"Width": width + left + 20, "Height": height + top + 30, "Left": left, "Right": left + width, "Bottom": top + height,
 		"MaxCount": maxCount, "Seconds": seconds, "TrafficEnd": x(d.Traffic.Seconds()),
-		"P50": p50.String(), "P99": p99.String(), "MaxMS": fmt.Sprintf("%.0f", maxMS), "LatBottom": latTop + 160,
+		"P50": p50.String(), "P99": p99.String(), "MaxMS": fmt.Sprintf("%.0f", maxMS), "LatBottom": latTop + latHeight, "Ticks": ticks,
 		"FaultKinds": []mark{{0, faultColors[Kill], "", "kill"}, {0, faultColors[Pause], "", "pause"}, {0, faultColors[DBRestart], "", "db-restart"}, {0, faultColors[CommitCut], "", "commit-cut"}},
 	})
 }
@@ -283,7 +299,7 @@ pre{white-space:pre-wrap;background:#f8f9fa;padding:6px}
 <p>{{.S.Operations}} operations, {{.S.Attempts}} attempts, {{.S.Acknowledged}} acknowledged, {{.S.Declines}} declined payments.
 Faults: {{.S.Kills}} kills, {{.S.Pauses}} pauses, {{.S.DBRestarts}} PostgreSQL restarts, {{.S.CommitCuts}} commit cuts.</p>
 
-<h2>Attempts per second, by answer, with the faults</h2>
+<h2>Attempts per second, by answer, with the faults (the final replays of every acknowledged operation left out)</h2>
 <div class="legend">{{range .Answers}}<span><i class="sw" style="background:{{.Color}}"></i>{{.Name}}</span>{{end}}
 {{range .FaultKinds}}<span><i class="sw" style="background:{{.Color}};opacity:.5"></i>{{.Kind}}</span>{{end}}</div>
 <svg id="timeline" width="{{.Width}}" height="{{.Height}}" role="img" aria-label="attempts per second by answer, faults marked">
@@ -292,15 +308,17 @@ Faults: {{.S.Kills}} kills, {{.S.Pauses}} pauses, {{.S.DBRestarts}} PostgreSQL r
 <text x="4" y="20">{{.MaxCount}}/s</text><text x="4" y="{{.Bottom}}">0</text>
 <text x="{{.Right}}" y="{{.Bottom}}" dy="16" text-anchor="end">{{.Seconds}} s</text>
 <line x1="{{.TrafficEnd}}" y1="10" x2="{{.TrafficEnd}}" y2="{{.Bottom}}" stroke="#212529" stroke-dasharray="4 3"/>
-<text x="{{.TrafficEnd}}" y="{{.Bottom}}" dy="16" text-anchor="middle">faults stop; settling</text>
+<text x="{{.TrafficEnd}}" y="22" dx="-4" text-anchor="end">faults stop; settling after</text>
 {{range .Marks}}<line class="fault {{.Kind}}" x1="{{.X}}" y1="10" x2="{{.X}}" y2="{{$.Bottom}}" stroke="{{.Color}}" stroke-opacity=".45"><title>{{.Label}}</title></line>
 {{end}}{{range .Answers}}<polyline class="answer" data-answer="{{.Name}}" fill="none" stroke="{{.Color}}" stroke-width="1.5" points="{{.Points}}"><title>{{.Name}}</title></polyline>
 {{end}}</svg>
 
-<h2>Latency of answered attempts, p50 and p99 per 5 s</h2>
+<h2>Latency of answered attempts, p50 and p99 per 5 s (log scale)</h2>
 <svg id="latency" width="{{.Width}}" height="200" role="img" aria-label="latency percentiles over time">
 <line x1="{{.Left}}" y1="{{.LatBottom}}" x2="{{.Right}}" y2="{{.LatBottom}}" stroke="#adb5bd"/>
-<text x="4" y="20">{{.MaxMS}} ms</text><text x="4" y="{{.LatBottom}}">0</text>
+<text x="4" y="20">{{.MaxMS}} ms</text><text x="4" y="{{.LatBottom}}">0.1 ms</text>
+{{range .Ticks}}<line x1="{{$.Left}}" y1="{{.Y}}" x2="{{$.Right}}" y2="{{.Y}}" stroke="#e9ecef"/><text x="4" y="{{.Y}}">{{.Label}}</text>
+{{end}}
 <polyline fill="none" stroke="#1c7ed6" stroke-width="1.5" points="{{.P50}}"><title>p50</title></polyline>
 <polyline fill="none" stroke="#c92a2a" stroke-width="1.5" points="{{.P99}}"><title>p99</title></polyline>
 <text x="{{.Right}}" y="20" text-anchor="end"><tspan fill="#1c7ed6">p50</tspan> <tspan fill="#c92a2a">p99</tspan></text>
