@@ -59,6 +59,10 @@ func main() { cmdrun.Main("paymentsd", Run) }
 // harness's tests (see cmd/internal/brokenstore).
 var breakStore func(*database.DB, idemstore.Store, payments.Repo, payments.LedgerRepo) (idemstore.Store, payments.Repo, payments.LedgerRepo, error)
 
+// clockNow, set only in builds with the chaosclock tag, is idem's clock
+// (see chaosclock.go); nil is time.Now.
+var clockNow func() time.Time
+
 // beforePhase, set only in builds with the crashpoint tag, runs as each
 // phase of a payment starts, so that the crash tests can kill paymentsd
 // between two phases (see crashpoint.go).
@@ -222,7 +226,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	ic := o.idem
-	ic.Logger, ic.Metrics = logger, metrics
+	ic.Logger, ic.Metrics, ic.Now = logger, metrics, clockNow
 	svc, err := payments.NewService(payments.Config{
 		Repo: repo, Store: store, Tokens: tokens, Processor: proc, Logger: logger, Outbox: db.Outbox(), Ledger: ledger, BeforePhase: beforePhase,
 		Idem: ic,

@@ -94,7 +94,7 @@ func (c Config) withDefaults() Config {
 	}
 	f := &c.Faults
 	if c.NoFaults {
-		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1}
+		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1, SkewEvery: -1}
 	} else {
 		if f.KillEvery == 0 {
 			f.KillEvery = KillEveryDefault
@@ -107,6 +107,9 @@ func (c Config) withDefaults() Config {
 		}
 		if f.CutEvery == 0 {
 			f.CutEvery = CutEveryDefault
+		}
+		if f.SkewEvery == 0 {
+			f.SkewEvery = SkewEveryDefault
 		}
 	}
 	pf := &c.ProcessorFaults

@@ -51,7 +51,7 @@ var answerClasses = []struct{ name, color string }{
 }
 
 // faultColors are the colours of the fault marks, by kind.
-var faultColors = [...]string{Kill: "#c92a2a", Pause: "#e67700", DBRestart: "#364fc7", CommitCut: "#868e96"}
+var faultColors = [...]string{Kill: "#c92a2a", Pause: "#e67700", DBRestart: "#364fc7", CommitCut: "#868e96", ClockSkew: "#0ca678"}
 
 func answerClass(a *Attempt) string {
 	switch {
@@ -143,7 +143,7 @@ func writeReport(w io.Writer, d reportData) error {
 	var marks []mark
 	for _, f := range d.Faults {
 		label := fmt.Sprintf("%s at %s", f.Kind, f.At.Round(100*time.Millisecond))
-		if f.Kind == Kill || f.Kind == Pause {
+		if f.Kind == Kill || f.Kind == Pause || f.Kind == ClockSkew {
 			label += fmt.Sprintf(", instance %d", f.Instance)
 		}
 		if f.Hold > 0 {
@@ -254,7 +254,7 @@ func writeReport(w io.Writer, d reportData) error {
 		"Width": width + left + 20, "Height": height + top + 30, "Left": left, "Right": left + width, "Bottom": top + height,
 		"MaxCount": maxCount, "Seconds": seconds, "TrafficEnd": x(d.Traffic.Seconds()),
 		"P50": p50.String(), "P99": p99.String(), "MaxMS": fmt.Sprintf("%.0f", maxMS), "LatBottom": latTop + latHeight, "Ticks": ticks,
-		"FaultKinds": []mark{{0, faultColors[Kill], "", "kill"}, {0, faultColors[Pause], "", "pause"}, {0, faultColors[DBRestart], "", "db-restart"}, {0, faultColors[CommitCut], "", "commit-cut"}},
+		"FaultKinds": []mark{{0, faultColors[Kill], "", "kill"}, {0, faultColors[Pause], "", "pause"}, {0, faultColors[DBRestart], "", "db-restart"}, {0, faultColors[CommitCut], "", "commit-cut"}, {0, faultColors[ClockSkew], "", "clock-skew"}},
 	})
 }
 
@@ -297,7 +297,7 @@ pre{white-space:pre-wrap;background:#f8f9fa;padding:6px}
 </style></head><body>
 <h1>idem chaos: seed {{.S.Seed}}, {{.S.Instances}} instances, {{.S.Clients}} clients, {{.S.Seconds}} s: <span class="{{if .S.Violations}}bad{{else}}ok{{end}}">{{.Verdict}}</span></h1>
 <p>{{.S.Operations}} operations, {{.S.Attempts}} attempts, {{.S.Acknowledged}} acknowledged, {{.S.Declines}} declined payments.
-Faults: {{.S.Kills}} kills, {{.S.Pauses}} pauses, {{.S.DBRestarts}} PostgreSQL restarts, {{.S.CommitCuts}} commit cuts.</p>
+Faults: {{.S.Kills}} kills, {{.S.Pauses}} pauses, {{.S.DBRestarts}} PostgreSQL restarts, {{.S.CommitCuts}} commit cuts, {{.S.ClockSkews}} clock skews.</p>
 
 <h2>Attempts per second, by answer, with the faults (the final replays of every acknowledged operation left out)</h2>
 <div class="legend">{{range .Answers}}<span><i class="sw" style="background:{{.Color}}"></i>{{.Name}}</span>{{end}}
