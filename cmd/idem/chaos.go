@@ -19,8 +19,11 @@ under faults. From this checkout it builds paymentsd and processord, starts
 a throwaway PostgreSQL cluster (initdb in a temporary directory; never your
 server), processord and --instances paymentsd processes, all on 127.0.0.1,
 and drives --clients clients for --duration: duplicate storms across
-instances, retries with idemclient's backoff until a final answer, and
-reuse of a key with a changed body (which must get 422).
+instances, retries with idemclient's backoff until a final answer,
+reuse of a key with a changed body (which must get 422), and transfers
+between accounts it opens first (atomic mode; some refused 402 for
+insufficient funds), while a read-only transaction samples the sum of the
+balances; one new payment in 12 has an amount that processord declines.
 
 Meanwhile, on a schedule drawn from --seed, it kills paymentsd processes
 (SIGKILL, then a restart), pauses them past their lease (SIGSTOP, then
@@ -32,7 +35,11 @@ the history against the database: at most one payment and one processor
 charge per key, every acknowledged payment stored with the acknowledged
 body, every replay byte-identical, no answer with another client's
 payment, no key left started, no 5xx but the documented 503s
-(store-unavailable, outcome-unknown).
+(store-unavailable, outcome-unknown); and of the ledger: every acknowledged
+transfer stored once, every 402 moving nothing, and the sum of the
+balances constant at every sample and at the end (bank_total_ok); and of
+each declined payment: one payment recorded declined, no charge, and its
+402 payment-declined replayed byte for byte.
 
 A progress line goes to stderr every 5 s; the summary goes to stdout, as
 one JSON object with --json. The exit status is 1 on any violation, with the
@@ -63,6 +70,7 @@ func runChaos(ctx context.Context, c *cli, args []string) int {
 		asJSON     = fs.Bool("json", env.Bool("IDEM_CHAOS_JSON", false), "print the summary as one JSON object (env IDEM_CHAOS_JSON)")
 		violations = fs.String("violations", env.String("IDEM_CHAOS_VIOLATIONS", ""), "`file` for the history of the offending keys, one JSON object a line (default chaos-violations-SEED.jsonl; env IDEM_CHAOS_VIOLATIONS)")
 		logs       = fs.String("logs", env.String("IDEM_CHAOS_LOGS", ""), "`directory` to keep the processes' logs in (default: a temporary directory, kept only after a violation; env IDEM_CHAOS_LOGS)")
+		report     = fs.String("report", env.String("IDEM_CHAOS_REPORT", ""), "`file` for a self-contained HTML page of the run: attempts per second by answer with every fault marked, latency percentiles over time, the invariants and each violation's history (env IDEM_CHAOS_REPORT)")
 		source     = fs.String("source", env.String("IDEM_CHAOS_SOURCE", ""), "`directory` of the idem checkout to build paymentsd and processord from (default: the module of the working directory; env IDEM_CHAOS_SOURCE)")
 	)
 	if env.Err() != nil {
@@ -97,7 +105,7 @@ func runChaos(ctx context.Context, c *cli, args []string) int {
 	}
 	sum, err := chaos.Run(ctx, chaos.Config{
 		Duration: *duration, Instances: *instances, Clients: *clients, Seed: s,
-		SourceDir: src, ViolationsFile: *violations, LogDir: *logs, Progress: c.stderr,
+		SourceDir: src, ViolationsFile: *violations, ReportFile: *report, LogDir: *logs, Progress: c.stderr,
 	})
 	if err != nil {
 		fmt.Fprintf(c.stderr, "idem chaos: %v\n", err)

@@ -14,7 +14,7 @@ import (
 // Built only for the chaos harness's tests: IDEM_CHAOS_BREAK breaks the
 // store on purpose (see cmd/internal/brokenstore).
 func init() {
-	breakStore = func(db *database.DB, store idemstore.Store, repo payments.Repo) (idemstore.Store, payments.Repo, error) {
-		return brokenstore.Wrap(store, repo, db.Pool, os.Getenv)
+	breakStore = func(db *database.DB, store idemstore.Store, repo payments.Repo, ledger payments.LedgerRepo) (idemstore.Store, payments.Repo, payments.LedgerRepo, error) {
+		return brokenstore.Wrap(store, repo, ledger, db.Pool, os.Getenv)
 	}
 }

@@ -55,9 +55,13 @@ import (
 func main() { cmdrun.Main("paymentsd", Run) }
 
 // breakStore, set only in builds with the chaosbroken tag, breaks the key
-// store and the payments repository on purpose, for the chaos harness's
-// tests (see cmd/internal/brokenstore).
-var breakStore func(*database.DB, idemstore.Store, payments.Repo) (idemstore.Store, payments.Repo, error)
+// store, the payments repository and the ledger on purpose, for the chaos
+// harness's tests (see cmd/internal/brokenstore).
+var breakStore func(*database.DB, idemstore.Store, payments.Repo, payments.LedgerRepo) (idemstore.Store, payments.Repo, payments.LedgerRepo, error)
+
+// clockNow, set only in builds with the chaosclock tag, is idem's clock
+// (see chaosclock.go); nil is time.Now.
+var clockNow func() time.Time
 
 // beforePhase, set only in builds with the crashpoint tag, runs as each
 // phase of a payment starts, so that the crash tests can kill paymentsd
@@ -195,7 +199,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	store := db.Store()
 	if breakStore != nil {
-		if store, repo, err = breakStore(db, store, repo); err != nil {
+		if store, repo, ledger, err = breakStore(db, store, repo, ledger); err != nil {
 			return err
 		}
 	}
@@ -222,7 +226,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	ic := o.idem
-	ic.Logger, ic.Metrics = logger, metrics
+	ic.Logger, ic.Metrics, ic.Now = logger, metrics, clockNow
 	svc, err := payments.NewService(payments.Config{
 		Repo: repo, Store: store, Tokens: tokens, Processor: proc, Logger: logger, Outbox: db.Outbox(), Ledger: ledger, BeforePhase: beforePhase,
 		Idem: ic,

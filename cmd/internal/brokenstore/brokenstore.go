@@ -14,7 +14,13 @@
 //   - shared-cache: each instance keeps the responses it stored in a local
 //     cache keyed by the Idempotency-Key alone, without the client, and
 //     replays from it: a client whose key another client also used gets
-//     that client's payment. (A cache of what a stale holder tried to
+//     that client's payment.
+//   - unkeyed-debit: a transfer debits its source account in a statement
+//     of its own, outside the key's transaction, before it moves the money
+//     in it, as a handler with an effect outside its transaction does: a
+//     run that is discarded (a duplicate answered from the key, a rerun
+//     after a conflict) or rolled back still takes the money, and the
+//     bank's total falls. (A cache of what a stale holder tried to
 //     store no longer hurts: a payment's phases resume the same payment,
 //     so a stale holder's answer is the stored one.)
 //
@@ -41,26 +47,43 @@ const (
 	SkipFencing        = "skip-fencing"
 	ReleaseAfterCommit = "release-after-commit"
 	SharedCache        = "shared-cache"
+	UnkeyedDebit       = "unkeyed-debit"
 )
 
 // Wrap returns store and repo broken as getenv(EnvBreak) says; with the
 // variable unset it returns them as they are. The breaks need PostgreSQL:
 // pool is the store's.
-func Wrap(st idemstore.Store, repo payments.Repo, pool *pgxpool.Pool, getenv func(string) string) (idemstore.Store, payments.Repo, error) {
+func Wrap(st idemstore.Store, repo payments.Repo, ledger payments.LedgerRepo, pool *pgxpool.Pool, getenv func(string) string) (idemstore.Store, payments.Repo, payments.LedgerRepo, error) {
 	mode := getenv(EnvBreak)
 	if mode == "" {
-		return st, repo, nil
+		return st, repo, ledger, nil
 	}
 	if pool == nil {
-		return nil, nil, errors.New("brokenstore: needs PostgreSQL")
+		return nil, nil, nil, errors.New("brokenstore: needs PostgreSQL")
 	}
 	switch mode {
 	case SkipFencing, ReleaseAfterCommit, SharedCache:
+	case UnkeyedDebit:
+		return st, repo, &unkeyedLedger{LedgerRepo: ledger, pool: pool}, nil
 	default:
-		return nil, nil, fmt.Errorf("brokenstore: unknown %s %q", EnvBreak, mode)
+		return nil, nil, nil, fmt.Errorf("brokenstore: unknown %s %q", EnvBreak, mode)
 	}
 	s := &store{inner: st, mode: mode, pool: pool, cache: map[string]*idemstore.Response{}}
-	return s, &brokenRepo{inner: repo}, nil
+	return s, &brokenRepo{inner: repo}, ledger, nil
+}
+
+// unkeyedLedger debits a transfer's source on the pool, in a transaction
+// of its own, before the transfer moves the money in the key's.
+type unkeyedLedger struct {
+	payments.LedgerRepo
+	pool *pgxpool.Pool
+}
+
+func (l *unkeyedLedger) Move(ctx context.Context, t *payments.Transfer) error {
+	if _, err := l.pool.Exec(ctx, `UPDATE accounts SET balance = balance - $2 WHERE id = $1 AND balance >= $2`, t.From, t.Amount); err != nil {
+		return err
+	}
+	return l.LedgerRepo.Move(ctx, t)
 }
 
 type store struct {

@@ -58,6 +58,11 @@ type harness struct {
 	history   *History
 	faults    faultCounts
 	keySeq    atomic.Int64
+	// bank is the ledger's accounts, when the traffic has transfers.
+	bank *bank
+	// start is when the traffic started; faultLog the faults applied.
+	start    time.Time
+	faultLog faultLog
 }
 
 // Run builds paymentsd and processord, starts a throwaway PostgreSQL
@@ -113,7 +118,13 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 func (h *harness) run(ctx context.Context) (*Summary, error) {
 	cfg := h.cfg
 	events := Schedule(cfg.Seed, cfg.Duration, cfg.Faults, cfg.Instances, cfg.LockTimeout)
+	if usesBank(cfg.Workloads) {
+		if err := h.openBank(ctx); err != nil {
+			return nil, err
+		}
+	}
 	start := time.Now()
+	h.start = start
 	traffic, stopTraffic := context.WithDeadline(ctx, start.Add(cfg.Duration))
 	defer stopTraffic()
 
@@ -130,6 +141,18 @@ func (h *harness) run(ctx context.Context) (*Summary, error) {
 
 	faultErr := make(chan error, 1)
 	go func() { faultErr <- h.inject(traffic, start, events) }()
+	if h.bank != nil {
+		stopSampler := make(chan struct{})
+		samplerDone := make(chan struct{})
+		go func() {
+			defer close(samplerDone)
+			h.sampleBank(ctx, stopSampler)
+		}()
+		defer func() {
+			close(stopSampler)
+			<-samplerDone
+		}()
+	}
 
 	var wg sync.WaitGroup
 	for i := range cfg.Clients {
@@ -182,6 +205,12 @@ func (h *harness) run(ctx context.Context) (*Summary, error) {
 			return nil, err
 		}
 		sum.ViolationsFile = cfg.ViolationsFile
+	}
+	if cfg.ReportFile != "" {
+		if err := h.writeReportFile(cfg.ReportFile, sum, report); err != nil {
+			return nil, err
+		}
+		sum.ReportFile = cfg.ReportFile
 	}
 	return sum, nil
 }
@@ -239,7 +268,7 @@ func (h *harness) waitEvents(ctx context.Context) {
 	for ctx.Err() == nil {
 		got := h.receiver.stats().ByPayment
 		missing := 0
-		for id := range h.history.ackedPayments() {
+		for id := range h.history.ackedObjects() {
 			if len(got[id]) == 0 {
 				missing++
 			}

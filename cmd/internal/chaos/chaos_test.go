@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"os"
@@ -165,17 +166,28 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 	for _, tt := range []struct {
 		brk  string
 		want func(*Summary) int
+		// workload is the traffic; Storm when nil.
+		workload Workload
+		// strays is set for a break that no one key shows (the bank's
+		// total): the violations file must say it, with no offending key.
+		strays string
 	}{
-		{"skip-fencing", func(s *Summary) int { return min(s.Duplicated+s.Lost, s.EventsMissing) }},
-		{"release-after-commit", func(s *Summary) int { return s.Duplicated + s.Lost }},
-		{"shared-cache", func(s *Summary) int { return s.CrossTenant }},
+		{brk: "skip-fencing", want: func(s *Summary) int { return min(s.Duplicated+s.Lost, s.EventsMissing) }},
+		{brk: "release-after-commit", want: func(s *Summary) int { return s.Duplicated + s.Lost }},
+		{brk: "shared-cache", want: func(s *Summary) int { return s.CrossTenant }},
+		{brk: "unkeyed-debit", workload: Transfer{}, strays: "sum to", want: func(s *Summary) int {
+			if s.BankTotalOK != nil && !*s.BankTotalOK {
+				return 1
+			}
+			return 0
+		}},
 	} {
 		t.Run(tt.brk, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "violations.jsonl")
 			sum, err := Run(context.Background(), Config{
 				Duration: 20 * time.Second, Seed: 7, SourceDir: src,
 				BuildTags: "chaosbroken", Env: []string{"IDEM_CHAOS_BREAK=" + tt.brk},
-				Workloads:      []Weighted{{Storm{}, 1}},
+				Workloads:      []Weighted{{cmp.Or[Workload](tt.workload, Storm{}), 1}},
 				ProcessorDelay: 150 * time.Millisecond,
 				Faults:         Faults{PauseEvery: time.Second, DBRestartEvery: -1},
 				ViolationsFile: file,
@@ -190,7 +202,7 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 			var text strings.Builder
 			sum.WriteText(&text)
 			t.Log("\n" + text.String())
-			if tt.want(sum) == 0 || len(sum.OffendingKeys) == 0 {
+			if tt.want(sum) == 0 || len(sum.OffendingKeys) == 0 && tt.strays == "" {
 				t.Fatalf("the checker missed %s", tt.brk)
 			}
 			f, err := os.Open(file)
@@ -199,12 +211,14 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 			}
 			defer f.Close()
 			inFile := map[string]bool{}
+			strays := 0
 			sc := bufio.NewScanner(f)
 			sc.Buffer(nil, 64<<20)
 			for sc.Scan() {
 				var rec struct {
 					Client, Key string
 					Attempts    []Attempt
+					Stray       string
 				}
 				if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
 					t.Fatalf("violations file: %v", err)
@@ -213,6 +227,12 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 					t.Errorf("%s/%s is listed without its attempts", rec.Client, rec.Key)
 				}
 				inFile[rec.Client+"/"+rec.Key] = true
+				if tt.strays != "" && strings.Contains(rec.Stray, tt.strays) {
+					strays++
+				}
+			}
+			if tt.strays != "" && strays == 0 {
+				t.Errorf("no line of %s says %q", file, tt.strays)
 			}
 			for _, k := range sum.OffendingKeys {
 				if !inFile[k] {

@@ -27,6 +27,8 @@ const (
 	vReuse      = "reuse_accepted"
 	vUnknown    = "unknown_payments"
 
+	vBank = "bank"
+
 	vEventMissing = "events_missing"
 	vEventUnknown = "events_unknown"
 	vEventInvalid = "events_invalid_signature"
@@ -44,14 +46,21 @@ type Report struct {
 	strays []string
 	// events is what the webhook receiver saw.
 	events receiverStats
+	// bank is what the checker found of the ledger; nil without transfers.
+	bank *bankReport
 }
 
 // dbState is what the database holds for one (client, key).
 type dbState struct {
-	Payments    []payment `json:"payments"`
-	KeyStatus   string    `json:"key_status,omitempty"`
-	KeyResponse string    `json:"key_response,omitempty"`
-	Charges     int       `json:"charges"`
+	Payments []payment `json:"payments"`
+	// PaymentStatus holds the status of each of Payments.
+	PaymentStatus []string `json:"payment_status,omitempty"`
+	KeyStatus     string   `json:"key_status,omitempty"`
+	KeyResponse   string   `json:"key_response,omitempty"`
+	// Charges counts processord's charges of the operation's customer;
+	// Declines its declined attempts.
+	Charges  int `json:"charges"`
+	Declines int `json:"declines,omitempty"`
 }
 
 // add records a violation of op; each kind counts an operation once.
@@ -98,17 +107,20 @@ func (h *harness) check(ctx context.Context) (*Report, error) {
 		}
 		return state[k]
 	}
-	rows, err := pool.Query(ctx, `SELECT client_id, idempotency_key, id, amount, currency, customer FROM payments ORDER BY id`)
+	rows, err := pool.Query(ctx, `SELECT client_id, idempotency_key, id, amount, currency, customer, status FROM payments ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: read payments: %w", err)
 	}
 	for rows.Next() {
 		var k scopeKey
 		var p payment
-		if err := rows.Scan(&k.client, &k.key, &p.ID, &p.Amount, &p.Currency, &p.Customer); err != nil {
+		var status string
+		if err := rows.Scan(&k.client, &k.key, &p.ID, &p.Amount, &p.Currency, &p.Customer, &status); err != nil {
 			return nil, fmt.Errorf("chaos: read payments: %w", err)
 		}
-		get(k).Payments = append(get(k).Payments, p)
+		s := get(k)
+		s.Payments = append(s.Payments, p)
+		s.PaymentStatus = append(s.PaymentStatus, status)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("chaos: read payments: %w", err)
@@ -136,9 +148,12 @@ func (h *harness) check(ctx context.Context) (*Report, error) {
 	r := &Report{counts: map[string]int{}, reasons: map[*Op][]string{}, rows: map[*Op]*dbState{}, events: h.receiver.stats()}
 	seen := map[scopeKey]bool{}
 	for _, op := range h.history.Ops() {
+		if op.Kind != "" {
+			continue // the ledger's: checkBank
+		}
 		k := scopeKey{op.Client, op.Key}
 		s := get(k)
-		s.Charges = charges[op.Customer]
+		s.Charges, s.Declines = charges[op.Customer].charged, charges[op.Customer].declined
 		r.rows[op] = s
 		attempts, final := op.snapshot()
 		for _, a := range attempts {
@@ -156,6 +171,10 @@ func (h *harness) check(ctx context.Context) (*Report, error) {
 			continue
 		}
 		seen[k] = true
+		if declined(op.Amount) {
+			r.checkDecline(op, s, attempts, final)
+			continue
+		}
 		if len(s.Payments) > 1 {
 			r.add(vDuplicated, op, fmt.Sprintf("%d payments for one key", len(s.Payments)))
 		}
@@ -211,24 +230,33 @@ func (h *harness) check(ctx context.Context) (*Report, error) {
 			r.strays = append(r.strays, fmt.Sprintf("payment of %s/%s that no operation sent", k.client, k.key))
 		}
 	}
-	r.checkEvents(h.history.ackedPayments(), state)
-	return r, nil
-}
-
-// checkEvents audits the receiver: every acknowledged payment's event
-// delivered, every delivered event about a payment in the database, every
-// delivery signed. An event delivered more than once is at-least-once
-// delivery, not a violation; the summary counts them.
-func (r *Report) checkEvents(acked map[string]*Op, state map[scopeKey]*dbState) {
-	for id, op := range acked {
-		if len(r.events.ByPayment[id]) == 0 {
-			r.add(vEventMissing, op, "no event of the acknowledged payment "+id+" was delivered")
-		}
-	}
 	stored := map[string]bool{}
 	for _, s := range state {
 		for _, p := range s.Payments {
 			stored[p.ID] = true
+		}
+	}
+	if h.bank != nil {
+		transfers, err := h.checkBank(ctx, pool, r, state)
+		if err != nil {
+			return nil, err
+		}
+		for id := range transfers {
+			stored[id] = true
+		}
+	}
+	r.checkEvents(h.history.ackedObjects(), stored)
+	return r, nil
+}
+
+// checkEvents audits the receiver: every acknowledged payment's and
+// transfer's event delivered, every delivered event about an object in the
+// database (stored), every delivery signed. An event delivered more than
+// once is at-least-once delivery, not a violation; the summary counts them.
+func (r *Report) checkEvents(acked map[string]*Op, stored map[string]bool) {
+	for id, op := range acked {
+		if len(r.events.ByPayment[id]) == 0 {
+			r.add(vEventMissing, op, "no event of the acknowledged object "+id+" was delivered")
 		}
 	}
 	for id, events := range r.events.ByPayment {
@@ -237,7 +265,7 @@ func (r *Report) checkEvents(acked map[string]*Op, state map[scopeKey]*dbState) 
 		}
 		for _, e := range events {
 			r.add(vEventUnknown, nil, "")
-			r.strays = append(r.strays, fmt.Sprintf("event %s (%s) delivered for payment %s, which does not exist", e.ID, e.Type, id))
+			r.strays = append(r.strays, fmt.Sprintf("event %s (%s) delivered for %s, which does not exist", e.ID, e.Type, id))
 		}
 	}
 	for _, why := range r.events.Invalid {
@@ -250,31 +278,74 @@ func (r *Report) checkEvents(acked map[string]*Op, state map[scopeKey]*dbState) 
 func (r *Report) opFor(k scopeKey) *Op {
 	var best *Op
 	for op := range r.rows {
-		if op.Client == k.client && op.Key == k.key && op.ReuseOf == 0 && (best == nil || op.ID < best.ID) {
+		if op.Client == k.client && op.Key == k.key && op.ReuseOf == 0 && op.Kind == "" && (best == nil || op.ID < best.ID) {
 			best = op
 		}
 	}
 	return best
 }
 
-// charges counts processord's charges per customer; every payment
-// operation has a customer of its own.
-func (h *harness) charges(ctx context.Context) (map[string]int, error) {
+// checkDecline audits a payment of an amount that processord declines: its
+// final answer is 402 payment-declined, every 402 of it byte-identical and
+// stored with its key; the database holds one payment for it, declined,
+// and processord charged nothing (one declined attempt at most).
+func (r *Report) checkDecline(op *Op, s *dbState, attempts []*Attempt, final *Attempt) {
+	if len(s.Payments) > 1 {
+		r.add(vDuplicated, op, fmt.Sprintf("%d payments for one key", len(s.Payments)))
+	}
+	if s.Charges > 0 {
+		r.add(vDuplicated, op, fmt.Sprintf("a declined payment charged %d times", s.Charges))
+	}
+	if s.Declines > 1 {
+		r.add(vDuplicated, op, fmt.Sprintf("%d declined attempts at one charge", s.Declines))
+	}
+	var first *Attempt
+	for _, a := range attempts {
+		switch {
+		case a.ok():
+			r.add(vLost, op, fmt.Sprintf("instance %d acknowledged a payment that the processor declines", a.Instance))
+		case a.Status == 402 && first == nil:
+			first = a
+		case a.Status == 402 && a.AnswerSHA != first.AnswerSHA:
+			r.add(vMismatch, op, fmt.Sprintf("instance %d answered a 402 that differs from the first", a.Instance))
+		}
+	}
+	switch {
+	case final == nil:
+		return // unanswered, reported already
+	case final.Status != 402 || final.Problem != "payment-declined":
+		r.add(vLost, op, fmt.Sprintf("a declined payment ended %d %s, want 402 payment-declined", final.Status, final.Problem))
+	case len(s.Payments) != 1 || s.PaymentStatus[0] != "declined":
+		r.add(vLost, op, fmt.Sprintf("answered 402 payment-declined, but the database holds %d payments (%v)", len(s.Payments), s.PaymentStatus))
+	case s.KeyStatus != "completed":
+		r.add(vLost, op, "the declined payment's key is "+orNone(s.KeyStatus))
+	case digest([]byte(s.KeyResponse)) != first.AnswerSHA:
+		r.add(vMismatch, op, "the stored 402 differs from the one answered")
+	}
+}
+
+// chargeCounts are processord's records of one customer: charges, and
+// declined attempts.
+type chargeCounts struct{ charged, declined int }
+
+// charges counts processord's charges and declined attempts per customer;
+// every payment operation has a customer of its own.
+func (h *harness) charges(ctx context.Context) (map[string]chargeCounts, error) {
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(h.dir, "processord.db")+"?mode=ro&_pragma=busy_timeout(10000)")
 	if err != nil {
 		return nil, fmt.Errorf("chaos: open processord's database: %w", err)
 	}
 	defer db.Close()
-	rows, err := db.QueryContext(ctx, `SELECT customer, count(*) FROM charges GROUP BY customer`)
+	rows, err := db.QueryContext(ctx, `SELECT customer, sum(outcome <> 'declined'), sum(outcome = 'declined') FROM charges GROUP BY customer`)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: read charges: %w", err)
 	}
 	defer rows.Close()
-	n := map[string]int{}
+	n := map[string]chargeCounts{}
 	for rows.Next() {
 		var c string
-		var k int
-		if err := rows.Scan(&c, &k); err != nil {
+		var k chargeCounts
+		if err := rows.Scan(&c, &k.charged, &k.declined); err != nil {
 			return nil, fmt.Errorf("chaos: read charges: %w", err)
 		}
 		n[c] = k

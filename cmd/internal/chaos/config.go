@@ -52,6 +52,10 @@ type Config struct {
 	// one JSON object a line, when the checker finds a violation. Defaults
 	// to chaos-violations-SEED.jsonl in the working directory.
 	ViolationsFile string
+	// ReportFile, when set, receives a self-contained HTML page of the run:
+	// attempts per second by answer with the faults marked, latency
+	// percentiles over time, the invariants and each violation's history.
+	ReportFile string
 	// LogDir, when set, receives the processes' logs and is kept.
 	// Defaults to a temporary directory, removed after a run without
 	// violations.
@@ -90,7 +94,7 @@ func (c Config) withDefaults() Config {
 	}
 	f := &c.Faults
 	if c.NoFaults {
-		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1}
+		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1, SkewEvery: -1}
 	} else {
 		if f.KillEvery == 0 {
 			f.KillEvery = KillEveryDefault
@@ -103,6 +107,9 @@ func (c Config) withDefaults() Config {
 		}
 		if f.CutEvery == 0 {
 			f.CutEvery = CutEveryDefault
+		}
+		if f.SkewEvery == 0 {
+			f.SkewEvery = SkewEveryDefault
 		}
 	}
 	pf := &c.ProcessorFaults

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,7 +24,8 @@ import (
 func (h *harness) deploy(ctx context.Context) error {
 	fmt.Fprintf(h.cfg.Progress, "chaos: seed %d: building paymentsd and processord\n", h.cfg.Seed)
 	bin := filepath.Join(h.dir, "bin")
-	paymentsd, err := build(ctx, h.cfg.SourceDir, bin, "paymentsd", h.cfg.BuildTags)
+	// chaosclock lets the harness skew an instance's clock (ClockSkew).
+	paymentsd, err := build(ctx, h.cfg.SourceDir, bin, "paymentsd", strings.TrimPrefix(h.cfg.BuildTags+",chaosclock", ","))
 	if err != nil {
 		return err
 	}
@@ -67,11 +69,16 @@ func (h *harness) deploy(ctx context.Context) error {
 		if i == 0 {
 			db = proxiedURL // commit cuts fall between instance 0 and PostgreSQL
 		}
+		clock := filepath.Join(h.dir, fmt.Sprintf("clock-%d", i))
+		if err := writeSkew(clock, 0); err != nil {
+			return err
+		}
 		p := &process{
 			name: fmt.Sprintf("paymentsd-%d", i), path: paymentsd, addr: addrs[i+1],
-			args:    paymentsdArgs(addrs[i+1], db, "http://"+addrs[0], h.cfg.LockTimeout, h.receiver.url, secret),
-			env:     h.cfg.Env,
-			logPath: filepath.Join(h.dir, fmt.Sprintf("paymentsd-%d.log", i)),
+			args:      paymentsdArgs(addrs[i+1], db, "http://"+addrs[0], h.cfg.LockTimeout, h.receiver.url, secret),
+			env:       append(slices.Clone(h.cfg.Env), clockFileEnv+"="+clock),
+			logPath:   filepath.Join(h.dir, fmt.Sprintf("paymentsd-%d.log", i)),
+			clockFile: clock,
 		}
 		h.instances = append(h.instances, p)
 		p.supervise()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,11 +30,16 @@ const (
 	// right after a COMMIT went out (the service cannot know whether it
 	// committed) or, one time in four, just before.
 	CommitCut
+	// ClockSkew sets an instance's clock ahead by more than the lease for
+	// a while (paymentsd built with the chaosclock tag reads its offset
+	// from a file): the instance takes over leases that are live on the
+	// others' clocks, and the fences must keep every write single.
+	ClockSkew
 	faultKinds
 )
 
 func (k FaultKind) String() string {
-	return [...]string{"kill", "pause", "db-restart", "commit-cut"}[k]
+	return [...]string{"kill", "pause", "db-restart", "commit-cut", "clock-skew"}[k]
 }
 
 // Faults sets how often each fault falls: the mean time between two
@@ -43,6 +50,7 @@ type Faults struct {
 	PauseEvery     time.Duration // Defaults to 12s.
 	DBRestartEvery time.Duration // Defaults to 60s.
 	CutEvery       time.Duration // Defaults to 6s.
+	SkewEvery      time.Duration // Defaults to 15s.
 	// DBDown is the longest PostgreSQL stays down; each outage lasts
 	// between a third of it and all of it. Defaults to 3s.
 	DBDown time.Duration
@@ -64,6 +72,7 @@ const (
 	PauseEveryDefault     = 12 * time.Second
 	DBRestartEveryDefault = 60 * time.Second
 	CutEveryDefault       = 6 * time.Second
+	SkewEveryDefault      = 15 * time.Second
 	DBDownDefault         = 3 * time.Second
 
 	ProcessorFailRateDefault    = 0.02
@@ -72,15 +81,16 @@ const (
 )
 
 func (f Faults) every(k FaultKind) time.Duration {
-	return [...]time.Duration{f.KillEvery, f.PauseEvery, f.DBRestartEvery, f.CutEvery}[k]
+	return [...]time.Duration{f.KillEvery, f.PauseEvery, f.DBRestartEvery, f.CutEvery, f.SkewEvery}[k]
 }
 
 // Event is one scheduled fault.
 type Event struct {
 	At       time.Duration // since the start of traffic
 	Kind     FaultKind
-	Instance int           // for Kill and Pause
-	Hold     time.Duration // how long a pause or an outage lasts
+	Instance int           // for Kill, Pause and ClockSkew
+	Hold     time.Duration // how long a pause, an outage or a skew lasts
+	Skew     time.Duration // for ClockSkew: how far ahead the clock runs
 	After    bool          // for CommitCut: after the COMMIT (else before)
 }
 
@@ -120,6 +130,10 @@ func Schedule(seed uint64, d time.Duration, f Faults, instances int, lease time.
 				e.Hold = f.DBDown/3 + time.Duration(rnd.Int64N(int64(f.DBDown-f.DBDown/3)+1))
 			case CommitCut:
 				e.After = rnd.IntN(4) != 0
+			case ClockSkew:
+				// Ahead by two to four leases, for two to four seconds.
+				e.Skew = 2*lease + time.Duration(rnd.Int64N(int64(2*lease)+1))
+				e.Hold = 2*time.Second + time.Duration(rnd.Int64N(int64(2*time.Second)+1))
 			}
 			events = append(events, e)
 		}
@@ -130,7 +144,7 @@ func Schedule(seed uint64, d time.Duration, f Faults, instances int, lease time.
 
 // faultCounts are the faults injected so far.
 type faultCounts struct {
-	kills, pauses, dbRestarts atomic.Int64
+	kills, pauses, dbRestarts, clockSkews atomic.Int64
 }
 
 // inject runs the schedule from start until ctx is done, one goroutine per
@@ -187,10 +201,12 @@ func (h *harness) injectKind(ctx context.Context, start time.Time, events []Even
 // apply injects one fault and, for pauses and outages, undoes it after its
 // hold time, whatever ctx says: a run never ends with a stopped process.
 func (h *harness) apply(e Event) error {
+	mark := faultMark{At: time.Since(h.start), Kind: e.Kind, Instance: e.Instance}
 	switch e.Kind {
 	case Kill:
 		if h.instances[e.Instance].kill() {
 			h.faults.kills.Add(1)
+			h.faultLog.add(mark)
 		}
 	case Pause:
 		resume, ok := h.instances[e.Instance].pause()
@@ -198,6 +214,8 @@ func (h *harness) apply(e Event) error {
 			return nil
 		}
 		h.faults.pauses.Add(1)
+		mark.Hold = e.Hold
+		h.faultLog.add(mark)
 		time.Sleep(e.Hold)
 		resume()
 	case DBRestart:
@@ -205,6 +223,8 @@ func (h *harness) apply(e Event) error {
 			return fmt.Errorf("chaos: stop PostgreSQL: %w", err)
 		}
 		h.faults.dbRestarts.Add(1)
+		mark.Hold = e.Hold
+		h.faultLog.add(mark)
 		time.Sleep(e.Hold)
 		var err error
 		for range 3 {
@@ -213,6 +233,16 @@ func (h *harness) apply(e Event) error {
 			}
 		}
 		return fmt.Errorf("chaos: start PostgreSQL again: %w", err)
+	case ClockSkew:
+		p := h.instances[e.Instance]
+		if err := writeSkew(p.clockFile, e.Skew); err != nil {
+			return err
+		}
+		h.faults.clockSkews.Add(1)
+		mark.Hold = e.Hold
+		h.faultLog.add(mark)
+		time.Sleep(e.Hold)
+		return writeSkew(p.clockFile, 0)
 	case CommitCut:
 		if h.proxy.Armed() == 0 {
 			when := pgproxy.Before
@@ -220,7 +250,22 @@ func (h *harness) apply(e Event) error {
 				when = pgproxy.After
 			}
 			h.proxy.CutNext(pgproxy.IsCommit, when)
+			h.faultLog.add(mark)
 		}
+	}
+	return nil
+}
+
+// writeSkew sets the clock offset that a paymentsd built with the
+// chaosclock tag reads from path (cmd/paymentsd/chaosclock.go): a number
+// of nanoseconds.
+func writeSkew(path string, d time.Duration) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(int64(d), 10)), 0o644); err != nil {
+		return fmt.Errorf("chaos: skew a clock: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("chaos: skew a clock: %w", err)
 	}
 	return nil
 }

@@ -19,8 +19,13 @@ type Op struct {
 	Key      string `json:"key"`
 	Body     string `json:"body"`
 	BodySHA  string `json:"body_sha256"`
-	Customer string `json:"customer"`
+	Customer string `json:"customer,omitempty"`
 	Amount   int64  `json:"amount"`
+	// Kind is "" for a payment, kindAccount or kindTransfer for the
+	// ledger's operations; From and To are a transfer's accounts.
+	Kind string `json:"kind,omitempty"`
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
 	// ReuseOf is the operation whose key this one reuses with a changed
 	// body; it must be answered 422 and change nothing.
 	ReuseOf int `json:"reuse_of,omitempty"`
@@ -89,18 +94,31 @@ type History struct {
 
 func newHistory() *History { return &History{acked: map[string][]*Op{}} }
 
-// newOp registers an operation.
+// newOp registers a payment operation.
 func (h *History) newOp(workload string, t tenant, key string, amount int64, customer string) *Op {
-	body := paymentBody(amount, customer)
+	return h.add(&Op{Workload: workload, Client: t.name, Key: key, Customer: customer, Amount: amount, token: t.token}, paymentBody(amount, customer))
+}
+
+// add registers o, whose request body is body.
+func (h *History) add(o *Op, body []byte) *Op {
 	sum := sha256.Sum256(body)
+	o.Body, o.BodySHA = string(body), hex.EncodeToString(sum[:])
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	o := &Op{
-		ID: len(h.ops) + 1, Workload: workload, Client: t.name, Key: key,
-		Body: string(body), BodySHA: hex.EncodeToString(sum[:]), Customer: customer, Amount: amount, token: t.token,
-	}
+	o.ID = len(h.ops) + 1
 	h.ops = append(h.ops, o)
 	return o
+}
+
+// path is where o is sent.
+func (o *Op) path() string {
+	switch o.Kind {
+	case kindAccount:
+		return accountsPath
+	case kindTransfer:
+		return transfersPath
+	}
+	return paymentsPath
 }
 
 // ack records that o, a payment, was acknowledged.
@@ -143,12 +161,13 @@ func digest(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// ackedPayments returns the acknowledged payments by id: for each payment
-// operation with a 2xx, the payment of its first 2xx.
-func (h *History) ackedPayments() map[string]*Op {
+// ackedObjects returns the acknowledged payments and transfers by id, the
+// objects whose events the webhook receiver must get: for each payment or
+// transfer operation with a 2xx, the object of its first 2xx.
+func (h *History) ackedObjects() map[string]*Op {
 	m := map[string]*Op{}
 	for _, op := range h.Ops() {
-		if op.ReuseOf != 0 {
+		if op.ReuseOf != 0 || op.Kind == kindAccount {
 			continue
 		}
 		attempts, _ := op.snapshot()
@@ -156,8 +175,15 @@ func (h *History) ackedPayments() map[string]*Op {
 			if !a.ok() {
 				continue
 			}
-			if p, err := parsePayment([]byte(a.Answer)); err == nil {
-				m[p.ID] = op
+			switch op.Kind {
+			case kindTransfer:
+				if t, err := parseTransfer([]byte(a.Answer)); err == nil {
+					m[t.ID] = op
+				}
+			default:
+				if p, err := parsePayment([]byte(a.Answer)); err == nil {
+					m[p.ID] = op
+				}
 			}
 			break
 		}

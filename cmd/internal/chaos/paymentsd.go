@@ -23,6 +23,10 @@ const (
 	healthPath   = "/healthz"
 	paymentsPath = "/v1/payments"
 
+	// clockFileEnv names the file from which a paymentsd built with the
+	// chaosclock tag reads its clock's offset (cmd/paymentsd/chaosclock.go).
+	clockFileEnv = "PAYMENTSD_CHAOS_CLOCK_FILE"
+
 	// processorToken is how paymentsd authenticates to processord.
 	processorToken = "sk_chaos_processor"
 

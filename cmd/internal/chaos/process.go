@@ -23,6 +23,8 @@ type process struct {
 	env     []string
 	logPath string
 	addr    string // 127.0.0.1:port it listens on
+	// clockFile holds a paymentsd's clock offset (ClockSkew).
+	clockFile string
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd     // the running child, nil between runs

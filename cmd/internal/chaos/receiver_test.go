@@ -119,10 +119,7 @@ func TestCheckEvents(t *testing.T) {
 	t.Parallel()
 	acked := &Op{ID: 1, Client: "alice", Key: "k1"}
 	lost := &Op{ID: 2, Client: "alice", Key: "k2"}
-	state := map[scopeKey]*dbState{
-		{"alice", "k1"}: {Payments: []payment{{ID: "pay_1"}}},
-		{"alice", "k2"}: {Payments: []payment{{ID: "pay_2"}}},
-	}
+	stored := map[string]bool{"pay_1": true, "pay_2": true}
 	r := &Report{counts: map[string]int{}, reasons: map[*Op][]string{}, rows: map[*Op]*dbState{}, events: receiverStats{
 		ByPayment: map[string][]receivedEvent{
 			"pay_1":     {{ID: "evt_1", PaymentID: "pay_1", Count: 2}},
@@ -131,7 +128,7 @@ func TestCheckEvents(t *testing.T) {
 		Delivered: 2, Duplicate: 1,
 		Invalid: []string{`delivery of "evt_x": no v1 signature matches`},
 	}}
-	r.checkEvents(map[string]*Op{"pay_1": acked, "pay_2": lost}, state)
+	r.checkEvents(map[string]*Op{"pay_1": acked, "pay_2": lost}, stored)
 	want := map[string]int{vEventMissing: 1, vEventUnknown: 1, vEventInvalid: 1}
 	for kind, n := range want {
 		if r.counts[kind] != n {

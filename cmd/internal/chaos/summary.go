@@ -45,13 +45,30 @@ type Summary struct {
 	EventsInvalidSignature int `json:"events_invalid_signature"`
 	EventsDuplicateIDs     int `json:"events_duplicate_ids"`
 	EventsRefused          int `json:"events_refused"`
-	// BankTotalOK is null: no ledger workload exists yet to check.
-	BankTotalOK *bool `json:"bank_total_ok"`
+	// BankTotalOK is whether the ledger's balances summed to the opening
+	// total at the end and at every sample taken while the traffic ran,
+	// each account's balance matched its stored transfers and none was
+	// negative; null when the run had no transfers. Transfers counts the
+	// transfer operations, TransfersApplied those acknowledged and found
+	// once, InsufficientFunds those answered 402 (which must move nothing),
+	// and BankSamples the sums read during the run.
+	BankTotalOK       *bool `json:"bank_total_ok"`
+	Transfers         int   `json:"transfers"`
+	TransfersApplied  int   `json:"transfers_applied"`
+	InsufficientFunds int   `json:"insufficient_funds"`
+	BankSamples       int   `json:"bank_samples"`
+	// Declines counts the payment operations of an amount that processord
+	// declines; each must end as one declined payment, no charge and a
+	// 402 payment-declined replayed byte for byte.
+	Declines int `json:"declines"`
 
 	Kills      int `json:"kills"`
 	Pauses     int `json:"pauses"`
 	DBRestarts int `json:"db_restarts"`
 	CommitCuts int `json:"commit_cuts"`
+	// ClockSkews counts the periods an instance's clock ran ahead of the
+	// others by more than the lease.
+	ClockSkews int `json:"clock_skews"`
 	// ProcessorFaults are the rates at which processord failed charges,
 	// lost answers and answered late; it does not count them.
 	ProcessorFaults ProcessorFaults `json:"processor_faults"`
@@ -64,6 +81,7 @@ type Summary struct {
 	Violations     int      `json:"violations"`
 	OffendingKeys  []string `json:"offending_keys,omitempty"`
 	ViolationsFile string   `json:"violations_file,omitempty"`
+	ReportFile     string   `json:"report_file,omitempty"`
 	LogDir         string   `json:"log_dir,omitempty"`
 }
 
@@ -80,11 +98,14 @@ func (h *harness) summary(r *Report, took time.Duration) *Summary {
 		EventsDelivered: r.events.Delivered, EventsMissing: r.counts[vEventMissing], EventsUnknown: r.counts[vEventUnknown],
 		EventsInvalidSignature: r.counts[vEventInvalid], EventsDuplicateIDs: r.events.Duplicate, EventsRefused: r.events.Refused,
 		Kills: int(h.faults.kills.Load()), Pauses: int(h.faults.pauses.Load()),
-		DBRestarts: int(h.faults.dbRestarts.Load()), CommitCuts: h.proxy.Cuts(), ProcessorFaults: h.cfg.ProcessorFaults,
+		DBRestarts: int(h.faults.dbRestarts.Load()), CommitCuts: h.proxy.Cuts(), ClockSkews: int(h.faults.clockSkews.Load()), ProcessorFaults: h.cfg.ProcessorFaults,
 		Workloads: map[string]int{}, Answers: map[string]int{},
 		Violations: r.violations(),
 	}
 	for _, op := range h.history.Ops() {
+		if op.Kind == "" && op.ReuseOf == 0 && declined(op.Amount) {
+			s.Declines++
+		}
 		s.Operations++
 		s.Workloads[op.Workload]++
 		attempts, final := op.snapshot()
@@ -95,6 +116,11 @@ func (h *harness) summary(r *Report, took time.Duration) *Summary {
 		for _, a := range attempts {
 			s.Answers[answerLabel(a)]++
 		}
+	}
+	if b := r.bank; b != nil {
+		ok := b.TotalOK
+		s.BankTotalOK = &ok
+		s.Transfers, s.TransfersApplied, s.InsufficientFunds, s.BankSamples = b.Transfers, b.Applied, b.InsufficientFunds, b.Samples
 	}
 	s.OffendingKeys = r.offending()
 	if len(s.OffendingKeys) > maxListedKeys {
@@ -123,10 +149,10 @@ func (s *Summary) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "idem chaos: seed %d, %d instances, %d clients, %s: %s\n",
 		s.Seed, s.Instances, s.Clients, time.Duration(s.Seconds*float64(time.Second)), verdict)
-	fmt.Fprintf(w, "  traffic:    %d operations (%s), %d attempts, %d acknowledged\n",
-		s.Operations, counts(s.Workloads), s.Attempts, s.Acknowledged)
-	fmt.Fprintf(w, "  faults:     %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts\n",
-		s.Kills, s.Pauses, s.DBRestarts, s.CommitCuts)
+	fmt.Fprintf(w, "  traffic:    %d operations (%s), %d attempts, %d acknowledged, %d declined payments\n",
+		s.Operations, counts(s.Workloads), s.Attempts, s.Acknowledged, s.Declines)
+	fmt.Fprintf(w, "  faults:     %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts, %d clock skews\n",
+		s.Kills, s.Pauses, s.DBRestarts, s.CommitCuts, s.ClockSkews)
 	pf := s.ProcessorFaults
 	fmt.Fprintf(w, "              processord fails %g%%, loses the answer to %g%% and answers %g%% late, of charges\n",
 		100*pf.FailRate, 100*pf.LoseRate, 100*pf.TimeoutRate)
@@ -135,12 +161,25 @@ func (s *Summary) WriteText(w io.Writer) {
 		s.Lost, s.Duplicated, s.MismatchedReplays, s.CrossTenant, s.StuckKeys, s.Unexpected5xx, s.Unanswered, s.ReuseAccepted, s.UnknownPayments)
 	fmt.Fprintf(w, "  events:     %d delivered (%d ids more than once, %d deliveries refused with 500 and retried); %d missing, %d unknown, %d invalid signatures\n",
 		s.EventsDelivered, s.EventsDuplicateIDs, s.EventsRefused, s.EventsMissing, s.EventsUnknown, s.EventsInvalidSignature)
-	fmt.Fprintln(w, "  bank total: not checked (no ledger workload yet)")
+	switch {
+	case s.BankTotalOK == nil:
+		fmt.Fprintln(w, "  bank:       not checked (no transfers in the traffic)")
+	default:
+		verdict := "constant"
+		if !*s.BankTotalOK {
+			verdict = "NOT constant"
+		}
+		fmt.Fprintf(w, "  bank:       %d transfers, %d applied once, %d insufficient funds (moved nothing); total %s over %d samples and at the end\n",
+			s.Transfers, s.TransfersApplied, s.InsufficientFunds, verdict, s.BankSamples)
+	}
 	if len(s.OffendingKeys) > 0 {
 		fmt.Fprintf(w, "  offending keys: %s\n", strings.Join(s.OffendingKeys, " "))
 	}
 	if s.ViolationsFile != "" {
 		fmt.Fprintf(w, "  history of the offending keys: %s\n", s.ViolationsFile)
+	}
+	if s.ReportFile != "" {
+		fmt.Fprintf(w, "  report: %s\n", s.ReportFile)
 	}
 	if s.LogDir != "" {
 		fmt.Fprintf(w, "  process logs: %s\n", s.LogDir)

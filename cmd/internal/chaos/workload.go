@@ -33,13 +33,15 @@ type Weighted struct {
 }
 
 // DefaultWorkloads is the traffic mix of a run: duplicate storms across
-// instances, plain retries, and reuse of a remembered key with a changed
-// body. Every payment charges through processord.
+// instances, plain retries, reuse of a remembered key with a changed
+// body, and the ledger's transfers between accounts opened before the
+// traffic. Every payment charges through processord.
 func DefaultWorkloads() []Weighted {
 	return []Weighted{
 		{Storm{}, 4},
 		{Retry{}, 4},
 		{Reuse{}, 2},
+		{Transfer{}, 3},
 	}
 }
 
@@ -52,18 +54,26 @@ type Worker struct {
 	h      *harness
 }
 
-// newPayment registers a new payment operation of t with a fresh key.
+// newPayment registers a new payment operation of t with a fresh key. One
+// in declineEvery has an amount that processord declines (ending in 02):
+// it must end as one declined payment, no charge, and a 402
+// payment-declined replayed byte for byte.
 func (w *Worker) newPayment(workload string, t tenant, key string) *Op {
 	amount := 100 + w.Rand.Int64N(100_000)
-	if amount%100 == 2 {
-		// processord declines amounts ending in 02. paymentsd stores a
-		// decline as a 402 payment-declined answer, which this checker does
-		// not yet count as an acknowledged outcome; a decline workload
-		// comes with that.
+	switch {
+	case w.Rand.IntN(declineEvery) == 0:
+		amount = amount/100*100 + 2
+	case declined(amount):
 		amount++
 	}
 	return w.h.history.newOp(workload, t, key, amount, "cus_"+t.name+"_"+key)
 }
+
+// declineEvery is how rare declined payments are among new payments.
+const declineEvery = 12
+
+// declined reports whether processord declines amount: it ends in 02.
+func declined(amount int64) bool { return amount%100 == 2 }
 
 // newKey returns a key no operation has used.
 func (w *Worker) newKey() string {
@@ -181,7 +191,7 @@ func idemclientBackoff(n int) time.Duration {
 
 // settled notes an operation whose traffic round ended.
 func (h *harness) settled(op *Op) {
-	if _, final := op.snapshot(); final != nil && final.ok() && op.ReuseOf == 0 {
+	if _, final := op.snapshot(); final != nil && final.ok() && op.ReuseOf == 0 && op.Kind == "" {
 		h.history.ack(op)
 	}
 }
@@ -198,7 +208,7 @@ func (h *harness) send(ctx context.Context, op *Op, i int, phase string) *sentAt
 	a := &Attempt{Op: op.ID, Instance: i, Phase: phase, Sent: time.Now()}
 	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, "http://"+h.instances[i].addr+paymentsPath, bytes.NewReader([]byte(op.Body)))
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, "http://"+h.instances[i].addr+op.path(), bytes.NewReader([]byte(op.Body)))
 	if err != nil {
 		panic(err) // the URL is ours
 	}
@@ -254,6 +264,11 @@ func (h *harness) liveViolation(op *Op, a *Attempt) string {
 		return "unexpected 5xx"
 	case a.ok() && op.ReuseOf != 0:
 		return "changed body accepted"
+	case a.ok() && op.Kind == kindTransfer:
+		if t, err := parseTransfer([]byte(a.Answer)); err != nil || t.From != op.From || t.To != op.To || t.Amount != op.Amount {
+			return "another request's transfer"
+		}
+	case a.ok() && op.Kind != "":
 	case a.ok():
 		if p, err := parsePayment([]byte(a.Answer)); err != nil || p.Customer != op.Customer || p.Amount != op.Amount {
 			return "another request's payment"

@@ -1,0 +1,387 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The ledger's operations, besides payments.
+const (
+	kindAccount  = "account"
+	kindTransfer = "transfer"
+
+	accountsPath  = "/v1/accounts"
+	transfersPath = "/v1/transfers"
+)
+
+// Bank sizing: each tenant gets bankAccounts accounts of bankOpening
+// (minor units) each, before the traffic starts; transfers move up to
+// transferMax between two accounts of one tenant, so that a few find too
+// little money and are answered 402 insufficient-funds.
+const (
+	bankAccounts = 4
+	bankOpening  = 100_000
+	transferMax  = 60_000
+	// bankSampleEvery is how often the sampler sums the balances, in a
+	// read-only transaction, while the traffic runs.
+	bankSampleEvery = 500 * time.Millisecond
+)
+
+// bank is the ledger's state the harness set up: every account of every
+// tenant, with its opening balance.
+type bank struct {
+	accounts map[string][]string // tenant -> account ids
+	opening  map[string]int64    // account id -> opening balance
+	total    int64               // the sum of the opening balances
+
+	samples    atomic.Int64 // sums read while the traffic ran
+	badSamples atomic.Int64 // sums that were not total
+	mu         sync.Mutex
+	bad        []string // what each bad sample read
+}
+
+// Transfer moves money between two accounts of the worker's tenant through
+// POST /v1/transfers, in atomic mode: as a duplicate storm across instances
+// (as Storm does for payments) or as one request retried to a final answer.
+type Transfer struct{}
+
+func (Transfer) Name() string { return "transfer" }
+
+func (Transfer) Run(ctx context.Context, w *Worker) {
+	b := w.h.bank
+	accts := b.accounts[w.Tenant.name]
+	from := w.Rand.IntN(len(accts))
+	to := (from + 1 + w.Rand.IntN(len(accts)-1)) % len(accts)
+	amount := 1 + w.Rand.Int64N(transferMax)
+	op := w.h.history.add(&Op{
+		Workload: "transfer", Client: w.Tenant.name, Key: w.newKey(), Kind: kindTransfer,
+		From: accts[from], To: accts[to], Amount: amount, token: w.Tenant.token,
+	}, transferBody(accts[from], accts[to], amount))
+	copies := 1
+	if w.Rand.IntN(2) == 0 {
+		copies = 2 + w.Rand.IntN(4) // a duplicate storm
+	}
+	var wg sync.WaitGroup
+	for range copies {
+		seed := w.Rand.Uint64()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.h.drive(ctx, op, "traffic", rand.New(rand.NewPCG(seed, 2)))
+		}()
+	}
+	wg.Wait()
+}
+
+func transferBody(from, to string, amount int64) []byte {
+	return fmt.Appendf(nil, `{"from":%q,"to":%q,"amount":%d}`, from, to, amount)
+}
+
+// transfer and account are the parts of the ledger's answers the checker
+// reads.
+type transfer struct {
+	ID     string `json:"id"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Amount int64  `json:"amount"`
+}
+
+type account struct {
+	ID      string `json:"id"`
+	Balance int64  `json:"balance"`
+}
+
+func parseTransfer(body []byte) (transfer, error) {
+	var t transfer
+	err := json.Unmarshal(body, &t)
+	if err == nil && t.ID == "" {
+		err = fmt.Errorf("no transfer id")
+	}
+	return t, err
+}
+
+// usesBank reports whether the traffic mix has transfers.
+func usesBank(ws []Weighted) bool {
+	for _, w := range ws {
+		if _, ok := w.Workload.(Transfer); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// openBank creates the accounts of every tenant, before the traffic and
+// its faults start, each through POST /v1/accounts with a key of its own,
+// retried to its 201.
+func (h *harness) openBank(ctx context.Context) error {
+	b := &bank{accounts: map[string][]string{}, opening: map[string]int64{}}
+	for ti, t := range tenants {
+		for i := range bankAccounts {
+			op := h.history.add(&Op{
+				Workload: "account", Client: t.name, Key: fmt.Sprintf("chaos-%d-account-%s-%d", h.cfg.Seed, t.name, i),
+				Kind: kindAccount, Amount: bankOpening, token: t.token,
+			}, fmt.Appendf(nil, `{"currency":"usd","balance":%d}`, bankOpening))
+			a := h.driveN(ctx, op, "setup", rand.New(rand.NewPCG(h.cfg.Seed, uint64(100*ti+i))), settleAttempts)
+			if a == nil || !a.ok() {
+				return fmt.Errorf("chaos: open the bank: account %d of %s: %s", i, t.name, describe(a))
+			}
+			var acct account
+			if err := json.Unmarshal([]byte(a.Answer), &acct); err != nil || acct.ID == "" || acct.Balance != bankOpening {
+				return fmt.Errorf("chaos: open the bank: account %d of %s answered %s", i, t.name, a.Answer)
+			}
+			b.accounts[t.name] = append(b.accounts[t.name], acct.ID)
+			b.opening[acct.ID] = bankOpening
+			b.total += bankOpening
+		}
+	}
+	h.bank = b
+	return nil
+}
+
+func describe(a *Attempt) string {
+	switch {
+	case a == nil:
+		return "no answer"
+	case a.Status == 0:
+		return a.Error
+	}
+	return fmt.Sprintf("%d %s", a.Status, a.Answer)
+}
+
+// sampleBank sums the balances of the bank's accounts every
+// bankSampleEvery, in a read-only transaction, until stop is closed: the
+// sum must never change, whatever moves. A read that fails (PostgreSQL is
+// being restarted) is skipped.
+func (h *harness) sampleBank(ctx context.Context, stop <-chan struct{}) {
+	pool, err := h.openDB(ctx)
+	if err != nil {
+		return
+	}
+	defer pool.Close()
+	ids := make([]string, 0, len(h.bank.opening))
+	for id := range h.bank.opening {
+		ids = append(ids, id)
+	}
+	tick := time.NewTicker(bankSampleEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		sum, n, err := bankSum(ctx, pool, ids)
+		if err != nil {
+			continue
+		}
+		h.bank.samples.Add(1)
+		if sum != h.bank.total || n != len(ids) {
+			h.bank.badSamples.Add(1)
+			h.bank.mu.Lock()
+			h.bank.bad = append(h.bank.bad, fmt.Sprintf("sampled %d over %d accounts, want %d over %d", sum, n, h.bank.total, len(ids)))
+			h.bank.mu.Unlock()
+		}
+	}
+}
+
+// bankSum reads the sum of the balances of ids, and how many of them
+// exist, in one read-only transaction.
+func bankSum(ctx context.Context, pool *pgxpool.Pool, ids []string) (sum int64, n int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT coalesce(sum(balance), 0), count(*) FROM accounts WHERE id = ANY($1)`, ids).Scan(&sum, &n)
+	})
+	return sum, n, err
+}
+
+// bankReport is what the checker found of the ledger.
+type bankReport struct {
+	Transfers         int // transfer operations
+	Applied           int // acknowledged transfers, each found once
+	InsufficientFunds int // transfers answered 402 insufficient-funds
+	Samples           int
+	TotalOK           bool
+}
+
+// checkBank audits the ledger: the sum of the balances is the opening sum
+// at the end and at every sample; every account's balance is its opening
+// plus what the stored transfers brought and minus what they took, never
+// negative; every acknowledged transfer is stored once with the
+// acknowledged accounts and amount, its key completed with the
+// acknowledged answer, and every 2xx of it byte-identical; a transfer
+// answered 402 insufficient-funds moved nothing; no transfer is stored
+// that no operation sent.
+//
+// It returns the ids of the stored transfers, whose events the receiver may
+// have.
+func (h *harness) checkBank(ctx context.Context, pool *pgxpool.Pool, r *Report, keys map[scopeKey]*dbState) (map[string]bool, error) {
+	b := h.bank
+	stored := map[scopeKey][]transfer{}
+	in, out := map[string]int64{}, map[string]int64{}
+	rows, err := pool.Query(ctx, `SELECT client_id, idempotency_key, id, from_account, to_account, amount FROM transfers`)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: read transfers: %w", err)
+	}
+	var k scopeKey
+	var t transfer
+	if _, err := pgx.ForEachRow(rows, []any{&k.client, &k.key, &t.ID, &t.From, &t.To, &t.Amount}, func() error {
+		stored[k] = append(stored[k], t)
+		out[t.From] += t.Amount
+		in[t.To] += t.Amount
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("chaos: read transfers: %w", err)
+	}
+	balances := map[string]int64{}
+	rows, err = pool.Query(ctx, `SELECT id, balance FROM accounts`)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: read accounts: %w", err)
+	}
+	var id string
+	var bal int64
+	if _, err := pgx.ForEachRow(rows, []any{&id, &bal}, func() error { balances[id] = bal; return nil }); err != nil {
+		return nil, fmt.Errorf("chaos: read accounts: %w", err)
+	}
+
+	rep := &bankReport{Samples: int(b.samples.Load()), TotalOK: true}
+	var sum int64
+	for id, opening := range b.opening {
+		got, ok := balances[id]
+		sum += got
+		switch {
+		case !ok:
+			rep.TotalOK = false
+			r.add(vBank, nil, "")
+			r.strays = append(r.strays, "account "+id+" is missing")
+		case got < 0:
+			rep.TotalOK = false
+			r.add(vBank, nil, "")
+			r.strays = append(r.strays, fmt.Sprintf("account %s has a negative balance %d", id, got))
+		case got != opening+in[id]-out[id]:
+			rep.TotalOK = false
+			r.add(vBank, nil, "")
+			r.strays = append(r.strays, fmt.Sprintf("account %s holds %d, but its opening %d and its stored transfers make %d", id, got, opening, opening+in[id]-out[id]))
+		}
+	}
+	if sum != b.total {
+		rep.TotalOK = false
+		r.add(vBank, nil, "")
+		r.strays = append(r.strays, fmt.Sprintf("the balances sum to %d at the end, want %d", sum, b.total))
+	}
+	if n := b.badSamples.Load(); n > 0 {
+		rep.TotalOK = false
+		b.mu.Lock()
+		for _, why := range b.bad {
+			r.add(vBank, nil, "")
+			r.strays = append(r.strays, why)
+		}
+		b.mu.Unlock()
+	}
+
+	sent := map[scopeKey]bool{}
+	for _, op := range h.history.Ops() {
+		if op.Kind != kindTransfer {
+			continue
+		}
+		rep.Transfers++
+		k := scopeKey{op.Client, op.Key}
+		sent[k] = true
+		rows := stored[k]
+		r.rows[op] = &dbState{KeyStatus: keys[k].status(), KeyResponse: keys[k].response()}
+		attempts, final := op.snapshot()
+		for _, a := range attempts {
+			if a.Status >= 500 && !h.documented5xx(a.Problem) {
+				r.add(v5xx, op, fmt.Sprintf("instance %d answered %d %s", a.Instance, a.Status, a.Problem))
+			}
+		}
+		if len(rows) > 1 {
+			r.add(vDuplicated, op, fmt.Sprintf("%d transfers for one key", len(rows)))
+		}
+		switch {
+		case final == nil:
+			r.add(vUnanswered, op, "no final answer after settling")
+		case final.Status == 402:
+			rep.InsufficientFunds++
+			if final.Problem != "insufficient-funds" {
+				r.add(vLost, op, "a 402 other than insufficient-funds: "+final.Problem)
+			}
+			if len(rows) > 0 {
+				r.add(vLost, op, "answered 402 insufficient-funds, but the transfer "+rows[0].ID+" moved money")
+			}
+		case final.Status == 400:
+			// The harness's request is wrong, not the service: a run whose
+			// transfers are refused checks nothing of the ledger.
+			return nil, fmt.Errorf("chaos: transfer %s/%s was refused as bad input: %s", op.Client, op.Key, final.Answer)
+		case !final.ok():
+			if len(rows) > 0 {
+				r.add(vLost, op, fmt.Sprintf("answered %d, but the transfer %s moved money", final.Status, rows[0].ID))
+			}
+		}
+		var first *Attempt
+		for _, a := range attempts {
+			if !a.ok() {
+				continue
+			}
+			if first == nil {
+				first = a
+			} else if a.AnswerSHA != first.AnswerSHA {
+				r.add(vMismatch, op, fmt.Sprintf("instance %d answered a 2xx that differs from the first", a.Instance))
+			}
+		}
+		if first == nil {
+			continue
+		}
+		acked, err := parseTransfer([]byte(first.Answer))
+		switch {
+		case err != nil || acked.From != op.From || acked.To != op.To || acked.Amount != op.Amount:
+			r.add(vCross, op, "the acknowledged answer is not this request's transfer")
+		case len(rows) == 0 || rows[0] != acked:
+			r.add(vLost, op, "the acknowledged transfer "+acked.ID+" is not in the database as acknowledged")
+		case keys[k].status() != "completed":
+			r.add(vLost, op, "the acknowledged key is "+orNone(keys[k].status()))
+		case digest([]byte(keys[k].response())) != first.AnswerSHA:
+			r.add(vMismatch, op, "the stored response differs from the acknowledged one")
+		default:
+			rep.Applied++
+		}
+	}
+	for k, rows := range stored {
+		if !sent[k] {
+			r.add(vUnknown, nil, "")
+			r.strays = append(r.strays, fmt.Sprintf("%d transfer(s) of %s/%s that no operation sent", len(rows), k.client, k.key))
+		}
+	}
+	r.bank = rep
+	ids := map[string]bool{}
+	for _, rows := range stored {
+		for _, t := range rows {
+			ids[t.ID] = true
+		}
+	}
+	return ids, nil
+}
+
+func (s *dbState) status() string {
+	if s == nil {
+		return ""
+	}
+	return s.KeyStatus
+}
+
+func (s *dbState) response() string {
+	if s == nil {
+		return ""
+	}
+	return s.KeyResponse
+}
