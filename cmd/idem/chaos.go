@@ -64,6 +64,7 @@ func runChaos(ctx context.Context, c *cli, args []string) int {
 	env := c.env()
 	var (
 		duration   = fs.Duration("duration", env.Duration("IDEM_CHAOS_DURATION", chaos.DurationDefault), "`time` of traffic and faults; settling and checking come after (env IDEM_CHAOS_DURATION)")
+		store      = fs.String("store", env.String("IDEM_CHAOS_STORE", chaos.StorePostgres), "`database` of paymentsd: postgres (a throwaway cluster shared by the instances) or sqlite (one instance on its embedded file; needs --instances 1; no PostgreSQL restarts nor commit cuts) (env IDEM_CHAOS_STORE)")
 		instances  = fs.Int("instances", env.Int("IDEM_CHAOS_INSTANCES", chaos.InstancesDefault), "`number` of paymentsd processes (env IDEM_CHAOS_INSTANCES)")
 		clients    = fs.Int("clients", env.Int("IDEM_CHAOS_CLIENTS", chaos.ClientsDefault), "`number` of concurrent clients (env IDEM_CHAOS_CLIENTS)")
 		seed       = fs.String("seed", env.String("IDEM_CHAOS_SEED", ""), "`number` that draws the faults and the traffic; the same seed replays the same schedule (default: random, printed in the summary; env IDEM_CHAOS_SEED)")
@@ -104,7 +105,7 @@ func runChaos(ctx context.Context, c *cli, args []string) int {
 		}
 	}
 	sum, err := chaos.Run(ctx, chaos.Config{
-		Duration: *duration, Instances: *instances, Clients: *clients, Seed: s,
+		Duration: *duration, Store: *store, Instances: *instances, Clients: *clients, Seed: s,
 		SourceDir: src, ViolationsFile: *violations, ReportFile: *report, LogDir: *logs, Progress: c.stderr,
 	})
 	if err != nil {

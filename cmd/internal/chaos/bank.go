@@ -2,15 +2,14 @@ package chaos
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The ledger's operations, besides payments.
@@ -196,12 +195,15 @@ func (h *harness) sampleBank(ctx context.Context, stop <-chan struct{}) {
 
 // bankSum reads the sum of the balances of ids, and how many of them
 // exist, in one read-only transaction.
-func bankSum(ctx context.Context, pool *pgxpool.Pool, ids []string) (sum int64, n int, err error) {
+func bankSum(ctx context.Context, pool *sql.DB, ids []string) (sum int64, n int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `SELECT coalesce(sum(balance), 0), count(*) FROM accounts WHERE id = ANY($1)`, ids).Scan(&sum, &n)
-	})
+	tx, err := pool.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer tx.Rollback()
+	err = tx.QueryRowContext(ctx, `SELECT coalesce(sum(balance), 0), count(*) FROM accounts WHERE id IN (`+quoteList(ids)+`)`).Scan(&sum, &n)
 	return sum, n, err
 }
 
@@ -225,32 +227,31 @@ type bankReport struct {
 //
 // It returns the ids of the stored transfers, whose events the receiver may
 // have.
-func (h *harness) checkBank(ctx context.Context, pool *pgxpool.Pool, r *Report, keys map[scopeKey]*dbState) (map[string]bool, error) {
+func (h *harness) checkBank(ctx context.Context, pool *sql.DB, r *Report, keys map[scopeKey]*dbState) (map[string]bool, error) {
 	b := h.bank
 	stored := map[scopeKey][]transfer{}
 	in, out := map[string]int64{}, map[string]int64{}
-	rows, err := pool.Query(ctx, `SELECT client_id, idempotency_key, id, from_account, to_account, amount FROM transfers`)
+	rows, err := pool.QueryContext(ctx, `SELECT client_id, idempotency_key, id, from_account, to_account, amount FROM transfers`)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: read transfers: %w", err)
 	}
 	var k scopeKey
 	var t transfer
-	if _, err := pgx.ForEachRow(rows, []any{&k.client, &k.key, &t.ID, &t.From, &t.To, &t.Amount}, func() error {
+	if err := forEachRow(rows, []any{&k.client, &k.key, &t.ID, &t.From, &t.To, &t.Amount}, func() {
 		stored[k] = append(stored[k], t)
 		out[t.From] += t.Amount
 		in[t.To] += t.Amount
-		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("chaos: read transfers: %w", err)
 	}
 	balances := map[string]int64{}
-	rows, err = pool.Query(ctx, `SELECT id, balance FROM accounts`)
+	rows, err = pool.QueryContext(ctx, `SELECT id, balance FROM accounts`)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: read accounts: %w", err)
 	}
 	var id string
 	var bal int64
-	if _, err := pgx.ForEachRow(rows, []any{&id, &bal}, func() error { balances[id] = bal; return nil }); err != nil {
+	if err := forEachRow(rows, []any{&id, &bal}, func() { balances[id] = bal }); err != nil {
 		return nil, fmt.Errorf("chaos: read accounts: %w", err)
 	}
 
@@ -384,4 +385,14 @@ func (s *dbState) response() string {
 		return ""
 	}
 	return s.KeyResponse
+}
+
+// quoteList returns ids as a list of SQL string literals; the ids are the
+// service's, and quoted all the same.
+func quoteList(ids []string) string {
+	q := make([]string, len(ids))
+	for i, id := range ids {
+		q[i] = "'" + strings.ReplaceAll(id, "'", "''") + "'"
+	}
+	return strings.Join(q, ",")
 }

@@ -137,9 +137,13 @@ func TestRun(t *testing.T) {
 		b, _ := os.ReadFile(sum.ViolationsFile)
 		t.Fatalf("%d violations; history of the offending keys:\n%.8000s", sum.Violations, b)
 	}
-	if sum.Acknowledged == 0 || sum.Kills == 0 || sum.Pauses == 0 || sum.DBRestarts == 0 || sum.CommitCuts == 0 {
-		t.Errorf("a run that proves nothing: %d acknowledged, %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts",
-			sum.Acknowledged, sum.Kills, sum.Pauses, sum.DBRestarts, sum.CommitCuts)
+	if sum.Acknowledged == 0 || sum.Kills == 0 || sum.Pauses == 0 || sum.DBRestarts == 0 || sum.CommitCuts == 0 || sum.ClockSkews == 0 {
+		t.Errorf("a run that proves nothing: %d acknowledged, %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts, %d clock skews",
+			sum.Acknowledged, sum.Kills, sum.Pauses, sum.DBRestarts, sum.CommitCuts, sum.ClockSkews)
+	}
+	if sum.BankTotalOK == nil || !*sum.BankTotalOK || sum.TransfersApplied == 0 || sum.InsufficientFunds == 0 || sum.Declines == 0 {
+		t.Errorf("the ledger and declines prove nothing: bank_total_ok %v, %d transfers applied, %d insufficient funds, %d declines",
+			sum.BankTotalOK, sum.TransfersApplied, sum.InsufficientFunds, sum.Declines)
 	}
 	// Violations above counts these too; they are asserted by name so that
 	// a checker that stops counting them fails here.
@@ -148,6 +152,33 @@ func TestRun(t *testing.T) {
 	}
 	if sum.EventsDelivered == 0 || sum.EventsRefused == 0 {
 		t.Errorf("events that prove nothing: %d delivered, %d deliveries refused and retried", sum.EventsDelivered, sum.EventsRefused)
+	}
+}
+
+// TestRunSQLite runs the same traffic against one paymentsd on its
+// embedded SQLite file, killed, paused and skewed, with the same
+// invariants (no server to restart, no connection to cut).
+func TestRunSQLite(t *testing.T) {
+	t.Parallel()
+	src := setupRun(t)
+	sum, err := Run(context.Background(), Config{
+		Duration: 30 * time.Second, Seed: 20261202, SourceDir: src, Store: StoreSQLite, Instances: 1, Clients: 8,
+		ViolationsFile: filepath.Join(t.TempDir(), "violations.jsonl"),
+		Progress:       testWriter{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	sum.WriteText(&text)
+	t.Log("\n" + text.String())
+	if sum.Violations > 0 {
+		b, _ := os.ReadFile(sum.ViolationsFile)
+		t.Fatalf("%d violations; history of the offending keys:\n%.8000s", sum.Violations, b)
+	}
+	if sum.Acknowledged == 0 || sum.Kills == 0 || sum.BankTotalOK == nil || !*sum.BankTotalOK || sum.TransfersApplied == 0 {
+		t.Errorf("a run that proves nothing: %d acknowledged, %d kills, bank_total_ok %v, %d transfers applied",
+			sum.Acknowledged, sum.Kills, sum.BankTotalOK, sum.TransfersApplied)
 	}
 }
 

@@ -10,9 +10,8 @@ import (
 	"sort"
 	"strings"
 
-	_ "modernc.org/sqlite" // processord's charges
-
-	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib" // PostgreSQL for database/sql
+	_ "modernc.org/sqlite"             // processord's charges, paymentsd on SQLite
 )
 
 // Violation kinds, as the summary counts them.
@@ -107,7 +106,7 @@ func (h *harness) check(ctx context.Context) (*Report, error) {
 		}
 		return state[k]
 	}
-	rows, err := pool.Query(ctx, `SELECT client_id, idempotency_key, id, amount, currency, customer, status FROM payments ORDER BY id`)
+	rows, err := pool.QueryContext(ctx, `SELECT client_id, idempotency_key, id, amount, currency, customer, status FROM payments ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: read payments: %w", err)
 	}
@@ -128,14 +127,13 @@ func (h *harness) check(ctx context.Context) (*Report, error) {
 	var k scopeKey
 	var status string
 	var body []byte
-	keyRows, err := pool.Query(ctx, `SELECT client_id, idempotency_key, status, coalesce(response_body, '') FROM idempotency_keys`)
+	keyRows, err := pool.QueryContext(ctx, `SELECT client_id, idempotency_key, status, response_body FROM idempotency_keys`)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: read keys: %w", err)
 	}
-	_, err = pgx.ForEachRow(keyRows, []any{&k.client, &k.key, &status, &body}, func() error {
+	err = forEachRow(keyRows, []any{&k.client, &k.key, &status, &body}, func() {
 		s := get(k)
 		s.KeyStatus, s.KeyResponse = status, string(body)
-		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("chaos: read keys: %w", err)
@@ -398,4 +396,17 @@ func orNone(s string) string {
 		return "missing"
 	}
 	return s
+}
+
+// forEachRow scans every row of rows into dest and calls fn after each,
+// then closes rows.
+func forEachRow(rows *sql.Rows, dest []any, fn func()) error {
+	defer rows.Close()
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		fn()
+	}
+	return rows.Err()
 }

@@ -7,11 +7,22 @@ import (
 	"time"
 )
 
+// The databases a run can deploy paymentsd on.
+const (
+	StorePostgres = "postgres"
+	StoreSQLite   = "sqlite"
+)
+
 // Config configures a run. The zero value is a valid configuration.
 type Config struct {
 	// Duration is how long traffic and faults last; settling and checking
 	// come after. Defaults to DurationDefault.
 	Duration time.Duration
+	// Store is the database of paymentsd: StorePostgres (a throwaway
+	// cluster shared by every instance) or StoreSQLite (one instance on
+	// its embedded file; no PostgreSQL restarts nor commit cuts then).
+	// Defaults to StorePostgres.
+	Store string
 	// Instances is the number of paymentsd processes. Defaults to
 	// InstancesDefault.
 	Instances int
@@ -92,6 +103,13 @@ func (c Config) withDefaults() Config {
 	if c.ProgressEvery == 0 {
 		c.ProgressEvery = ProgressEveryDefault
 	}
+	if c.Store == "" {
+		c.Store = StorePostgres
+	}
+	if c.Store == StoreSQLite {
+		// No server to restart, no connection to cut.
+		c.Faults.DBRestartEvery, c.Faults.CutEvery = -1, -1
+	}
 	f := &c.Faults
 	if c.NoFaults {
 		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1, SkewEvery: -1}
@@ -139,6 +157,10 @@ func (c Config) validate() error {
 		return errors.New("chaos: Duration must not be negative")
 	case c.Instances < 1 || c.Instances > 32:
 		return errors.New("chaos: Instances must be 1 to 32")
+	case c.Store != StorePostgres && c.Store != StoreSQLite:
+		return fmt.Errorf("chaos: Store %q: want %q or %q", c.Store, StorePostgres, StoreSQLite)
+	case c.Store == StoreSQLite && c.Instances != 1:
+		return errors.New("chaos: the SQLite store runs one instance: its file belongs to one process")
 	case c.Clients < 1 || c.Clients > 256:
 		return errors.New("chaos: Clients must be 1 to 256")
 	case c.LockTimeout < 100*time.Millisecond || c.LockTimeout > attemptTimeout/3:

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,8 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/internal/pgtest/pgcluster"
@@ -33,18 +32,24 @@ func (h *harness) deploy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(h.cfg.Progress, "chaos: starting PostgreSQL, processord and %d paymentsd instances\n", h.cfg.Instances)
-	if h.cluster, err = pgcluster.New(ctx); err != nil {
-		return fmt.Errorf("chaos: %w", err)
+	proxiedURL := ""
+	if h.cfg.Store == StoreSQLite {
+		fmt.Fprintf(h.cfg.Progress, "chaos: starting processord and paymentsd on SQLite\n")
+		h.dbURL = "sqlite:" + filepath.Join(h.dir, "payments.db")
+	} else {
+		fmt.Fprintf(h.cfg.Progress, "chaos: starting PostgreSQL, processord and %d paymentsd instances\n", h.cfg.Instances)
+		if h.cluster, err = pgcluster.New(ctx); err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+		if h.dbURL, err = h.cluster.CreateDatabase(ctx, "chaos"); err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+		proxy, url, err := pgproxy.StartFor(h.dbURL)
+		if err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+		h.proxy, proxiedURL = proxy, url
 	}
-	if h.dbURL, err = h.cluster.CreateDatabase(ctx, "chaos"); err != nil {
-		return fmt.Errorf("chaos: %w", err)
-	}
-	proxy, proxiedURL, err := pgproxy.StartFor(h.dbURL)
-	if err != nil {
-		return fmt.Errorf("chaos: %w", err)
-	}
-	h.proxy = proxy
 	h.client = &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: h.cfg.Clients * 4,
 		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
@@ -66,7 +71,7 @@ func (h *harness) deploy(ctx context.Context) error {
 	}
 	for i := range h.cfg.Instances {
 		db := h.dbURL
-		if i == 0 {
+		if i == 0 && proxiedURL != "" {
 			db = proxiedURL // commit cuts fall between instance 0 and PostgreSQL
 		}
 		clock := filepath.Join(h.dir, fmt.Sprintf("clock-%d", i))
@@ -178,11 +183,20 @@ func freeAddrs(n int) ([]string, error) {
 	return addrs, nil
 }
 
-// openDB opens a small pool on the run's database, bypassing the proxy.
-func (h *harness) openDB(ctx context.Context) (*pgxpool.Pool, error) {
-	pool, err := pgxpool.New(ctx, h.dbURL)
+// openDB opens a small pool on the run's database, bypassing the proxy:
+// PostgreSQL through pgx's database/sql driver, or paymentsd's SQLite file
+// read-only.
+func (h *harness) openDB(ctx context.Context) (*sql.DB, error) {
+	var db *sql.DB
+	var err error
+	if path, ok := strings.CutPrefix(h.dbURL, "sqlite:"); ok {
+		db, err = sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(10000)")
+	} else {
+		db, err = sql.Open("pgx", h.dbURL)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("chaos: open the database: %w", err)
 	}
-	return pool, nil
+	db.SetMaxOpenConns(4)
+	return db, nil
 }

@@ -98,7 +98,7 @@ func (h *harness) summary(r *Report, took time.Duration) *Summary {
 		EventsDelivered: r.events.Delivered, EventsMissing: r.counts[vEventMissing], EventsUnknown: r.counts[vEventUnknown],
 		EventsInvalidSignature: r.counts[vEventInvalid], EventsDuplicateIDs: r.events.Duplicate, EventsRefused: r.events.Refused,
 		Kills: int(h.faults.kills.Load()), Pauses: int(h.faults.pauses.Load()),
-		DBRestarts: int(h.faults.dbRestarts.Load()), CommitCuts: h.proxy.Cuts(), ClockSkews: int(h.faults.clockSkews.Load()), ProcessorFaults: h.cfg.ProcessorFaults,
+		DBRestarts: int(h.faults.dbRestarts.Load()), CommitCuts: h.cuts(), ClockSkews: int(h.faults.clockSkews.Load()), ProcessorFaults: h.cfg.ProcessorFaults,
 		Workloads: map[string]int{}, Answers: map[string]int{},
 		Violations: r.violations(),
 	}
