@@ -133,8 +133,24 @@ func (s *Store) claimKey(ctx context.Context, p idemstore.ClaimParams) (*writeTx
 			return nil, nil, nil, fmt.Errorf("idemsqlite: insert key: %w", unavailable(err))
 		}
 	case p.CanTakeOver(rec):
-		if _, err := tx.ExecContext(ctx, queryTakeOverKey, p.Now.UnixMicro(), leaseExpires(p), p.Scope.ClientID, p.Scope.Key, rec.Token); err != nil {
+		res, err := tx.ExecContext(ctx, queryTakeOverKey, p.Now.UnixMicro(), leaseExpires(p), p.Scope.ClientID, p.Scope.Key, rec.Token)
+		if err != nil {
 			return nil, nil, nil, fmt.Errorf("idemsqlite: take over key: %w", unavailable(err))
+		}
+		// The write transaction serialises claims, so the row is the one
+		// just read; were it not, another claim took the key over first:
+		// this one answers with the key as it is now, never with a lease
+		// on a token another holder has.
+		n, err := res.RowsAffected()
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("idemsqlite: take over key: %w", unavailable(err))
+		}
+		if n != 1 {
+			rec, err := load(ctx, tx, p.Scope)
+			if err == nil && rec == nil {
+				err = fmt.Errorf("idemsqlite: take over key: the key at token %d is gone", rec.Token)
+			}
+			return nil, nil, rec, err
 		}
 		l.info = idemstore.LeaseInfo{Token: rec.Token + 1, TakenOver: true}
 		l.createdAt = rec.CreatedAt.UnixMicro()

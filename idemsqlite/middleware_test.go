@@ -79,6 +79,38 @@ func setup(t *testing.T, cfg *idem.Config) *env {
 	return e
 }
 
+// waitDeadline bounds every wait of these tests: far more than anything
+// here takes on any machine, far less than the test binary's timeout, so
+// that a broken rule fails the test by name instead of hanging it.
+const waitDeadline = 30 * time.Second
+
+// recvWithin returns the next value from ch, or fails the test, naming
+// what it waited for, when none came within waitDeadline.
+func recvWithin[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	timer := time.NewTimer(waitDeadline)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("waited %v for %s; nothing came", waitDeadline, what)
+		panic("unreachable")
+	}
+}
+
+// gate makes the handler of requests with key wait until the returned
+// open is called. The test's cleanup opens it too, so that a test that
+// fails first leaves no handler, and so no server Close, waiting.
+func (e *env) gate(key string) (open func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	open = func() { once.Do(func() { close(ch) }) }
+	e.t.Cleanup(open)
+	e.gates.Store(key, ch)
+	return open
+}
+
 // handle is the business handler. X-Behave selects a failure.
 func (e *env) handle(w http.ResponseWriter, r *http.Request) {
 	n := e.runs.Add(1)
@@ -210,7 +242,9 @@ func (e *env) do(r req) resp {
 	if r.once {
 		hr.GetBody = nil // a body that cannot be read again is never resent
 	}
-	res, err := http.DefaultClient.Do(hr)
+	ctx, cancel := context.WithTimeout(context.Background(), waitDeadline)
+	defer cancel()
+	res, err := http.DefaultClient.Do(hr.WithContext(ctx))
 	if err != nil && r.behave == "panic" {
 		return resp{} // the server drops the connection of a panicking handler
 	}
@@ -576,21 +610,22 @@ func TestKeyInFlightGets409WithRetryAfter(t *testing.T) {
 		t.Run(tt.mode.String(), func(t *testing.T) {
 			t.Parallel()
 			e := setup(t, &idem.Config{Mode: tt.mode})
-			gate := make(chan struct{})
-			e.gates.Store("busy", gate)
+			open := e.gate("busy")
 			first := make(chan resp, 1)
 			go func() { first <- e.do(req{body: payment, keys: []string{"busy"}}) }()
-			<-e.inside // the first request holds the key
+			recvWithin(t, e.inside, "the first request to reach the handler") // it holds the key
 			e.clock.Advance(tt.advance)
-			r := e.do(req{body: payment, keys: []string{"busy"}})
+			second := make(chan resp, 1)
+			go func() { second <- e.do(req{body: payment, keys: []string{"busy"}}) }()
+			r := recvWithin(t, second, "the answer to a duplicate of a request in flight (want 409 at once, not a wait for the first)")
 			if r.status != http.StatusConflict || r.header.Get("Retry-After") != tt.want {
 				t.Fatalf("duplicate in flight: %d Retry-After %q, want 409 and %s", r.status, r.header.Get("Retry-After"), tt.want)
 			}
 			if p := r.problem(t); p.Code != "idempotency-key-in-flight" || p.Title != "A request is outstanding for this Idempotency-Key" {
 				t.Errorf("problem = %+v", p)
 			}
-			close(gate)
-			if f := <-first; f.status != http.StatusCreated {
+			open()
+			if f := recvWithin(t, first, "the first request's answer once its handler was let go"); f.status != http.StatusCreated {
 				t.Fatalf("first request: %d %s", f.status, f.body)
 			}
 			if r := e.do(req{body: payment, keys: []string{"busy"}}); r.header.Get(idem.HeaderReplayed) != "true" {

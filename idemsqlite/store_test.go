@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/idemstore"
@@ -101,3 +102,37 @@ func TestMigrateUpAndDown(t *testing.T) {
 
 // newestVersion is the number of the newest embedded migration.
 const newestVersion = 4
+
+// TestConfigDefaultsAndSettings: a zero BusyTimeout or ReadConns takes the
+// default, and a set one is used as given.
+func TestConfigDefaultsAndSettings(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name      string
+		cfg       *idemsqlite.Config
+		busyMS    int
+		readConns int
+	}{
+		{"Defaults", nil, int(idemsqlite.BusyTimeoutDefault.Milliseconds()), idemsqlite.ReadConnsDefault},
+		{"Set", &idemsqlite.Config{BusyTimeout: 1234 * time.Millisecond, ReadConns: 3}, 1234, 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			store, err := idemsqlite.Open(filepath.Join(t.TempDir(), "idem.db"), tt.cfg)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			t.Cleanup(func() { store.Close() })
+			var busy int
+			if err := store.DB().QueryRow(`PRAGMA busy_timeout`).Scan(&busy); err != nil {
+				t.Fatalf("PRAGMA busy_timeout: %v", err)
+			}
+			if busy != tt.busyMS {
+				t.Errorf("busy_timeout = %d ms, want %d", busy, tt.busyMS)
+			}
+			if n := store.ReadDB().Stats().MaxOpenConnections; n != tt.readConns {
+				t.Errorf("read connections = %d, want %d", n, tt.readConns)
+			}
+		})
+	}
+}

@@ -271,10 +271,15 @@ func (s suite) adminReleaseFreesStuckKey(t *testing.T) {
 	if rec := s.mustRecord(t, store, s.params(scope, "a", now)); rec.Status != idemstore.StatusInFlight {
 		t.Errorf("a second retry found status %q, want started (the first retry holds it)", rec.Status)
 	}
-	complete(t, retry, sampleResponse(`{"run":"retry"}`))
+	if info := retry.Info(); info.Token <= before.Token {
+		t.Errorf("the retry's lease has token %d; want one above the released holder's %d", info.Token, before.Token)
+	}
+	// The released holder is fenced while the retry holds the key, not
+	// only once the key is completed.
 	if err := dead.Complete(context.Background(), sampleResponse(`{"run":"dead"}`)); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Errorf("the released holder's Complete = %v, want ErrLeaseLost", err)
 	}
+	complete(t, retry, sampleResponse(`{"run":"retry"}`))
 	rec := s.mustRecord(t, store, s.params(scope, "a", now.Add(time.Second)))
 	if rec.Status != idemstore.StatusCompleted || string(rec.Response.Body) != `{"run":"retry"}` {
 		t.Errorf("stored %q %q, want the retry's response", rec.Status, rec.Response.Body)

@@ -12,7 +12,7 @@ import (
 	"github.com/idemkit/idem/idemtest"
 )
 
-func TestMemoryStore(t *testing.T) {
+func TestConformance(t *testing.T) {
 	t.Parallel()
 	idemtest.RunStoreTests(t, idemtest.Harness{
 		NewStore: func(t *testing.T) idemstore.Store { return idemtest.NewMemoryStore() },

@@ -97,6 +97,7 @@ func RunStoreTests(t *testing.T, h Harness) {
 			t.Run("LeaseCarriesTheRowsCreatedAt", s.leaseCarriesCreatedAt)
 			if mode == idem.ModeTwoPhase {
 				t.Run("TakesOverExpiredLease", s.takesOverExpiredLease)
+				t.Run("ConcurrentTakeoversElectOneHolder", s.concurrentTakeovers)
 				t.Run("NoTakeoverWithDifferentRequest", s.noTakeoverWithDifferentRequest)
 				t.Run("StaleHolderCannotRelease", s.staleHolderCannotRelease)
 				t.Run("StaleHolderAfterTakeoverRelease", s.staleHolderAfterTakeoverRelease)
@@ -115,6 +116,7 @@ func RunStoreTests(t *testing.T, h Harness) {
 	s := suite{h: h, mode: idem.ModeTwoPhase}
 	t.Run("Purge", func(t *testing.T) {
 		t.Run("DeletesKeysCreatedBefore", s.purgeDeletesOldKeys)
+		t.Run("KeepsKeyCreatedExactlyAtTheCutoff", s.purgeExactCutoff)
 		t.Run("ZeroBatchSizeMeansDefault", s.purgeZeroBatchSize)
 		t.Run("RejectsNegativeBatchSize", s.purgeRejectsNegativeBatchSize)
 		t.Run("RequiresBefore", s.purgeRequiresBefore)

@@ -63,6 +63,52 @@ func (s suite) purgeDeletesOldKeys(t *testing.T) {
 	}
 }
 
+// purgeExactCutoff: the purge deletes keys created strictly before
+// PurgeParams.Before ([idemstore.PurgeParams.Purges]); a key created
+// exactly at the cutoff stays, and goes with the next purge whose cutoff
+// is past it. A claim at exactly its creation plus retention already
+// treats it as gone ([idemstore.Expired]): the purge never deletes a key
+// a claim would still answer with.
+func (s suite) purgeExactCutoff(t *testing.T) {
+	t.Parallel()
+	store := s.h.NewStore(t)
+	pg := purgerOf(t, store)
+	cutoff := epoch.Add(time.Hour)
+	before := s.completedKeys(t, store, 1, cutoff.Add(-time.Microsecond))
+	at := s.completedKeys(t, store, 1, cutoff)
+	after := s.completedKeys(t, store, 1, cutoff.Add(time.Microsecond))
+	p := idemstore.PurgeParams{Before: cutoff}
+	rec := &idemstore.Record{Status: idemstore.StatusCompleted, CreatedAt: cutoff}
+	if p.Purges(rec) {
+		t.Fatalf("idemstore: PurgeParams.Purges deletes a key created exactly at Before; this test expects it kept")
+	}
+	if n, err := pg.Purge(context.Background(), p); err != nil || n != 1 {
+		t.Fatalf("Purge(Before: %v) = %d, %v; want 1 (only the key created a microsecond before), nil", cutoff, n, err)
+	}
+	s.wantKept(t, store, append(at, after...), cutoff.Add(time.Minute))
+	if l := s.mustLease(t, store, s.params(before[0], "a", cutoff.Add(time.Minute))); l.Info().TakenOver {
+		t.Errorf("the purged key was taken over; want it new")
+	} else {
+		release(t, l)
+	}
+	// A claim at exactly creation plus retention replaces the key at the
+	// cutoff, as new: it is expired though the purge kept it.
+	if !idemstore.Expired(cutoff, cutoff.Add(retention), retention) {
+		t.Fatalf("idemstore: Expired keeps a key at exactly its creation plus retention; this test expects it expired")
+	}
+	l := s.mustLease(t, store, s.params(at[0], "b", cutoff.Add(retention)))
+	if info := l.Info(); info.TakenOver {
+		t.Errorf("claim at exactly creation plus retention: Info() = %+v; want the key replaced as new", info)
+	}
+	release(t, l)
+	if n, err := pg.Purge(context.Background(), idemstore.PurgeParams{Before: cutoff.Add(time.Microsecond)}); err != nil || n != 0 {
+		t.Fatalf("Purge(Before: cutoff+1µs) = %d, %v; want 0 (the key at the cutoff was replaced, and released), nil", n, err)
+	}
+	if n, err := pg.Purge(context.Background(), idemstore.PurgeParams{Before: cutoff.Add(2 * time.Microsecond)}); err != nil || n != 1 {
+		t.Fatalf("Purge(Before: cutoff+2µs) = %d, %v; want 1 (the key created a microsecond after the cutoff), nil", n, err)
+	}
+}
+
 func (s suite) purgeZeroBatchSize(t *testing.T) {
 	t.Parallel()
 	store := s.h.NewStore(t)

@@ -50,6 +50,7 @@ func RunOutboxTests(t *testing.T, h OutboxHarness) {
 	t.Run("ReportsBacklogWhileBusy", o.reportsBacklogWhileBusy)
 	t.Run("PurgesDeliveredAfterRetention", o.purgesDelivered)
 	t.Run("ListsOwnEventsNewestFirst", o.listsOwnEvents)
+	t.Run("RejectsNonPositiveLimits", o.rejectsNonPositiveLimits)
 }
 
 type outboxSuite struct{ h OutboxHarness }
@@ -277,6 +278,28 @@ func (o outboxSuite) listsOwnEvents(t *testing.T) {
 	for _, id := range mine {
 		if !seen[id] {
 			t.Fatalf("event %s missing from the listing", id)
+		}
+	}
+}
+
+// rejectsNonPositiveLimits: DeliverBatch and ListEvents refuse a Limit of
+// zero or below, and deliver or list nothing.
+func (o outboxSuite) rejectsNonPositiveLimits(t *testing.T) {
+	t.Parallel()
+	s := o.store(t)
+	enqueueCommitted(t, s, "client-a", 1, time.Now())
+	for _, limit := range []int{0, -1} {
+		delivered := 0
+		_, err := s.DeliverBatch(context.Background(), idemoutbox.BatchParams{Limit: limit, Now: time.Now()},
+			func(_ context.Context, events []idemoutbox.Event) []idemoutbox.Outcome {
+				delivered += len(events)
+				return make([]idemoutbox.Outcome, len(events))
+			})
+		if err == nil || delivered != 0 {
+			t.Errorf("DeliverBatch with Limit %d: err %v, %d events delivered; want an error and none", limit, err, delivered)
+		}
+		if events, err := s.ListEvents(context.Background(), idemoutbox.ListParams{ClientID: "client-a", Limit: limit}); err == nil || len(events) != 0 {
+			t.Errorf("ListEvents with Limit %d: %d events, err %v; want an error and none", limit, len(events), err)
 		}
 	}
 }

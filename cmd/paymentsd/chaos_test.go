@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,32 +71,70 @@ func TestLossyProcessorChargesEveryKeyOnce(t *testing.T) {
 		}
 		close(keys)
 	}()
+	// Every payment's retries end by the storm's deadline, so that a
+	// payment that never completes fails the test by name instead of
+	// retrying until the test binary's timeout; and the storm stops after
+	// a few failed payments, which show the rule broken already.
+	storm, stop := context.WithTimeoutCause(context.Background(), lossyStormDeadline,
+		fmt.Errorf("the storm's deadline, %v, passed", lossyStormDeadline))
+	defer stop()
+	const maxFailed = 5
+	var failed atomic.Int32
+	var mu sync.Mutex
+	var failures, unanswered []string
+	fail := func(key, what string) {
+		mu.Lock()
+		defer mu.Unlock()
+		failures = append(failures, key+": "+what)
+		if failed.Add(1) == maxFailed {
+			stop()
+		}
+	}
 	var wg sync.WaitGroup
 	for range clients {
 		wg.Go(func() {
 			for i := range keys {
 				key := fmt.Sprintf("chaos-%03d", i)
+				if storm.Err() != nil {
+					mu.Lock()
+					unanswered = append(unanswered, key)
+					mu.Unlock()
+					continue
+				}
 				body := fmt.Sprintf(`{"amount":%d,"currency":"usd","customer":"cus_%d"}`, 1000+100*i, i)
-				ctx := idemclient.WithKey(context.Background(), key)
+				ctx := idemclient.WithKey(storm, key)
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, svc.base+"/v1/payments", strings.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Authorization", "Bearer sk_a")
 				res, err := client.Do(req)
-				if err != nil {
-					t.Errorf("%s: %v", key, err)
-					continue
-				}
-				io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				if res.StatusCode != http.StatusCreated {
-					t.Errorf("%s: final answer %d; want 201", key, res.StatusCode)
+				switch {
+				case err != nil:
+					fail(key, err.Error())
+				default:
+					io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					if res.StatusCode != http.StatusCreated {
+						fail(key, fmt.Sprintf("final answer %d; want 201", res.StatusCode))
+					}
 				}
 			}
 		})
 	}
-	wg.Wait()
+	wg.Wait() // every request ends by the storm's deadline
 	close(stopCounting)
 	<-counted
+	if len(failures) > 0 || len(unanswered) > 0 {
+		why := "the storm ran to its end"
+		switch {
+		case failed.Load() >= maxFailed:
+			why = fmt.Sprintf("the storm stopped after %d failed payments", maxFailed)
+		case storm.Err() != nil:
+			why = context.Cause(storm).Error()
+		}
+		slices.Sort(failures)
+		t.Fatalf("%d of %d payments failed and %d were not sent (%s): %s",
+			len(failures), payments, len(unanswered), why, strings.Join(failures, "; "))
+	}
 	if lost == 0 || held == 0 {
 		t.Errorf("processord lost %d answers and held %d; want some of each", lost, held)
 	}
@@ -119,6 +159,11 @@ func TestLossyProcessorChargesEveryKeyOnce(t *testing.T) {
 	}
 }
 
+// lossyStormDeadline bounds TestLossyProcessorChargesEveryKeyOnce's
+// payments, retries included: several times what they take on a loaded
+// machine, well inside the test binary's timeout.
+const lossyStormDeadline = 3 * time.Minute
+
 // chargeKeyOf is the processor's key for the payment of the client's key
 // in the database at path.
 func chargeKeyOf(t *testing.T, path, clientID, key string) string {
@@ -133,7 +178,7 @@ func chargesOf(t *testing.T, base, key string) int {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, base+"/v1/charges?idempotency_key="+url.QueryEscape(key), nil)
 	req.Header.Set("Authorization", "Bearer "+processor.DevToken)
-	res, err := http.DefaultClient.Do(req)
+	res, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatalf("GET /v1/charges: %v", err)
 	}

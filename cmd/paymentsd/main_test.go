@@ -178,7 +178,12 @@ func post(t *testing.T, base, token, key, body string) answer {
 }
 
 func postWith(client *http.Client, base, token, key, body string) answer {
-	req, _ := http.NewRequest(http.MethodPost, base+"/v1/payments", strings.NewReader(body))
+	return postCtx(context.Background(), client, base, token, key, body)
+}
+
+// postCtx is postWith, bounded by ctx.
+func postCtx(ctx context.Context, client *http.Client, base, token, key, body string) answer {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/payments", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
 	if key != "" {

@@ -5,8 +5,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -47,6 +49,11 @@ func TestThreeInstancesThroughPgBouncer(t *testing.T) {
 // (max_connections is 100) while other packages' tests run.
 const threeInstancesPool = 6
 
+// multiStormDeadline bounds the requests of testThreeInstances: several
+// times what they take on a loaded machine, well inside the test binary's
+// timeout.
+const multiStormDeadline = 2 * time.Minute
+
 // testThreeInstances starts three paymentsd processes at once, each
 // applying migrations, with the database flags dbArgs(i) gives instance i,
 // and checks the storm's answers and the payments in the database at
@@ -76,6 +83,10 @@ func testThreeInstances(t *testing.T, dbURL string, dbArgs func(i int) []string)
 	}
 	results := make([][copies]outcome, keys)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	// Every request ends by the storm's deadline, so that requests that
+	// never get an answer fail the test by name instead of hanging it.
+	storm, cancel := context.WithTimeout(context.Background(), multiStormDeadline)
+	defer cancel()
 	work := make(chan int)
 	var workers sync.WaitGroup
 	for range 8 { // 8 keys in flight, 64 requests at once
@@ -91,7 +102,7 @@ func testThreeInstances(t *testing.T, dbURL string, dbArgs func(i int) []string)
 						defer burst.Done()
 						<-start
 						base := instances[(k+c)%len(instances)].base
-						a := postWith(client, base, "sk_a", fmt.Sprintf("multi-%d", k), fmt.Sprintf(`{"amount":%d,"currency":"usd","customer":"cus_%d"}`, 100*k+101, k)) // never ending in 02, which is declined
+						a := postCtx(storm, client, base, "sk_a", fmt.Sprintf("multi-%d", k), fmt.Sprintf(`{"amount":%d,"currency":"usd","customer":"cus_%d"}`, 100*k+101, k)) // never ending in 02, which is declined
 						results[k][c] = outcome{a.status, a.header.Get("Idempotent-Replayed") == "true", a.body}
 					}()
 				}
@@ -104,7 +115,19 @@ func testThreeInstances(t *testing.T, dbURL string, dbArgs func(i int) []string)
 		work <- k
 	}
 	close(work)
-	workers.Wait()
+	workers.Wait() // every request ends by the storm's deadline
+	if storm.Err() != nil {
+		var unanswered []string
+		for k, copies := range results {
+			for c, o := range copies {
+				if o.status == 0 {
+					unanswered = append(unanswered, fmt.Sprintf("multi-%d copy %d (%s)", k, c, o.body))
+				}
+			}
+		}
+		t.Fatalf("%d of %d requests had no answer within %v, the storm's deadline: %s",
+			len(unanswered), keys*copies, multiStormDeadline, strings.Join(unanswered[:min(len(unanswered), 5)], "; "))
+	}
 
 	statuses := map[string]int{}
 	for k, copies := range results {

@@ -106,6 +106,7 @@ type upstreamCounter struct {
 
 func (u *upstreamCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 	key := r.Header.Get("Idempotency-Key")
+	//lint:ignore SA1008 idemproxy forwards the key under the lowercase name, byte for byte (cmd/internal/proxy/forward.go), and this reads what it sent.
 	if v := r.Header["idempotency-key"]; len(v) > 0 {
 		key = v[0]
 	}
