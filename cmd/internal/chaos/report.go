@@ -83,7 +83,6 @@ type reportData struct {
 // percentiles over time, the invariants' table, and each violation's key
 // history.
 func writeReport(w io.Writer, d reportData) error {
-	type point struct{ X, Y float64 }
 	const width, height, left, top = 1000.0, 260.0, 50.0, 10.0
 	// The timeline covers the traffic and what came after it (settling,
 	// verification), in seconds.
