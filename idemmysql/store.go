@@ -208,7 +208,6 @@ const migrationLockWait = 60 // seconds
 // scripts are idempotent so that a step that failed part way runs again.
 type migrationStep struct{ conn *sql.Conn }
 
-
 func (s *Store) beginMigration(ctx context.Context) (migrate.Tx, error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
