@@ -26,10 +26,12 @@ func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.C
 	if err := ctx.Err(); err != nil {
 		return idemstore.ClaimResult{}, fmt.Errorf("idemmysql: claim: %w", err)
 	}
-	if p.TwoPhase {
+	if p.TwoPhase || p.Speculative {
 		// Most keys are new: insert first, and read the key only if that
-		// found one.
-		res, again, err := s.claimTwoPhase(ctx, p, nil)
+		// found one. The middleware asks for a speculative atomic claim
+		// unless the key is likely to exist (it claimed it lately), which
+		// is read first.
+		res, again, err := s.claimNew(ctx, p)
 		if err != nil || !again {
 			return res, err
 		}
@@ -46,17 +48,27 @@ func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.C
 			res   idemstore.ClaimResult
 			again bool
 		)
-		if p.TwoPhase {
-			res, again, err = s.claimTwoPhase(ctx, p, rec)
-		} else {
-			res, again, err = s.claimAtomic(ctx, p, rec)
-		}
+		res, again, err = s.claimKey(ctx, p, rec)
 		if err != nil || !again {
 			return res, err
 		}
 	}
 	// The key changed under every attempt: other requests are working on it.
 	return idemstore.ClaimResult{Record: inFlight(p.Scope)}, nil
+}
+
+// claimNew claims p's key as a new one, without reading it first.
+func (s *Store) claimNew(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, bool, error) {
+	return s.claimKey(ctx, p, nil)
+}
+
+// claimKey claims p's key in p's mode, seen being the key as read (nil
+// for none).
+func (s *Store) claimKey(ctx context.Context, p idemstore.ClaimParams, seen *idemstore.Record) (idemstore.ClaimResult, bool, error) {
+	if p.TwoPhase {
+		return s.claimTwoPhase(ctx, p, seen)
+	}
+	return s.claimAtomic(ctx, p, seen)
 }
 
 // inFlight is the answer for a key whose holder's transaction is open: its

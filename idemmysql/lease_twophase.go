@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/record"
 )
 
 var _ idemstore.RecoveryLease = (*twoPhaseLease)(nil)
@@ -49,10 +51,31 @@ func (l *twoPhaseLease) Complete(ctx context.Context, resp *idemstore.Response) 
 			l.completeFailed = true
 		}
 	}()
-	if tx, err = l.open(ctx, tx); err != nil {
-		return err
+	if tx == nil {
+		// The handler wrote nothing: the fenced update alone, committed
+		// as it runs.
+		return l.completeAlone(ctx, resp)
 	}
 	return l.complete(ctx, tx, resp, l.completedByAnother)
+}
+
+// completeAlone stores resp by the fenced update in autocommit mode, one
+// round trip. A connection that broke once the statement was sent leaves
+// its outcome unknown.
+func (l *twoPhaseLease) completeAlone(ctx context.Context, resp *idemstore.Response) error {
+	header, err := record.EncodeHeader(resp.Header)
+	if err != nil {
+		return fmt.Errorf("idemmysql: %w", err)
+	}
+	res, err := l.store.db.ExecContext(ctx, queryCompleteKey, resp.StatusCode, header, record.EncodeBody(resp.Body), time.Now().UnixMicro(),
+		l.scope.ClientID, l.scope.Key, l.info.Token, l.createdAt)
+	if err != nil {
+		return fmt.Errorf("idemmysql: complete key: %w", commitErr(err))
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return l.completedByAnother(ctx)
+	}
+	return nil
 }
 
 // Release implements [idemstore.Lease]: it rolls back the handler's
