@@ -141,8 +141,11 @@ func (k *keysFlags) open(ctx context.Context, c *cli) (*database.DB, idemstore.K
 		fmt.Fprintf(c.stderr, "idem keys %s: %v\n", k.name, err)
 		return nil, nil, exitFail
 	}
-	if db.SQLite != nil {
+	switch {
+	case db.SQLite != nil:
 		return db, db.SQLite, -1
+	case db.MySQL != nil:
+		return db, db.MySQL, -1
 	}
 	return db, db.Postgres, -1
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/idemmysql"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/idemstore"
@@ -21,7 +22,7 @@ import (
 const PoolConnsDefault = 16
 
 // ErrUnsupported means the URL names no database this package opens.
-var ErrUnsupported = errors.New("database: unsupported database URL: want sqlite:PATH or a postgres:// URL")
+var ErrUnsupported = errors.New("database: unsupported database URL: want sqlite:PATH, a postgres:// or a mysql:// URL")
 
 // Config configures Open. A nil *Config is the zero Config.
 type Config struct {
@@ -36,7 +37,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DB is an open key store. Exactly one of SQLite and Postgres is set.
+// DB is an open key store. Exactly one of SQLite, Postgres and MySQL is
+// set.
 type DB struct {
 	// Name is the database without credentials, for logs.
 	Name string
@@ -45,6 +47,8 @@ type DB struct {
 	// Postgres is the store on postgres://..., and Pool its connections.
 	Postgres *idempg.Store
 	Pool     *pgxpool.Pool
+	// MySQL is the store on mysql://... (MySQL or MariaDB).
+	MySQL *idemmysql.Store
 }
 
 // PurgeParams are the inputs of DB.Purge.
@@ -55,8 +59,9 @@ type PurgeParams struct {
 	BatchSize int
 }
 
-// Open opens the database named by url: sqlite:PATH or postgres://...
-// (postgresql:// too), and applies the key store's migrations when
+// Open opens the database named by url: sqlite:PATH, postgres://...
+// (postgresql:// too) or mysql://user:password@host:port/database?params
+// (MySQL or MariaDB; see MySQLDSN), and applies the key store's migrations when
 // cfg.Migrate is set. A postgres:// URL with pgx's default query mode is
 // refused with an error wrapping ErrStatementsNotKept when it reaches a
 // pooler that does not keep prepared statements (PgBouncer in transaction
@@ -77,6 +82,8 @@ func Open(ctx context.Context, url string, cfg *Config) (*DB, error) {
 		db, err = openSQLite(strings.TrimPrefix(url, "sqlite:"), c)
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		db, err = openPostgres(ctx, url, c)
+	case strings.HasPrefix(url, "mysql://"):
+		db, err = openMySQL(ctx, url, c)
 	default:
 		// The URL is not repeated: it may hold a password.
 		return nil, ErrUnsupported
@@ -129,16 +136,22 @@ func openPostgres(ctx context.Context, url string, c Config) (*DB, error) {
 
 // Store returns the key store.
 func (d *DB) Store() idemstore.Store {
-	if d.SQLite != nil {
+	switch {
+	case d.SQLite != nil:
 		return d.SQLite
+	case d.MySQL != nil:
+		return d.MySQL
 	}
 	return d.Postgres
 }
 
 // SchemaVersion returns the key table's schema version.
 func (d *DB) SchemaVersion(ctx context.Context) (int, error) {
-	if d.SQLite != nil {
+	switch {
+	case d.SQLite != nil:
 		return d.SQLite.SchemaVersion(ctx)
+	case d.MySQL != nil:
+		return d.MySQL.SchemaVersion(ctx)
 	}
 	return d.Postgres.SchemaVersion(ctx)
 }
@@ -146,6 +159,8 @@ func (d *DB) SchemaVersion(ctx context.Context) (int, error) {
 // MigrateTo moves the key table's schema to version; -1 is the newest.
 func (d *DB) MigrateTo(ctx context.Context, version int) error {
 	switch {
+	case d.MySQL != nil:
+		return d.MySQL.MigrateTo(ctx, version)
 	case d.SQLite != nil && version < 0:
 		return d.SQLite.Migrate(ctx)
 	case d.SQLite != nil:
@@ -158,17 +173,23 @@ func (d *DB) MigrateTo(ctx context.Context, version int) error {
 
 // Purge deletes keys created before p.Before and returns how many.
 func (d *DB) Purge(ctx context.Context, p PurgeParams) (int64, error) {
-	if d.SQLite != nil {
+	switch {
+	case d.SQLite != nil:
 		return d.SQLite.Purge(ctx, idemsqlite.PurgeParams{Before: p.Before, BatchSize: p.BatchSize})
+	case d.MySQL != nil:
+		return d.MySQL.Purge(ctx, idemmysql.PurgeParams{Before: p.Before, BatchSize: p.BatchSize})
 	}
 	return d.Postgres.Purge(ctx, idempg.PurgeParams{Before: p.Before, BatchSize: p.BatchSize})
 }
 
 // Close closes the database.
 func (d *DB) Close() {
-	if d.SQLite != nil {
+	switch {
+	case d.SQLite != nil:
 		d.SQLite.Close()
-		return
+	case d.MySQL != nil:
+		d.MySQL.Close()
+	default:
+		d.Pool.Close()
 	}
-	d.Pool.Close()
 }
