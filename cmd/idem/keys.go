@@ -87,7 +87,7 @@ func (c *cli) keysFlagSet(name, usage string) *keysFlags {
 	}
 	env := c.env()
 	k := &keysFlags{fs: fs, name: name}
-	k.db = fs.String("db", env.String("DATABASE_URL", ""), "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
+	k.db = fs.String("db", env.String("DATABASE_URL", ""), "database `URL`: postgres://..., mysql://... or sqlite:PATH (required; env DATABASE_URL)")
 	k.json = fs.Bool("json", false, "print JSON, for scripts")
 	k.lockTimeout = fs.Duration("lock-timeout", env.Duration("IDEM_LOCK_TIMEOUT", idem.LockTimeoutDefault), "the service's two-phase lease length (its -lock-timeout), for a lease whose store recorded no expiry (taken by an older build): such a lease younger than this is live (env IDEM_LOCK_TIMEOUT)")
 	k.envErr = env.Err()
