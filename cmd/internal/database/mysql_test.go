@@ -2,16 +2,12 @@ package database
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql" // registers "mysql" for the test's admin connection
+	"github.com/idemkit/idem/cmd/internal/mysqltest"
 )
 
 func TestMySQLDSN(t *testing.T) {
@@ -33,40 +29,10 @@ func TestMySQLDSN(t *testing.T) {
 	}
 }
 
-// mysqlURL returns a mysql:// URL of a database of t's own on the MariaDB
-// at 127.0.0.1:3306 (root, no password), dropped when t ends; it skips t
-// when there is none, or fails it under CI=true.
-func mysqlURL(t *testing.T) string {
-	t.Helper()
-	admin, err := sql.Open("mysql", "root@tcp(127.0.0.1:3306)/")
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err = admin.PingContext(ctx)
-		cancel()
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no MariaDB on 127.0.0.1:3306 (CI=true): %v", err)
-		}
-		t.Skipf("no MariaDB on 127.0.0.1:3306: %v", err)
-	}
-	var b [6]byte
-	rand.Read(b[:])
-	name := "idemtest_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		admin.Exec("DROP DATABASE " + name)
-		admin.Close()
-	})
-	return "mysql://root@127.0.0.1:3306/" + name
-}
-
 func TestOpenMySQLMigratesAndPurges(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, err := Open(ctx, mysqlURL(t), &Config{Migrate: true, Logger: slog.New(slog.DiscardHandler)})
+	db, err := Open(ctx, mysqltest.NewDatabase(t), &Config{Migrate: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

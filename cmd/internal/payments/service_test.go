@@ -21,6 +21,7 @@ import (
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/bearer"
+	"github.com/idemkit/idem/cmd/internal/mysqltest"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
@@ -51,8 +52,11 @@ func setupWith(t *testing.T, kind string, mode idem.Mode, proc payments.Processo
 	t.Helper()
 	ctx := context.Background()
 	url := "sqlite:" + filepath.Join(t.TempDir(), "payments.db")
-	if kind == "postgres" {
+	switch kind {
+	case "postgres":
 		url = pgtest.NewDatabase(t)
+	case "mysql":
+		url = mysqltest.NewDatabase(t)
 	}
 	db, err := database.Open(ctx, url, &database.Config{Migrate: true, Logger: quiet})
 	if err != nil {
