@@ -14,10 +14,10 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/mysqltest"
 	"github.com/idemkit/idem/cmd/internal/payments"
 	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/internal/bearer"
-	"github.com/idemkit/idem/cmd/internal/mysqltest"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 

@@ -18,14 +18,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/mysqltest"
 	"github.com/idemkit/idem/cmd/internal/payments"
 	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/bearer"
-	"github.com/idemkit/idem/cmd/internal/database"
-	"github.com/idemkit/idem/cmd/internal/mysqltest"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 

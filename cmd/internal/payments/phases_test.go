@@ -17,13 +17,13 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/mysqltest"
 	"github.com/idemkit/idem/cmd/internal/payments"
 	"github.com/idemkit/idem/idemfingerprint"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/bearer"
-	"github.com/idemkit/idem/cmd/internal/mysqltest"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 

@@ -16,12 +16,12 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/mysqltest"
 	"github.com/idemkit/idem/cmd/internal/payments"
 	"github.com/idemkit/idem/cmd/internal/processor"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/internal/bearer"
-	"github.com/idemkit/idem/cmd/internal/mysqltest"
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
