@@ -8,8 +8,11 @@ import (
 
 // ping checks that the key store answers, for /readyz.
 func ping(ctx context.Context, db *database.DB) error {
-	if db.SQLite != nil {
+	switch {
+	case db.SQLite != nil:
 		return db.SQLite.DB().PingContext(ctx)
+	case db.MySQL != nil:
+		return db.MySQL.DB().PingContext(ctx)
 	}
 	return db.Pool.Ping(ctx)
 }
