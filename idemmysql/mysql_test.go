@@ -242,3 +242,46 @@ func TestDeadlockIsConflict(t *testing.T) {
 		t.Fatalf("%d leases report a conflict, want the one rolled back", conflicted)
 	}
 }
+
+// TestLeaderIsExclusive: one holder of a leader's lock per database and
+// name, across stores (instances); unlock frees it, and another name or
+// another database is another lock.
+func TestLeaderIsExclusive(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	dsn := newDatabase(t)
+	var stores [2]*idemmysql.Store
+	for i := range stores {
+		s, err := idemmysql.Open(ctx, dsn, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		stores[i] = s
+	}
+	unlock, held, err := stores[0].TryLead(ctx, "resumer")
+	if err != nil || !held {
+		t.Fatalf("first TryLead = %v, %v; want held", held, err)
+	}
+	if _, held, err := stores[1].TryLead(ctx, "resumer"); err != nil || held {
+		t.Fatalf("second TryLead while held = %v, %v; want not held", held, err)
+	}
+	other, held, err := stores[1].TryLead(ctx, "purger")
+	if err != nil || !held {
+		t.Fatalf("TryLead of another name = %v, %v; want held", held, err)
+	}
+	other()
+	elsewhere := openStore(t) // another database on the same server
+	u, held, err := elsewhere.TryLead(ctx, "resumer")
+	if err != nil || !held {
+		t.Fatalf("TryLead in another database = %v, %v; want held", held, err)
+	}
+	u()
+	unlock()
+	unlock() // a second unlock does nothing
+	again, held, err := stores[1].TryLead(ctx, "resumer")
+	if err != nil || !held {
+		t.Fatalf("TryLead after unlock = %v, %v; want held", held, err)
+	}
+	again()
+}
