@@ -152,9 +152,10 @@
 // conformance suites, the round-trip counts, the deadlock test, concurrent
 // migrations and the sql_mode check. On MySQL 8.0:
 //
-//   - SET STATEMENT is MariaDB's. On MySQL the claim's statements run
-//     without it, with the session's innodb_lock_wait_timeout, whose
-//     minimum there is 1 s: a duplicate of a key held by an open atomic
+//   - SET STATEMENT is MariaDB's, and MySQL's per-statement SET_VAR hint
+//     does not take InnoDB's variables (Percona Server's does). On MySQL
+//     the claim's statements run with the session's
+//     innodb_lock_wait_timeout, whose minimum there is 1 s: a duplicate of a key held by an open atomic
 //     claim waits up to Config.LockWaitTimeout before it is answered 409,
 //     instead of at once. Set Config.LockWaitTimeout to 1s on MySQL. Not
 //     run.
