@@ -31,7 +31,8 @@ type Config struct {
 	// completion, wait for a row that another transaction holds before
 	// failing with error 1205. A claim never waits: it runs with no wait
 	// at all (see the package documentation). Defaults to
-	// LockWaitTimeoutDefault (5 s); the server's default is 50 s.
+	// LockWaitTimeoutDefault (5 s); the server's default is 50 s. An
+	// innodb_lock_wait_timeout parameter in the DSN takes precedence.
 	LockWaitTimeout time.Duration
 
 	// MaxOpenConns bounds the pool; 0 leaves database/sql's default (no
@@ -124,7 +125,9 @@ func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
 		isolation = "tx_isolation" // transaction_isolation only from MariaDB 11.1
 	}
 	mc.Params[isolation] = "'READ-COMMITTED'"
-	mc.Params["innodb_lock_wait_timeout"] = strconv.Itoa(int(c.LockWaitTimeout / time.Second))
+	if _, ok := mc.Params["innodb_lock_wait_timeout"]; !ok {
+		mc.Params["innodb_lock_wait_timeout"] = strconv.Itoa(int(c.LockWaitTimeout / time.Second))
+	}
 	base, err := mysql.NewConnector(mc)
 	if err != nil {
 		return nil, fmt.Errorf("idemmysql: %w", err)
