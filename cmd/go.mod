@@ -7,6 +7,8 @@ require github.com/idemkit/idem v0.0.0-00010101000000-000000000000
 replace github.com/idemkit/idem => ../
 
 require (
+	github.com/go-sql-driver/mysql v1.10.1
+	github.com/idemkit/idem/idemmysql v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idempg v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemprom v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemredis v0.0.0-00010101000000-000000000000
@@ -23,6 +25,7 @@ require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
 	codeberg.org/go-latex/latex v0.2.0 // indirect
 	codeberg.org/go-pdf/fpdf v0.11.1 // indirect
+	filippo.io/edwards25519 v1.2.0 // indirect
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -53,6 +56,7 @@ require (
 )
 
 replace (
+	github.com/idemkit/idem/idemmysql => ../idemmysql
 	github.com/idemkit/idem/idempg => ../idempg
 	github.com/idemkit/idem/idemprom => ../idemprom
 	github.com/idemkit/idem/idemredis => ../idemredis

@@ -87,7 +87,7 @@ func (c *cli) keysFlagSet(name, usage string) *keysFlags {
 	}
 	env := c.env()
 	k := &keysFlags{fs: fs, name: name}
-	k.db = fs.String("db", env.String("DATABASE_URL", ""), "database `URL`: postgres://..., sqlite:PATH, or idemproxy's redis://host:port/N or redis-cluster://host:port,... (required; env DATABASE_URL)")
+	k.db = fs.String("db", env.String("DATABASE_URL", ""), "database `URL`: postgres://..., mysql://..., sqlite:PATH, or idemproxy's redis://host:port/N or redis-cluster://host:port,... (required; env DATABASE_URL)")
 	k.json = fs.Bool("json", false, "print JSON, for scripts")
 	k.lockTimeout = fs.Duration("lock-timeout", env.Duration("IDEM_LOCK_TIMEOUT", idem.LockTimeoutDefault), "the service's two-phase lease length (its -lock-timeout), for a lease whose store recorded no expiry (taken by an older build): such a lease younger than this is live (env IDEM_LOCK_TIMEOUT)")
 	k.envErr = env.Err()
@@ -148,6 +148,8 @@ func (k *keysFlags) open(ctx context.Context, c *cli) (*database.DB, idemstore.K
 		return db, db.SQLite, -1
 	case db.Redis != nil:
 		return db, db.Redis, -1
+	case db.MySQL != nil:
+		return db, db.MySQL, -1
 	}
 	return db, db.Postgres, -1
 }

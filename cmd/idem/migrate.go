@@ -13,7 +13,8 @@ const migrateUsage = `Usage: idem migrate --db URL [--to VERSION]
 Migrate moves the key table's schema to the newest version, or up or down to
 --to VERSION (0 removes the key table). Each migration runs in its own
 transaction; on PostgreSQL an advisory lock makes it safe while services
-start and migrate at the same time.
+start and migrate at the same time. On MySQL and MariaDB, which commit DDL
+at once, a named lock (GET_LOCK) does, and each migration is idempotent.
 
 Flags:
 `
@@ -27,7 +28,7 @@ func runMigrate(ctx context.Context, c *cli, args []string) int {
 		fs.PrintDefaults()
 	}
 	env := c.env()
-	db := dbFlag(fs, env, "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
+	db := dbFlag(fs, env, "database `URL`: postgres://..., mysql://... or sqlite:PATH (required; env DATABASE_URL)")
 	to := fs.Int("to", -1, "schema `version` to move to; -1 is the newest, 0 removes the key table")
 	if env.Err() != nil {
 		fmt.Fprintf(c.stderr, "idem migrate: %v\n", env.Err())

@@ -105,7 +105,7 @@ func TestOperatorCommandsRejectBadUse(t *testing.T) {
 			t.Errorf("idem %s: exit %d, want %d", strings.Join(args, " "), code, exitUsage)
 		}
 	}
-	if code, _, errOut := runIdem(t, "migrate", "--db", "mysql://x"); code != exitFail || !strings.Contains(errOut, "unsupported database") {
+	if code, _, errOut := runIdem(t, "migrate", "--db", "oracle://x"); code != exitFail || !strings.Contains(errOut, "unsupported database") {
 		t.Errorf("migrate with an unsupported URL: exit %d, %q", code, errOut)
 	}
 }

@@ -46,7 +46,7 @@ func runOutbox(ctx context.Context, c *cli, args []string) int {
 		fs.PrintDefaults()
 	}
 	env := c.env()
-	db := dbFlag(fs, env, "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
+	db := dbFlag(fs, env, "database `URL`: postgres://..., mysql://... or sqlite:PATH (required; env DATABASE_URL)")
 	if env.Err() != nil {
 		fmt.Fprintf(c.stderr, "idem outbox: %v\n", env.Err())
 		return exitUsage

@@ -47,7 +47,7 @@ func runPurge(ctx context.Context, c *cli, args []string) int {
 		fs.PrintDefaults()
 	}
 	env := c.env()
-	db := dbFlag(fs, env, "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
+	db := dbFlag(fs, env, "database `URL`: postgres://..., mysql://... or sqlite:PATH (required; env DATABASE_URL)")
 	retention := fs.Duration("retention", env.Duration("IDEM_RETENTION", idem.RetentionDefault), "the retention the service publishes (its -retention, idem.Config.Retention): a shorter --older-than needs --i-know (env IDEM_RETENTION)")
 	olderThan := fs.Duration("older-than", env.Duration("IDEM_PURGE_OLDER_THAN", 0), "delete keys created more than this `duration` ago; 0 means --retention (env IDEM_PURGE_OLDER_THAN)")
 	batch := fs.Int("batch", idemstore.PurgeBatchSizeDefault, "keys deleted per statement")

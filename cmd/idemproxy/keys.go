@@ -157,6 +157,10 @@ func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
 	if err != nil {
 		return nil, err
 	}
+	if d.MySQL != nil {
+		d.Close()
+		return nil, errors.New("idemproxy keys does not read a MySQL key store yet: use idem keys list --state started")
+	}
 	if d.SQLite != nil {
 		db := d.SQLite.DB()
 		return &keySQL{

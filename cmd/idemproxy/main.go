@@ -129,7 +129,7 @@ func parseFlags(args []string, stderr io.Writer, lookup func(string) (string, bo
 	fs.StringVar(&o.upstream, "upstream", env.String("IDEMPROXY_UPSTREAM", ""), "base `URL` of the upstream API, http or https (required; env IDEMPROXY_UPSTREAM)")
 	fs.StringVar(&o.listen, "listen", env.String("IDEMPROXY_LISTEN", "127.0.0.1:8443"), "`address` the proxy listens on, plain HTTP (env IDEMPROXY_LISTEN)")
 	fs.StringVar(&o.adminAddr, "admin-addr", env.String("IDEMPROXY_ADMIN_ADDR", "127.0.0.1:9090"), "`address` of the admin listener with /metrics and /readyz; empty disables it (env IDEMPROXY_ADMIN_ADDR)")
-	fs.StringVar(&o.db, "db", "sqlite:idemproxy.db", "key store: sqlite:PATH, postgres://..., redis://host:port/N or redis-cluster://host:port,host:port,... (seed addresses), the Redis ones with ?min_replicas=N&replica_timeout=D&prefix=P (env IDEMPROXY_DB)")
+	fs.StringVar(&o.db, "db", "sqlite:idemproxy.db", "key store: sqlite:PATH, postgres://..., mysql://..., redis://host:port/N or redis-cluster://host:port,host:port,... (seed addresses), the Redis ones with ?min_replicas=N&replica_timeout=D&prefix=P (env IDEMPROXY_DB)")
 	fs.BoolVar(&o.migrate, "migrate", env.Bool("IDEMPROXY_MIGRATE", true), "apply the key store's migrations at start; safe with several instances (env IDEMPROXY_MIGRATE)")
 	o.routes = splitEnv(env, "IDEMPROXY_ROUTES", "\n")
 	fs.Var(listFlag{&o.routes}, "route", "key `route` 'METHOD /path [retry|hold|probe [PROBE-URL]]', a trailing * matching any rest of the path, repeatable (env IDEMPROXY_ROUTES, one per line; default: 'POST /*' and 'PATCH /*')")

@@ -9,11 +9,13 @@ import (
 // ping checks that the key store answers, for /readyz: on Redis, every
 // primary, and the layout's version marker (idemredis.Store.Ready).
 func ping(ctx context.Context, db *database.DB) error {
-	if db.Redis != nil {
+	switch {
+	case db.Redis != nil:
 		return db.Redis.Ready(ctx)
-	}
-	if db.SQLite != nil {
+	case db.SQLite != nil:
 		return db.SQLite.DB().PingContext(ctx)
+	case db.MySQL != nil:
+		return db.MySQL.DB().PingContext(ctx)
 	}
 	return db.Pool.Ping(ctx)
 }

@@ -112,7 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.addr, "addr", env.String("PAYMENTSD_ADDR", "127.0.0.1:8080"), "listen address (env PAYMENTSD_ADDR)")
 	fs.StringVar(&o.admin, "admin-addr", env.String("PAYMENTSD_ADMIN_ADDR", adminAddrDefault), "admin listen address, serving GET /metrics without authentication; keep it off the public network. \"\" or \"off\" disables it (env PAYMENTSD_ADMIN_ADDR)")
 	o.db = env.String("DATABASE_URL", "sqlite:paymentsd.db")
-	fs.Var((*cmdrun.Redacted)(&o.db), "db", "database `URL`: sqlite:PATH or postgres://... (env DATABASE_URL)")
+	fs.Var((*cmdrun.Redacted)(&o.db), "db", "database `URL`: sqlite:PATH, postgres://... or mysql://... (env DATABASE_URL)")
 	fs.StringVar(&o.tokens, "tokens", "", "bearer tokens as token=client,token=client (env PAYMENTSD_TOKENS; default: the development tokens of clients alice and bob, with a warning)")
 	fs.BoolVar(&o.migrate, "migrate", env.Bool("PAYMENTSD_MIGRATE", true), "apply database migrations at start; safe with several instances (env PAYMENTSD_MIGRATE)")
 	fs.BoolVar(&o.transactionPooling, "transaction-pooling", env.Bool("PAYMENTSD_TRANSACTION_POOLING", false), "PostgreSQL is reached through a pooler in transaction mode, such as PgBouncer's pool_mode=transaction (env PAYMENTSD_TRANSACTION_POOLING)")

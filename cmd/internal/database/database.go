@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemkit/idem/idemmysql"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemredis"
 	"github.com/idemkit/idem/idemsqlite"
@@ -23,7 +24,7 @@ import (
 const PoolConnsDefault = 16
 
 // ErrUnsupported means the URL names no database this package opens.
-var ErrUnsupported = errors.New("database: unsupported database URL: want sqlite:PATH or a postgres:// URL (idemproxy: or a redis:// or redis-cluster:// one)")
+var ErrUnsupported = errors.New("database: unsupported database URL: want sqlite:PATH, a postgres:// or a mysql:// URL (idemproxy: or a redis:// or redis-cluster:// one)")
 
 // ErrNoPurge means the store has no purge: Redis expires keys itself.
 var ErrNoPurge = errors.New("database: the Redis store has no purge: each key expires at its retention")
@@ -46,7 +47,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DB is an open key store. Exactly one of SQLite, Postgres and Redis is
+// DB is an open key store. Exactly one of SQLite, Postgres, MySQL and Redis is
 // set.
 type DB struct {
 	// Name is the database without credentials, for logs.
@@ -56,6 +57,8 @@ type DB struct {
 	// Postgres is the store on postgres://..., and Pool its connections.
 	Postgres *idempg.Store
 	Pool     *pgxpool.Pool
+	// MySQL is the store on mysql://... (MySQL or MariaDB).
+	MySQL *idemmysql.Store
 	// Redis is the store on redis:// or redis-cluster:// (with
 	// Config.Redis), and RedisClient its client. It has no purge: a key's
 	// retention is its Redis expiry.
@@ -71,8 +74,9 @@ type PurgeParams struct {
 	BatchSize int
 }
 
-// Open opens the database named by url: sqlite:PATH or postgres://...
-// (postgresql:// too), and applies the key store's migrations when
+// Open opens the database named by url: sqlite:PATH, postgres://...
+// (postgresql:// too) or mysql://user:password@host:port/database?params
+// (MySQL or MariaDB; see MySQLDSN), and applies the key store's migrations when
 // cfg.Migrate is set. A postgres:// URL with pgx's default query mode is
 // refused with an error wrapping ErrStatementsNotKept when it reaches a
 // pooler that does not keep prepared statements (PgBouncer in transaction
@@ -95,6 +99,8 @@ func Open(ctx context.Context, url string, cfg *Config) (*DB, error) {
 		db, err = openRedis(ctx, url, c)
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		db, err = openPostgres(ctx, url, c)
+	case strings.HasPrefix(url, "mysql://"):
+		db, err = openMySQL(ctx, url, c)
 	default:
 		// The URL is not repeated: it may hold a password.
 		return nil, ErrUnsupported
@@ -152,6 +158,8 @@ func (d *DB) Store() idemstore.Store {
 		return d.SQLite
 	case d.Redis != nil:
 		return d.Redis
+	case d.MySQL != nil:
+		return d.MySQL
 	}
 	return d.Postgres
 }
@@ -163,6 +171,8 @@ func (d *DB) SchemaVersion(ctx context.Context) (int, error) {
 		return d.SQLite.SchemaVersion(ctx)
 	case d.Redis != nil:
 		return d.Redis.SchemaVersion(ctx)
+	case d.MySQL != nil:
+		return d.MySQL.SchemaVersion(ctx)
 	}
 	return d.Postgres.SchemaVersion(ctx)
 }
@@ -174,6 +184,8 @@ func (d *DB) MigrateTo(ctx context.Context, version int) error {
 		return d.Redis.Migrate(ctx)
 	case d.Redis != nil:
 		return errors.New("database: Redis has one layout version: migrate to the newest")
+	case d.MySQL != nil:
+		return d.MySQL.MigrateTo(ctx, version)
 	case d.SQLite != nil && version < 0:
 		return d.SQLite.Migrate(ctx)
 	case d.SQLite != nil:
@@ -186,25 +198,28 @@ func (d *DB) MigrateTo(ctx context.Context, version int) error {
 
 // Purge deletes keys created before p.Before and returns how many.
 func (d *DB) Purge(ctx context.Context, p PurgeParams) (int64, error) {
-	if d.Redis != nil {
+	switch {
+	case d.Redis != nil:
 		return 0, ErrNoPurge
-	}
-	if d.SQLite != nil {
+	case d.SQLite != nil:
 		return d.SQLite.Purge(ctx, idemsqlite.PurgeParams{Before: p.Before, BatchSize: p.BatchSize})
+	case d.MySQL != nil:
+		return d.MySQL.Purge(ctx, idemmysql.PurgeParams{Before: p.Before, BatchSize: p.BatchSize})
 	}
 	return d.Postgres.Purge(ctx, idempg.PurgeParams{Before: p.Before, BatchSize: p.BatchSize})
 }
 
 // Close closes the database.
 func (d *DB) Close() {
-	if d.RedisClient != nil {
+	switch {
+	case d.RedisClient != nil:
 		d.Redis.Close()
 		d.RedisClient.Close()
-		return
-	}
-	if d.SQLite != nil {
+	case d.SQLite != nil:
 		d.SQLite.Close()
-		return
+	case d.MySQL != nil:
+		d.MySQL.Close()
+	default:
+		d.Pool.Close()
 	}
-	d.Pool.Close()
 }

@@ -50,9 +50,9 @@ func TestOpenMigratesAndPurgesBothStores(t *testing.T) {
 
 func TestOpenRefusesOtherURLsWithoutRepeatingThem(t *testing.T) {
 	t.Parallel()
-	_, err := Open(context.Background(), "mysql://user:hunter2@db/x", nil)
+	_, err := Open(context.Background(), "oracle://user:hunter2@db/x", nil)
 	if !errors.Is(err, ErrUnsupported) || strings.Contains(err.Error(), "hunter2") {
-		t.Fatalf("Open(mysql://...) = %v, want ErrUnsupported without the URL", err)
+		t.Fatalf("Open(oracle://...) = %v, want ErrUnsupported without the URL", err)
 	}
 }
 

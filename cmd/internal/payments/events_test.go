@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/mysqltest"
 	"github.com/idemkit/idem/cmd/internal/payments"
 	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/internal/bearer"
@@ -75,8 +76,11 @@ func setupEventsWith(t *testing.T, kind string, ic idem.Config, proc ...payments
 	}
 	ctx := context.Background()
 	url := "sqlite:" + filepath.Join(t.TempDir(), "payments.db")
-	if kind == "postgres" {
+	switch kind {
+	case "postgres":
 		url = pgtest.NewDatabase(t)
+	case "mysql":
+		url = mysqltest.NewDatabase(t)
 	}
 	db, err := database.Open(ctx, url, &database.Config{Migrate: true, Logger: quiet})
 	if err != nil {
@@ -132,7 +136,7 @@ func (f *eventsFixture) events(t *testing.T, token, query string) (int, eventPag
 
 func TestPaymentEvents(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			f := setupEvents(t, kind, idem.ModeTwoPhase)
@@ -185,7 +189,7 @@ func TestPaymentEvents(t *testing.T) {
 
 func TestRolledBackPaymentEnqueuesNothing(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
 		for _, phased := range []bool{false, true} {
 			name := kind + "/atomic-insert"
 			if phased {

@@ -23,7 +23,7 @@ const formType = "application/x-www-form-urlencoded"
 // is made before the payment is recorded.
 func TestNULCustomerChargesNothing(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			psrv, proc := startProcessorClient(t)
@@ -158,7 +158,7 @@ func TestAmountIsReadExactly(t *testing.T) {
 		{"-0", 0},
 		{"1", 1},
 	}
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			f := setupOn(t, kind, idem.ModeAtomic, nil)

@@ -78,8 +78,11 @@ type LedgerRepo interface {
 // NewLedgerRepo returns the ledger repository in db, creating its tables
 // if needed.
 func NewLedgerRepo(ctx context.Context, db *database.DB) (LedgerRepo, error) {
-	if db.SQLite != nil {
+	switch {
+	case db.SQLite != nil:
 		return NewSQLiteLedger(ctx, db.SQLite)
+	case db.MySQL != nil:
+		return NewMySQLLedger(ctx, db.MySQL)
 	}
 	return NewPostgresLedger(ctx, db.Pool)
 }

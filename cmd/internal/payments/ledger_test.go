@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/mysqltest"
 	"github.com/idemkit/idem/cmd/internal/payments"
 	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/idempg"
@@ -110,6 +112,15 @@ func setupLedger(t *testing.T, kind string, o ledgerOpts) *ledgerFixture {
 		store, outbox = s, s
 		repo = must(payments.NewPostgresRepo(ctx, pool))
 		ledger = must(payments.NewPostgresLedger(ctx, pool))
+	case "mysql":
+		db, err := database.Open(ctx, mysqltest.NewDatabase(t), &database.Config{Migrate: true, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(db.Close)
+		store, outbox = db.MySQL, db.MySQL
+		repo = must(payments.NewMySQLRepo(ctx, db.MySQL))
+		ledger = must(payments.NewMySQLLedger(ctx, db.MySQL))
 	default:
 		t.Fatalf("unknown store %q", kind)
 	}
@@ -206,7 +217,7 @@ func transferBody(from, to string, amount int64) string {
 
 func TestAccounts(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			f := setupLedger(t, kind, ledgerOpts{})
@@ -272,7 +283,7 @@ func TestAccountParamsAreReadExactly(t *testing.T) {
 
 func TestTransfer(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			f := setupLedger(t, kind, ledgerOpts{})
@@ -329,7 +340,7 @@ func TestTransfer(t *testing.T) {
 
 func TestTransferRefusesParameters(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			f := setupLedger(t, kind, ledgerOpts{})
@@ -409,7 +420,7 @@ func (f *ledgerFixture) transferEvents(t *testing.T, token string) []payments.Tr
 
 func TestTransferCreatedEvent(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			f := setupLedger(t, kind, ledgerOpts{})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/mysqltest"
 	"github.com/idemkit/idem/cmd/internal/payments"
 	"github.com/idemkit/idem/idemfingerprint"
 	"github.com/idemkit/idem/idemsqlite"
@@ -68,8 +69,11 @@ type phasedFixture struct {
 func setupPhased(t *testing.T, kind string) *phasedFixture {
 	t.Helper()
 	url := "sqlite:" + filepath.Join(t.TempDir(), "payments.db")
-	if kind == "postgres" {
+	switch kind {
+	case "postgres":
 		url = pgtest.NewDatabase(t)
+	case "mysql":
+		url = mysqltest.NewDatabase(t)
 	}
 	return setupPhasedOn(t, url)
 }
@@ -103,7 +107,7 @@ func setupPhasedOn(t *testing.T, url string) *phasedFixture {
 
 func TestPaymentsByPhases(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			f := setupPhased(t, kind)
@@ -333,7 +337,7 @@ func TestResumerReleasesPaymentThatPassedNoPhase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			f := setupPhased(t, kind)
@@ -408,7 +412,7 @@ func TestResumerReleasesPaymentThatPassedNoPhase(t *testing.T) {
 // pending.
 func TestKeyReusedAfterRetentionIsChargedAgain(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			psrv, proc := startProcessorClient(t)

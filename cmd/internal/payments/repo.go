@@ -20,8 +20,11 @@ type Repo interface {
 // NewRepo returns the payments repository in db, creating its table if
 // needed.
 func NewRepo(ctx context.Context, db *database.DB) (Repo, error) {
-	if db.SQLite != nil {
+	switch {
+	case db.SQLite != nil:
 		return NewSQLiteRepo(ctx, db.SQLite)
+	case db.MySQL != nil:
+		return NewMySQLRepo(ctx, db.MySQL)
 	}
 	return NewPostgresRepo(ctx, db.Pool)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/mysqltest"
 	"github.com/idemkit/idem/cmd/internal/payments"
 	"github.com/idemkit/idem/cmd/internal/processor"
 	"github.com/idemkit/idem/idemclient"
@@ -51,8 +52,11 @@ func setupWith(t *testing.T, kind string, mode idem.Mode, proc payments.Processo
 	t.Helper()
 	ctx := context.Background()
 	url := "sqlite:" + filepath.Join(t.TempDir(), "payments.db")
-	if kind == "postgres" {
+	switch kind {
+	case "postgres":
 		url = pgtest.NewDatabase(t)
+	case "mysql":
+		url = mysqltest.NewDatabase(t)
 	}
 	db, err := database.Open(ctx, url, &database.Config{Migrate: true, Logger: quiet})
 	if err != nil {
