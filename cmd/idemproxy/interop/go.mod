@@ -34,3 +34,7 @@ replace github.com/idemkit/idem/idemsqlite => ../../../idemsqlite
 replace github.com/idemkit/idem/idemprom => ../../../idemprom
 
 replace github.com/idemkit/idem/internal/pgtest => ../../../internal/pgtest
+
+replace github.com/idemkit/idem/idemmysql => ../../../idemmysql
+
+replace github.com/idemkit/idem/idemredis => ../../../idemredis

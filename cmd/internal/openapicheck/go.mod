@@ -13,8 +13,15 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
+	github.com/idemkit/idem/idemmysql v0.0.0-00010101000000-000000000000 // indirect
 	github.com/idemkit/idem/idempg v0.0.0-00010101000000-000000000000 // indirect
+	github.com/idemkit/idem/idemredis v0.0.0-00010101000000-000000000000 // indirect
 	github.com/idemkit/idem/idemsqlite v0.0.0-00010101000000-000000000000 // indirect
+	github.com/redis/go-redis/v9 v9.22.0 // indirect
+	go.uber.org/atomic v1.11.0 // indirect
 )
 
 require (
@@ -57,3 +64,7 @@ replace github.com/idemkit/idem/idemsqlite => ../../../idemsqlite
 replace github.com/idemkit/idem/idemprom => ../../../idemprom
 
 replace github.com/idemkit/idem/internal/pgtest => ../../../internal/pgtest
+
+replace github.com/idemkit/idem/idemmysql => ../../../idemmysql
+
+replace github.com/idemkit/idem/idemredis => ../../../idemredis
