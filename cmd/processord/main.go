@@ -22,6 +22,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -87,6 +88,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	url := db
 	if !strings.Contains(url, ":") {
 		url = "sqlite:" + url // a bare path, as processord took before it spoke PostgreSQL
+	}
+	if !strings.HasPrefix(url, "sqlite:") && !strings.HasPrefix(url, "postgres://") && !strings.HasPrefix(url, "postgresql://") {
+		// Its ledger of charges is written for these two; refused before
+		// anything is opened or migrated. The URL is not repeated: it may
+		// hold a password.
+		return cmdrun.Usage(errors.New("-db: want sqlite:PATH or a postgres:// URL"))
 	}
 	store, err := database.Open(ctx, url, &database.Config{Migrate: true, Logger: logger})
 	if err != nil {
