@@ -52,7 +52,7 @@ func (s *Service) createAccount(w http.ResponseWriter, r *http.Request) {
 		return
 	} else if err != nil {
 		s.cfg.Logger.ErrorContext(r.Context(), "payments: create account failed", "client_id", client, "err", err)
-		problem(w, ProblemInternal, "The account could not be created, and nothing was recorded. Retry with the same Idempotency-Key.")
+		writeFailure(w, err, "The account could not be created, and nothing was recorded. Retry with the same Idempotency-Key.")
 		return
 	}
 	w.Header().Set("Location", "/v1/accounts/"+a.ID)
@@ -63,8 +63,9 @@ func (s *Service) createAccount(w http.ResponseWriter, r *http.Request) {
 // locks both accounts, moves the amount, records the transfer and enqueues
 // transfer.created; the middleware stores the response in the same
 // transaction. Insufficient funds is answered 402 and stored; a refused
-// parameter is answered 400 and not stored; a failure is answered 500,
-// and everything rolls back.
+// parameter is answered 400 and not stored; a failure is answered 503
+// when the database could not be used and 500 otherwise, and everything
+// rolls back.
 func (s *Service) createTransfer(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -99,7 +100,7 @@ func (s *Service) createTransfer(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		s.cfg.Logger.ErrorContext(r.Context(), "payments: transfer failed", "client_id", client, "err", err)
-		problem(w, ProblemInternal, "The transfer failed and was rolled back: no money was moved. Retry with the same Idempotency-Key.")
+		writeFailure(w, err, "The transfer failed and was rolled back: no money was moved. Retry with the same Idempotency-Key.")
 		return
 	}
 	w.Header().Set("Location", "/v1/transfers/"+t.ID)

@@ -43,7 +43,7 @@ func addLedgerPaths(paths map[string]any, policy string) {
 			"415": problemOf("The body is not application/json or a form (unsupported-media-type)."),
 			"422": problemOf("The key was used with a different request; \"fields\" names what differs."),
 			"500": problemOf("The service failed and everything rolled back; retry with the same key."),
-			"503": problemOf("The idempotency store did not answer, or the outcome of the commit is unknown; retry with the same key after Retry-After."),
+			"503": problemOf("The idempotency store or the database did not answer (nothing was done), or the outcome of the commit is unknown; retry with the same key after Retry-After."),
 		}
 	}
 	accountCreated := common(jsonOf("Created; the account is at Location. A retry with the same key replays this response with Idempotent-Replayed: true.", accountSchema))
