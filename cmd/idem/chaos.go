@@ -29,7 +29,10 @@ Meanwhile, on a schedule drawn from --seed, it kills paymentsd processes
 (SIGKILL, then a restart), pauses them past their lease (SIGSTOP, then
 SIGCONT), stops PostgreSQL as pg_ctl stop -m immediate does and starts it
 again, and cuts the connection between one instance and PostgreSQL right
-after (or before) a COMMIT. Then it retries every unanswered operation to a
+after (or before) a COMMIT; and through an in-process toxiproxy on every
+link of every instance (to PostgreSQL, to processord, to the webhook
+receiver) it delays answers past the timeouts, resets connections
+mid-stream, or lets a peer accept and never answer. Then it retries every unanswered operation to a
 final answer, replays every acknowledged one on each instance, and checks
 the history against the database: at most one payment and one processor
 charge per key, every acknowledged payment stored with the acknowledged

@@ -54,6 +54,7 @@ type harness struct {
 	processor *process
 	instances []*process
 	receiver  *receiver
+	net       *network // the links between the processes, for network faults
 	client    *http.Client
 	history   *History
 	faults    faultCounts
@@ -297,9 +298,9 @@ func (h *harness) progress(start time.Time, stop <-chan struct{}) {
 				acked++
 			}
 		}
-		fmt.Fprintf(h.cfg.Progress, "chaos: %s ops=%d attempts=%d acked=%d events=%d kills=%d pauses=%d db_restarts=%d commit_cuts=%d violations=%d\n",
+		fmt.Fprintf(h.cfg.Progress, "chaos: %s ops=%d attempts=%d acked=%d events=%d kills=%d pauses=%d db_restarts=%d commit_cuts=%d network=%d violations=%d\n",
 			since(start), len(ops), h.history.attempts.Load(), acked, h.receiver.stats().Delivered,
-			h.faults.kills.Load(), h.faults.pauses.Load(), h.faults.dbRestarts.Load(), h.cuts(), h.history.suspect.Load())
+			h.faults.kills.Load(), h.faults.pauses.Load(), h.faults.dbRestarts.Load(), h.cuts(), h.faults.network.Load(), h.history.suspect.Load())
 	}
 }
 

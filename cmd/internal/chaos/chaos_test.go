@@ -88,7 +88,7 @@ func TestSummaryJSONNamesEveryField(t *testing.T) {
 	}
 	for _, f := range []string{"seed", "operations", "attempts", "acknowledged", "lost", "duplicated",
 		"mismatched_replays", "cross_tenant", "stuck_keys", "kills", "pauses", "db_restarts",
-		"commit_cuts", "bank_total_ok", "unexpected_5xx", "events_delivered", "events_missing",
+		"commit_cuts", "clock_skews", "network_faults", "declines", "transfers", "bank_total_ok", "unexpected_5xx", "events_delivered", "events_missing",
 		"events_unknown", "events_invalid_signature", "events_duplicate_ids"} {
 		if _, ok := m[f]; !ok {
 			t.Errorf("the JSON summary has no %q", f)
@@ -137,9 +137,9 @@ func TestRun(t *testing.T) {
 		b, _ := os.ReadFile(sum.ViolationsFile)
 		t.Fatalf("%d violations; history of the offending keys:\n%.8000s", sum.Violations, b)
 	}
-	if sum.Acknowledged == 0 || sum.Kills == 0 || sum.Pauses == 0 || sum.DBRestarts == 0 || sum.CommitCuts == 0 || sum.ClockSkews == 0 {
-		t.Errorf("a run that proves nothing: %d acknowledged, %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts, %d clock skews",
-			sum.Acknowledged, sum.Kills, sum.Pauses, sum.DBRestarts, sum.CommitCuts, sum.ClockSkews)
+	if sum.Acknowledged == 0 || sum.Kills == 0 || sum.Pauses == 0 || sum.DBRestarts == 0 || sum.CommitCuts == 0 || sum.ClockSkews == 0 || sum.NetworkFaults == 0 {
+		t.Errorf("a run that proves nothing: %d acknowledged, %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts, %d clock skews, %d network faults",
+			sum.Acknowledged, sum.Kills, sum.Pauses, sum.DBRestarts, sum.CommitCuts, sum.ClockSkews, sum.NetworkFaults)
 	}
 	if sum.BankTotalOK == nil || !*sum.BankTotalOK || sum.TransfersApplied == 0 || sum.InsufficientFunds == 0 || sum.Declines == 0 {
 		t.Errorf("the ledger and declines prove nothing: bank_total_ok %v, %d transfers applied, %d insufficient funds, %d declines",

@@ -112,7 +112,7 @@ func (c Config) withDefaults() Config {
 	}
 	f := &c.Faults
 	if c.NoFaults {
-		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1, SkewEvery: -1}
+		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1, SkewEvery: -1, NetworkEvery: -1}
 	} else {
 		if f.KillEvery == 0 {
 			f.KillEvery = KillEveryDefault
@@ -128,6 +128,9 @@ func (c Config) withDefaults() Config {
 		}
 		if f.SkewEvery == 0 {
 			f.SkewEvery = SkewEveryDefault
+		}
+		if f.NetworkEvery == 0 {
+			f.NetworkEvery = NetworkEveryDefault
 		}
 	}
 	pf := &c.ProcessorFaults

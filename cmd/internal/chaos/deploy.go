@@ -32,7 +32,7 @@ func (h *harness) deploy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	proxiedURL := ""
+	h.net = newNetwork()
 	if h.cfg.Store == StoreSQLite {
 		fmt.Fprintf(h.cfg.Progress, "chaos: starting processord and paymentsd on SQLite\n")
 		h.dbURL = "sqlite:" + filepath.Join(h.dir, "payments.db")
@@ -44,11 +44,6 @@ func (h *harness) deploy(ctx context.Context) error {
 		if h.dbURL, err = h.cluster.CreateDatabase(ctx, "chaos"); err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
-		proxy, url, err := pgproxy.StartFor(h.dbURL)
-		if err != nil {
-			return fmt.Errorf("chaos: %w", err)
-		}
-		h.proxy, proxiedURL = proxy, url
 	}
 	h.client = &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: h.cfg.Clients * 4,
@@ -70,9 +65,26 @@ func (h *harness) deploy(ctx context.Context) error {
 		return err
 	}
 	for i := range h.cfg.Instances {
+		// Every link of an instance passes a proxy of the network faults.
 		db := h.dbURL
-		if i == 0 && proxiedURL != "" {
-			db = proxiedURL // commit cuts fall between instance 0 and PostgreSQL
+		if h.cfg.Store != StoreSQLite {
+			if db, err = h.net.routeURL(LinkDatabase, i, h.dbURL); err != nil {
+				return err
+			}
+			if i == 0 {
+				// Commit cuts fall between instance 0 and PostgreSQL.
+				if h.proxy, db, err = pgproxy.StartFor(db); err != nil {
+					return fmt.Errorf("chaos: %w", err)
+				}
+			}
+		}
+		processorURL, err := h.net.routeURL(LinkProcessor, i, "http://"+addrs[0])
+		if err != nil {
+			return err
+		}
+		webhookURL, err := h.net.routeURL(LinkWebhook, i, h.receiver.url)
+		if err != nil {
+			return err
 		}
 		clock := filepath.Join(h.dir, fmt.Sprintf("clock-%d", i))
 		if err := writeSkew(clock, 0); err != nil {
@@ -80,7 +92,7 @@ func (h *harness) deploy(ctx context.Context) error {
 		}
 		p := &process{
 			name: fmt.Sprintf("paymentsd-%d", i), path: paymentsd, addr: addrs[i+1],
-			args:      paymentsdArgs(addrs[i+1], db, "http://"+addrs[0], h.cfg.LockTimeout, h.receiver.url, secret),
+			args:      paymentsdArgs(addrs[i+1], db, processorURL, h.cfg.LockTimeout, webhookURL, secret),
 			env:       append(slices.Clone(h.cfg.Env), clockFileEnv+"="+clock),
 			logPath:   filepath.Join(h.dir, fmt.Sprintf("paymentsd-%d.log", i)),
 			clockFile: clock,
@@ -119,6 +131,9 @@ func (h *harness) close() {
 	}
 	if h.proxy != nil {
 		h.proxy.Close()
+	}
+	if h.net != nil {
+		h.net.close()
 	}
 	if h.cluster != nil {
 		h.cluster.Close()

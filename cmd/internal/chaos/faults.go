@@ -35,11 +35,15 @@ const (
 	// from a file): the instance takes over leases that are live on the
 	// others' clocks, and the fences must keep every write single.
 	ClockSkew
+	// Network puts a toxic on one link of one instance for a while: answers
+	// delayed past the timeouts, connections reset mid-stream, or a peer
+	// that accepts and never answers (see Link and Toxic).
+	Network
 	faultKinds
 )
 
 func (k FaultKind) String() string {
-	return [...]string{"kill", "pause", "db-restart", "commit-cut", "clock-skew"}[k]
+	return [...]string{"kill", "pause", "db-restart", "commit-cut", "clock-skew", "network"}[k]
 }
 
 // Faults sets how often each fault falls: the mean time between two
@@ -51,6 +55,7 @@ type Faults struct {
 	DBRestartEvery time.Duration // Defaults to 60s.
 	CutEvery       time.Duration // Defaults to 6s.
 	SkewEvery      time.Duration // Defaults to 15s.
+	NetworkEvery   time.Duration // Defaults to 4s.
 	// DBDown is the longest PostgreSQL stays down; each outage lasts
 	// between a third of it and all of it. Defaults to 3s.
 	DBDown time.Duration
@@ -73,6 +78,7 @@ const (
 	DBRestartEveryDefault = 60 * time.Second
 	CutEveryDefault       = 6 * time.Second
 	SkewEveryDefault      = 15 * time.Second
+	NetworkEveryDefault   = 4 * time.Second
 	DBDownDefault         = 3 * time.Second
 
 	ProcessorFailRateDefault    = 0.02
@@ -81,17 +87,19 @@ const (
 )
 
 func (f Faults) every(k FaultKind) time.Duration {
-	return [...]time.Duration{f.KillEvery, f.PauseEvery, f.DBRestartEvery, f.CutEvery, f.SkewEvery}[k]
+	return [...]time.Duration{f.KillEvery, f.PauseEvery, f.DBRestartEvery, f.CutEvery, f.SkewEvery, f.NetworkEvery}[k]
 }
 
 // Event is one scheduled fault.
 type Event struct {
 	At       time.Duration // since the start of traffic
 	Kind     FaultKind
-	Instance int           // for Kill, Pause and ClockSkew
-	Hold     time.Duration // how long a pause, an outage or a skew lasts
+	Instance int           // for Kill, Pause, ClockSkew and Network
+	Hold     time.Duration // how long a pause, an outage, a skew or a toxic lasts
 	Skew     time.Duration // for ClockSkew: how far ahead the clock runs
 	After    bool          // for CommitCut: after the COMMIT (else before)
+	Link     Link          // for Network: which link
+	Toxic    Toxic         // for Network: what it does to it
 }
 
 // Schedule returns the faults of a run of length d, drawn from seed: the
@@ -134,6 +142,15 @@ func Schedule(seed uint64, d time.Duration, f Faults, instances int, lease time.
 				// Ahead by two to four leases, for two to four seconds.
 				e.Skew = 2*lease + time.Duration(rnd.Int64N(int64(2*lease)+1))
 				e.Hold = 2*time.Second + time.Duration(rnd.Int64N(int64(2*time.Second)+1))
+			case Network:
+				e.Link, e.Toxic = Link(rnd.IntN(int(links))), Toxic(rnd.IntN(int(toxics)))
+				if e.Toxic == ToxicReset {
+					// Resets are short: every connection that carries data
+					// meanwhile dies.
+					e.Hold = 200*time.Millisecond + time.Duration(rnd.Int64N(int64(800*time.Millisecond)+1))
+				} else {
+					e.Hold = time.Second + time.Duration(rnd.Int64N(int64(2*time.Second)+1))
+				}
 			}
 			events = append(events, e)
 		}
@@ -144,7 +161,7 @@ func Schedule(seed uint64, d time.Duration, f Faults, instances int, lease time.
 
 // faultCounts are the faults injected so far.
 type faultCounts struct {
-	kills, pauses, dbRestarts, clockSkews atomic.Int64
+	kills, pauses, dbRestarts, clockSkews, network atomic.Int64
 }
 
 // inject runs the schedule from start until ctx is done, one goroutine per
@@ -243,6 +260,16 @@ func (h *harness) apply(e Event) error {
 		h.faultLog.add(mark)
 		time.Sleep(e.Hold)
 		return writeSkew(p.clockFile, 0)
+	case Network:
+		l := e.Link
+		if !h.net.has(l, e.Instance) {
+			l = LinkProcessor // SQLite: no database link
+		}
+		h.faults.network.Add(1)
+		mark.Hold = e.Hold
+		mark.Link, mark.Toxic = l, e.Toxic
+		h.faultLog.add(mark)
+		return h.net.inject(l, e.Instance, e.Toxic, e.Hold)
 	case CommitCut:
 		if h.proxy.Armed() == 0 {
 			when := pgproxy.Before
