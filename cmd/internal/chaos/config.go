@@ -13,6 +13,12 @@ const (
 	StoreSQLite   = "sqlite"
 )
 
+// The replications a run can give PostgreSQL (Config.Replication).
+const (
+	ReplicationSync  = "sync"
+	ReplicationAsync = "async"
+)
+
 // Config configures a run. The zero value is a valid configuration.
 type Config struct {
 	// Duration is how long traffic and faults last; settling and checking
@@ -23,6 +29,14 @@ type Config struct {
 	// its embedded file; no PostgreSQL restarts nor commit cuts then).
 	// Defaults to StorePostgres.
 	Store string
+	// Replication, on PostgreSQL, gives the primary a streaming standby:
+	// ReplicationSync (every commit waits until the standby flushed it) or
+	// ReplicationAsync; failovers then stop the primary, promote the
+	// standby and move every connection to it. With asynchronous
+	// replication, the acknowledged writes the standby had not received
+	// are lost at a failover: the run counts them. Defaults to none: one
+	// server, no failovers.
+	Replication string
 	// Instances is the number of paymentsd processes. Defaults to
 	// InstancesDefault.
 	Instances int
@@ -112,7 +126,7 @@ func (c Config) withDefaults() Config {
 	}
 	f := &c.Faults
 	if c.NoFaults {
-		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1, SkewEvery: -1, NetworkEvery: -1}
+		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1, SkewEvery: -1, NetworkEvery: -1, FailoverEvery: -1}
 	} else {
 		if f.KillEvery == 0 {
 			f.KillEvery = KillEveryDefault
@@ -132,6 +146,9 @@ func (c Config) withDefaults() Config {
 		if f.NetworkEvery == 0 {
 			f.NetworkEvery = NetworkEveryDefault
 		}
+		if f.FailoverEvery == 0 {
+			f.FailoverEvery = FailoverEveryDefault
+		}
 	}
 	pf := &c.ProcessorFaults
 	for _, r := range []struct {
@@ -144,6 +161,9 @@ func (c Config) withDefaults() Config {
 		case *r.rate == 0:
 			*r.rate = r.def
 		}
+	}
+	if c.Replication == "" {
+		f.FailoverEvery = -1 // no standby to fail over to
 	}
 	if f.DBDown == 0 {
 		f.DBDown = DBDownDefault
@@ -162,6 +182,10 @@ func (c Config) validate() error {
 		return errors.New("chaos: Instances must be 1 to 32")
 	case c.Store != StorePostgres && c.Store != StoreSQLite:
 		return fmt.Errorf("chaos: Store %q: want %q or %q", c.Store, StorePostgres, StoreSQLite)
+	case c.Replication != "" && c.Replication != ReplicationSync && c.Replication != ReplicationAsync:
+		return fmt.Errorf("chaos: Replication %q: want %q, %q or none", c.Replication, ReplicationSync, ReplicationAsync)
+	case c.Replication != "" && c.Store != StorePostgres:
+		return errors.New("chaos: Replication needs the PostgreSQL store")
 	case c.Store == StoreSQLite && c.Instances != 1:
 		return errors.New("chaos: the SQLite store runs one instance: its file belongs to one process")
 	case c.Clients < 1 || c.Clients > 256:

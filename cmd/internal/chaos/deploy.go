@@ -41,8 +41,16 @@ func (h *harness) deploy(ctx context.Context) error {
 		if h.cluster, err = pgcluster.New(ctx); err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
+		if h.cfg.Replication != "" {
+			if err := h.startReplication(ctx); err != nil {
+				return err
+			}
+		}
 		if h.dbURL, err = h.cluster.CreateDatabase(ctx, "chaos"); err != nil {
 			return fmt.Errorf("chaos: %w", err)
+		}
+		if h.dbURL, err = h.net.routePrimary(h.dbURL); err != nil {
+			return err
 		}
 	}
 	h.client = &http.Client{Transport: &http.Transport{
@@ -135,8 +143,10 @@ func (h *harness) close() {
 	if h.net != nil {
 		h.net.close()
 	}
-	if h.cluster != nil {
-		h.cluster.Close()
+	for _, c := range append(h.retired, h.standby, h.cluster) {
+		if c != nil {
+			c.Close()
+		}
 	}
 	if h.client != nil {
 		h.client.CloseIdleConnections()

@@ -39,11 +39,15 @@ const (
 	// delayed past the timeouts, connections reset mid-stream, or a peer
 	// that accepts and never answers (see Link and Toxic).
 	Network
+	// Failover stops the PostgreSQL primary as pg_ctl stop -m immediate
+	// does, promotes its standby, moves every connection to it, and makes
+	// the next standby from it (Config.Replication).
+	Failover
 	faultKinds
 )
 
 func (k FaultKind) String() string {
-	return [...]string{"kill", "pause", "db-restart", "commit-cut", "clock-skew", "network"}[k]
+	return [...]string{"kill", "pause", "db-restart", "commit-cut", "clock-skew", "network", "failover"}[k]
 }
 
 // Faults sets how often each fault falls: the mean time between two
@@ -56,6 +60,8 @@ type Faults struct {
 	CutEvery       time.Duration // Defaults to 6s.
 	SkewEvery      time.Duration // Defaults to 15s.
 	NetworkEvery   time.Duration // Defaults to 4s.
+	// FailoverEvery applies with Config.Replication only. Defaults to 40s.
+	FailoverEvery time.Duration
 	// DBDown is the longest PostgreSQL stays down; each outage lasts
 	// between a third of it and all of it. Defaults to 3s.
 	DBDown time.Duration
@@ -79,6 +85,7 @@ const (
 	CutEveryDefault       = 6 * time.Second
 	SkewEveryDefault      = 15 * time.Second
 	NetworkEveryDefault   = 4 * time.Second
+	FailoverEveryDefault  = 40 * time.Second
 	DBDownDefault         = 3 * time.Second
 
 	ProcessorFailRateDefault    = 0.02
@@ -87,7 +94,7 @@ const (
 )
 
 func (f Faults) every(k FaultKind) time.Duration {
-	return [...]time.Duration{f.KillEvery, f.PauseEvery, f.DBRestartEvery, f.CutEvery, f.SkewEvery, f.NetworkEvery}[k]
+	return [...]time.Duration{f.KillEvery, f.PauseEvery, f.DBRestartEvery, f.CutEvery, f.SkewEvery, f.NetworkEvery, f.FailoverEvery}[k]
 }
 
 // Event is one scheduled fault.
@@ -161,7 +168,7 @@ func Schedule(seed uint64, d time.Duration, f Faults, instances int, lease time.
 
 // faultCounts are the faults injected so far.
 type faultCounts struct {
-	kills, pauses, dbRestarts, clockSkews, network atomic.Int64
+	kills, pauses, dbRestarts, clockSkews, network, failovers atomic.Int64
 }
 
 // inject runs the schedule from start until ctx is done, one goroutine per
@@ -235,7 +242,11 @@ func (h *harness) apply(e Event) error {
 		h.faultLog.add(mark)
 		time.Sleep(e.Hold)
 		resume()
+	case Failover:
+		return h.failover(mark)
 	case DBRestart:
+		h.dbMu.Lock()
+		defer h.dbMu.Unlock()
 		if err := h.cluster.Crash(); err != nil {
 			return fmt.Errorf("chaos: stop PostgreSQL: %w", err)
 		}

@@ -70,6 +70,41 @@ func newNetwork() *network {
 
 func linkName(l Link, instance int) string { return fmt.Sprintf("%s-%d", l, instance) }
 
+// primaryLink names the proxy in front of the PostgreSQL primary: every
+// database link and the harness's own connections pass it, and a failover
+// moves its upstream to the promoted standby. No toxic goes on it.
+const primaryLink = "primary"
+
+// routePrimary starts the primary's proxy in front of rawURL's server and
+// returns rawURL through it.
+func (n *network) routePrimary(rawURL string) (string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", fmt.Errorf("chaos: route the primary: %w", err)
+	}
+	p := toxiproxy.NewProxy(n.srv, primaryLink, "127.0.0.1:0", u.Host)
+	if err := n.srv.Collection.Add(p, true); err != nil {
+		return "", fmt.Errorf("chaos: start the primary's proxy: %w", err)
+	}
+	n.mu.Lock()
+	n.proxies[primaryLink] = p
+	n.mu.Unlock()
+	u.Host = p.Listen
+	return u.String(), nil
+}
+
+// movePrimary points the primary's proxy at upstream, closing every
+// connection to the old one.
+func (n *network) movePrimary(upstream string) error {
+	n.mu.Lock()
+	p := n.proxies[primaryLink]
+	n.mu.Unlock()
+	if err := p.Update(&toxiproxy.Proxy{Listen: p.Listen, Upstream: upstream, Enabled: true}); err != nil {
+		return fmt.Errorf("chaos: move the primary's proxy to %s: %w", upstream, err)
+	}
+	return nil
+}
+
 // route starts the proxy of a link to upstream, a host:port, and returns
 // the address to dial instead.
 func (n *network) route(l Link, instance int, upstream string) (string, error) {

@@ -61,4 +61,19 @@ func TestStandbyFailover(t *testing.T) {
 	if n != 21 {
 		t.Fatalf("the promoted standby holds %d rows, want the 20 committed on the primary and 1 of its own", n)
 	}
+	// The promoted standby gets a standby of its own, and commits wait
+	// for it. (synchronous_standby_names is not inherited: ALTER SYSTEM
+	// wrote it to the primary's configuration after the base backup.)
+	if err := standby.SetSynchronous(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	next, err := standby.NewStandby(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	if err := standby.WaitStandby(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	exec(standby, "INSERT INTO t VALUES (1)")
 }
