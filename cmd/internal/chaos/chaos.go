@@ -46,16 +46,16 @@ const (
 // harness is a running deployment: PostgreSQL, the proxy, processord and
 // the paymentsd instances, with the history of the traffic.
 type harness struct {
-	cfg       Config
-	dir       string
-	cluster   *pgcluster.Cluster // the primary
+	cfg     Config
+	dir     string
+	cluster *pgcluster.Cluster // the primary
 	// standby is the primary's streaming replica (Config.Replication),
 	// nil while a failover makes the next one; retired are the primaries
 	// that failed over, closed with the run. dbMu orders the failovers
 	// and PostgreSQL restarts, which both act on cluster.
-	standby *pgcluster.Cluster
-	retired []*pgcluster.Cluster
-	dbMu    sync.Mutex
+	standby   *pgcluster.Cluster
+	retired   []*pgcluster.Cluster
+	dbMu      sync.Mutex
 	dbURL     string
 	proxy     *pgproxy.Proxy
 	processor *process
