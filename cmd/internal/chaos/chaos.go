@@ -18,6 +18,7 @@ import (
 const (
 	DurationDefault       = 2 * time.Minute
 	InstancesDefault      = 3
+	ProxiesDefault        = 2
 	ClientsDefault        = 16
 	LockTimeoutDefault    = time.Second
 	ProgressEveryDefault  = 5 * time.Second
@@ -62,10 +63,14 @@ type harness struct {
 	instances []*process
 	receiver  *receiver
 	net       *network // the links between the processes, for network faults
-	client    *http.Client
-	history   *History
-	faults    faultCounts
-	keySeq    atomic.Int64
+	// proxies are the idemproxy instances of the proxy workload, in front
+	// of upstream; none on SQLite.
+	proxies  []*process
+	upstream *upstream
+	client   *http.Client
+	history  *History
+	faults   faultCounts
+	keySeq   atomic.Int64
 	// bank is the ledger's accounts, when the traffic has transfers.
 	bank *bank
 	// start is when the traffic started; faultLog the faults applied.
@@ -125,7 +130,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 // verifies and checks.
 func (h *harness) run(ctx context.Context) (*Summary, error) {
 	cfg := h.cfg
-	events := Schedule(cfg.Seed, cfg.Duration, cfg.Faults, cfg.Instances, cfg.LockTimeout)
+	events := Schedule(cfg.Seed, cfg.Duration, cfg.Faults, cfg.Instances+len(h.proxies), cfg.LockTimeout)
 	if usesBank(cfg.Workloads) {
 		if err := h.openBank(ctx); err != nil {
 			return nil, err
@@ -189,7 +194,11 @@ func (h *harness) run(ctx context.Context) (*Summary, error) {
 	}
 	// Leases of holders that died expire; then every operation without a
 	// final answer is retried until it has one.
-	sleepCtx(ctx, cfg.LockTimeout+cfg.LockTimeout/2)
+	wait := cfg.LockTimeout + cfg.LockTimeout/2
+	if len(h.proxies) > 0 {
+		wait = max(wait, proxySettleWait)
+	}
+	sleepCtx(ctx, wait)
 	settle, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()
 	h.settle(settle)
@@ -250,7 +259,7 @@ func (h *harness) verify(ctx context.Context) {
 		if _, final := op.snapshot(); final == nil || !final.ok() || op.ReuseOf != 0 {
 			continue
 		}
-		for i := range h.instances {
+		for i := range h.targets(op) {
 			sem <- struct{}{}
 			wg.Add(1)
 			go func() {

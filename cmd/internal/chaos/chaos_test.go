@@ -151,6 +151,9 @@ func TestRun(t *testing.T) {
 	if sum.EventsMissing != 0 || sum.EventsUnknown != 0 || sum.EventsInvalidSignature != 0 {
 		t.Errorf("events: %d missing, %d unknown, %d invalid signatures", sum.EventsMissing, sum.EventsUnknown, sum.EventsInvalidSignature)
 	}
+	if p := sum.Proxy; sum.ProxyOperations == 0 || p.Acknowledged == 0 || p.Held == 0 {
+		t.Errorf("the proxy workload proves nothing: %d operations, %d acknowledged, %d held", sum.ProxyOperations, p.Acknowledged, p.Held)
+	}
 	if sum.EventsDelivered == 0 || sum.EventsRefused == 0 {
 		t.Errorf("events that prove nothing: %d delivered, %d deliveries refused and retried", sum.EventsDelivered, sum.EventsRefused)
 	}

@@ -40,6 +40,10 @@ type Config struct {
 	// Instances is the number of paymentsd processes. Defaults to
 	// InstancesDefault.
 	Instances int
+	// Proxies is the number of idemproxy processes of the proxy workload,
+	// in front of an upstream of the harness, on the run's PostgreSQL; -1
+	// (or the SQLite store) runs none. Defaults to ProxiesDefault.
+	Proxies int
 	// Clients is the number of concurrent clients. Defaults to
 	// ClientsDefault.
 	Clients int
@@ -119,6 +123,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Store == "" {
 		c.Store = StorePostgres
+	}
+	if c.Proxies == 0 {
+		c.Proxies = ProxiesDefault
+	}
+	if c.Proxies < 0 || c.Store != StorePostgres {
+		c.Proxies = 0
 	}
 	if c.Store == StoreSQLite {
 		// No server to restart, no connection to cut.

@@ -108,6 +108,12 @@ func (h *harness) deploy(ctx context.Context) error {
 		h.instances = append(h.instances, p)
 		p.supervise()
 	}
+	if h.cfg.Store == StorePostgres && h.cfg.Proxies > 0 {
+		fmt.Fprintf(h.cfg.Progress, "chaos: starting the upstream and %d idemproxy instances\n", h.cfg.Proxies)
+		if err := h.deployProxies(ctx, bin); err != nil {
+			return err
+		}
+	}
 	return h.waitReady(ctx)
 }
 
@@ -115,7 +121,7 @@ func (h *harness) deploy(ctx context.Context) error {
 func (h *harness) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	for _, p := range append([]*process{h.processor}, h.instances...) {
+	for _, p := range append(append([]*process{h.processor}, h.instances...), h.proxies...) {
 		if err := p.waitReady(ctx, h.client); err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
@@ -126,7 +132,7 @@ func (h *harness) waitReady(ctx context.Context) error {
 // close stops every process the harness started and removes the cluster.
 func (h *harness) close() {
 	var wg sync.WaitGroup
-	for _, p := range h.instances {
+	for _, p := range append(h.instances, h.proxies...) {
 		wg.Add(1)
 		go func() { defer wg.Done(); p.stop() }()
 	}
@@ -136,6 +142,9 @@ func (h *harness) close() {
 	}
 	if h.receiver != nil {
 		h.receiver.close()
+	}
+	if h.upstream != nil {
+		h.upstream.close()
 	}
 	if h.proxy != nil {
 		h.proxy.Close()

@@ -228,12 +228,12 @@ func (h *harness) apply(e Event) error {
 	mark := faultMark{At: time.Since(h.start), Kind: e.Kind, Instance: e.Instance}
 	switch e.Kind {
 	case Kill:
-		if h.instances[e.Instance].kill() {
+		if h.target(e.Instance).kill() {
 			h.faults.kills.Add(1)
 			h.faultLog.add(mark)
 		}
 	case Pause:
-		resume, ok := h.instances[e.Instance].pause()
+		resume, ok := h.target(e.Instance).pause()
 		if !ok {
 			return nil
 		}
@@ -262,7 +262,7 @@ func (h *harness) apply(e Event) error {
 		}
 		return fmt.Errorf("chaos: start PostgreSQL again: %w", err)
 	case ClockSkew:
-		p := h.instances[e.Instance]
+		p := h.instances[e.Instance%len(h.instances)]
 		if err := writeSkew(p.clockFile, e.Skew); err != nil {
 			return err
 		}
@@ -272,15 +272,16 @@ func (h *harness) apply(e Event) error {
 		time.Sleep(e.Hold)
 		return writeSkew(p.clockFile, 0)
 	case Network:
-		l := e.Link
-		if !h.net.has(l, e.Instance) {
+		l, i := e.Link, e.Instance%len(h.instances)
+		if !h.net.has(l, i) {
 			l = LinkProcessor // SQLite: no database link
 		}
 		h.faults.network.Add(1)
 		mark.Hold = e.Hold
 		mark.Link, mark.Toxic = l, e.Toxic
 		h.faultLog.add(mark)
-		return h.net.inject(l, e.Instance, e.Toxic, e.Hold)
+		mark.Instance = i
+		return h.net.inject(l, i, e.Toxic, e.Hold)
 	case CommitCut:
 		if h.proxy.Armed() == 0 {
 			when := pgproxy.Before
@@ -292,6 +293,15 @@ func (h *harness) apply(e Event) error {
 		}
 	}
 	return nil
+}
+
+// target is the process that a kill or a pause of instance i hits: the
+// paymentsd instances first, then the idemproxy instances.
+func (h *harness) target(i int) *process {
+	if i < len(h.instances) {
+		return h.instances[i]
+	}
+	return h.proxies[i-len(h.instances)]
 }
 
 // writeSkew sets the clock offset that a paymentsd built with the

@@ -93,6 +93,20 @@ func (n *network) routePrimary(rawURL string) (string, error) {
 	return u.String(), nil
 }
 
+// routeURLVia returns rawURL with its host:port replaced by the address
+// of the named proxy, which must exist.
+func (n *network) routeURLVia(name, rawURL string) (string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", fmt.Errorf("chaos: route via %s: %w", name, err)
+	}
+	n.mu.Lock()
+	p := n.proxies[name]
+	n.mu.Unlock()
+	u.Host = p.Listen
+	return u.String(), nil
+}
+
 // movePrimary points the primary's proxy at upstream, closing every
 // connection to the old one.
 func (n *network) movePrimary(upstream string) error {

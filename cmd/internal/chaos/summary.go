@@ -61,6 +61,11 @@ type Summary struct {
 	// declines; each must end as one declined payment, no charge and a
 	// 402 payment-declined replayed byte for byte.
 	Declines int `json:"declines"`
+	// ProxyOperations counts the proxy workload's operations; Proxy has
+	// its figures (acknowledged, held, the upstream's executions, the retry
+	// route's repeated forwards).
+	ProxyOperations int         `json:"proxy_operations"`
+	Proxy           proxyCounts `json:"proxy"`
 
 	Kills      int `json:"kills"`
 	Pauses     int `json:"pauses"`
@@ -107,7 +112,8 @@ func (h *harness) summary(r *Report, took time.Duration) *Summary {
 		Kills: int(h.faults.kills.Load()), Pauses: int(h.faults.pauses.Load()),
 		DBRestarts: int(h.faults.dbRestarts.Load()), CommitCuts: h.cuts(), ClockSkews: int(h.faults.clockSkews.Load()), NetworkFaults: int(h.faults.network.Load()), Replication: h.cfg.Replication, Failovers: int(h.faults.failovers.Load()), ProcessorFaults: h.cfg.ProcessorFaults,
 		Workloads: map[string]int{}, Answers: map[string]int{},
-		Violations: r.violations(),
+		Violations:      r.violations(),
+		ProxyOperations: r.proxy.Operations, Proxy: r.proxy,
 	}
 	for _, op := range h.history.Ops() {
 		if op.Kind == "" && op.ReuseOf == 0 && declined(op.Amount) {
@@ -178,6 +184,11 @@ func (s *Summary) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  bank:       %d transfers, %d applied once, %d insufficient funds (moved nothing); total %s over %d samples and at the end\n",
 			s.Transfers, s.TransfersApplied, s.InsufficientFunds, verdict, s.BankSamples)
+	}
+	if s.ProxyOperations > 0 {
+		p := s.Proxy
+		fmt.Fprintf(w, "  proxy:      %d operations through idemproxy: %d acknowledged, %d held (outcome unknown on the hold route); the upstream executed %d, and the retry route forwarded %d keys again (its upstream honours keys)\n",
+			s.ProxyOperations, p.Acknowledged, p.Held, p.Executions, p.RetryForwards)
 	}
 	if len(s.OffendingKeys) > 0 {
 		fmt.Fprintf(w, "  offending keys: %s\n", strings.Join(s.OffendingKeys, " "))
