@@ -210,6 +210,7 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 		{brk: "skip-fencing", want: func(s *Summary) int { return min(s.Duplicated+s.Lost, s.EventsMissing) }},
 		{brk: "release-after-commit", want: func(s *Summary) int { return s.Duplicated + s.Lost }},
 		{brk: "shared-cache", want: func(s *Summary) int { return s.CrossTenant }},
+		{brk: "forward-held", workload: Proxy{}, want: func(s *Summary) int { return s.Duplicated }},
 		{brk: "unkeyed-debit", workload: Transfer{}, strays: "sum to", want: func(s *Summary) int {
 			if s.BankTotalOK != nil && !*s.BankTotalOK {
 				return 1

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -75,7 +76,7 @@ func (h *harness) targets(op *Op) []*process {
 // in front of it, sharing a key store on the run's PostgreSQL (through
 // the primary's link: restarts and failovers reach them too).
 func (h *harness) deployProxies(ctx context.Context, bin string) error {
-	idemproxy, err := build(ctx, h.cfg.SourceDir, bin, "idemproxy", "")
+	idemproxy, err := build(ctx, h.cfg.SourceDir, bin, "idemproxy", h.cfg.BuildTags)
 	if err != nil {
 		return err
 	}
@@ -107,7 +108,7 @@ func (h *harness) deployProxies(ctx context.Context, bin string) error {
 				"-upstream-timeout", proxyUpstreamTimeout.String(), "-probe-timeout", proxyProbeTimeout.String(),
 				"-lock-timeout", proxyLockTimeout.String(), "-shutdown-timeout", "1s",
 			},
-			env:     []string{"IDEMPROXY_SECRET=" + proxySecret},
+			env:     append(slices.Clone(h.cfg.Env), "IDEMPROXY_SECRET="+proxySecret),
 			logPath: filepath.Join(h.dir, fmt.Sprintf("idemproxy-%d.log", i)),
 		}
 		h.proxies = append(h.proxies, p)
