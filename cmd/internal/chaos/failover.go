@@ -4,14 +4,17 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
+
+	"github.com/idemkit/idem/internal/pgtest/pgcluster"
 )
 
 // startReplication gives the primary its first standby, and with
 // synchronous replication waits until commits wait for it.
 func (h *harness) startReplication(ctx context.Context) error {
-	s, err := h.cluster.NewStandby(ctx)
+	s, err := h.newStandby(ctx)
 	if err != nil {
-		return fmt.Errorf("chaos: start the standby: %w", err)
+		return err
 	}
 	h.standby = s
 	sync := h.cfg.Replication == ReplicationSync
@@ -24,6 +27,34 @@ func (h *harness) startReplication(ctx context.Context) error {
 		return fmt.Errorf("chaos: %w", err)
 	}
 	return nil
+}
+
+// replicationLag delays the WAL stream of an asynchronous standby, as a
+// standby in another zone is: the acknowledged commits of the last lag
+// before a failover have not reached it, and are lost. A synchronous
+// standby streams without it (each commit would wait for it).
+const replicationLag = 50 * time.Millisecond
+
+// replicationPartition is how long a standby is cut off from its primary
+// before the primary dies, at each failover.
+const replicationPartition = time.Second
+
+// newStandby makes a standby of the primary, streaming through a link of
+// its own.
+func (h *harness) newStandby(ctx context.Context) (*pgcluster.Cluster, error) {
+	lag := time.Duration(0)
+	if h.cfg.Replication == ReplicationAsync {
+		lag = replicationLag
+	}
+	via, err := h.net.routeReplication(len(h.retired), "127.0.0.1:"+strconv.Itoa(h.cluster.Port()), lag)
+	if err != nil {
+		return nil, err
+	}
+	s, err := h.cluster.NewStandby(ctx, via)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: make a standby: %w", err)
+	}
+	return s, nil
 }
 
 // failover stops the primary as pg_ctl stop -m immediate does, promotes
@@ -41,6 +72,12 @@ func (h *harness) failover(mark faultMark) error {
 	}
 	ctx := context.Background()
 	old, next := h.cluster, h.standby
+	// The standby is cut off from the primary first, as in the failovers
+	// that lose data: the primary goes on acknowledging commits that only
+	// it has (asynchronous replication), or holds them until the standby
+	// confirms (synchronous), then dies with the partition still on.
+	go h.net.partition(len(h.retired), 2*replicationPartition)
+	time.Sleep(replicationPartition)
 	if err := old.Crash(); err != nil {
 		return fmt.Errorf("chaos: stop the primary: %w", err)
 	}
@@ -62,9 +99,9 @@ func (h *harness) failover(mark faultMark) error {
 	}
 	h.cluster, h.standby = next, nil
 	h.retired = append(h.retired, old)
-	s, err := next.NewStandby(ctx)
+	s, err := h.newStandby(ctx)
 	if err != nil {
-		return fmt.Errorf("chaos: make the next standby: %w", err)
+		return err
 	}
 	h.standby = s
 	if err := next.WaitStandby(ctx, h.cfg.Replication == ReplicationSync); err != nil {

@@ -93,6 +93,46 @@ func (n *network) routePrimary(rawURL string) (string, error) {
 	return u.String(), nil
 }
 
+// routeReplication starts the link by which the n-th standby streams from
+// the primary at upstream, and returns its address. With lag, every
+// answer on it, the WAL stream included, arrives lag late: a standby on
+// another machine. Its proxy is never moved: the next standby gets a link
+// of its own to the new primary.
+func (n *network) routeReplication(i int, upstream string, lag time.Duration) (string, error) {
+	name := fmt.Sprintf("replication-%d", i)
+	p := toxiproxy.NewProxy(n.srv, name, "127.0.0.1:0", upstream)
+	if err := n.srv.Collection.Add(p, true); err != nil {
+		return "", fmt.Errorf("chaos: start the %s link: %w", name, err)
+	}
+	if lag > 0 {
+		spec := fmt.Sprintf(`{"name":"lag","type":"latency","stream":"downstream","toxicity":1,"attributes":{"latency":%d,"jitter":0}}`, lag.Milliseconds())
+		if _, err := p.Toxics.AddToxicJson(strings.NewReader(spec)); err != nil {
+			return "", fmt.Errorf("chaos: delay the %s link: %w", name, err)
+		}
+	}
+	n.mu.Lock()
+	n.proxies[name] = p
+	n.mu.Unlock()
+	return p.Listen, nil
+}
+
+// partition drops everything the primary sends on the n-th replication
+// link for hold, then heals it: a standby cut off from its primary.
+func (n *network) partition(i int, hold time.Duration) error {
+	n.mu.Lock()
+	p := n.proxies[fmt.Sprintf("replication-%d", i)]
+	n.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	spec := `{"name":"partition","type":"timeout","stream":"downstream","toxicity":1,"attributes":{"timeout":0}}`
+	if _, err := p.Toxics.AddToxicJson(strings.NewReader(spec)); err != nil {
+		return fmt.Errorf("chaos: partition the standby: %w", err)
+	}
+	time.Sleep(hold)
+	return p.Toxics.RemoveToxic(context.Background(), "partition")
+}
+
 // routeURLVia returns rawURL with its host:port replaced by the address
 // of the named proxy, which must exist.
 func (n *network) routeURLVia(name, rawURL string) (string, error) {

@@ -32,7 +32,7 @@ func errNoCluster() error {
 	return &UnavailableError{Reasons: []string{"a throwaway cluster needs Linux, and this is " + runtime.GOOS}}
 }
 
-func (c *Cluster) NewStandby(context.Context) (*Cluster, error) { return nil, errNoCluster() }
-func (c *Cluster) Promote(context.Context) error                { return errNoCluster() }
-func (c *Cluster) SetSynchronous(context.Context, bool) error   { return errNoCluster() }
-func (c *Cluster) WaitStandby(context.Context, bool) error      { return errNoCluster() }
+func (c *Cluster) NewStandby(context.Context, string) (*Cluster, error) { return nil, errNoCluster() }
+func (c *Cluster) Promote(context.Context) error                        { return errNoCluster() }
+func (c *Cluster) SetSynchronous(context.Context, bool) error           { return errNoCluster() }
+func (c *Cluster) WaitStandby(context.Context, bool) error              { return errNoCluster() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -19,10 +20,17 @@ const standbyTimeout = 2 * time.Minute
 
 // NewStandby makes a streaming replica of c in a new temporary directory:
 // a base backup of c's data (pg_basebackup -R, which writes the standby's
-// primary_conninfo), started on a port of its own. It is a Cluster like
-// any other, closed by its own Close; Promote makes it a primary. c must
-// be running.
-func (c *Cluster) NewStandby(ctx context.Context) (_ *Cluster, err error) {
+// primary_conninfo), started on a port of its own. via is the host:port
+// at which the standby reaches c, such as a proxy that delays the stream;
+// "" is c's own address. It is a Cluster like any other, closed by its
+// own Close; Promote makes it a primary. c must be running.
+func (c *Cluster) NewStandby(ctx context.Context, via string) (_ *Cluster, err error) {
+	host, port := "127.0.0.1", strconv.Itoa(c.port)
+	if via != "" {
+		if host, port, err = net.SplitHostPort(via); err != nil {
+			return nil, fmt.Errorf("pgcluster: standby via %q: %w", via, err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, standbyTimeout)
 	defer cancel()
 	base, err := tempBase(c.cred)
@@ -51,7 +59,7 @@ func (c *Cluster) NewStandby(ctx context.Context) (_ *Cluster, err error) {
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, "pg_basebackup"),
-		"-D", s.dataDir, "-h", "127.0.0.1", "-p", strconv.Itoa(c.port), "-U", "postgres",
+		"-D", s.dataDir, "-h", host, "-p", port, "-U", "postgres",
 		"-R", "-X", "stream", "--checkpoint=fast", "--no-sync")
 	cmd.Dir = s.dir
 	cmd.Env = serverEnv()

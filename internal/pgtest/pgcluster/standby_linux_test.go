@@ -21,7 +21,7 @@ func TestStandbyFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer primary.Close()
-	standby, err := primary.NewStandby(ctx)
+	standby, err := primary.NewStandby(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestStandbyFailover(t *testing.T) {
 	if err := standby.SetSynchronous(ctx, true); err != nil {
 		t.Fatal(err)
 	}
-	next, err := standby.NewStandby(ctx)
+	next, err := standby.NewStandby(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
