@@ -36,3 +36,7 @@ func (c *Cluster) NewStandby(context.Context, string) (*Cluster, error) { return
 func (c *Cluster) Promote(context.Context) error                        { return errNoCluster() }
 func (c *Cluster) SetSynchronous(context.Context, bool) error           { return errNoCluster() }
 func (c *Cluster) WaitStandby(context.Context, bool) error              { return errNoCluster() }
+func (c *Cluster) LimitWAL(context.Context, int64) error                { return errNoCluster() }
+func (c *Cluster) FillWAL() error                                       { return errNoCluster() }
+func (c *Cluster) FreeWAL() error                                       { return nil }
+func (c *Cluster) Running() bool                                        { return false }
