@@ -136,7 +136,7 @@ func (c Config) withDefaults() Config {
 	}
 	f := &c.Faults
 	if c.NoFaults {
-		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1, SkewEvery: -1, NetworkEvery: -1, FailoverEvery: -1}
+		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1, SkewEvery: -1, NetworkEvery: -1, FailoverEvery: -1, DiskFullEvery: -1}
 	} else {
 		if f.KillEvery == 0 {
 			f.KillEvery = KillEveryDefault
@@ -159,6 +159,9 @@ func (c Config) withDefaults() Config {
 		if f.FailoverEvery == 0 {
 			f.FailoverEvery = FailoverEveryDefault
 		}
+		if f.DiskFullEvery == 0 {
+			f.DiskFullEvery = DiskFullEveryDefault
+		}
 	}
 	pf := &c.ProcessorFaults
 	for _, r := range []struct {
@@ -174,6 +177,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Replication == "" {
 		f.FailoverEvery = -1 // no standby to fail over to
+	}
+	if c.Store != StorePostgres {
+		f.DiskFullEvery = -1
 	}
 	if f.DBDown == 0 {
 		f.DBDown = DBDownDefault

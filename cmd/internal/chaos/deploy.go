@@ -41,6 +41,7 @@ func (h *harness) deploy(ctx context.Context) error {
 		if h.cluster, err = pgcluster.New(ctx); err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
+		h.limitWAL(ctx)
 		if h.cfg.Replication != "" {
 			if err := h.startReplication(ctx); err != nil {
 				return err

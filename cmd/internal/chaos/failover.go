@@ -35,6 +35,50 @@ func (h *harness) startReplication(ctx context.Context) error {
 // standby streams without it (each commit would wait for it).
 const replicationLag = 50 * time.Millisecond
 
+// walSize is the tmpfs that holds PostgreSQL's WAL for the full-disk
+// faults.
+const walSize = 192 << 20
+
+// limitWAL puts the primary's WAL on a file system of its own for the
+// full-disk faults, or turns them off when that cannot be done here (it
+// needs root).
+func (h *harness) limitWAL(ctx context.Context) {
+	if h.cfg.Faults.DiskFullEvery < 0 {
+		return
+	}
+	if err := h.cluster.LimitWAL(ctx, walSize); err != nil {
+		fmt.Fprintf(h.cfg.Progress, "chaos: no full-disk faults: %v\n", err)
+		h.cfg.Faults.DiskFullEvery = -1
+	}
+}
+
+// fillDisk fills the WAL's file system for hold, then frees it and starts
+// PostgreSQL again if it stopped.
+func (h *harness) fillDisk(mark faultMark, hold time.Duration) error {
+	h.dbMu.Lock()
+	defer h.dbMu.Unlock()
+	if err := h.cluster.FillWAL(); err != nil {
+		return fmt.Errorf("chaos: fill the disk: %w", err)
+	}
+	h.faults.diskFull.Add(1)
+	mark.Hold = hold
+	h.faultLog.add(mark)
+	time.Sleep(hold)
+	if err := h.cluster.FreeWAL(); err != nil {
+		return fmt.Errorf("chaos: free the disk: %w", err)
+	}
+	if h.cluster.Running() {
+		return nil
+	}
+	var err error
+	for range 3 {
+		if err = h.cluster.Start(context.Background()); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("chaos: start PostgreSQL after the full disk: %w", err)
+}
+
 // replicationPartition is how long a standby is cut off from its primary
 // before the primary dies, at each failover.
 const replicationPartition = time.Second
@@ -53,6 +97,13 @@ func (h *harness) newStandby(ctx context.Context) (*pgcluster.Cluster, error) {
 	s, err := h.cluster.NewStandby(ctx, via)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: make a standby: %w", err)
+	}
+	if h.cfg.Faults.DiskFullEvery > 0 {
+		// The next primary's disk fills too.
+		if err := s.LimitWAL(ctx, walSize); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("chaos: %w", err)
+		}
 	}
 	return s, nil
 }

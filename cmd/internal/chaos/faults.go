@@ -43,11 +43,15 @@ const (
 	// does, promotes its standby, moves every connection to it, and makes
 	// the next standby from it (Config.Replication).
 	Failover
+	// DiskFull fills the file system of PostgreSQL's WAL (a tmpfs) for a
+	// while: writes fail, the server may stop with a PANIC, and once the
+	// space is back it runs again (restarted if it stopped).
+	DiskFull
 	faultKinds
 )
 
 func (k FaultKind) String() string {
-	return [...]string{"kill", "pause", "db-restart", "commit-cut", "clock-skew", "network", "failover"}[k]
+	return [...]string{"kill", "pause", "db-restart", "commit-cut", "clock-skew", "network", "failover", "disk-full"}[k]
 }
 
 // Faults sets how often each fault falls: the mean time between two
@@ -62,6 +66,9 @@ type Faults struct {
 	NetworkEvery   time.Duration // Defaults to 4s.
 	// FailoverEvery applies with Config.Replication only. Defaults to 40s.
 	FailoverEvery time.Duration
+	// DiskFullEvery applies on PostgreSQL, when the harness runs as root
+	// (it mounts a tmpfs for each server's WAL). Defaults to 45s.
+	DiskFullEvery time.Duration
 	// DBDown is the longest PostgreSQL stays down; each outage lasts
 	// between a third of it and all of it. Defaults to 3s.
 	DBDown time.Duration
@@ -86,6 +93,7 @@ const (
 	SkewEveryDefault      = 15 * time.Second
 	NetworkEveryDefault   = 4 * time.Second
 	FailoverEveryDefault  = 40 * time.Second
+	DiskFullEveryDefault  = 45 * time.Second
 	DBDownDefault         = 3 * time.Second
 
 	ProcessorFailRateDefault    = 0.02
@@ -94,7 +102,7 @@ const (
 )
 
 func (f Faults) every(k FaultKind) time.Duration {
-	return [...]time.Duration{f.KillEvery, f.PauseEvery, f.DBRestartEvery, f.CutEvery, f.SkewEvery, f.NetworkEvery, f.FailoverEvery}[k]
+	return [...]time.Duration{f.KillEvery, f.PauseEvery, f.DBRestartEvery, f.CutEvery, f.SkewEvery, f.NetworkEvery, f.FailoverEvery, f.DiskFullEvery}[k]
 }
 
 // Event is one scheduled fault.
@@ -141,6 +149,8 @@ func Schedule(seed uint64, d time.Duration, f Faults, instances int, lease time.
 				} else {
 					e.Hold = attemptTimeout + lease + time.Duration(rnd.Int64N(int64(lease)+1))
 				}
+			case DiskFull:
+				e.Hold = 2*time.Second + time.Duration(rnd.Int64N(int64(2*time.Second)+1))
 			case DBRestart:
 				e.Hold = f.DBDown/3 + time.Duration(rnd.Int64N(int64(f.DBDown-f.DBDown/3)+1))
 			case CommitCut:
@@ -168,7 +178,7 @@ func Schedule(seed uint64, d time.Duration, f Faults, instances int, lease time.
 
 // faultCounts are the faults injected so far.
 type faultCounts struct {
-	kills, pauses, dbRestarts, clockSkews, network, failovers atomic.Int64
+	kills, pauses, dbRestarts, clockSkews, network, failovers, diskFull atomic.Int64
 }
 
 // inject runs the schedule from start until ctx is done, one goroutine per
@@ -244,6 +254,8 @@ func (h *harness) apply(e Event) error {
 		resume()
 	case Failover:
 		return h.failover(mark)
+	case DiskFull:
+		return h.fillDisk(mark, e.Hold)
 	case DBRestart:
 		h.dbMu.Lock()
 		defer h.dbMu.Unlock()

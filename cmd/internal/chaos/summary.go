@@ -81,6 +81,8 @@ type Summary struct {
 	// Failovers counts the primaries stopped and replaced by their standby.
 	Replication string `json:"replication,omitempty"`
 	Failovers   int    `json:"failovers"`
+	// DiskFull counts the periods PostgreSQL's WAL had no space left.
+	DiskFull int `json:"disk_full"`
 	// ProcessorFaults are the rates at which processord failed charges,
 	// lost answers and answered late; it does not count them.
 	ProcessorFaults ProcessorFaults `json:"processor_faults"`
@@ -110,7 +112,7 @@ func (h *harness) summary(r *Report, took time.Duration) *Summary {
 		EventsDelivered: r.events.Delivered, EventsMissing: r.counts[vEventMissing], EventsUnknown: r.counts[vEventUnknown],
 		EventsInvalidSignature: r.counts[vEventInvalid], EventsDuplicateIDs: r.events.Duplicate, EventsRefused: r.events.Refused,
 		Kills: int(h.faults.kills.Load()), Pauses: int(h.faults.pauses.Load()),
-		DBRestarts: int(h.faults.dbRestarts.Load()), CommitCuts: h.cuts(), ClockSkews: int(h.faults.clockSkews.Load()), NetworkFaults: int(h.faults.network.Load()), Replication: h.cfg.Replication, Failovers: int(h.faults.failovers.Load()), ProcessorFaults: h.cfg.ProcessorFaults,
+		DBRestarts: int(h.faults.dbRestarts.Load()), CommitCuts: h.cuts(), ClockSkews: int(h.faults.clockSkews.Load()), NetworkFaults: int(h.faults.network.Load()), Replication: h.cfg.Replication, Failovers: int(h.faults.failovers.Load()), DiskFull: int(h.faults.diskFull.Load()), ProcessorFaults: h.cfg.ProcessorFaults,
 		Workloads: map[string]int{}, Answers: map[string]int{},
 		Violations:      r.violations(),
 		ProxyOperations: r.proxy.Operations, Proxy: r.proxy,
@@ -167,8 +169,8 @@ func (s *Summary) WriteText(w io.Writer) {
 		s.Seed, s.Instances, s.Clients, time.Duration(s.Seconds*float64(time.Second)), verdict)
 	fmt.Fprintf(w, "  traffic:    %d operations (%s), %d attempts, %d acknowledged, %d declined payments\n",
 		s.Operations, counts(s.Workloads), s.Attempts, s.Acknowledged, s.Declines)
-	fmt.Fprintf(w, "  faults:     %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts, %d clock skews, %d network faults, %d failovers\n",
-		s.Kills, s.Pauses, s.DBRestarts, s.CommitCuts, s.ClockSkews, s.NetworkFaults, s.Failovers)
+	fmt.Fprintf(w, "  faults:     %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts, %d clock skews, %d network faults, %d failovers, %d full disks\n",
+		s.Kills, s.Pauses, s.DBRestarts, s.CommitCuts, s.ClockSkews, s.NetworkFaults, s.Failovers, s.DiskFull)
 	pf := s.ProcessorFaults
 	fmt.Fprintf(w, "              processord fails %g%%, loses the answer to %g%% and answers %g%% late, of charges\n",
 		100*pf.FailRate, 100*pf.LoseRate, 100*pf.TimeoutRate)
