@@ -65,7 +65,7 @@ func Example_stripe() {
 	}
 	deliver(body)
 	deliver(strings.Replace(body, `"pending_webhooks":1`, `"pending_webhooks":2`, 1)) // a redelivery
-	deliver(strings.Replace(body, "pi_1", "pi_2", 1))                                  // forged: the signature is valid, the secret leaked
+	deliver(strings.Replace(body, "pi_1", "pi_2", 1))                                 // forged: the signature is valid, the secret leaked
 	// Output:
 	// handling payment_intent.succeeded of pi_1
 	// 200 replayed: false

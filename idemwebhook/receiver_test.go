@@ -226,7 +226,9 @@ func TestReceiverRefusesBeforeAnyEffect(t *testing.T) {
 		status int
 		code   idem.ProblemCode
 	}{
-		{"Tampered", tamper(func(r *http.Request) { r.Body = io.NopCloser(strings.NewReader(strings.Replace(paymentEvent, "4200", "4201", 1))) }), 401, idemwebhook.ProblemSignature},
+		{"Tampered", tamper(func(r *http.Request) {
+			r.Body = io.NopCloser(strings.NewReader(strings.Replace(paymentEvent, "4200", "4201", 1)))
+		}), 401, idemwebhook.ProblemSignature},
 		{"Old", tamper(func(r *http.Request) {
 			old := time.Now().Add(-6 * time.Minute)
 			r.Header.Set(idemoutbox.HeaderTimestamp, strconv.FormatInt(old.Unix(), 10))
@@ -234,7 +236,9 @@ func TestReceiverRefusesBeforeAnyEffect(t *testing.T) {
 		}), 401, idemwebhook.ProblemTimestamp},
 		{"NoSignature", tamper(func(r *http.Request) { r.Header.Del(idemoutbox.HeaderSignature) }), 400, idemwebhook.ProblemMalformed},
 		{"Get", tamper(func(r *http.Request) { r.Method = http.MethodGet }), 405, idemwebhook.ProblemMethod},
-		{"TooLarge", tamper(func(r *http.Request) { r.Body = io.NopCloser(strings.NewReader(strings.Repeat(" ", idem.MaxBodyBytesDefault+1))) }), 413, idem.ProblemBodyTooLarge},
+		{"TooLarge", tamper(func(r *http.Request) {
+			r.Body = io.NopCloser(strings.NewReader(strings.Repeat(" ", idem.MaxBodyBytesDefault+1)))
+		}), 413, idem.ProblemBodyTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
