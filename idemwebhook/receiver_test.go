@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -289,5 +290,45 @@ func TestNewestNeedsAnEvent(t *testing.T) {
 	ctx = idemwebhook.ContextWithEvent(ctx, idemwebhook.Event{ID: "evt_1", Time: time.Now()})
 	if _, err := idemwebhook.Newest(ctx, nil, ""); err != idemwebhook.ErrNoObject {
 		t.Errorf("without an object: %v", err)
+	}
+}
+
+// TestReceiverTakesOutboxDeliveries: what idemoutbox's Webhook delivers,
+// as paymentsd's relay sends its events, is received once; its event's
+// time and object come from the outbox's body.
+func TestReceiverTakesOutboxDeliveries(t *testing.T) {
+	t.Parallel()
+	var got []idemwebhook.Event
+	var mu sync.Mutex
+	rg := setup(t, func(w http.ResponseWriter, r *http.Request) {
+		ev, _ := idemwebhook.EventFromContext(r.Context())
+		mu.Lock()
+		got = append(got, ev)
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	srv := httptest.NewServer(rg.h)
+	defer srv.Close()
+	wh, err := idemoutbox.NewWebhook(&idemoutbox.WebhookConfig{URL: srv.URL, Secret: rg.secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Date(2026, 3, 1, 10, 0, 0, 123456000, time.UTC)
+	e := idemoutbox.Event{ID: "evt_out_1", Type: "payment.succeeded", Payload: []byte(`{"id":"pay_7","status":"succeeded"}`), CreatedAt: created}
+	for range 3 { // the relay's at-least-once
+		if err := wh.Deliver(t.Context(), e); err != nil {
+			t.Fatalf("Deliver: %v", err)
+		}
+	}
+	if len(got) != 1 || got[0].ID != e.ID || got[0].Type != e.Type || got[0].Object != "pay_7" || !got[0].Time.Equal(created) || got[0].Endpoint != "processor" {
+		t.Fatalf("handler saw %+v, want one run of %s", got, e.ID)
+	}
+	other, err := idemoutbox.NewWebhook(&idemoutbox.WebhookConfig{URL: srv.URL, Secret: idemoutbox.NewSecret()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var se *idemoutbox.StatusError
+	if err := other.Deliver(t.Context(), e); !errors.As(err, &se) || se.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a delivery signed with another secret: %v, want 401", err)
 	}
 }
