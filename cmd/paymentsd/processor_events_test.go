@@ -7,8 +7,10 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/idemsqlite"
@@ -90,5 +92,21 @@ func TestProcessorEventsRecordEveryChargeOnce(t *testing.T) {
 	}
 	if n := countRows(t, payDB, `SELECT count(*) FROM processor_charges`); n != payments {
 		t.Errorf("%d charges recorded by paymentsd, want %d", n, payments)
+	}
+}
+
+// TestProcessorEventsRefuseABadSecret: a secret that is not whsec_ and
+// base64 stops paymentsd at start, without repeating it.
+func TestProcessorEventsRefuseABadSecret(t *testing.T) {
+	t.Parallel()
+	db := "sqlite:" + filepath.Join(t.TempDir(), "pay.db")
+	p := runInProcess(t, "-addr", "127.0.0.1:0", "-admin-addr", "off", "-db", db, "-processor-webhook-secret", "whsec_SECRETVALUE!")
+	select {
+	case err := <-p.done:
+		if err == nil || !strings.Contains(err.Error(), "-processor-webhook-secret") || strings.Contains(err.Error(), "SECRETVALUE") {
+			t.Fatalf("Run = %v, want a refusal of -processor-webhook-secret that does not repeat it", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not refuse the secret within 30 s")
 	}
 }
