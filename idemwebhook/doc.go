@@ -34,7 +34,7 @@
 //     of the processed event and its answer commit together. Its answer is
 //     the delivery's.
 //   - An event already processed: the handler's first answer, replayed
-//     (with Idempotency-Replayed: true), without running the handler.
+//     (with Idempotent-Replayed: true), without running the handler.
 //   - An event whose first delivery is still being handled, here or in
 //     another instance on the same store: 409 with Retry-After, the
 //     middleware's idempotency-key-in-flight, without running the handler.
@@ -53,6 +53,13 @@
 //     for each delivery, is left out of the comparison.
 //   - The store failing: 503 with Retry-After, saying whether the event was
 //     processed, as the middleware answers any request.
+//
+// "Without running the handler" means without any of its effects: in
+// idem.ModeAtomic on idempg, whose claim is deferred to the handler's first
+// statement, the code of a handler before that statement may start for a
+// delivery that is then answered from the event's key, and its answer is
+// discarded. Do nothing outside the transaction before the first
+// statement; [Newest] is a good one.
 //
 // The handler reads the delivery's [Event] (id, type, time, object) with
 // [EventFromContext].
