@@ -16,8 +16,11 @@
 // Every request needs a bearer token of -tokens. GET /v1/charges lists the
 // client's charges, newest first, with their idempotency keys and outcomes
 // (?limit=, ?cursor=, ?idempotency_key=K); GET /v1/charges/count?key=K
-// counts them. Run with -h for every flag; each has an environment
-// variable twin.
+// counts them. With -webhook-url and -webhook-secret, every charge also
+// sends a signed Standard Webhook (charge.succeeded, charge.declined),
+// written in the charge's transaction and relayed at least once, which
+// paymentsd -processor-webhook-secret receives. Run with -h for every flag;
+// each has an environment variable twin.
 package main
 
 import (
