@@ -43,7 +43,8 @@ type Config struct {
 	// handler's writes and the record of the processed event commit
 	// together. Its Outcome defaults to idem.DefaultOutcomePolicy, which
 	// releases the event id when the handler answers 5xx, so that the
-	// provider's retry runs the handler again; its MaxBodyBytes bounds
+	// provider's retry runs the handler again; a policy that stores 500
+	// is refused. Its MaxBodyBytes bounds
 	// the body read for verification too. Nil means the defaults.
 	Idem *idem.Config
 
@@ -91,6 +92,11 @@ func New(store idemstore.Store, cfg *Config) (*Receiver, error) {
 	}
 	if ic.ClientID != nil || ic.Require != nil {
 		return nil, errors.New("idemwebhook: Config.Idem.ClientID and Config.Idem.Require are set by the receiver; leave them nil")
+	}
+	if ic.Outcome != nil && ic.Outcome(http.StatusInternalServerError) == idem.OutcomeStore {
+		// A provider's retry of an event whose handler failed would get
+		// the stored failure, and the event would never run.
+		return nil, errors.New("idemwebhook: Config.Idem.Outcome stores 500 answers; a failed event must release its id so that the provider's retry runs it")
 	}
 	clientID := ClientIDPrefix + cfg.Endpoint
 	ic.ClientID = func(*http.Request) (string, bool) { return clientID, true }

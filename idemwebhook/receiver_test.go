@@ -270,6 +270,7 @@ func TestNewRefusesConfig(t *testing.T) {
 		{Endpoint: "bad\nendpoint", Verifier: v},
 		{Endpoint: "x", Verifier: v, Idem: &idem.Config{ClientID: func(*http.Request) (string, bool) { return "a", true }}},
 		{Endpoint: "x", Verifier: v, Idem: &idem.Config{Retention: time.Second}},
+		{Endpoint: "x", Verifier: v, Idem: &idem.Config{Outcome: idem.StoreServerErrorsPolicy}},
 	} {
 		if _, err := idemwebhook.New(store, cfg); err == nil {
 			t.Errorf("New(%+v) succeeded", cfg)

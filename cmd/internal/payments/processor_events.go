@@ -114,7 +114,8 @@ func handleChargeEvent(w http.ResponseWriter, r *http.Request, rec chargeRecorde
 		Data ProcessorCharge `json:"data"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Data.ID == "" || ev.Object != body.Data.ID {
-		// Stored and replayed: the same event is refused the same way.
+		// 400 releases the event id; every delivery of the event is
+		// refused the same way, until the processor gives up on it.
 		problem(w, ProblemInvalidParameter, "The event is not a charge event of the processor: its data has no charge id.")
 		return
 	}
