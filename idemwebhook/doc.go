@@ -49,8 +49,8 @@
 //   - The same event id with a different payload (a provider's bug, or an
 //     attack with a leaked secret): 422 idempotency-key-reused, which names
 //     the differing top-level fields, logged at Warn with them; the handler
-//     does not run. For Stripe, pending_webhooks, which Stripe counts anew
-//     for each delivery, is left out of the comparison.
+//     does not run. For Stripe, pending_webhooks, a count that may change
+//     between deliveries of one event, is left out of the comparison.
 //   - The store failing: 503 with Retry-After, saying whether the event was
 //     processed, as the middleware answers any request.
 //

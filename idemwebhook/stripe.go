@@ -55,9 +55,9 @@ func NewStripe(secrets []string, opts *VerifierOpts) (*Stripe, error) {
 	return v, nil
 }
 
-// excludeFields are left out of the fingerprint of a Stripe event: Stripe
-// counts pending_webhooks afresh for each delivery, so it may differ
-// between deliveries of one event.
+// excludeFields are left out of the fingerprint of a Stripe event:
+// pending_webhooks counts the endpoints that have yet to take the event, a
+// number that may change between deliveries of one event.
 func (v *Stripe) excludeFields() []string { return []string{"/pending_webhooks"} }
 
 // Verify implements [Verifier]. The timestamp is checked both ways: a t
