@@ -61,18 +61,21 @@ func New(cfg *Config) (*Tracer, error) {
 
 // Start implements [idem.Tracer].
 func (t *Tracer) Start(ctx context.Context, s idem.SpanStart) (context.Context, idem.Span) {
-	attrs := make([]attribute.KeyValue, 0, 6)
-	if s.Method != "" {
-		attrs = append(attrs, AttrOperation.String(s.Method+" "+s.Path))
-	}
-	if s.Route != "" {
-		attrs = append(attrs, AttrRoute.String(s.Route))
-	}
-	if s.Step != idem.StepPurge {
+	var buf [6]attribute.KeyValue
+	attrs := buf[:0]
+	if s.Step == idem.StepRequest || s.Step == idem.StepResume {
+		// What the request or the operation is; its steps, the spans
+		// under the request's, inherit it.
+		if s.Method != "" {
+			attrs = append(attrs, AttrOperation.String(s.Method+" "+s.Path))
+		}
+		if s.Route != "" {
+			attrs = append(attrs, AttrRoute.String(s.Route))
+		}
 		attrs = append(attrs, AttrMode.String(s.Mode.String()))
-	}
-	if s.KeyDigest != "" {
-		attrs = append(attrs, AttrKeyDigest.String(s.KeyDigest))
+		if s.KeyDigest != "" {
+			attrs = append(attrs, AttrKeyDigest.String(s.KeyDigest))
+		}
 	}
 	if s.Step == idem.StepRun || s.Step == idem.StepResume || s.Attempt > 0 {
 		attrs = append(attrs, AttrAttempt.Int(s.Attempt))
