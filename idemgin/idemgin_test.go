@@ -148,7 +148,7 @@ func TestCheck(t *testing.T) {
 	}
 	t.Run("without-idem", func(t *testing.T) {
 		report := runCheck(t, newService(t, false, idem.ModeAtomic))
-		for _, name := range []string{check.MissingKey, check.MalformedKey, check.LongKey, check.Replay, check.Mismatch, check.Concurrency} {
+		for _, name := range []string{check.MissingKey, check.MalformedKey, check.LongKey, check.Replay, check.Mismatch, check.Concurrency, check.ClientScope} {
 			if r, _ := report.Result(name); r.Outcome != check.Fail {
 				t.Errorf("%s: %s %s; want fail", name, r.Outcome, r.Summary)
 			}
