@@ -195,6 +195,9 @@ func checkNewKeyReplayMismatch(t *testing.T, be backend, mode idem.Mode) {
 		t.Errorf("the replay ran the handler:\n%s", spanTree(second))
 	}
 	checkNoSecrets(t, second)
+	if *svgOut != "" && mode == idem.ModeAtomic && be.name == "PostgreSQL" {
+		writePicture(t, *svgOut, []string{"POST /v1/payments, a new key", "the same request again: the replay"}, []tracetest.SpanStubs{first, second})
+	}
 
 	// A 422: linked to the first request; no trace id header.
 	w = post(h, rawKey, `{"amount":9900,"currency":"eur"}`)

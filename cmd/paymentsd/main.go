@@ -96,6 +96,7 @@ type options struct {
 
 	// Operations.
 	logFormat string
+	otel      string // the OTLP/HTTP collector; "" traces nothing
 	// Webhook delivery of the outbox's events.
 	webhookURL     string
 	webhookSecret  string
@@ -133,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.webhookTries, "webhook-max-attempts", env.Int("PAYMENTSD_WEBHOOK_MAX_ATTEMPTS", idemoutbox.MaxAttemptsDefault), "delivery attempts before an event is parked as dead (env PAYMENTSD_WEBHOOK_MAX_ATTEMPTS)")
 	// The purge service.
 	purgeFlags(fs, env, o)
+	otelFlags(fs, env, o)
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
@@ -227,6 +229,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	ic := o.idem
 	ic.Logger, ic.Metrics, ic.Now = logger, metrics, clockNow
+	if o.otel != "" {
+		tracer, stopTracing, err := startTracing(ctx, o.otel, logger)
+		if err != nil {
+			return err
+		}
+		defer stopTracing() // after the service, the resumer and the purge stopped
+		ic.Tracer = tracer
+	}
 	svc, err := payments.NewService(payments.Config{
 		Repo: repo, Store: store, Tokens: tokens, Processor: proc, Logger: logger, Outbox: db.Outbox(), Ledger: ledger, BeforePhase: beforePhase,
 		Idem: ic,
@@ -239,7 +249,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           idemlog.New(&idemlog.Config{Logger: logger})(svc.Handler()),
+		Handler:           idemlog.New(&idemlog.Config{Logger: logger})(traced(o.otel != "", svc.Handler())),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
