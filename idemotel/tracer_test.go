@@ -327,3 +327,25 @@ func TestPurgeSpan(t *testing.T) {
 		t.Errorf("purge span attributes = %v, want idem.purged_keys=2", s.Attributes)
 	}
 }
+
+// TestOriginalTraceHeaderOffByDefault checks that a replay carries no
+// trace id unless the Config asks for it.
+func TestOriginalTraceHeaderOffByDefault(t *testing.T) {
+	rec := newRecorder(t)
+	mw, err := idem.New(backends()[1].open(t), &idem.Config{
+		ClientID: func(*http.Request) (string, bool) { return "alice", true },
+		Logger:   quiet, Tracer: rec.tracer(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	post(h, rawKey, payment)
+	w := post(h, rawKey, payment)
+	if w.Header().Get(idem.HeaderReplayed) != "true" || w.Header().Get(idem.HeaderOriginalTrace) != "" {
+		t.Errorf("replay: replayed %q, %s %q; want a replay without the trace id", w.Header().Get(idem.HeaderReplayed), idem.HeaderOriginalTrace, w.Header().Get(idem.HeaderOriginalTrace))
+	}
+	if replay := one(t, rec.take(), string(idem.StepReplay)); len(replay.Links) != 1 {
+		t.Errorf("replay span has %d links; want its link all the same", len(replay.Links))
+	}
+}
