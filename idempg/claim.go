@@ -159,13 +159,22 @@ func claimStatement(b *pgx.Batch, p idemstore.ClaimParams, seen *idemstore.Recor
 	switch {
 	case seen == nil:
 		return b.Queue(queryClaimInsert, lock, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
-			p.RequestHash, fields, p.Now, lockTimeout, leaseExpires(p)), false
+			p.RequestHash, fields, p.Now, lockTimeout, leaseExpires(p), traceContext(p)), false
 	case idemstore.Expired(seen.CreatedAt, p.Now, p.Retention):
 		return b.Queue(queryClaimReplace, lock, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
-			p.RequestHash, fields, p.Now, seen.Token, seen.CreatedAt, lockTimeout, leaseExpires(p)), false
+			p.RequestHash, fields, p.Now, seen.Token, seen.CreatedAt, lockTimeout, leaseExpires(p), traceContext(p)), false
 	default:
-		return b.Queue(queryClaimTakeOver, lock, p.Scope.ClientID, p.Scope.Key, p.Now, seen.Token, lockTimeout, leaseExpires(p)), true
+		return b.Queue(queryClaimTakeOver, lock, p.Scope.ClientID, p.Scope.Key, p.Now, seen.Token, lockTimeout, leaseExpires(p), traceContext(p)), true
 	}
+}
+
+// traceContext is the trace context that p's claim records: NULL when it
+// has none.
+func traceContext(p idemstore.ClaimParams) *string {
+	if p.TraceContext == "" {
+		return nil
+	}
+	return &p.TraceContext
 }
 
 // leaseExpires is the lease expiry that p's claim records: NULL when it

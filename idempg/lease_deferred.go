@@ -206,7 +206,7 @@ func (dc *deferredClaim) complete(ctx context.Context, l *lease, conn *pgxpool.C
 	} else {
 		r := dc.row
 		query, args = queryInsertCompletedDeferred, []any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, r.fields,
-			resp.StatusCode, header, body(resp), l.claimedAt, l.completedAt(), dc.cutoff}
+			resp.StatusCode, header, body(resp), l.claimedAt, l.completedAt(), dc.cutoff, r.trace}
 	}
 	var claim *deferredClaim // the claim to send in front, if pending
 	if dc.state == claimPending {

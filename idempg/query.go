@@ -28,7 +28,8 @@ const (
 	querySessionClaim = `SELECT CASE WHEN k.client_id IS NULL OR k.created_at <= $4::timestamptz
             THEN pg_try_advisory_lock($3::bigint) ELSE false END,
        k.request_method, k.request_path, k.request_hash, k.request_fields, k.status, k.lease_token,
-       k.response_status, k.response_headers, k.response_body, k.created_at, k.locked_at, k.lease_expires_at
+       k.response_status, k.response_headers, k.response_body, k.created_at, k.locked_at, k.lease_expires_at,
+       k.trace_context
 FROM (VALUES (true)) AS one (row)
 LEFT JOIN idempotency_keys k ON k.client_id = $1 AND k.idempotency_key = $2`
 
@@ -61,15 +62,16 @@ LEFT JOIN idempotency_keys k ON k.client_id = $1 AND k.idempotency_key = $2`
     INSERT INTO idempotency_keys AS k
         (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
          status, lease_token, response_status, response_headers, response_body,
-         created_at, locked_at, completed_at)
-    VALUES ($1, $2, $3, $4, $5, $6, 'completed', 1, $7, $8, $9, $10, $10, $11)
+         created_at, locked_at, completed_at, trace_context)
+    VALUES ($1, $2, $3, $4, $5, $6, 'completed', 1, $7, $8, $9, $10, $10, $11, $13)
     ON CONFLICT (client_id, idempotency_key) DO UPDATE
     SET request_method = EXCLUDED.request_method, request_path = EXCLUDED.request_path,
         request_hash = EXCLUDED.request_hash, request_fields = EXCLUDED.request_fields,
         status = 'completed', lease_token = k.lease_token + 1,
         response_status = EXCLUDED.response_status, response_headers = EXCLUDED.response_headers,
         response_body = EXCLUDED.response_body, created_at = EXCLUDED.created_at,
-        locked_at = EXCLUDED.locked_at, completed_at = EXCLUDED.completed_at
+        locked_at = EXCLUDED.locked_at, completed_at = EXCLUDED.completed_at,
+        trace_context = EXCLUDED.trace_context
     WHERE k.created_at <= $12::timestamptz
     RETURNING 1
 )
@@ -82,7 +84,7 @@ SELECT idem_lease_held(count(*)) FROM done`
 	// the read inside a caller's transaction for ClaimTx.
 	queryLoadKey = `SELECT true,
        request_method, request_path, request_hash, request_fields, status, lease_token,
-       response_status, response_headers, response_body, created_at, locked_at, lease_expires_at
+       response_status, response_headers, response_body, created_at, locked_at, lease_expires_at, trace_context
 FROM idempotency_keys
 WHERE client_id = $1 AND idempotency_key = $2`
 
@@ -100,15 +102,16 @@ WHERE client_id = $1 AND idempotency_key = $2`
 	// whether the lock was taken, and the new row's token and ctid (NULL
 	// when nothing was inserted). The guard CTE is evaluated once, before
 	// the insert reads it. Its last parameter, as that of the two claim
-	// statements below, is the lease's expiry (idemstore.ClaimParams.LeaseExpires).
+	// statements below, is the request's trace context, and the one before
+	// it the lease's expiry (idemstore.ClaimParams.LeaseExpires).
 	queryClaimInsert = `WITH guard AS (
     SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired, set_config('lock_timeout', $9::text, true)
 ), claimed AS (
     INSERT INTO idempotency_keys
         (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
-         status, lease_token, created_at, locked_at, lease_expires_at)
+         status, lease_token, created_at, locked_at, lease_expires_at, trace_context)
     SELECT $2::text, $3::text, $4::text, $5::text, $6::bytea, $7::bytea,
-           'started', 1, $8::timestamptz, $8::timestamptz, $10::timestamptz
+           'started', 1, $8::timestamptz, $8::timestamptz, $10::timestamptz, $11::text
     FROM guard WHERE guard.acquired
     ON CONFLICT (client_id, idempotency_key) DO NOTHING
     RETURNING lease_token, ctid, created_at
@@ -127,7 +130,7 @@ SELECT guard.acquired, claimed.lease_token, claimed.ctid, claimed.created_at FRO
         status = 'started', lease_token = k.lease_token + 1,
         response_status = NULL, response_headers = NULL, response_body = NULL,
         created_at = $8::timestamptz, locked_at = $8::timestamptz, lease_expires_at = $12::timestamptz,
-        completed_at = NULL
+        completed_at = NULL, trace_context = $13::text
     FROM guard
     WHERE guard.acquired AND k.client_id = $2::text AND k.idempotency_key = $3::text
       AND k.lease_token = $9::bigint AND k.created_at = $10::timestamptz
@@ -141,7 +144,8 @@ SELECT guard.acquired, replaced.lease_token, replaced.ctid, replaced.created_at 
     SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired, set_config('lock_timeout', $6::text, true)
 ), taken AS (
     UPDATE idempotency_keys k
-    SET lease_token = k.lease_token + 1, locked_at = $4::timestamptz, lease_expires_at = $7::timestamptz
+    SET lease_token = k.lease_token + 1, locked_at = $4::timestamptz, lease_expires_at = $7::timestamptz,
+        trace_context = $8::text
     FROM guard
     WHERE guard.acquired AND k.client_id = $2::text AND k.idempotency_key = $3::text
       AND k.status = 'started' AND k.lease_token = $5::bigint
@@ -185,29 +189,30 @@ SELECT idem_lease_held(count(*)) FROM done`
 	queryInsertCompletedNew = `INSERT INTO idempotency_keys
     (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
      status, lease_token, response_status, response_headers, response_body,
-     created_at, locked_at, completed_at)
-VALUES ($1, $2, $3, $4, $5, $6, 'completed', $7, $8, $9, $10, $11, $11, $12)`
+     created_at, locked_at, completed_at, trace_context)
+VALUES ($1, $2, $3, $4, $5, $6, 'completed', $7, $8, $9, $10, $11, $11, $12, $13)`
 
 	// queryInsertCompleted stores the response of an atomic lease whose
 	// claim wrote no row (its advisory lock fenced the key while the handler
 	// ran): it inserts the completed row, or replaces the row past retention
-	// that the claim saw ($13 token, $14 created_at). Anything else, a row
+	// that the claim saw ($14 token, $15 created_at). Anything else, a row
 	// that appeared in between, matches nothing, and idem_lease_held raises
 	// IDEM1: the unique key is the final fence.
 	queryInsertCompleted = `WITH done AS (
     INSERT INTO idempotency_keys AS k
         (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
          status, lease_token, response_status, response_headers, response_body,
-         created_at, locked_at, completed_at)
-    VALUES ($1, $2, $3, $4, $5, $6, 'completed', $7, $8, $9, $10, $11, $11, $12)
+         created_at, locked_at, completed_at, trace_context)
+    VALUES ($1, $2, $3, $4, $5, $6, 'completed', $7, $8, $9, $10, $11, $11, $12, $13)
     ON CONFLICT (client_id, idempotency_key) DO UPDATE
     SET request_method = EXCLUDED.request_method, request_path = EXCLUDED.request_path,
         request_hash = EXCLUDED.request_hash, request_fields = EXCLUDED.request_fields,
         status = 'completed', lease_token = EXCLUDED.lease_token,
         response_status = EXCLUDED.response_status, response_headers = EXCLUDED.response_headers,
         response_body = EXCLUDED.response_body, created_at = EXCLUDED.created_at,
-        locked_at = EXCLUDED.locked_at, completed_at = EXCLUDED.completed_at
-    WHERE k.lease_token = $13::bigint AND k.created_at = $14::timestamptz
+        locked_at = EXCLUDED.locked_at, completed_at = EXCLUDED.completed_at,
+        trace_context = EXCLUDED.trace_context
+    WHERE k.lease_token = $14::bigint AND k.created_at = $15::timestamptz
     RETURNING 1
 )
 SELECT idem_lease_held(count(*)) FROM done`

@@ -21,6 +21,8 @@ import "github.com/redis/go-redis/v9"
 //	tok    fencing token
 //	n      the current holder's nonce, random per claim
 //	tk     "1" when the current holder took the key over
+//	tc     the W3C trace context of the request that claimed the key
+//	       last (idemstore.ClaimParams.TraceContext); absent for none
 //	sc, hd, bd  the response: status, headers (JSON), body
 //	rp, rs the recovery point and its state (JSON); absent before any
 
@@ -28,7 +30,8 @@ import "github.com/redis/go-redis/v9"
 //
 // ARGV: 1 now, 2 retention (µs, 0 never expires), 3 lock timeout (µs),
 // 4 method, 5 path, 6 request hash, 7 request fields, 8 nonce, 9 lease
-// expiry ("" for none), 10 TTL (ms, 0 for none), 11 client, 12 key.
+// expiry ("" for none), 10 TTL (ms, 0 for none), 11 client, 12 key,
+// 13 trace context ("" for none).
 //
 // It returns {"new"|"takeover", token, created at} when the caller owns
 // the key, and {"exists", HGETALL without the body} otherwise.
@@ -45,6 +48,7 @@ local function create(tok)
 		'rh', ARGV[6], 'rf', ARGV[7], 'st', 'started', 'ca', ARGV[1], 'la', ARGV[1],
 		'tok', tok, 'n', ARGV[8], 'tk', '0')
 	if ARGV[9] ~= '' then redis.call('HSET', h, 'le', ARGV[9]) end
+	if ARGV[13] ~= '' then redis.call('HSET', h, 'tc', ARGV[13]) end
 	if ARGV[10] ~= '0' then redis.call('PEXPIRE', h, ARGV[10]) end
 	return {'new', tok, ARGV[1]}
 end
@@ -70,9 +74,10 @@ if cur[1] == 'started' and (not cur[3] or now >= tonumber(cur[3]) + timeout) and
 	local tok = tostring(tonumber(cur[4]) + 1)
 	redis.call('HSET', h, 'tok', tok, 'la', ARGV[1], 'n', ARGV[8], 'tk', '1')
 	if ARGV[9] ~= '' then redis.call('HSET', h, 'le', ARGV[9]) else redis.call('HDEL', h, 'le') end
+	if ARGV[13] ~= '' then redis.call('HSET', h, 'tc', ARGV[13]) else redis.call('HDEL', h, 'tc') end
 	return {'takeover', tok, cur[2]}
 end
-return {'exists', redis.call('HMGET', h, 'c', 'k', 'm', 'p', 'rh', 'rf', 'st', 'ca', 'la', 'le', 'tok', 'sc', 'hd', 'bd')}
+return {'exists', redis.call('HMGET', h, 'c', 'k', 'm', 'p', 'rh', 'rf', 'st', 'ca', 'la', 'le', 'tok', 'tc', 'sc', 'hd', 'bd')}
 `)
 
 // held is the fence every lease script starts with: the key is started
@@ -93,7 +98,7 @@ if mine and cur[1] == 'completed' then
 end
 if not mine or cur[1] ~= 'started' then
 	if cur[1] == 'completed' then
-		return {'completed', redis.call('HMGET', h, 'c', 'k', 'm', 'p', 'rh', 'rf', 'st', 'ca', 'la', 'le', 'tok', 'sc', 'hd', 'bd')}
+		return {'completed', redis.call('HMGET', h, 'c', 'k', 'm', 'p', 'rh', 'rf', 'st', 'ca', 'la', 'le', 'tok', 'tc', 'sc', 'hd', 'bd')}
 	end
 	return {'lost'}
 end

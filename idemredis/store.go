@@ -309,7 +309,7 @@ func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.C
 	key := s.keyName(p.Scope)
 	raw, err := s.run(ctx, claimScript, key, true,
 		micros(p.Now), max(p.Retention.Microseconds(), 0), p.LockTimeout.Microseconds(),
-		p.Method, p.Path, p.RequestHash, p.RequestFields, nonce, leaseExp, ttl, p.Scope.ClientID, p.Scope.Key)
+		p.Method, p.Path, p.RequestHash, p.RequestFields, nonce, leaseExp, ttl, p.Scope.ClientID, p.Scope.Key, p.TraceContext)
 	var short errReplicas
 	if err != nil && !errors.As(err, &short) {
 		return idemstore.ClaimResult{}, unavailable("claim key", err)

@@ -96,6 +96,7 @@ type options struct {
 
 	// Operations.
 	logFormat string
+	otel      string // the OTLP/HTTP collector; "" traces nothing
 	// Webhook delivery of the outbox's events.
 	webhookURL     string
 	webhookSecret  string
@@ -136,6 +137,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.processorWebhookSecrets, "processor-webhook-secret", "", "secrets, comma-separated during a rotation, that verify the processor's webhooks (processord -webhook-secret); set, POST "+payments.ProcessorEventsPath+" receives them, on SQLite or PostgreSQL (env PAYMENTSD_PROCESSOR_WEBHOOK_SECRET)")
 	// The purge service.
 	purgeFlags(fs, env, o)
+	otelFlags(fs, env, o)
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
@@ -233,6 +235,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	ic := o.idem
 	ic.Logger, ic.Metrics, ic.Now = logger, metrics, clockNow
+	if o.otel != "" {
+		tracer, stopTracing, err := startTracing(ctx, o.otel, logger)
+		if err != nil {
+			return err
+		}
+		defer stopTracing() // after the service, the resumer and the purge stopped
+		ic.Tracer = tracer
+	}
 	events, err := processorEvents(ctx, o, db, ic, logger)
 	if err != nil {
 		return err
@@ -249,7 +259,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           idemlog.New(&idemlog.Config{Logger: logger})(svc.Handler()),
+		Handler:           idemlog.New(&idemlog.Config{Logger: logger})(traced(o.otel != "", svc.Handler())),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
