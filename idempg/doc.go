@@ -89,11 +89,13 @@
 // completed key is replayed from that read; a key whose lock a request in
 // flight holds is answered 409 from it, at once. The read uses the
 // statement's snapshot, taken before the lock is tried, so a holder can
-// commit the key and unlock it in between, and the key would look new. A
-// second statement in the same round trip therefore reads again, with a
-// snapshot of its own taken after the lock; a claim that took the lock of a
-// key that now exists unlocks it and starts over, which answers from the
-// key's row: two more round trips, in that race only. (Each statement takes
+// commit the key and unlock it in between, and the key would look new. The
+// lock is therefore tried by idem_session_lock (migration 007), which,
+// having it, reads the key again, in a query with a snapshot of its own
+// taken after the lock; a key that now exists is unlocked and the claim
+// starts over, which answers from the key's row: one more round trip, in
+// that race only. A replay of a completed key never calls it: it is one
+// statement, one primary-key read. (Each statement takes
 // its own snapshot at READ COMMITTED: with Config.IsoLevel empty, the
 // server's default_transaction_isolation must be read committed, as it is
 // unless configured.) A new key costs three round trips: the claim, the

@@ -22,24 +22,21 @@ const (
 	// querySessionClaim is the atomic claim at READ COMMITTED, sent
 	// outside any transaction: it reads a key and, only when there is none
 	// or it was created at or before $4 (past retention; NULL for never),
-	// tries the key's session-level advisory lock. It returns one row even
-	// when the key does not exist; the first column is whether it took the
-	// lock.
+	// tries the key's session-level advisory lock by idem_session_lock
+	// (migration 007), which reads the key again after the lock and raises
+	// IDEM3 if a key that is not past retention was committed meanwhile.
+	// It returns one row even when the key does not exist; the first
+	// column is whether it took the lock. A replay of a completed key is
+	// this one primary-key read.
 	querySessionClaim = `SELECT CASE WHEN k.client_id IS NULL OR k.created_at <= $4::timestamptz
-            THEN pg_try_advisory_lock($3::bigint) ELSE false END,
+            THEN ` + sessionLockCall + ` ELSE false END,
        k.request_method, k.request_path, k.request_hash, k.request_fields, k.status, k.lease_token,
        k.response_status, k.response_headers, k.response_body, k.created_at, k.locked_at, k.lease_expires_at
 FROM (VALUES (true)) AS one (row)
 LEFT JOIN idempotency_keys k ON k.client_id = $1 AND k.idempotency_key = $2`
 
-	// querySessionRecheck follows querySessionClaim in the same round trip.
-	// Its snapshot is taken after that statement tried the lock, so it sees
-	// a key that the lock's previous holder committed after
-	// querySessionClaim's read began: it reports whether a key that is not
-	// past retention ($3, as in querySessionClaim) exists now.
-	querySessionRecheck = `SELECT EXISTS (
-    SELECT FROM idempotency_keys
-    WHERE client_id = $1 AND idempotency_key = $2 AND ($3::timestamptz IS NULL OR created_at > $3::timestamptz))`
+	// sessionLockCall is querySessionClaim's call of idem_session_lock.
+	sessionLockCall = `idem_session_lock($3::bigint, $1::text, $2::text, $4::timestamptz)`
 
 	// queryClaimGuard is the first statement of a deferred atomic claim
 	// (lease_deferred.go): it takes the key's transaction-scoped lock and raises

@@ -40,7 +40,7 @@ $$`, gateLock))
 	if err != nil {
 		t.Fatalf("create claim_gate: %v", err)
 	}
-	const lockCall = "THEN pg_try_advisory_lock($3::bigint)"
+	lockCall := "THEN " + idempg.SessionLockCall
 	if !strings.Contains(idempg.QuerySessionClaim, lockCall) {
 		t.Fatalf("the claim statement no longer contains %q:\n%s", lockCall, idempg.QuerySessionClaim)
 	}
@@ -49,7 +49,7 @@ $$`, gateLock))
 		t.Fatalf("New: %v", err)
 	}
 	idempg.SetSessionClaimQuery(paused, strings.Replace(idempg.QuerySessionClaim, lockCall,
-		"THEN CASE WHEN claim_gate() THEN pg_try_advisory_lock($3::bigint) END", 1))
+		"THEN CASE WHEN claim_gate() THEN "+idempg.SessionLockCall+" END", 1))
 
 	gate, err := pool.Acquire(ctx)
 	if err != nil {

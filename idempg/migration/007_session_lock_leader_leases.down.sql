@@ -1,0 +1,1 @@
+DROP FUNCTION idem_session_lock(bigint, text, text, timestamptz);
