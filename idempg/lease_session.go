@@ -32,7 +32,7 @@ type sessionLock struct {
 // stays on one server connection, which a pooler in transaction mode does
 // not promise. Otherwise atomic claims go through claimTx.
 func (s *Store) sessionClaims() bool {
-	return (s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted) && !s.cfg.TransactionPooling
+	return (s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted) && !s.cfg.TransactionPooling && !s.cfg.NoAdvisoryLocks
 }
 
 // claimSession is the atomic claim at READ COMMITTED, in one round trip

@@ -1,5 +1,7 @@
 package idempg
 
+import "strings"
+
 // Hand-written SQL, one statement per constant. Parameters that PostgreSQL
 // cannot type from their context carry explicit casts.
 const (
@@ -289,4 +291,51 @@ WHERE created_at < $1 AND (status = 'completed' OR locked_at IS NULL OR locked_a
 	// queryTryPurgeXactLock takes the same lock for one transaction, for
 	// poolers in transaction mode.
 	queryTryPurgeXactLock = `SELECT pg_try_advisory_xact_lock(1768187245, 'idempotency_keys'::regclass::oid::bigint::bit(32)::int)`
+
+	// queryTakeLeaderLease takes the leader lease row $1 for holder $2
+	// until now() + $3, if no one holds it or its holder let it expire
+	// (Config.NoAdvisoryLocks). It returns a row only when it took it.
+	queryTakeLeaderLease = `INSERT INTO idem_leader_leases AS l (name, holder, expires_at)
+VALUES ($1, $2, now() + $3::interval)
+ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+WHERE l.expires_at < now()
+RETURNING true`
+
+	// queryRenewLeaderLease extends holder $2's lease $1 to now() + $3. It
+	// returns no row when $2 no longer holds it. Its row lock, until the
+	// transaction ends, fences a taker: a purge batch that renews first
+	// runs while no one else can take the lease.
+	queryRenewLeaderLease = `UPDATE idem_leader_leases SET expires_at = now() + $3::interval
+WHERE name = $1 AND holder = $2
+RETURNING true`
+
+	// queryDropLeaderLease gives up holder $2's lease $1.
+	queryDropLeaderLease = `DELETE FROM idem_leader_leases WHERE name = $1 AND holder = $2`
+
+	// queryLockVersionTable serializes migrations with
+	// Config.NoAdvisoryLocks, instead of queryMigrationLock.
+	queryLockVersionTable = `LOCK TABLE idem_schema_migrations IN EXCLUSIVE MODE`
 )
+
+// The row claims: queryClaimInsert, queryClaimReplace and
+// queryClaimTakeOver as Config.NoAdvisoryLocks sends them. Their guard
+// takes no lock ($1, the lock key, is only typed), and the key's row alone
+// holds the key: a claim of a key whose row another transaction holds
+// waits for that transaction, under the claim's lock_timeout.
+var (
+	queryRowClaimInsert   = withoutKeyLock(queryClaimInsert)
+	queryRowClaimReplace  = withoutKeyLock(queryClaimReplace)
+	queryRowClaimTakeOver = withoutKeyLock(queryClaimTakeOver)
+)
+
+// keyLockCall is how the claim statements try the key's lock.
+const keyLockCall = "pg_try_advisory_xact_lock($1::bigint)"
+
+// withoutKeyLock returns the claim statement q with its try of the key's
+// lock replaced by true.
+func withoutKeyLock(q string) string {
+	if strings.Count(q, keyLockCall) != 1 {
+		panic("idempg: a claim statement does not try the key's lock once:\n" + q)
+	}
+	return strings.Replace(q, keyLockCall, "$1::bigint IS NOT NULL", 1)
+}

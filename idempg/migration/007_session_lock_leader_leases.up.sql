@@ -24,3 +24,14 @@ BEGIN
     RETURN true;
 END
 $$;
+
+-- idem_leader_leases holds the leaders that Config.NoAdvisoryLocks takes
+-- by a row instead of a session-level advisory lock: the purge and the
+-- resumer's lead, one row per name. A holder names itself (holder) and
+-- renews expires_at while it leads; a row past expires_at is free to the
+-- next taker. It lives beside the key table, in the same schema.
+CREATE TABLE idem_leader_leases (
+    name       text        PRIMARY KEY,
+    holder     text        NOT NULL,
+    expires_at timestamptz NOT NULL
+);
