@@ -79,6 +79,15 @@ func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.C
 			return step.result, err
 		}
 	}
+	if p.Speculative && !p.TwoPhase && s.cfg.NoAdvisoryLocks {
+		// A row claim of a key that the middleware has not seen, most
+		// likely new: insert first, in the claim's transaction, and read
+		// the key only if that claimed nothing.
+		step, err := s.claimTx(ctx, p, nil)
+		if err != nil || step.next == stepAnswer {
+			return step.result, err
+		}
+	}
 	conflicts := 0
 	for attempt := 0; attempt < claimAttempts; {
 		step, err := s.claimOnce(ctx, p)

@@ -465,18 +465,23 @@ func TestRoundTrips(t *testing.T) {
 	for _, pooling := range []bool{false, true} {
 		t.Run(fmt.Sprintf("TransactionPooling=%v", pooling), func(t *testing.T) {
 			t.Parallel()
-			testRoundTrips(t, pgtest.NewDatabase(t), pooling)
+			testRoundTrips(t, pgtest.NewDatabase(t), &idempg.Config{TransactionPooling: pooling})
 		})
 	}
+	t.Run("NoAdvisoryLocks", func(t *testing.T) {
+		t.Parallel()
+		testRoundTrips(t, pgtest.NewDatabase(t), &idempg.Config{NoAdvisoryLocks: true})
+	})
 }
 
-func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
+func testRoundTrips(t *testing.T, connString string, cfg *idempg.Config) {
+	transactionPooling := cfg.TransactionPooling
 	trips := &roundTrips{}
 	pool := newPoolWith(t, connString, func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 1 // one connection, whose statements the warm-up prepares
 		cfg.ConnConfig.DialFunc = trips.dial
 	})
-	store := setupOn(t, pool, &idempg.Config{TransactionPooling: transactionPooling})
+	store := setupOn(t, pool, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 
@@ -530,8 +535,9 @@ func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
 		{idem.ModeTwoPhase, steps{claim: 1, write: 1, complete: 1, replay: 2, replayStatements: 2}},
 		{idem.ModeAtomic, steps{claim: 1, write: 1, complete: 1, replay: 1, replayStatements: 1}},
 	}
-	if transactionPooling {
-		// The claim reads the key, then opens the transaction with the lock.
+	if transactionPooling || cfg.NoAdvisoryLocks {
+		// The claim reads the key, then opens the transaction with the
+		// lock or the row.
 		tests[1].want.claim = 2
 	}
 	for _, tt := range tests {
@@ -541,6 +547,47 @@ func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
 				t.Errorf("round trips %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+
+	if cfg.NoAdvisoryLocks {
+		// A row claim of a key the middleware has not seen inserts first,
+		// in the claim's transaction: one round trip for a new key, three
+		// for a completed one (the insert that claims nothing, its
+		// rollback, the read), which the middleware sends this way only
+		// for a key it has not claimed itself lately.
+		t.Run("atomic-speculative", func(t *testing.T) {
+			type specSteps struct{ claim, replay int64 }
+			specRequest := func(t *testing.T) (got specSteps) {
+				scope := newScope("alice")
+				p := params(idem.ModeAtomic, scope, "a", epoch)
+				p.Speculative = true
+				var l idemstore.Lease
+				got.claim = count(t, func() error {
+					res, err := store.Claim(ctx, p)
+					if l = res.Lease; err == nil && l == nil {
+						err = errors.New("no lease")
+					}
+					return err
+				})
+				if err := l.Complete(ctx, response("{}")); err != nil {
+					t.Fatalf("Complete: %v", err)
+				}
+				p.Now = epoch.Add(time.Second)
+				got.replay = count(t, func() error {
+					res, err := store.Claim(ctx, p)
+					if err == nil && (res.Record == nil || res.Record.Status != idemstore.StatusCompleted) {
+						err = errors.New("no replay")
+					}
+					return err
+				})
+				return got
+			}
+			specRequest(t) // prepares the statements
+			if got, want := specRequest(t), (specSteps{claim: 1, replay: 3}); got != want {
+				t.Errorf("round trips %+v, want %+v", got, want)
+			}
+		})
+		return
 	}
 
 	// A speculative claim (the middleware's, in atomic mode) sends nothing:

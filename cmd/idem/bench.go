@@ -33,7 +33,10 @@ the key after its lock that a layer which answers retries must make. replay-cold
 when listed, PostgreSQL only) retries completed keys at a second instance
 of the endpoint that never claimed them, as retries behind a load balancer
 mostly arrive; replay's keys come back to the instance that claimed them,
-which answers them at once. The app and db
+which answers them at once. atomic-rows, two-phase-rows and replay-rows
+(only when listed, PostgreSQL only) are atomic, two-phase and replay with
+idempg.Config.NoAdvisoryLocks: claims and leaders by rows, as on databases
+without advisory locks (see docs/scale-out.md). The app and db
 columns are CPU time per request of this process and of the PostgreSQL
 processes on this machine.
 

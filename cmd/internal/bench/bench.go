@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if len(cfg.Variants) == 0 {
 		cfg.Variants = AllVariants
 	}
-	known := slices.Concat(AllVariants, FloorVariants, BouncerVariants, []string{ReplayCold})
+	known := slices.Concat(AllVariants, FloorVariants, BouncerVariants, RowVariants, []string{ReplayCold})
 	for _, v := range cfg.Variants {
 		if !slices.Contains(known, v) {
 			return nil, fmt.Errorf("bench: unknown variant %q; want one of %s", v, strings.Join(known, ", "))
@@ -133,12 +133,18 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if replays && !slices.Contains(endpoints, Atomic) {
 		endpoints = append(endpoints, Atomic)
 	}
+	rowReplays := slices.Contains(endpoints, ReplayRows)
+	if rowReplays && !slices.Contains(endpoints, AtomicRows) {
+		endpoints = append(endpoints, AtomicRows)
+	}
 	servers := map[string]*httptest.Server{}
 	holder := &holdRepo{Repo: repo}
 	bouncer := &bouncerDB{url: cfg.BouncerURL}
 	defer bouncer.close()
+	rows := &rowsDB{url: cfg.DatabaseURL}
+	defer rows.close()
 	for _, v := range endpoints {
-		if v == Replay {
+		if v == Replay || v == ReplayRows {
 			continue
 		}
 		variantRepo := repo
@@ -149,6 +155,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		switch {
 		case slices.Contains(BouncerVariants, v):
 			h, err = bouncer.handler(ctx, v)
+		case slices.Contains(RowVariants, v):
+			h, err = rows.handler(ctx, v)
 		case v == ReplayCold:
 			// A second instance of the atomic endpoint, as another process
 			// behind a load balancer is: its middleware claimed none of
@@ -167,14 +175,15 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}}
 
 	// Keys that the replay variants retry, created once up front.
-	var replayKeys []string
+	var replayKeys, rowReplayKeys []string
 	if replays {
-		for i := range 256 {
-			key := fmt.Sprintf("bench-replay-%d-%d", time.Now().UnixNano(), i)
-			if status, said, err := send(ctx, client, servers[Atomic].URL, key, http.StatusCreated); err != nil || status != http.StatusCreated {
-				return nil, fmt.Errorf("bench: create replay key: %s: %v", said, err)
-			}
-			replayKeys = append(replayKeys, key)
+		if replayKeys, err = createReplayKeys(ctx, client, servers[Atomic].URL); err != nil {
+			return nil, err
+		}
+	}
+	if rowReplays {
+		if rowReplayKeys, err = createReplayKeys(ctx, client, servers[AtomicRows].URL); err != nil {
+			return nil, err
 		}
 	}
 
@@ -206,6 +215,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			case Replay:
 				url = servers[Atomic].URL
 				next = func() string { return replayKeys[int(seq.Add(1))%len(replayKeys)] }
+			case ReplayRows:
+				url = servers[AtomicRows].URL
+				next = func() string { return rowReplayKeys[int(seq.Add(1))%len(rowReplayKeys)] }
 			case ReplayCold:
 				url = servers[v].URL
 				next = func() string { return coldKey(coldSeq.Add(1) - 1) }
@@ -253,6 +265,20 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// createReplayKeys creates, through the atomic endpoint at url, the 256
+// keys that a replay variant retries.
+func createReplayKeys(ctx context.Context, client *http.Client, url string) ([]string, error) {
+	var keys []string
+	for i := range 256 {
+		key := fmt.Sprintf("bench-replay-%d-%d", time.Now().UnixNano(), i)
+		if status, said, err := send(ctx, client, url, key, http.StatusCreated); err != nil || status != http.StatusCreated {
+			return nil, fmt.Errorf("bench: create replay key: %s: %v", said, err)
+		}
+		keys = append(keys, key)
+	}
+	return keys, nil
 }
 
 // newKey returns a new idempotency key: random, as clients' keys are (a
