@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -70,6 +71,8 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 		asJSON      = fs.Bool("json", false, "print the figures as one JSON object instead of a table (fields in docs/benchmarks.md)")
 		plotFile    = fs.String("plot", "", "also draw the run as an SVG image, throughput ratios with the floors marked and p50/p99 latencies, to `file`")
 		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the whole run, for go tool pprof, to `file`; each variant's requests carry the label variant=NAME (pprof -tagfocus)")
+		instr       = fs.Bool("instructions", false, "count this process's instructions per request of each of --variants (default atomic, two-phase, replay, floor-2rt-read) under valgrind --tool=callgrind, by package, from two runs of --requests (default 300) and twice as many requests, one at a time (PostgreSQL only)")
+		drive       = fs.Bool("drive", false, "send --requests requests of --variants one at a time, without bare, and print nothing: what --instructions runs under callgrind")
 	)
 	if env.Err() != nil {
 		fmt.Fprintf(c.stderr, "idem bench: %v\n", env.Err())
@@ -98,6 +101,20 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 			pprof.StopCPUProfile()
 			f.Close()
 		}()
+	}
+	if *instr {
+		return runInstructions(ctx, c, fs, *db, *variants, *requests, *asJSON)
+	}
+	if *drive {
+		_, err := bench.Run(ctx, bench.Config{
+			DatabaseURL: *db, Requests: int64(*requests), Rounds: 1, Concurrency: 1,
+			Variants: strings.Split(*variants, ","), Drive: true,
+		})
+		if err != nil {
+			fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
+			return exitFail
+		}
+		return exitOK
 	}
 	results, err := bench.Run(ctx, bench.Config{
 		DatabaseURL: *db, Duration: *duration, Requests: int64(*requests), BouncerURL: *bouncer, Rounds: *rounds, Concurrency: *concurrency,
@@ -138,4 +155,36 @@ func writePlot(path string, results []bench.Result) error {
 		return fmt.Errorf("plot: %w", err)
 	}
 	return nil
+}
+
+// runInstructions is "idem bench --instructions": this binary, run again
+// with --drive under callgrind.
+func runInstructions(ctx context.Context, c *cli, fs *flag.FlagSet, db, variants string, requests int, asJSON bool) int {
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
+		return exitFail
+	}
+	cfg := bench.InstrConfig{DatabaseURL: db, Requests: requests, Command: []string{exe, "bench"}, Progress: c.stderr}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "variants" {
+			cfg.Variants = strings.Split(variants, ",")
+		}
+	})
+	results, err := bench.Instructions(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
+		return exitFail
+	}
+	if asJSON {
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(results); err != nil {
+			fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
+			return exitFail
+		}
+		return exitOK
+	}
+	bench.WriteInstructions(c.stdout, results)
+	return exitOK
 }

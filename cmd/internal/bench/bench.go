@@ -60,6 +60,10 @@ type Config struct {
 	BouncerURL string
 	// Progress receives a line per variant and round. Defaults to io.Discard.
 	Progress io.Writer
+	// Drive runs the listed variants only, without bare, and Run returns
+	// no results: the run that Instructions counts under callgrind.
+	// Defaults to false.
+	Drive bool
 }
 
 // Result is one variant's total over all rounds.
@@ -110,7 +114,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			return nil, fmt.Errorf("bench: unknown variant %q; want one of %s", v, strings.Join(known, ", "))
 		}
 	}
-	if !slices.Contains(cfg.Variants, Bare) {
+	if !slices.Contains(cfg.Variants, Bare) && !cfg.Drive {
 		cfg.Variants = append([]string{Bare}, cfg.Variants...)
 	}
 	if cfg.Progress == nil {
@@ -249,6 +253,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 	}
 
+	if cfg.Drive {
+		return nil, nil
+	}
 	bare := totals[Bare].rate()
 	var out []Result
 	for _, v := range cfg.Variants {
