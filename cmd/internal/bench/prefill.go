@@ -101,9 +101,11 @@ type prefillRow struct {
 // payments endpoint's responses are stored.
 var prefillHeader = []byte(`{"Content-Type":["application/json"]}`)
 
-// makeRow returns the ith key of a fill: spread over prefillClients
-// clients, created at a uniformly random time between from and to.
-func makeRow(r *rand.Rand, i int64, from, to time.Time) prefillRow {
+// makeRow returns the ith of n keys of a fill: spread over
+// prefillClients clients, created between from and to in the order of i,
+// as a day of traffic arrives (the table's pages follow created_at, as
+// the purge finds them), each at a random time in its share of the span.
+func makeRow(r *rand.Rand, i, n int64, from, to time.Time) prefillRow {
 	var seed [16]byte
 	binary.BigEndian.PutUint64(seed[:], r.Uint64())
 	binary.BigEndian.PutUint64(seed[8:], uint64(i))
@@ -112,7 +114,7 @@ func makeRow(r *rand.Rand, i int64, from, to time.Time) prefillRow {
 		key:     fmt.Sprintf("%x-%x-%x-%x", seed[0:4], seed[4:6], seed[6:8], seed[8:16]),
 		payment: fmt.Sprintf("pay_%x", seed),
 		hash:    sha256.Sum256(seed[:]),
-		created: from.Add(time.Duration(r.Int64N(int64(to.Sub(from))))).Truncate(time.Microsecond),
+		created: from.Add(time.Duration((float64(i) + r.Float64()) / float64(n) * float64(to.Sub(from)))).Truncate(time.Microsecond),
 	}
 	row.body = fmt.Appendf(nil, `{"id":%q,"object":"payment","amount":4200,"currency":"usd","customer":"cus_bench","description":"","status":"succeeded","created":%d,"idempotency_key":%q}`,
 		row.payment, row.created.Unix(), row.key)
@@ -131,11 +133,12 @@ func prefill(ctx context.Context, cfg Config, db *database.DB) (*PrefillOutcome,
 	now := time.Now()
 	r := rand.New(rand.NewPCG(1, 2))
 	total := out.Keys + out.Backlog
+	// The expired backlog first, then the live keys: in the order of time.
 	rowAt := func(i int64) prefillRow {
-		if i < out.Keys {
-			return makeRow(r, i, now.Add(-23*time.Hour), now.Add(-time.Minute))
+		if i < out.Backlog {
+			return makeRow(r, i, out.Backlog, now.Add(-48*time.Hour), now.Add(-25*time.Hour))
 		}
-		return makeRow(r, i, now.Add(-48*time.Hour), now.Add(-25*time.Hour))
+		return makeRow(r, i-out.Backlog, out.Keys, now.Add(-23*time.Hour), now.Add(-time.Minute))
 	}
 	fmt.Fprintf(cfg.Progress, "prefill: %d keys and %d expired ones\n", out.Keys, out.Backlog)
 	begin := time.Now()
