@@ -130,6 +130,18 @@
 // trips; the caller commits. A replay costs three: the savepoint, the read
 // and the rollback to the savepoint.
 //
+// With Config.NoAdvisoryLocks (databases without advisory locks, or whose
+// advisory locks do not span nodes) no claim takes a lock but its row's.
+// An atomic claim of a key the middleware has not claimed lately inserts
+// the started row first, in the claim's transaction, left open for the
+// handler: a new key costs three round trips, a replay of a key this
+// process has not seen three (the insert that claims nothing, its
+// rollback, the read); a key it claimed lately is read first, as above: a
+// replay costs one. A duplicate of a key in flight waits for the holder's
+// row at most Config.ClaimLockTimeout, then is answered 409. The purge and
+// the resumer's leader hold lease rows (idem_leader_leases), and
+// migrations lock their version table. See docs/scale-out.md.
+//
 // Replays must come from the primary, never from an asynchronous read
 // replica: a replica that lags shows a finished key as new, and the request
 // runs twice. Give the store a pool on the primary.
