@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -275,13 +276,15 @@ FROM dbstat`).Scan(&s.Table, &s.Indexes)
 
 // purgeDuring runs the purge of keys past the default retention without
 // pause on db until the returned function is called, or until nothing is
-// left to delete, and adds what it deleted and the time it ran to o.
+// left to delete, and adds what it deleted and the time it ran to o. The
+// function lets a purge run that has begun end (it deletes in batches of
+// its own until none is left), so that what it counts is what it deleted.
 func (o *PrefillOutcome) purgeDuring(ctx context.Context, db *database.DB) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
+	var stopped atomic.Bool
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for ctx.Err() == nil {
+		for !stopped.Load() && ctx.Err() == nil {
 			begin := time.Now()
 			n, err := db.Purge(ctx, database.PurgeParams{Before: time.Now().Add(-24 * time.Hour)})
 			o.mu.Lock()
@@ -296,7 +299,7 @@ func (o *PrefillOutcome) purgeDuring(ctx context.Context, db *database.DB) (stop
 		}
 	}()
 	return func() {
-		cancel()
+		stopped.Store(true)
 		<-done
 	}
 }
