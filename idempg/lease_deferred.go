@@ -20,9 +20,10 @@ const (
 // (idemstore.ClaimParams.Speculative) is deferred to the lease's first round
 // trip: at READ COMMITTED, where each statement of the claim's round trip
 // takes a snapshot of its own. The claim holds the key by a
-// transaction-scoped lock, so it suits poolers in transaction mode too.
+// transaction-scoped lock, so it suits poolers in transaction mode too,
+// but not Config.NoAdvisoryLocks.
 func (s *Store) deferredClaims() bool {
-	return s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted
+	return (s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted) && !s.cfg.NoAdvisoryLocks
 }
 
 // claimState is how far a deferred claim got.

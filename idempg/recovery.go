@@ -162,8 +162,14 @@ func listUnfinished(ctx context.Context, conn *pgxpool.Conn, query string, args 
 // one holder in the database at a time, and a holder whose process dies
 // loses it with its session. With Config.TransactionPooling the lock is
 // transaction-scoped instead, in a transaction held open until unlock. The
-// resumer takes it for each pass.
+// resumer takes it for each pass. With Config.NoAdvisoryLocks it is a
+// lease row in idem_leader_leases instead, renewed while held and deleted
+// by unlock; a holder that dies leaves it to expire after
+// Config.LeaderLease.
 func (s *Store) TryLead(ctx context.Context, name string) (unlock func(), held bool, err error) {
+	if s.cfg.NoAdvisoryLocks {
+		return s.tryLeadByRow(ctx, name)
+	}
 	if s.cfg.TransactionPooling {
 		return s.tryLeadInTx(ctx, name)
 	}
