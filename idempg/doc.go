@@ -93,7 +93,7 @@
 // flight holds is answered 409 from it, at once. The read uses the
 // statement's snapshot, taken before the lock is tried, so a holder can
 // commit the key and unlock it in between, and the key would look new. The
-// lock is therefore tried by idem_session_lock (migration 008), which,
+// lock is therefore tried by idem_session_lock (migration 009), which,
 // having it, reads the key again, in a query with a snapshot of its own
 // taken after the lock; a key that now exists is unlocked and the claim
 // starts over, which answers from the key's row: one more round trip, in

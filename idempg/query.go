@@ -25,7 +25,7 @@ const (
 	// outside any transaction: it reads a key and, only when there is none
 	// or it was created at or before $4 (past retention; NULL for never),
 	// tries the key's session-level advisory lock by idem_session_lock
-	// (migration 008), which reads the key again after the lock and raises
+	// (migration 009), which reads the key again after the lock and raises
 	// IDEM3 if a key that is not past retention was committed meanwhile.
 	// It returns one row even when the key does not exist; the first
 	// column is whether it took the lock. A replay of a completed key is

@@ -75,7 +75,7 @@ type Config struct {
 	// 409. Atomic claims are never deferred (idemstore.ClaimParams.Speculative
 	// is ignored) and cost one round trip more per new key. The purge and
 	// the resumer's leader (LockPurge, TryLead) hold a lease row in
-	// idem_leader_leases (migration 008) for LeaderLease, renewed while
+	// idem_leader_leases (migration 009) for LeaderLease, renewed while
 	// held, and migrations serialize on a lock of their version table. See
 	// docs/scale-out.md. Defaults to false.
 	NoAdvisoryLocks bool
