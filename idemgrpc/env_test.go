@@ -189,6 +189,8 @@ type env struct {
 	svc    *service
 	client paymentsv1.PaymentServiceClient
 	conn   *grpc.ClientConn
+	addr   string
+	codes  chan codes.Code // the code of each answer the server sent
 }
 
 func setup(t *testing.T, b backend, cfg idem.Config, rpc *idemgrpc.Config) *env {
@@ -208,7 +210,16 @@ func setup(t *testing.T, b backend, cfg idem.Config, rpc *idemgrpc.Config) *env 
 		t.Fatal(err)
 	}
 	svc := &service{db: d, inside: make(chan string, 100)}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(auth, ic.UnaryInterceptor()))
+	codesSent := make(chan codes.Code, 100)
+	observe := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		select {
+		case codesSent <- status.Code(err):
+		default:
+		}
+		return resp, err
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(observe, auth, ic.UnaryInterceptor()))
 	paymentsv1.RegisterPaymentServiceServer(srv, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -221,7 +232,7 @@ func setup(t *testing.T, b backend, cfg idem.Config, rpc *idemgrpc.Config) *env 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &env{db: d, svc: svc, client: paymentsv1.NewPaymentServiceClient(conn), conn: conn}
+	return &env{db: d, svc: svc, client: paymentsv1.NewPaymentServiceClient(conn), conn: conn, addr: lis.Addr().String(), codes: codesSent}
 }
 
 // answer is what a client got.

@@ -8,7 +8,7 @@ replace github.com/idemkit/idem => ../
 
 require (
 	github.com/idemkit/idem/idemrpc v0.0.0-00010101000000-000000000000
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260706201446-f0a921348800
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d
 	google.golang.org/grpc v1.84.0
 	google.golang.org/protobuf v1.36.12
 )
@@ -26,6 +26,7 @@ require (
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
 	modernc.org/libc v1.76.0 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
@@ -35,6 +36,7 @@ require (
 replace github.com/idemkit/idem/idemrpc => ../idemrpc
 
 require (
+	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0
 	github.com/idemkit/idem/api v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idempg v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idemsqlite v0.0.0-00010101000000-000000000000
