@@ -7,6 +7,21 @@ require github.com/idemkit/idem v0.0.0-00010101000000-000000000000
 replace github.com/idemkit/idem => ../
 
 require (
+	github.com/idemkit/idem/api v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemconnect v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemgrpc v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemrpc v0.0.0-00010101000000-000000000000
+)
+
+replace (
+	github.com/idemkit/idem/api => ../api
+	github.com/idemkit/idem/idemconnect => ../idemconnect
+	github.com/idemkit/idem/idemgrpc => ../idemgrpc
+	github.com/idemkit/idem/idemrpc => ../idemrpc
+)
+
+require (
+	connectrpc.com/connect v1.21.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/idemkit/idem/idemmysql v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idempg v0.0.0-00010101000000-000000000000
@@ -18,6 +33,9 @@ require (
 	github.com/prometheus/client_golang v1.23.2
 	github.com/redis/go-redis/v9 v9.22.0
 	gonum.org/v1/plot v0.17.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d
+	google.golang.org/grpc v1.84.0
+	google.golang.org/protobuf v1.36.12
 	modernc.org/sqlite v1.59.0
 )
 
@@ -46,10 +64,10 @@ require (
 	go.uber.org/atomic v1.11.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	golang.org/x/image v0.30.0 // indirect
+	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
-	google.golang.org/protobuf v1.36.8 // indirect
 	modernc.org/libc v1.76.0 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
