@@ -79,8 +79,6 @@ const adminAddrDefault = "127.0.0.1:8082"
 // options are the parsed flags.
 type options struct {
 	addr    string
-	// grpcAddr is the gRPC listener's address; "" serves no gRPC.
-	grpcAddr string
 	admin   string
 	db      string
 	tokens  string
@@ -104,6 +102,9 @@ type options struct {
 	webhookTimeout time.Duration
 	webhookRetry   time.Duration
 	webhookTries   int
+
+	// grpcAddr is the gRPC listener's address; "" serves no gRPC.
+	grpcAddr string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/idemkit/idem"
 	paymentsv1 "github.com/idemkit/idem/api/payments/v1"
 	"github.com/idemkit/idem/api/payments/v1/paymentsv1connect"
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemconnect"
 	"github.com/idemkit/idem/idemgrpc"
 	"github.com/idemkit/idem/idemrpc"
