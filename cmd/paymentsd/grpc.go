@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"google.golang.org/grpc/reflection"
+
 	"github.com/idemkit/idem/cmd/internal/payments"
 )
 
@@ -44,6 +46,7 @@ func serveGRPC(ctx context.Context, stop func(), rpc *payments.RPC, ln net.Liste
 		return done
 	}
 	srv := rpc.NewGRPCServer()
+	reflection.Register(srv) // for grpcurl and other tools that list services
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	go func() {
