@@ -84,7 +84,7 @@ func (r *RPC) ConnectHandler() (string, http.Handler) {
 	return paymentsv1connect.NewPaymentServiceHandler(connectPayments{r.svc}, connect.WithInterceptors(auth, r.connect))
 }
 
-const unauthenticated = "Send authorization: Bearer <secret key>, with a valid key."
+const unauthenticated = "send authorization: Bearer <secret key>, with a valid key"
 
 // authenticate returns the client of the bearer token in h, the
 // authorization metadata.
