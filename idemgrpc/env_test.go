@@ -191,6 +191,13 @@ type env struct {
 	conn   *grpc.ClientConn
 	addr   string
 	codes  chan codes.Code // the code of each answer the server sent
+	calls  chan served     // each call the server answered
+}
+
+// served is a call the server answered.
+type served struct {
+	code              codes.Code
+	arrived, answered time.Time
 }
 
 func setup(t *testing.T, b backend, cfg idem.Config, rpc *idemgrpc.Config) *env {
@@ -211,10 +218,16 @@ func setup(t *testing.T, b backend, cfg idem.Config, rpc *idemgrpc.Config) *env 
 	}
 	svc := &service{db: d, inside: make(chan string, 100)}
 	codesSent := make(chan codes.Code, 100)
+	calls := make(chan served, 100)
 	observe := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		arrived := time.Now()
 		resp, err := handler(ctx, req)
 		select {
 		case codesSent <- status.Code(err):
+		default:
+		}
+		select {
+		case calls <- served{status.Code(err), arrived, time.Now()}:
 		default:
 		}
 		return resp, err
@@ -232,7 +245,7 @@ func setup(t *testing.T, b backend, cfg idem.Config, rpc *idemgrpc.Config) *env 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &env{db: d, svc: svc, client: paymentsv1.NewPaymentServiceClient(conn), conn: conn, addr: lis.Addr().String(), codes: codesSent}
+	return &env{db: d, svc: svc, client: paymentsv1.NewPaymentServiceClient(conn), conn: conn, addr: lis.Addr().String(), codes: codesSent, calls: calls}
 }
 
 // answer is what a client got.

@@ -175,6 +175,9 @@ func TestMissingOrMalformedKeyIsInvalidArgument(t *testing.T) {
 			if d := detailsOf(t, a.err); d.code != codes.InvalidArgument || d.reason != tt.reason {
 				t.Errorf("%s: %v %+v, want INVALID_ARGUMENT %s", tt.name, a.err, d, tt.reason)
 			}
+			if msg := status.Convert(a.err).Message(); tt.keys == nil && !strings.Contains(msg, "in the idempotency-key metadata") {
+				t.Errorf("%s: message %q does not say where the key goes", tt.name, msg)
+			}
 		}
 		if n := e.svc.runs.Load(); n != 0 {
 			t.Errorf("%d runs, want none", n)

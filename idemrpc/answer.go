@@ -88,11 +88,15 @@ func problemCode(p *idem.Problem) code.Code {
 }
 
 // problemStatus is the status of a problem that the middleware answered,
-// with retryAfter its Retry-After.
-func problemStatus(p *idem.Problem, retryAfter time.Duration) *spb.Status {
+// with retryAfter its Retry-After. missing is the message of a call that
+// needs a key and has none, which says where an RPC sends it.
+func problemStatus(p *idem.Problem, retryAfter time.Duration, missing string) *spb.Status {
 	msg := p.Detail
 	if msg == "" {
 		msg = p.Title
+	}
+	if idem.ProblemCode(p.Code) == idem.ProblemKeyMissing && missing != "" {
+		msg = missing
 	}
 	info := &errdetails.ErrorInfo{Reason: Reason(idem.ProblemCode(p.Code)), Domain: ErrorDomain, Metadata: map[string]string{"problemType": p.Type}}
 	if p.OriginalRequest != "" {
@@ -136,9 +140,10 @@ func newStatus(c code.Code, msg string, details ...proto.Message) *spb.Status {
 	return st
 }
 
-// decode reads the answer that rec recorded. out receives a response
-// message; a nil out makes one of outType.
-func decode(ctx context.Context, rec *recorder, out func() proto.Message) (Answer, error) {
+// decode reads the answer that rec recorded; out returns the message that
+// a response is decoded into, and missing is the message of a call without
+// a key (see problemStatus).
+func decode(ctx context.Context, rec *recorder, out func() proto.Message, missing string) (Answer, error) {
 	if rec.status == 0 {
 		// The middleware answered nothing: the call's context ended
 		// before the key was claimed.
@@ -170,7 +175,7 @@ func decode(ctx context.Context, rec *recorder, out func() proto.Message) (Answe
 		if s, err := strconv.Atoi(rec.header.Get("Retry-After")); err == nil && s > 0 {
 			ans.RetryAfter = time.Duration(s) * time.Second
 		}
-		ans.Status = problemStatus(&p, ans.RetryAfter)
+		ans.Status = problemStatus(&p, ans.RetryAfter, missing)
 	default:
 		return Answer{}, fmt.Errorf("%w: status %d, Content-Type %q", errNoRecord, rec.status, mt)
 	}

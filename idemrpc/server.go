@@ -207,7 +207,16 @@ func (s *Server) Call(ctx context.Context, p CallParams) (Answer, error) {
 	if c.direct {
 		return Answer{Message: c.resp, Status: c.status}, nil
 	}
-	return decode(ctx, rec, func() proto.Message { return m.output.New().Interface() })
+	return decode(ctx, rec, func() proto.Message { return m.output.New().Interface() }, m.missing(p.Method))
+}
+
+// missing is the message of a call of the method that needs a key and
+// has none.
+func (m *method) missing(name string) string {
+	if m.keyField != nil {
+		return fmt.Sprintf("%s requires an idempotency key: send one in the idempotency-key metadata, or in the request's %s field. Use one key per logical call, the same on every retry.", name, m.keyField.Name())
+	}
+	return fmt.Sprintf("%s requires an idempotency key: send one in the idempotency-key metadata. Use one key per logical call, the same on every retry.", name)
 }
 
 // keys returns the Idempotency-Key fields of a call: the metadata's, or
@@ -278,7 +287,7 @@ func RunPhases(ctx context.Context, ph idem.Phases, out proto.Message) *spb.Stat
 		rec.copyTo(c.w)
 		c.wrote = true
 	}
-	ans, err := decode(ctx, rec, func() proto.Message { proto.Reset(out); return out })
+	ans, err := decode(ctx, rec, func() proto.Message { proto.Reset(out); return out }, "")
 	if err != nil {
 		return internalStatus("The operation's final phase wrote no RPC answer: " + err.Error())
 	}
