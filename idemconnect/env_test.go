@@ -138,7 +138,8 @@ type service struct {
 	db     *db
 	runs   atomic.Int64
 	inside chan string
-	gates  sync.Map // key -> chan struct{}
+	gates  sync.Map    // key -> chan struct{}
+	phases idem.Phases // set: CreatePayment runs them (two-phase mode)
 }
 
 func (s *service) CreatePayment(ctx context.Context, req *connect.Request[paymentsv1.CreatePaymentRequest]) (*connect.Response[paymentsv1.Payment], error) {
@@ -149,6 +150,13 @@ func (s *service) CreatePayment(ctx context.Context, req *connect.Request[paymen
 	}
 	if g, ok := s.gates.Load(scope.Key); ok {
 		<-g.(chan struct{})
+	}
+	if s.phases != nil {
+		out := &paymentsv1.Payment{}
+		if err := idemconnect.RunPhases(ctx, s.phases, out); err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(out), nil
 	}
 	if req.Msg.GetCustomer() == "exists" {
 		return nil, connect.NewError(connect.CodeAlreadyExists, errors.New("customer has this payment already"))
@@ -173,6 +181,7 @@ type env struct {
 	svc    *service
 	url    string
 	client paymentsv1connect.PaymentServiceClient
+	codes  chan connect.Code // the code of each answer the server sent; 0 for a response
 }
 
 func setup(t *testing.T, b backend, cfg idem.Config) *env {
@@ -194,11 +203,26 @@ func setup(t *testing.T, b backend, cfg idem.Config) *env {
 		t.Fatal(err)
 	}
 	svc := &service{db: d, inside: make(chan string, 100)}
+	codes := make(chan connect.Code, 100)
+	observe := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			res, err := next(ctx, req)
+			code := connect.Code(0)
+			if err != nil {
+				code = connect.CodeOf(err)
+			}
+			select {
+			case codes <- code:
+			default:
+			}
+			return res, err
+		}
+	})
 	mux := http.NewServeMux()
-	mux.Handle(paymentsv1connect.NewPaymentServiceHandler(svc, connect.WithInterceptors(auth, ic)))
+	mux.Handle(paymentsv1connect.NewPaymentServiceHandler(svc, connect.WithInterceptors(observe, auth, ic)))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &env{db: d, svc: svc, url: srv.URL, client: paymentsv1connect.NewPaymentServiceClient(srv.Client(), srv.URL)}
+	return &env{db: d, svc: svc, url: srv.URL, client: paymentsv1connect.NewPaymentServiceClient(srv.Client(), srv.URL), codes: codes}
 }
 
 type answer struct {
