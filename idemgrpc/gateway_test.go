@@ -76,7 +76,7 @@ func TestGatewayHeaderMatcherPassesTheKey(t *testing.T) {
 	// The gateway passes Authorization on as metadata by default; the key
 	// only with the matcher.
 	plain := gateway(t, e)
-	if resp, body := postThrough(t, plain.URL, "gw-1"); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "Idempotency-Key") {
+	if resp, body := postThrough(t, plain.URL, "gw-1"); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "IDEMPOTENCY_KEY_MISSING") {
 		t.Fatalf("default matcher: %d %s, want 400: the key is dropped", resp.StatusCode, body)
 	}
 	srv := gateway(t, e,
