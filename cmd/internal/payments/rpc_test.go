@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -56,6 +57,8 @@ type rpcFixture struct {
 	proc     *payments.SimulatedProcessor
 	started  atomic.Int64 // runs of the payment's first phase: handler runs
 	calls    atomic.Int64 // CreatePayment calls that reached the server
+	mu       sync.Mutex
+	failures []string // CreatePayment answers after which the handler may run again
 	grpcAddr string
 	httpURL  string
 }
@@ -94,10 +97,22 @@ func setupRPC(t *testing.T, kind string, delay time.Duration) *rpcFixture {
 		t.Fatal(err)
 	}
 	count := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if info.FullMethod == paymentsv1.PaymentService_CreatePayment_FullMethodName {
-			f.calls.Add(1)
+		if info.FullMethod != paymentsv1.PaymentService_CreatePayment_FullMethodName {
+			return handler(ctx, req)
 		}
-		return handler(ctx, req)
+		f.calls.Add(1)
+		resp, err := handler(ctx, req)
+		// A failure after the handler may have started: not a payment,
+		// nor ABORTED for a key in flight, nor a copy that the client
+		// cancelled once another had answered. A run whose lease was
+		// taken over is answered ABORTED "took this key over".
+		msg := status.Convert(err).Message()
+		if c := status.Code(err); c != codes.OK && c != codes.Canceled && (c != codes.Aborted || strings.Contains(msg, "took this key over")) {
+			f.mu.Lock()
+			f.failures = append(f.failures, c.String()+": "+msg)
+			f.mu.Unlock()
+		}
+		return resp, err
 	}
 	srv := rpc.NewGRPCServer(grpc.ChainUnaryInterceptor(count))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -307,8 +322,22 @@ func TestRPCHedgedCallsRunOnce(t *testing.T) {
 			if calls <= payments {
 				t.Errorf("%d calls for %d payments: the client sent no hedged copies", calls, payments)
 			}
-			if n, c := f.started.Load(), f.proc.Charges(); n != payments || c != payments {
-				t.Errorf("%d handler runs and %d charges, want %d and %d", n, c, payments, payments)
+			// A copy never runs the handler of a payment whose key is held
+			// or completed: one run per payment. A run that failed before
+			// its first phase committed (a store timeout, or a lease taken
+			// over, on a machine loaded enough) had no effect, and a later
+			// copy runs it again; each such failure is logged.
+			f.mu.Lock()
+			failures := f.failures
+			f.mu.Unlock()
+			for _, msg := range failures {
+				t.Logf("a copy failed: %s", msg)
+			}
+			if n := f.started.Load(); n < payments || n > payments+int64(len(failures)) {
+				t.Errorf("%d handler runs, want %d (and at most one more per failed copy: %d)", n, payments, len(failures))
+			}
+			if c := f.proc.Charges(); c != payments {
+				t.Errorf("%d charges, want %d", c, payments)
 			}
 			// Every answer is the stored one: a plain client retrying with
 			// the payment's key gets it replayed, and it is the payment
