@@ -83,6 +83,8 @@ type method struct {
 	keyField protoreflect.FieldDescriptor // nil: the metadata only
 	keySub   protoreflect.FieldDescriptor // the "key" of an AEP-155 message field
 	output   protoreflect.MessageType
+	// missingKey is the message of a call that needs a key and has none.
+	missingKey string
 }
 
 // method returns what the server knows of a method, from the descriptor
@@ -136,6 +138,7 @@ func (s *Server) method(name string) (*method, error) {
 		}
 		m.keyField = fd
 	}
+	m.missingKey = m.missing(name)
 	actual, _ := s.methods.LoadOrStore(name, m)
 	return actual.(*method), nil
 }
@@ -207,7 +210,7 @@ func (s *Server) Call(ctx context.Context, p CallParams) (Answer, error) {
 	if c.direct {
 		return Answer{Message: c.resp, Status: c.status}, nil
 	}
-	return decode(ctx, rec, func() proto.Message { return m.output.New().Interface() }, m.missing(p.Method))
+	return decode(ctx, rec, func() proto.Message { return m.output.New().Interface() }, m.missingKey)
 }
 
 // missing is the message of a call of the method that needs a key and
