@@ -7,6 +7,22 @@ require github.com/idemkit/idem v0.0.0-00010101000000-000000000000
 replace github.com/idemkit/idem => ../
 
 require (
+	connectrpc.com/connect v1.21.0
+	github.com/idemkit/idem/api v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemconnect v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemgrpc v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemrpc v0.0.0-00010101000000-000000000000
+	google.golang.org/grpc v1.84.0
+)
+
+replace (
+	github.com/idemkit/idem/api => ../api
+	github.com/idemkit/idem/idemconnect => ../idemconnect
+	github.com/idemkit/idem/idemgrpc => ../idemgrpc
+	github.com/idemkit/idem/idemrpc => ../idemrpc
+)
+
+require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/idemkit/idem/idemmysql v0.0.0-00010101000000-000000000000
@@ -25,6 +41,7 @@ require (
 	go.opentelemetry.io/otel/sdk v1.46.0
 	go.opentelemetry.io/proto/otlp v1.11.0
 	gonum.org/v1/plot v0.17.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260819154853-08b0e4226688
 	google.golang.org/protobuf v1.36.12
 	modernc.org/sqlite v1.59.0
 )
@@ -70,8 +87,6 @@ require (
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260819154853-08b0e4226688 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260819154853-08b0e4226688 // indirect
-	google.golang.org/grpc v1.83.2 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 	modernc.org/libc v1.76.0 // indirect
 	modernc.org/mathutil v1.7.1 // indirect

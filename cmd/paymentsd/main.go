@@ -105,6 +105,9 @@ type options struct {
 	webhookTries   int
 	// Webhooks received from the processor (processord -webhook-url).
 	processorWebhookSecrets string
+
+	// grpcAddr is the gRPC listener's address; "" serves no gRPC.
+	grpcAddr string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -113,6 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	env := cmdrun.NewEnv(os.LookupEnv)
 	fs.StringVar(&o.addr, "addr", env.String("PAYMENTSD_ADDR", "127.0.0.1:8080"), "listen address (env PAYMENTSD_ADDR)")
+	fs.StringVar(&o.grpcAddr, "grpc-addr", env.String("PAYMENTSD_GRPC_ADDR", ""), "gRPC listen address of payments.v1.PaymentService, with the HTTP API's tokens, store and processor; empty serves no gRPC. Connect clients use the HTTP address (env PAYMENTSD_GRPC_ADDR)")
 	fs.StringVar(&o.admin, "admin-addr", env.String("PAYMENTSD_ADMIN_ADDR", adminAddrDefault), "admin listen address, serving GET /metrics without authentication; keep it off the public network. \"\" or \"off\" disables it (env PAYMENTSD_ADMIN_ADDR)")
 	o.db = env.String("DATABASE_URL", "sqlite:paymentsd.db")
 	fs.Var((*cmdrun.Redacted)(&o.db), "db", "database `URL`: sqlite:PATH, postgres://... or mysql://... (env DATABASE_URL)")
@@ -254,12 +258,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	rpc, err := svc.RPC()
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           idemlog.New(&idemlog.Config{Logger: logger})(traced(o.otel != "", svc.Handler())),
+		Handler:           idemlog.New(&idemlog.Config{Logger: logger})(traced(o.otel != "", withConnect(svc.Handler(), rpc))),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -272,7 +280,18 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("admin listener: %w", err)
 		}
 	}
+	grpcLn, err := listenGRPC(o.grpcAddr)
+	if err != nil {
+		ln.Close()
+		if adminLn != nil {
+			adminLn.Close()
+		}
+		return err
+	}
 	fmt.Fprintf(stdout, "paymentsd: listening on http://%s (database %s, processor %s)\n", ln.Addr(), db.Name, processorName(o.processor))
+	if grpcLn != nil {
+		fmt.Fprintf(stdout, "paymentsd: gRPC (payments.v1.PaymentService) on %s\n", grpcLn.Addr())
+	}
 	if adminLn != nil {
 		fmt.Fprintf(stdout, "paymentsd: admin endpoint (GET /metrics) at http://%s\n", adminLn.Addr())
 	}
@@ -282,6 +301,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ln.Close()
 		if adminLn != nil {
 			adminLn.Close()
+		}
+		if grpcLn != nil {
+			grpcLn.Close()
 		}
 		return err
 	}
@@ -338,8 +360,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			adminDone <- err
 		}()
 	}
+	grpcDone := serveGRPC(ctx, stop, rpc, grpcLn, o.shutdown, logger)
 	err = cmdrun.Serve(ctx, srv, ln, o.shutdown)
 	stop()
+	if grpcErr := <-grpcDone; err == nil && grpcErr != nil {
+		err = fmt.Errorf("gRPC listener: %w", grpcErr)
+	}
 	if adminErr := <-adminDone; err == nil && adminErr != nil {
 		err = fmt.Errorf("admin listener: %w", adminErr)
 	}
