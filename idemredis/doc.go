@@ -112,28 +112,35 @@
 // flight and waits out the lease, then runs again). A primary that
 // restarts without persistence loses every key.
 //
-// With MinReplicas n, after a claim and after a completion the store sends
-// WAIT n on the connection that ran the script. Fewer acknowledgements
-// within [Config.ReplicaTimeout] is an error wrapping
-// idemstore.ErrOutcomeUnknown and idemstore.ErrUnavailable, never a
-// silent success: a claim then gives the key back and the middleware
-// answers 503 without forwarding; a completion leaves the key completed
-// on the primary, and the client's retry gets the stored response or, if
-// a failover lost it, runs again. What WAIT protects: an acknowledged
-// claim or completion is on n replicas, so a failover that promotes one of
-// them keeps it. What it does not: WAIT does not make Redis strongly
+// With MinReplicas n, after a claim, a checkpoint and a completion the
+// store sends WAIT n on the connection that ran the script. Fewer
+// acknowledgements within [Config.ReplicaTimeout] is never a silent
+// success, and the store undoes the write on the primary, so that it
+// reports what it did: a claim gives the key back and fails (no lease:
+// the middleware answers 503, nothing ran); a checkpoint puts back the
+// recovery point it replaced and fails; a completion makes the key started
+// again, with no response, at the recovery point it had (which a
+// completion keeps, with MinReplicas, for that) and fails, its lease still
+// open for the Release that follows, so that the middleware's answer, the
+// result not recorded and the key released, is true. These errors wrap
+// idemstore.ErrUnavailable and not idemstore.ErrOutcomeUnknown; only a
+// script whose answer is lost (the connection fails after it was sent),
+// or an undo that gets no answer, is an unknown outcome. An undo that a
+// failover loses can bring the write back (WAIT short is "not confirmed in
+// time", not "absent"): a completion undone then replays instead of
+// running again. What WAIT protects: an acknowledged claim, checkpoint or
+// completion is on n replicas, so a failover that promotes one of them
+// keeps it. What it does not: WAIT does not make Redis strongly
 // consistent. A failover may promote a replica that missed the write (the
 // cluster picks by replication offset, but a replica that lagged beyond
 // the others can still win, and manual failovers choose freely); writes
-// acknowledged by replicas that then restart without persistence are lost;
-// a write refused by WAIT may still survive. Persistence (appendonly yes,
-// appendfsync everysec or always) is a separate guard, against a restart
-// rather than a failover. The script and its WAIT go in one round trip,
-// so a claim that finds the key (a replay, a 409) waits too: while fewer
-// than MinReplicas replicas are connected, every claim, replays
-// included, takes ReplicaTimeout. Release and checkpoint do not WAIT: losing one
-// leaves the key held until its lease ends, or at an earlier recovery
-// point, which the next holder resumes.
+// acknowledged by replicas that then restart without persistence are lost.
+// Persistence (appendonly yes, appendfsync everysec or always) is a
+// separate guard, against a restart rather than a failover. The script
+// and its WAIT go in one round trip, so a claim that finds the key (a
+// replay, a 409) waits too: while fewer than MinReplicas replicas are
+// connected, every claim, replays included, takes ReplicaTimeout. Release
+// does not WAIT: losing one leaves the key held until its lease ends.
 //
 // Measured failover figures (with MinReplicas 0 and 1, on the cluster)
 // and benchmarks are not part of this package yet.
