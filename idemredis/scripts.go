@@ -165,3 +165,12 @@ if not mine or cur[1] ~= 'completed' then return 'changed' end
 redis.call('DEL', h)
 return 'ok'
 `)
+
+// deleteIfScript deletes a key whose token, nonce and status are still
+// ARGV[1], ARGV[2] and ARGV[3], as Store.DeleteKeyIf read them (its check
+// is made in Go on that read).
+var deleteIfScript = redis.NewScript(held + `
+if not mine or cur[1] ~= ARGV[3] then return 'changed' end
+redis.call('DEL', h)
+return 'ok'
+`)
