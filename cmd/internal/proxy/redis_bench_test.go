@@ -32,20 +32,24 @@ import (
 // runs on.
 var upstreamCosts = []time.Duration{2 * time.Millisecond, 20 * time.Millisecond}
 
-// BenchmarkProxyStores compares, in one run, requests through a plain
-// httputil.ReverseProxy and through idemproxy on a single Redis, on a
-// Redis Cluster (MinReplicas 0, and 1: "cluster-wait1") and on
-// PostgreSQL, each in front of the same upstream (at each of
-// upstreamCosts a request), from 8 client goroutines per CPU: a new key each request, and
-// a replay of a completed key, which never reaches the upstream. Each
-// reports req/s and the p50 and p99 latency in µs; divide req/s by
-// plain's for the ratios.
+// BenchmarkProxyStores compares requests through a plain
+// httputil.ReverseProxy and through idemproxy on a single Redis
+// ("redis"), on a Redis Cluster with MinReplicas 0 ("cluster") and 1
+// ("cluster-wait1"), and on PostgreSQL ("postgres"), each in front of the
+// same upstream, at each of upstreamCosts: a new key each request, and a
+// replay of a completed key, which never reaches the upstream. The
+// targets take turns: each iteration sends a batch of 64 requests, from
+// 16 goroutines, to each target in turn, so that all of them see the same
+// load of the machine; run it with a fixed count, -benchtime 20x. Each
+// reports, per target, req/s, its ratio to plain's (TARGET-x), and the
+// p50 and p99 latency in µs.
 //
 // The route is the proxy's default, the hold policy: a new key costs a
 // claim, the "forwarded" recovery point and a completion, three store
 // round trips; a replay costs one claim. The Redis servers are the
 // benchmark's own, without persistence; PostgreSQL is the shared server,
-// a database of the benchmark's own.
+// a database of the benchmark's own. Both proxies keep 64 idle
+// connections to the upstream.
 func BenchmarkProxyStores(b *testing.B) {
 	var executions, cost atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -62,16 +66,13 @@ func BenchmarkProxyStores(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Both proxies keep as many idle connections to the upstream as the
-	// benchmark has clients, as a deployment would (the default, 2, makes
-	// both open a connection for most requests).
 	transport := func() http.RoundTripper {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 64
 		t.DisableCompression = true
 		return t
 	}
-	proxyOn := func(b *testing.B, store idemstore.Store) http.Handler {
+	proxyOn := func(store idemstore.Store) http.Handler {
 		p, err := New(&Config{Upstream: target, Store: store, Identity: id, Transport: transport(),
 			Idem: idem.Config{Logger: slog.New(slog.DiscardHandler)}})
 		if err != nil {
@@ -79,7 +80,7 @@ func BenchmarkProxyStores(b *testing.B) {
 		}
 		return p
 	}
-	redisStore := func(b *testing.B, rdb redis.UniversalClient, minReplicas int) idemstore.Store {
+	redisStore := func(rdb redis.UniversalClient, minReplicas int) idemstore.Store {
 		b.Cleanup(func() { rdb.Close() })
 		s, err := idemredis.New(rdb, &idemredis.Config{MinReplicas: minReplicas})
 		if err != nil {
@@ -91,66 +92,39 @@ func BenchmarkProxyStores(b *testing.B) {
 		}
 		return s
 	}
-	var cluster *redistest.Cluster
-	top := b // the cluster serves two targets
+	cluster := redistest.StartCluster(b, 5*time.Second)
 	clusterClient := func() redis.UniversalClient {
-		if cluster == nil {
-			cluster = redistest.StartCluster(top, 5*time.Second)
-		}
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(cluster.Seeds(), ",")})
 	}
+	pg, err := idempg.New(pgtest.NewPool(b), &idempg.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pg.Migrate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	plain := httputil.NewSingleHostReverseProxy(target)
+	plain.Transport = transport()
 	targets := []struct {
 		name    string
-		handler func(b *testing.B) http.Handler
+		handler http.Handler
 	}{
-		{"plain", func(*testing.B) http.Handler {
-			rp := httputil.NewSingleHostReverseProxy(target)
-			rp.Transport = transport()
-			return rp
-		}},
-		{"redis", func(b *testing.B) http.Handler {
-			return proxyOn(b, redisStore(b, redis.NewClient(&redis.Options{Addr: redistest.Start(b)}), 0))
-		}},
-		{"cluster", func(b *testing.B) http.Handler { return proxyOn(b, redisStore(b, clusterClient(), 0)) }},
-		{"cluster-wait1", func(b *testing.B) http.Handler { return proxyOn(b, redisStore(b, clusterClient(), 1)) }},
-		{"postgres", func(b *testing.B) http.Handler {
-			s, err := idempg.New(pgtest.NewPool(b), &idempg.Config{Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := s.Migrate(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-			return proxyOn(b, s)
-		}},
+		{"plain", plain},
+		{"redis", proxyOn(redisStore(redis.NewClient(&redis.Options{Addr: redistest.Start(b)}), 0))},
+		{"cluster", proxyOn(redisStore(clusterClient(), 0))},
+		{"cluster-wait1", proxyOn(redisStore(clusterClient(), 1))},
+		{"postgres", proxyOn(pg)},
 	}
-	var seq atomic.Int64
-	for _, tg := range targets {
-		b.Run(tg.name, func(b *testing.B) {
-			srv := httptest.NewServer(tg.handler(b))
-			b.Cleanup(srv.Close)
-			for _, c := range upstreamCosts {
-				for _, mode := range []string{"new", "replay"} {
-					b.Run(fmt.Sprintf("upstream=%v/%s", c, mode), func(b *testing.B) {
-						cost.Store(int64(c))
-						benchPosts(b, srv.URL, mode, &seq)
-					})
-				}
-			}
-		})
+	bases := make([]string, len(targets))
+	for i, tg := range targets {
+		srv := httptest.NewServer(tg.handler)
+		b.Cleanup(srv.Close)
+		bases[i] = srv.URL
 	}
-	if n := executions.Load(); n == 0 {
-		b.Fatal("the upstream executed nothing")
-	}
-}
-
-// benchPosts posts b.N requests to base from 8 goroutines per CPU, each a
-// new key (mode "new") or a replay of one of 64 keys completed first
-// ("replay"), and reports req/s and the p50 and p99 latency.
-func benchPosts(b *testing.B, base, mode string, seq *atomic.Int64) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
-	defer client.CloseIdleConnections()
-	post := func(key string) {
+	b.Cleanup(client.CloseIdleConnections)
+	var seq atomic.Int64
+	post := func(b *testing.B, base, key string) {
 		req, _ := http.NewRequest("POST", base+"/v1/charges", strings.NewReader(`{"amount":100,"currency":"usd"}`))
 		req.Header.Set("Authorization", "Bearer sk_test_bench")
 		req.Header.Set("Content-Type", "application/json")
@@ -166,39 +140,67 @@ func benchPosts(b *testing.B, base, mode string, seq *atomic.Int64) {
 			b.Errorf("%s: %d", key, resp.StatusCode)
 		}
 	}
-	const replayKeys = 64
-	run := seq.Add(1)
-	if mode == "replay" {
-		for i := range replayKeys {
-			post(fmt.Sprintf("r%d-%d", run, i))
+	const batch, goroutines, replayKeys = 64, 16, 64
+	for _, c := range upstreamCosts {
+		for _, mode := range []string{"new", "replay"} {
+			b.Run(fmt.Sprintf("upstream=%v/%s", c, mode), func(b *testing.B) {
+				cost.Store(int64(c))
+				run := seq.Add(1)
+				if mode == "replay" {
+					for _, base := range bases {
+						for i := range replayKeys {
+							post(b, base, fmt.Sprintf("r%d-%d", run, i))
+						}
+					}
+				}
+				spent := make([]time.Duration, len(targets))
+				lat := make([][]time.Duration, len(targets))
+				b.ResetTimer()
+				for range b.N {
+					for t, base := range bases {
+						var next atomic.Int64
+						var mu sync.Mutex
+						var wg sync.WaitGroup
+						began := time.Now()
+						for range goroutines {
+							wg.Add(1)
+							go func() {
+								defer wg.Done()
+								var mine []time.Duration
+								for i := next.Add(1); i <= batch; i = next.Add(1) {
+									key := fmt.Sprintf("n%d-%d", run, seq.Add(1))
+									if mode == "replay" {
+										key = fmt.Sprintf("r%d-%d", run, i%replayKeys)
+									}
+									t0 := time.Now()
+									post(b, base, key)
+									mine = append(mine, time.Since(t0))
+								}
+								mu.Lock()
+								lat[t] = append(lat[t], mine...)
+								mu.Unlock()
+							}()
+						}
+						wg.Wait()
+						spent[t] += time.Since(began)
+					}
+				}
+				b.StopTimer()
+				plainRate := float64(b.N*batch) / spent[0].Seconds()
+				for t, tg := range targets {
+					rate := float64(b.N*batch) / spent[t].Seconds()
+					slices.Sort(lat[t])
+					b.ReportMetric(rate, tg.name+"-req/s")
+					if t > 0 {
+						b.ReportMetric(rate/plainRate, tg.name+"-x")
+					}
+					b.ReportMetric(float64(lat[t][len(lat[t])/2].Microseconds()), tg.name+"-p50-µs")
+					b.ReportMetric(float64(lat[t][len(lat[t])*99/100].Microseconds()), tg.name+"-p99-µs")
+				}
+			})
 		}
 	}
-	var mu sync.Mutex
-	var lat []time.Duration
-	b.SetParallelism(8)
-	b.ResetTimer()
-	began := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		var mine []time.Duration
-		for i := 0; pb.Next(); i++ {
-			key := fmt.Sprintf("n%d-%d", run, seq.Add(1))
-			if mode == "replay" {
-				key = fmt.Sprintf("r%d-%d", run, i%replayKeys)
-			}
-			t0 := time.Now()
-			post(key)
-			mine = append(mine, time.Since(t0))
-		}
-		mu.Lock()
-		lat = append(lat, mine...)
-		mu.Unlock()
-	})
-	elapsed := time.Since(began)
-	b.StopTimer()
-	slices.Sort(lat)
-	if len(lat) > 0 {
-		b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "req/s")
-		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	if executions.Load() == 0 {
+		b.Fatal("the upstream executed nothing")
 	}
 }
