@@ -38,7 +38,7 @@ var upstreamCosts = []time.Duration{2 * time.Millisecond, 20 * time.Millisecond}
 // ("cluster-wait1"), and on PostgreSQL ("postgres"), each in front of the
 // same upstream, at each of upstreamCosts: a new key each request, and a
 // replay of a completed key, which never reaches the upstream. The
-// targets take turns: each iteration sends a batch of 64 requests, from
+// targets take turns: each iteration sends a batch of 256 requests, from
 // 16 goroutines, to each target in turn, so that all of them see the same
 // load of the machine; run it with a fixed count, -benchtime 20x. Each
 // reports, per target, req/s, its ratio to plain's (TARGET-x), and the
@@ -140,7 +140,7 @@ func BenchmarkProxyStores(b *testing.B) {
 			b.Errorf("%s: %d", key, resp.StatusCode)
 		}
 	}
-	const batch, goroutines, replayKeys = 64, 16, 64
+	const batch, goroutines, replayKeys = 256, 16, 64
 	for _, c := range upstreamCosts {
 		for _, mode := range []string{"new", "replay"} {
 			b.Run(fmt.Sprintf("upstream=%v/%s", c, mode), func(b *testing.B) {
