@@ -22,7 +22,8 @@ import "github.com/redis/go-redis/v9"
 //	n      the current holder's nonce, random per claim
 //	tk     "1" when the current holder took the key over
 //	sc, hd, bd  the response: status, headers (JSON), body
-//	rp, rs the recovery point and its state (JSON); absent before any
+//	rp, rs the recovery point and its state (JSON); absent before any, and
+//	       after a completion unless MinReplicas (see uncompleteScript)
 
 // claimScript claims KEYS[1].
 //
