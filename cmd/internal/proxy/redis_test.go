@@ -9,9 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem/cmd/internal/redistest"
-	"github.com/idemkit/idem/internal/check"
 	"github.com/idemkit/idem/idemredis"
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/check"
 )
 
 // Every test that runs on each of storeKinds runs on Redis too: a server
