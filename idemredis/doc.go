@@ -147,11 +147,10 @@
 // retried requests: see docs/proxy.md ("Redis: failover, measured") and
 // TestRedisFailover in cmd/internal/proxy. With MinReplicas 1 no key ran
 // twice upstream and no acknowledged answer was lost over nine failovers;
-// with MinReplicas 0
-// none was either in those runs on loopback, where a replica lags its
-// primary by well under a millisecond: what MinReplicas 0 can lose is the
-// writes inside that lag when the primary dies, more on a slower link or
-// a lagging replica.
+// with MinReplicas 0 none was either in those runs on loopback, where a
+// replica lags its primary by well under a millisecond: what MinReplicas 0
+// can lose is the writes inside that lag when the primary dies, more on a
+// slower link or a lagging replica.
 //
 // # The client: go-redis, and rueidis
 //
