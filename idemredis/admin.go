@@ -147,6 +147,9 @@ func (s *Store) ListKeys(ctx context.Context, p idemstore.ListKeysParams) ([]*id
 // idemstore.UnfinishedParams.Lists. Redis has no index on the key's state
 // or age: a pass costs a read of every key kept.
 func (s *Store) Unfinished(ctx context.Context, p idemstore.UnfinishedParams) ([]*idemstore.Record, error) {
+	if p.Limit <= 0 {
+		return nil, nil // a limit of 0 (or less) lists none
+	}
 	var out []*idemstore.Record
 	err := s.scan(ctx, s.match(""), false, func(rec *idemstore.Record, point, _ string) {
 		if p.Lists(rec, point) {
@@ -158,7 +161,7 @@ func (s *Store) Unfinished(ctx context.Context, p idemstore.UnfinishedParams) ([
 		return nil, fmt.Errorf("idemredis: list unfinished keys: %w", err)
 	}
 	slices.SortFunc(out, func(a, b *idemstore.Record) int { return a.CreatedAt.Compare(b.CreatedAt) })
-	if p.Limit > 0 && len(out) > p.Limit {
+	if len(out) > p.Limit {
 		out = out[:p.Limit]
 	}
 	return out, nil

@@ -40,7 +40,7 @@ func TestMinReplicasWithReplica(t *testing.T) {
 		info, err := rdb.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
 	})
-	store, err := idemredis.New(rdb, &idemredis.Config{Prefix: "replica", MinReplicas: 1, ReplicaTimeout: 200 * time.Millisecond})
+	store, err := idemredis.New(rdb, &idemredis.Config{Prefix: "replica", MinReplicas: 1, ReplicaTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestUnacknowledgedCompletionAnswer(t *testing.T) {
 		info, err := rdb.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
 	})
-	store, err := idemredis.New(rdb, &idemredis.Config{Prefix: "answer", MinReplicas: 1, ReplicaTimeout: 200 * time.Millisecond})
+	store, err := idemredis.New(rdb, &idemredis.Config{Prefix: "answer", MinReplicas: 1, ReplicaTimeout: time.Second})
 	must(t, err)
 	mw, err := idem.New(store, &idem.Config{Mode: idem.ModeTwoPhase, Logger: slog.New(slog.DiscardHandler),
 		ClientID: func(r *http.Request) (string, bool) { return "alice", true }})
