@@ -24,7 +24,8 @@ import "github.com/redis/go-redis/v9"
 //	tc     the W3C trace context of the request that claimed the key
 //	       last (idemstore.ClaimParams.TraceContext); absent for none
 //	sc, hd, bd  the response: status, headers (JSON), body
-//	rp, rs the recovery point and its state (JSON); absent before any
+//	rp, rs the recovery point and its state (JSON); absent before any, and
+//	       after a completion unless MinReplicas (see uncompleteScript)
 
 // claimScript claims KEYS[1].
 //
@@ -89,7 +90,8 @@ local mine = cur[2] == ARGV[1] and cur[3] == ARGV[2]
 `
 
 // completeScript stores the response of the lease whose token and nonce
-// are ARGV[1] and ARGV[2]: ARGV 3 status code, 4 headers, 5 body.
+// are ARGV[1] and ARGV[2]: ARGV 3 status code, 4 headers, 5 body, 6 "keep"
+// to keep the recovery point (with MinReplicas, for uncompleteScript).
 // It returns {"ok"}, {"lost"}, or {"completed", the key's fields} when
 // another request completed it.
 var completeScript = redis.NewScript(held + `
@@ -103,8 +105,18 @@ if not mine or cur[1] ~= 'started' then
 	return {'lost'}
 end
 redis.call('HSET', h, 'st', 'completed', 'sc', ARGV[3], 'hd', ARGV[4], 'bd', ARGV[5])
-redis.call('HDEL', h, 'rp', 'rs')
+if ARGV[6] ~= 'keep' then redis.call('HDEL', h, 'rp', 'rs') end
 return {'ok'}
+`)
+
+// uncompleteScript undoes the completion of the lease ARGV[1], ARGV[2]
+// that too few replicas acknowledged: the key is started again, under
+// the same lease, at the recovery point it had, and has no response.
+var uncompleteScript = redis.NewScript(held + `
+if not mine or cur[1] ~= 'completed' then return 'gone' end
+redis.call('HSET', h, 'st', 'started')
+redis.call('HDEL', h, 'sc', 'hd', 'bd')
+return 'ok'
 `)
 
 // releaseScript frees the key of the lease ARGV[1], ARGV[2]: it deletes
@@ -121,10 +133,22 @@ return 'deleted'
 `)
 
 // checkpointScript saves the recovery point ARGV[3] and its state
-// ARGV[4] for the lease ARGV[1], ARGV[2].
+// ARGV[4] for the lease ARGV[1], ARGV[2]. It returns {"ok", the point
+// and state it replaced ("" for none)}, or {"lost"}.
 var checkpointScript = redis.NewScript(held + `
-if not mine or cur[1] ~= 'started' then return 'lost' end
+if not mine or cur[1] ~= 'started' then return {'lost'} end
+local was = redis.call('HMGET', h, 'rp', 'rs')
 redis.call('HSET', h, 'rp', ARGV[3], 'rs', ARGV[4])
+return {'ok', was[1] or '', was[2] or ''}
+`)
+
+// restorePointScript puts back the recovery point ARGV[3] and state
+// ARGV[4] ("" for none) that a checkpoint of the lease ARGV[1], ARGV[2]
+// replaced, when too few replicas acknowledged that checkpoint.
+var restorePointScript = redis.NewScript(held + `
+if not mine or cur[1] ~= 'started' then return 'lost' end
+if ARGV[3] == '' then redis.call('HDEL', h, 'rp') else redis.call('HSET', h, 'rp', ARGV[3]) end
+if ARGV[4] == '' then redis.call('HDEL', h, 'rs') else redis.call('HSET', h, 'rs', ARGV[4]) end
 return 'ok'
 `)
 
@@ -144,6 +168,15 @@ return 'ok'
 // ARGV[1], ARGV[2] (idemstore.CheckDelete is decided in Go on the read).
 var deleteScript = redis.NewScript(held + `
 if not mine or cur[1] ~= 'completed' then return 'changed' end
+redis.call('DEL', h)
+return 'ok'
+`)
+
+// deleteIfScript deletes a key whose token, nonce and status are still
+// ARGV[1], ARGV[2] and ARGV[3], as Store.DeleteKeyIf read them (its check
+// is made in Go on that read).
+var deleteIfScript = redis.NewScript(held + `
+if not mine or cur[1] ~= ARGV[3] then return 'changed' end
 redis.call('DEL', h)
 return 'ok'
 `)

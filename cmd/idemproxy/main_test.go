@@ -218,7 +218,7 @@ func grepLines(s, sub string) string {
 // problem and nothing is forwarded, until "idemproxy release" frees it.
 func TestHoldAndRelease(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range []string{"sqlite", "postgres", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			var calls atomic.Int64
