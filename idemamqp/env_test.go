@@ -3,6 +3,7 @@ package idemamqp_test
 import (
 	"context"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -12,7 +13,12 @@ import (
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if role := os.Getenv(childEnv); role != "" {
+		os.Exit(runChild(role))
+	}
+	pgtest.Main(m)
+}
 
 var quiet = slog.New(slog.DiscardHandler)
 
