@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemconsume"
 	"github.com/idemkit/idem/idemamqp"
+	"github.com/idemkit/idem/idemconsume"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/internal/child"
 )
