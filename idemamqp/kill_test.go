@@ -74,7 +74,7 @@ func TestCommandsWithKilledConsumers(t *testing.T) {
 	go func() { published <- publishCommands(ctx, pubCh, queue, n) }()
 
 	kills, lastKill, lastApplied := 0, time.Now(), 0
-	tick := time.NewTicker(20 * time.Millisecond)
+	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(10 * time.Minute)
 	pubDone := false

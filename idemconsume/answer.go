@@ -5,14 +5,13 @@ import (
 	"net/http"
 )
 
-// answer is the http.ResponseWriter of one message: it keeps the status,
-// the header and the body of what the middleware answered, and, as the
-// writer passed to phases, forwards to the middleware's.
+// answer is an http.ResponseWriter that keeps the status, the header and
+// the body written to it: what the middleware answered, or what a handler
+// wrote for its message.
 type answer struct {
 	header http.Header
 	status int
 	body   []byte
-	inner  http.ResponseWriter // nil for the middleware's own writer
 }
 
 func (a *answer) Header() http.Header { return a.header }
@@ -22,20 +21,26 @@ func (a *answer) WriteHeader(status int) {
 		return
 	}
 	a.status = status
-	if a.inner != nil {
-		a.inner.WriteHeader(status)
-	}
 }
 
 func (a *answer) Write(b []byte) (int, error) {
 	if a.status == 0 {
 		a.WriteHeader(http.StatusOK)
 	}
-	if a.inner != nil {
-		return a.inner.Write(b)
-	}
 	a.body = append(a.body, b...)
 	return len(b), nil
+}
+
+// copyTo writes what a holds to w.
+func (a *answer) copyTo(w http.ResponseWriter) {
+	h := w.Header()
+	for k, v := range a.header {
+		h[k] = v
+	}
+	w.WriteHeader(a.status)
+	if len(a.body) > 0 {
+		w.Write(a.body)
+	}
 }
 
 // bodyReader reads a message's payload as a request body.

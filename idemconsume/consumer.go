@@ -228,23 +228,25 @@ func (c *Consumer) handle(ctx context.Context, msg *Message) Result {
 }
 
 // serve is the handler behind the middleware: it runs the consumer's
-// handler and answers 204 when it succeeded, 422 when it rejected the
-// message and 500 when it failed, which releases the key.
+// handler and answers with what the handler wrote (see [ResponseWriter]),
+// or 204 when it succeeded and wrote nothing, 422 when it rejected the
+// message, and 500, which releases the key, when it failed.
 func (c *Consumer) serve(w http.ResponseWriter, r *http.Request) {
 	d := deliveryFrom(r.Context())
-	ans := &answer{header: w.Header(), inner: w}
+	ans := &answer{header: make(http.Header)}
 	d.w = ans
 	err := c.run(r.Context(), d.msg)
 	d.err = err
 	var rej *RejectError
 	switch {
-	case ans.status != 0:
-		// RunPhases answered: the final phase's answer, or the 503 of an
-		// unfinished operation.
 	case errors.As(err, &rej):
 		idem.WriteProblem(w, rejectedKind.New(idem.ProblemTypeBaseDefault, rej.Reason), 0)
+	case err != nil && ans.status >= 500:
+		ans.copyTo(w) // RunPhases's answer for an unfinished operation
 	case err != nil:
 		w.WriteHeader(http.StatusInternalServerError)
+	case ans.status != 0:
+		ans.copyTo(w)
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
@@ -278,7 +280,11 @@ func (c *Consumer) decide(ctx context.Context, d *delivery, w *answer) Result {
 	}
 	var p idem.Problem
 	if !isProblem(w.header) || json.Unmarshal(w.body, &p) != nil {
-		c.log.ErrorContext(ctx, "idemconsume: the middleware answered without a problem", "status", status, "consumer", c.name)
+		if status < 500 {
+			// The handler's own answer, recorded with the key.
+			return Result{Outcome: OutcomeRejected, Action: DeadLetter, Reason: fmt.Sprintf("rejected: the handler answered %d", status)}
+		}
+		c.log.ErrorContext(ctx, "idemconsume: unexpected answer", "status", status, "consumer", c.name)
 		return Result{Outcome: OutcomeUnavailable, Action: Nak, Delay: c.retry, Reason: fmt.Sprintf("unexpected answer %d", status)}
 	}
 	delay := c.retry
@@ -298,6 +304,11 @@ func (c *Consumer) decide(ctx context.Context, d *delivery, w *answer) Result {
 		return Result{Outcome: OutcomeMismatch, Action: DeadLetter, Reason: reason, Fields: p.Fields}
 	case idem.ProblemKeyMalformed, idem.ProblemKeyMissing, idem.ProblemBodyMalformed, idem.ProblemBodyTooLarge, idem.ProblemMediaType:
 		return Result{Outcome: OutcomeMalformed, Action: DeadLetter, Reason: reason}
+	}
+	if status < 500 {
+		// A problem of the handler's own, such as a refused command,
+		// recorded with the key.
+		return Result{Outcome: OutcomeRejected, Action: DeadLetter, Reason: "rejected: " + reason}
 	}
 	// Store unavailable, outcome unknown, operation unfinished: nothing is
 	// known to be committed, or what is will be found by the redelivery.
@@ -331,6 +342,23 @@ func quoteKey(id string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
+}
+
+// ResponseWriter returns, inside a [Handler], the writer of the answer that
+// is recorded with the message's key, or nil outside one. A handler that
+// shares keys with an HTTP endpoint (see [Config.Path] and
+// [Message.Client]) writes the endpoint's answer there, so that a request
+// with the same key and scope replays it; what a handler writes is kept
+// only when it returns nil. An answer of 2xx acknowledges the message; one
+// of 4xx records a refusal and dead-letters it with the answer's detail
+// (the same as [Reject], in the endpoint's words); 5xx releases the key,
+// as an error does.
+func ResponseWriter(ctx context.Context) http.ResponseWriter {
+	d := deliveryFrom(ctx)
+	if d == nil || d.w == nil {
+		return nil
+	}
+	return d.w
 }
 
 // RunPhases runs a phased operation from a handler in the two-phase mode,

@@ -67,7 +67,7 @@ func TestCommandsWithKilledConsumers(t *testing.T) {
 	// the commands, whichever comes first, so that a fast machine sees as
 	// many kills as a slow one.
 	kills, lastKill, lastApplied := 0, time.Now(), 0
-	poll := time.NewTicker(20 * time.Millisecond)
+	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
 	deadline := time.After(10 * time.Minute)
 	pubDone := false
