@@ -48,10 +48,16 @@ func runChild(role string) int {
 	return 0
 }
 
+// proc is a child process and the reader of its output.
+type proc struct {
+	cmd  *exec.Cmd
+	read chan struct{} // closed when its output is read to the end
+}
+
 // startChild starts the test binary as a child in role, with env added to
 // its environment. Each line it prints goes to lines. The child dies with
 // the test.
-func startChild(t *testing.T, role string, env []string, lines func(string)) *exec.Cmd {
+func startChild(t *testing.T, role string, env []string, lines func(string)) *proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), childEnv+"="+role), env...)
@@ -64,8 +70,9 @@ func startChild(t *testing.T, role string, env []string, lines func(string)) *ex
 	if err := child.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
+	p := &proc{cmd: cmd, read: make(chan struct{})}
+	go func() {
+		defer close(p.read)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			if lines != nil {
@@ -73,19 +80,17 @@ func startChild(t *testing.T, role string, env []string, lines func(string)) *ex
 			}
 		}
 		io.Copy(io.Discard, out)
-	})
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		wg.Wait()
-		cmd.Wait()
-	})
-	return cmd
+	}()
+	t.Cleanup(func() { kill(p) })
+	return p
 }
 
-// kill kills a child with SIGKILL, as a crash does, and waits for it.
-func kill(cmd *exec.Cmd) {
-	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
+// kill kills a child with SIGKILL, as a crash does, and waits for it and
+// for the last of its output.
+func kill(p *proc) {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.read // before Wait, which closes the pipe
+	p.cmd.Wait()
 }
 
 func openStore(ctx context.Context, url string) (*pgxpool.Pool, *idempg.Store, error) {

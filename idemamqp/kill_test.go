@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -66,7 +65,7 @@ func TestCommandsWithKilledConsumers(t *testing.T) {
 		return acked["executed"] + acked["duplicate"]
 	}
 	env := []string{"IDEM_TEST_DB=" + dbURL, "IDEM_TEST_QUEUE=" + queue}
-	consumers := []*exec.Cmd{startChild(t, "consumer", env, lines), startChild(t, "consumer", env, lines)}
+	consumers := []*proc{startChild(t, "consumer", env, lines), startChild(t, "consumer", env, lines)}
 	start := time.Now()
 	pubConn, pubCh := dial(t)
 	t.Cleanup(func() { pubConn.Close() })

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -56,7 +55,7 @@ func TestCommandsWithKilledConsumers(t *testing.T) {
 	}
 
 	env := []string{"IDEM_TEST_DB=" + dbURL, "IDEM_TEST_NATS=" + natsURL(), "IDEM_TEST_STREAM=" + stream}
-	consumers := []*exec.Cmd{startChild(t, "consumer", env, nil), startChild(t, "consumer", env, nil)}
+	consumers := []*proc{startChild(t, "consumer", env, nil), startChild(t, "consumer", env, nil)}
 	start := time.Now()
 	// The publisher: each command once, and a tenth of them again, as a
 	// publisher that retries after a lost answer does.
