@@ -15,10 +15,19 @@ require (
 	github.com/idemkit/idem/idemsqlite v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/internal/pgtest v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.13.0
+	github.com/nats-io/nats.go v1.52.0
 	github.com/prometheus/client_golang v1.23.2
+	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.22.0
 	gonum.org/v1/plot v0.17.0
 	modernc.org/sqlite v1.59.0
+)
+
+require (
+	github.com/klauspost/compress v1.18.5 // indirect
+	github.com/nats-io/nkeys v0.4.15 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	golang.org/x/crypto v0.49.0 // indirect
 )
 
 require (
@@ -33,6 +42,8 @@ require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/idemkit/idem/idemamqp v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemnats v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -63,3 +74,7 @@ replace (
 	github.com/idemkit/idem/idemsqlite => ../idemsqlite
 	github.com/idemkit/idem/internal/pgtest => ../internal/pgtest
 )
+
+replace github.com/idemkit/idem/idemnats => ../idemnats
+
+replace github.com/idemkit/idem/idemamqp => ../idemamqp

@@ -175,10 +175,12 @@ func requireFields(r *http.Request) bool {
 }
 
 // outcomeOf is the middleware's outcome policy: a handler's failure (500,
-// written by serve) releases the key; its success and its rejection are
-// stored. An unfinished phased operation is released whatever the policy.
+// written by serve) releases the key, as does an answer by which a handler
+// says it did not process the message (idem.NotProcessed: 400, 404, 429
+// ...), as over HTTP; its success and its rejection are stored. An
+// unfinished phased operation is released whatever the policy.
 func outcomeOf(status int) idem.Outcome {
-	if status >= 500 {
+	if status >= 500 || idem.NotProcessed(status) {
 		return idem.OutcomeRelease
 	}
 	return idem.OutcomeStore
@@ -278,6 +280,14 @@ func (c *Consumer) decide(ctx context.Context, d *delivery, w *answer) Result {
 	case status == http.StatusInternalServerError && !isProblem(w.header):
 		return Result{Outcome: OutcomeFailed, Action: Nak, Delay: c.retry, Reason: "the handler failed: " + errText(d.err), Err: d.err}
 	}
+	delay := c.retry
+	if s, err := strconv.Atoi(w.header.Get("Retry-After")); err == nil && s > 0 {
+		delay = time.Duration(s) * time.Second
+	}
+	if status == http.StatusTooManyRequests || status == http.StatusRequestTimeout {
+		// The handler's word that it could not process the message now.
+		return Result{Outcome: OutcomeFailed, Action: Nak, Delay: delay, Reason: fmt.Sprintf("the handler answered %d", status)}
+	}
 	var p idem.Problem
 	if !isProblem(w.header) || json.Unmarshal(w.body, &p) != nil {
 		if status < 500 {
@@ -286,10 +296,6 @@ func (c *Consumer) decide(ctx context.Context, d *delivery, w *answer) Result {
 		}
 		c.log.ErrorContext(ctx, "idemconsume: unexpected answer", "status", status, "consumer", c.name)
 		return Result{Outcome: OutcomeUnavailable, Action: Nak, Delay: c.retry, Reason: fmt.Sprintf("unexpected answer %d", status)}
-	}
-	delay := c.retry
-	if s, err := strconv.Atoi(w.header.Get("Retry-After")); err == nil && s > 0 {
-		delay = time.Duration(s) * time.Second
 	}
 	reason := p.Detail
 	if reason == "" {
