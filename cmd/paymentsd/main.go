@@ -224,8 +224,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	metrics := idemprom.New(nil)
 	outboxMetrics := idemprom.NewOutbox(nil)
+	consumerMetrics := idemprom.NewConsumer(nil)
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(metrics, outboxMetrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry.MustRegister(metrics, outboxMetrics, consumerMetrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	relay, err := newRelay(o, db, outboxMetrics, logger)
 	if err != nil {
 		return err
@@ -323,7 +324,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}()
 	}
 
-	stopTransfers, err := startTransfers(ctx, o, svc, tokens, logger, stdout)
+	stopTransfers, err := startTransfers(ctx, o, svc, tokens, consumerMetrics, logger, stdout)
 	if err != nil {
 		ln.Close()
 		if adminLn != nil {

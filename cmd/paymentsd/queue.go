@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemkit/idem/cmd/internal/payments"
 	"github.com/idemkit/idem/idemamqp"
+	"github.com/idemkit/idem/idemconsume"
 	"github.com/idemkit/idem/idemnats"
 	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/internal/bearer"
@@ -92,7 +93,7 @@ func clientOfHeader(tokens *bearer.Tokens, h http.Header) string {
 
 // startTransfers starts the consumer of -transfers-from, and returns the
 // function that stops it and waits for the messages under way.
-func startTransfers(ctx context.Context, o *options, svc *payments.Service, tokens *bearer.Tokens, logger *slog.Logger, stdout io.Writer) (stop func(), err error) {
+func startTransfers(ctx context.Context, o *options, svc *payments.Service, tokens *bearer.Tokens, metrics idemconsume.Metrics, logger *slog.Logger, stdout io.Writer) (stop func(), err error) {
 	if o.transfersFrom == "" {
 		return func() {}, nil
 	}
@@ -128,7 +129,7 @@ func startTransfers(ctx context.Context, o *options, svc *payments.Service, toke
 			nc.Close()
 			return nil, fmt.Errorf("-transfers-from: durable consumer %s: %w", durable, err)
 		}
-		c, err := svc.TransferConsumer(durable, nil)
+		c, err := svc.TransferConsumer(durable, metrics)
 		if err != nil {
 			nc.Close()
 			return nil, err
@@ -151,7 +152,7 @@ func startTransfers(ctx context.Context, o *options, svc *payments.Service, toke
 		if err := ensureQueue(q.dial, queue); err != nil {
 			return nil, fmt.Errorf("-transfers-from: %w", err)
 		}
-		c, err := svc.TransferConsumer(queue, nil)
+		c, err := svc.TransferConsumer(queue, metrics)
 		if err != nil {
 			return nil, err
 		}
