@@ -234,3 +234,21 @@ func TestRunTakesTransfersFromAQueue(t *testing.T) {
 		})
 	}
 }
+
+// TestRunRefusesBadQueueURLs: a malformed -transfers-from or -events-to
+// stops paymentsd at start with the reason.
+func TestRunRefusesBadQueueURLs(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ flag, url, want string }{
+		{"-transfers-from", "http://127.0.0.1:4222/x", "want nats or amqp"},
+		{"-transfers-from", "nats://127.0.0.1:4222", "name the subject"},
+		{"-transfers-from", "amqp://guest:guest@127.0.0.1:5672/", "name the queue"},
+		{"-events-to", "kafka://127.0.0.1:9092/x", "want nats or amqp"},
+	} {
+		db := "sqlite:" + filepath.Join(t.TempDir(), "p.db")
+		err := Run(context.Background(), []string{"-addr", "127.0.0.1:0", "-admin-addr", "off", "-db", db, "-tokens", "sk_a=alice", tt.flag, tt.url}, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s %s: %v, want an error with %q", tt.flag, tt.url, err, tt.want)
+		}
+	}
+}
