@@ -269,7 +269,9 @@ func (c *Consumer) run(ctx context.Context, msg *Message) (err error) {
 func (c *Consumer) decide(ctx context.Context, d *delivery, w *answer) Result {
 	status := w.status
 	if status == 0 {
-		status = http.StatusOK
+		// The middleware answers nothing when ctx ended before the claim:
+		// nothing was claimed nor run.
+		return Result{Outcome: OutcomeUnavailable, Action: Nak, Delay: c.retry, Reason: "the consumer stopped before the message was claimed"}
 	}
 	replayed := w.header.Get(idem.HeaderReplayed) == "true"
 	switch {

@@ -248,3 +248,20 @@ func TestNewRefusesClientID(t *testing.T) {
 		}
 	}
 }
+
+// A consumer that is stopping claims nothing and acks nothing.
+func TestHandleAfterCancelNaks(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	c := setup(t, "ledger", func(context.Context, *idemconsume.Message) error {
+		runs.Add(1)
+		return nil
+	}, idem.ModeAtomic)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	want(t, c.Handle(ctx, msg("m-1", transfer)), idemconsume.OutcomeUnavailable, idemconsume.Nak)
+	if runs.Load() != 0 {
+		t.Fatal("the handler ran for a stopping consumer")
+	}
+	want(t, c.Handle(context.Background(), msg("m-1", transfer)), idemconsume.OutcomeExecuted, idemconsume.Ack)
+}

@@ -52,7 +52,7 @@ type queueURL struct {
 func parseQueueURL(flagName, s string) (*queueURL, error) {
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("-%s: want nats://host:port/SUBJECT or amqp://user:password@host:port/vhost?...", flagName)
+		return nil, fmt.Errorf("-%s: want nats://host:port/SUBJECT or amqp://user:password@host:port/vhost?queue=NAME", flagName)
 	}
 	q := &queueURL{query: u.Query(), shown: u.Scheme + "://" + u.Host}
 	switch u.Scheme {
