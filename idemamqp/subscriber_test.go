@@ -168,6 +168,19 @@ func (b *broker) DeadLetters(ctx context.Context) ([]idemconsumetest.DeadLetter,
 	return append([]idemconsumetest.DeadLetter(nil), b.dead...), nil
 }
 
+// Settled reports whether the group's queue has no message ready. AMQP
+// does not say how many are unacknowledged; a message requeued after a
+// nack or a closed channel is ready again, and counted.
+func (b *broker) Settled(ctx context.Context, group string) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q, err := b.ch.QueueDeclarePassive(b.prefix+"."+group, false, false, false, false, nil)
+	if err != nil {
+		return false, err
+	}
+	return q.Messages == 0, nil
+}
+
 func TestConformance(t *testing.T) {
 	for name, env := range map[string]func(*testing.T) idemconsumetest.Env{"PostgreSQL": pgEnv, "SQLite": sqliteEnv} {
 		t.Run(name, func(t *testing.T) {

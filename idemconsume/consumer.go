@@ -21,6 +21,8 @@ import (
 const (
 	// RetryDelayDefault is the default of [Config.RetryDelay].
 	RetryDelayDefault = time.Second
+	// TimeoutDefault is the default of [Config.Timeout].
+	TimeoutDefault = time.Minute
 	// ContentTypeDefault is the media type of a message that names none.
 	ContentTypeDefault = "application/json"
 )
@@ -73,6 +75,12 @@ type Config struct {
 	// to RetryDelayDefault (1 s).
 	RetryDelay time.Duration
 
+	// Timeout bounds the handling of one message, from the claim to the
+	// commit: a handler stuck on a dead connection is cancelled, its
+	// writes roll back and the message is naked, instead of being held
+	// (and kept in progress) forever. Defaults to TimeoutDefault (1 min).
+	Timeout time.Duration
+
 	// Metrics receives the result of every message. Defaults to none.
 	Metrics Metrics
 }
@@ -83,6 +91,7 @@ type Consumer struct {
 	name    string
 	path    string
 	retry   time.Duration
+	timeout time.Duration
 	metrics Metrics
 	log     *slog.Logger
 	handler Handler
@@ -98,8 +107,8 @@ func New(store idemstore.Store, handler Handler, cfg *Config) (*Consumer, error)
 	if handler == nil {
 		return nil, errors.New("idemconsume: a Handler is required")
 	}
-	if cfg.RetryDelay < 0 {
-		return nil, errors.New("idemconsume: Config.RetryDelay must not be negative")
+	if cfg.RetryDelay < 0 || cfg.Timeout < 0 {
+		return nil, errors.New("idemconsume: Config.RetryDelay and Config.Timeout must not be negative")
 	}
 	ic := idem.Config{}
 	if cfg.Idem != nil {
@@ -116,7 +125,7 @@ func New(store idemstore.Store, handler Handler, cfg *Config) (*Consumer, error)
 		return nil, err
 	}
 	c := &Consumer{
-		name: cfg.Name, path: cfg.Path, retry: cfg.RetryDelay, metrics: cfg.Metrics,
+		name: cfg.Name, path: cfg.Path, retry: cfg.RetryDelay, timeout: cfg.Timeout, metrics: cfg.Metrics,
 		log: ic.Logger, handler: handler,
 	}
 	if c.path == "" {
@@ -127,6 +136,9 @@ func New(store idemstore.Store, handler Handler, cfg *Config) (*Consumer, error)
 	}
 	if c.retry == 0 {
 		c.retry = RetryDelayDefault
+	}
+	if c.timeout == 0 {
+		c.timeout = TimeoutDefault
 	}
 	if c.metrics == nil {
 		c.metrics = noMetrics{}
@@ -201,6 +213,8 @@ func (c *Consumer) handle(ctx context.Context, msg *Message) Result {
 	if ctx.Err() != nil {
 		return Result{Outcome: OutcomeUnavailable, Action: Nak, Delay: c.retry, Reason: "the consumer is stopping"}
 	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
 	d := &delivery{msg: msg, client: msg.Client}
 	if d.client == "" {
 		d.client = c.name

@@ -76,9 +76,9 @@ type SubscriberConfig struct {
 	// DeadLetterSubject receives a copy of each dead-lettered message,
 	// with its headers and the Idem-Dead-Letter-* headers, published to
 	// JetStream (so it must be a subject of a stream) before the message
-	// is terminated. Defaults to "": the message is only terminated, with
-	// the reason, which JetStream reports in its
-	// $JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED advisory.
+	// is terminated. Defaults to "": the message is only terminated, which
+	// JetStream reports in its $JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED
+	// advisory, and the reason is in the subscriber's log.
 	DeadLetterSubject string
 	// Logger receives failed acks and dead letters. Defaults to
 	// slog.Default().
@@ -298,7 +298,10 @@ func (s *Subscriber) deadLetter(ctx context.Context, msg jetstream.Msg, id strin
 			return errors.Join(fmt.Errorf("idemnats: publish the dead letter: %w", err), nak)
 		}
 	}
-	return msg.TermWithReason(oneLine(r.Reason))
+	// Term, not TermWithReason, whose reason servers before 2.10.4 do not
+	// understand: they ignore the termination and deliver the message
+	// again. The reason is in the dead letter's headers and the log.
+	return msg.Term()
 }
 
 func oneLine(s string) string {

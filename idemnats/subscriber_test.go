@@ -152,6 +152,18 @@ func (b *broker) DeadLetters(ctx context.Context) ([]idemconsumetest.DeadLetter,
 	return out, nil
 }
 
+func (b *broker) Settled(ctx context.Context, group string) (bool, error) {
+	c, err := b.js.Consumer(ctx, b.stream, group)
+	if err != nil {
+		return false, err
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return false, err
+	}
+	return info.NumPending == 0 && info.NumAckPending == 0, nil
+}
+
 func TestConformance(t *testing.T) {
 	for name, env := range map[string]func(*testing.T) idemconsumetest.Env{"PostgreSQL": pgEnv, "SQLite": sqliteEnv} {
 		t.Run(name, func(t *testing.T) {

@@ -45,6 +45,10 @@ type Broker interface {
 	Start(t *testing.T, group string, c *idemconsume.Consumer) Instance
 	// DeadLetters returns the messages dead-lettered so far.
 	DeadLetters(ctx context.Context) ([]DeadLetter, error)
+	// Settled reports whether the broker holds no message for the group
+	// that is still to be delivered or acknowledged: every message was
+	// acked, or dead-lettered for good.
+	Settled(ctx context.Context, group string) (bool, error)
 }
 
 // Instance is one running subscriber.
@@ -348,8 +352,29 @@ func testChangedPayload(t *testing.T, h Harness) {
 		}
 		time.Sleep(50 * time.Millisecond) // a poll of the broker, under a deadline
 	}
-	if n := applied(t, env, "cmd-1"); n != 1 || rec.runs["cmd-1"] != 1 {
-		t.Fatalf("applied %d, ran %d; want 1 and 1", n, rec.runs["cmd-1"])
+	settle(t, h, b, "ledger")
+	if n := applied(t, env, "cmd-1"); n != 1 || rec.runs["cmd-1"] != 1 || rec.results[idemconsume.OutcomeMismatch] != 1 {
+		t.Fatalf("applied %d, ran %d, results %v; want 1, 1 and one mismatch", n, rec.runs["cmd-1"], rec.results)
+	}
+}
+
+// settle waits until the broker holds nothing more for the group: a
+// dead-lettered message is not delivered again.
+func settle(t *testing.T, h Harness, b Broker, group string) {
+	t.Helper()
+	deadline := time.Now().Add(h.Timeout)
+	for {
+		ok, err := b.Settled(context.Background(), group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the broker still holds messages for %s after %s", group, h.Timeout)
+		}
+		time.Sleep(50 * time.Millisecond) // a poll of the broker, under a deadline
 	}
 }
 
@@ -418,6 +443,7 @@ func testManyWithCrashes(t *testing.T, h Harness) {
 	want := n/10 + kills
 	mu.Unlock()
 	rec.wait(t, h, "the redeliveries", func() bool { return rec.results[idemconsume.OutcomeDuplicate] >= want })
+	settle(t, h, b, "ledger")
 	for i := range n {
 		id := fmt.Sprintf("cmd-%d", i)
 		if got := applied(t, env, id); got != 1 {
