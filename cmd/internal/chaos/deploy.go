@@ -69,6 +69,12 @@ func (h *harness) deploy(ctx context.Context) error {
 	if h.receiver, err = startReceiver(secret, h.cfg.Seed); err != nil {
 		return err
 	}
+	transfersFrom := ""
+	if usesQueue(h.cfg.Workloads) {
+		if transfersFrom, err = h.startQueue(ctx); err != nil {
+			return err
+		}
+	}
 	for i := range h.cfg.Instances {
 		db := h.dbURL
 		if i == 0 && proxiedURL != "" {
@@ -78,9 +84,13 @@ func (h *harness) deploy(ctx context.Context) error {
 		if err := writeSkew(clock, 0); err != nil {
 			return err
 		}
+		args := paymentsdArgs(addrs[i+1], db, "http://"+addrs[0], h.cfg.LockTimeout, h.receiver.url, secret)
+		if transfersFrom != "" {
+			args = append(args, "-transfers-from", transfersFrom)
+		}
 		p := &process{
 			name: fmt.Sprintf("paymentsd-%d", i), path: paymentsd, addr: addrs[i+1],
-			args:      paymentsdArgs(addrs[i+1], db, "http://"+addrs[0], h.cfg.LockTimeout, h.receiver.url, secret),
+			args:      args,
 			env:       append(slices.Clone(h.cfg.Env), clockFileEnv+"="+clock),
 			logPath:   filepath.Join(h.dir, fmt.Sprintf("paymentsd-%d.log", i)),
 			clockFile: clock,
@@ -113,6 +123,9 @@ func (h *harness) close() {
 	wg.Wait()
 	if h.processor != nil {
 		h.processor.stop()
+	}
+	if h.queue != nil {
+		h.queue.stop()
 	}
 	if h.receiver != nil {
 		h.receiver.close()
