@@ -11,10 +11,9 @@ import (
 	"github.com/idemkit/idem/idemoutbox"
 )
 
-// Headers of the events a [Publisher] publishes.
-const (
-	HeaderEventClient = "idem-event-client"
-)
+// HeaderEventClient is the header of the events a [Publisher] publishes
+// that carries the client whose request enqueued the event.
+const HeaderEventClient = "idem-event-client"
 
 // PublisherConfig configures a [Publisher].
 type PublisherConfig struct {
@@ -101,6 +100,7 @@ type ReturnedError struct {
 	ReplyText string
 }
 
+// Error gives the broker's reply code and text.
 func (e *ReturnedError) Error() string {
 	return fmt.Sprintf("idemamqp: the broker returned the event: %d %s", e.ReplyCode, e.ReplyText)
 }

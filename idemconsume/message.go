@@ -49,6 +49,7 @@ const (
 	DeadLetter
 )
 
+// String names the action: "ack", "nak" or "dead_letter".
 func (a Action) String() string {
 	switch a {
 	case Ack:
@@ -86,9 +87,12 @@ const (
 	// OutcomeMismatch (DeadLetter): the id was first used with another
 	// payload; [Result.Fields] lists the fields that differ.
 	OutcomeMismatch Outcome = "mismatch"
-	// OutcomeRejected (DeadLetter): the handler returned [Reject]; the
-	// rejection is recorded with the key, and a redelivery is
-	// dead-lettered again without running.
+	// OutcomeRejected (DeadLetter): the handler returned [Reject], or
+	// wrote a 4xx answer (see [ResponseWriter]); the rejection is recorded
+	// with the key, and a redelivery is dead-lettered again without
+	// running. A 4xx by which a handler says it did not process the
+	// message ([idem.NotProcessed]) releases the key instead, as over
+	// HTTP; 408 and 429 nak the message rather than dead-letter it.
 	OutcomeRejected Outcome = "rejected"
 	// OutcomeMalformed (DeadLetter): the id or payload was refused before
 	// any effect: a malformed id, a payload that does not parse as its
@@ -136,6 +140,7 @@ type RejectError struct {
 	Reason string
 }
 
+// Error says that the message was rejected, and why.
 func (e *RejectError) Error() string { return "idemconsume: message rejected: " + e.Reason }
 
 // Reject returns the error by which a handler says that the message can
