@@ -61,7 +61,7 @@ func startChild(t *testing.T, role string, env []string, lines func(string)) *pr
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), childEnv+"="+role), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	dieWithParent(cmd)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -88,7 +88,7 @@ func startChild(t *testing.T, role string, env []string, lines func(string)) *pr
 // kill kills a child with SIGKILL, as a crash does, and waits for it and
 // for the last of its output.
 func kill(p *proc) {
-	p.cmd.Process.Signal(syscall.SIGKILL)
+	p.cmd.Process.Kill()
 	<-p.read // before Wait, which closes the pipe
 	p.cmd.Wait()
 }

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -67,7 +66,7 @@ func (s *throwawayServer) url() string { return "nats://127.0.0.1:" + strconv.It
 func (s *throwawayServer) start() {
 	s.t.Helper()
 	s.cmd = exec.Command(s.bin, "-js", "-sd", s.dir, "-a", "127.0.0.1", "-p", strconv.Itoa(s.port))
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	dieWithParent(s.cmd)
 	if err := child.Start(s.cmd); err != nil {
 		s.t.Fatal(err)
 	}
@@ -92,7 +91,7 @@ func (s *throwawayServer) start() {
 // kill kills the server with SIGKILL, as a crash does.
 func (s *throwawayServer) kill() {
 	if s.cmd != nil && s.cmd.Process != nil {
-		s.cmd.Process.Signal(syscall.SIGKILL)
+		s.cmd.Process.Kill()
 		s.cmd.Wait()
 		s.cmd = nil
 	}

@@ -198,15 +198,16 @@ func (h *harness) drainQueue(ctx context.Context) error {
 	defer cancel()
 	last := "no answer"
 	for {
-		c, err := q.js.Consumer(ctx, queueStream, queueDurable)
-		if err == nil {
-			var info *jetstream.ConsumerInfo
-			if info, err = c.Info(ctx); err == nil {
-				if info.NumPending == 0 && info.NumAckPending == 0 {
-					break
-				}
-				last = fmt.Sprintf("%d pending, %d awaiting their ack, %d redelivered", info.NumPending, info.NumAckPending, info.NumRedelivered)
-			}
+		info, err := q.consumerInfo(ctx)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case info.NumPending == 0 && info.NumAckPending == 0:
+		default:
+			last = fmt.Sprintf("%d pending, %d awaiting their ack, %d redelivered", info.NumPending, info.NumAckPending, info.NumRedelivered)
+		}
+		if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+			break
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("chaos: the queue did not drain in %s: %s", queueDrainTimeout, last)
@@ -234,6 +235,28 @@ func (h *harness) drainQueue(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// consumerInfo reads the durable consumer's state over a connection of its
+// own, so that a publishing connection still reconnecting after the
+// broker's last kill does not hold the harness up.
+func (q *queue) consumerInfo(ctx context.Context) (*jetstream.ConsumerInfo, error) {
+	nc, err := nats.Connect(q.url, nats.Timeout(2*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := js.Consumer(ctx, queueStream, queueDurable)
+	if err != nil {
+		return nil, err
+	}
+	return c.Info(ctx)
 }
 
 // stop stops the broker and closes the connection.
