@@ -65,7 +65,9 @@ func startThrowawayRabbit(t *testing.T) *throwawayRabbit {
 	return r
 }
 
-func (r *throwawayRabbit) url() string { return "amqp://guest:guest@127.0.0.1:" + strconv.Itoa(r.port) + "/" }
+func (r *throwawayRabbit) url() string {
+	return "amqp://guest:guest@127.0.0.1:" + strconv.Itoa(r.port) + "/"
+}
 
 func (r *throwawayRabbit) start() {
 	r.t.Helper()
