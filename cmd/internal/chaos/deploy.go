@@ -32,7 +32,7 @@ func (h *harness) deploy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	proxiedURL := ""
+	h.net = newNetwork()
 	if h.cfg.Store == StoreSQLite {
 		fmt.Fprintf(h.cfg.Progress, "chaos: starting processord and paymentsd on SQLite\n")
 		h.dbURL = "sqlite:" + filepath.Join(h.dir, "payments.db")
@@ -41,14 +41,18 @@ func (h *harness) deploy(ctx context.Context) error {
 		if h.cluster, err = pgcluster.New(ctx); err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
+		h.limitWAL(ctx)
+		if h.cfg.Replication != "" {
+			if err := h.startReplication(ctx); err != nil {
+				return err
+			}
+		}
 		if h.dbURL, err = h.cluster.CreateDatabase(ctx, "chaos"); err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
-		proxy, url, err := pgproxy.StartFor(h.dbURL)
-		if err != nil {
-			return fmt.Errorf("chaos: %w", err)
+		if h.dbURL, err = h.net.routePrimary(h.dbURL); err != nil {
+			return err
 		}
-		h.proxy, proxiedURL = proxy, url
 	}
 	h.client = &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: h.cfg.Clients * 4,
@@ -76,15 +80,32 @@ func (h *harness) deploy(ctx context.Context) error {
 		}
 	}
 	for i := range h.cfg.Instances {
+		// Every link of an instance passes a proxy of the network faults.
 		db := h.dbURL
-		if i == 0 && proxiedURL != "" {
-			db = proxiedURL // commit cuts fall between instance 0 and PostgreSQL
+		if h.cfg.Store != StoreSQLite {
+			if db, err = h.net.routeURL(LinkDatabase, i, h.dbURL); err != nil {
+				return err
+			}
+			if i == 0 {
+				// Commit cuts fall between instance 0 and PostgreSQL.
+				if h.proxy, db, err = pgproxy.StartFor(db); err != nil {
+					return fmt.Errorf("chaos: %w", err)
+				}
+			}
+		}
+		processorURL, err := h.net.routeURL(LinkProcessor, i, "http://"+addrs[0])
+		if err != nil {
+			return err
+		}
+		webhookURL, err := h.net.routeURL(LinkWebhook, i, h.receiver.url)
+		if err != nil {
+			return err
 		}
 		clock := filepath.Join(h.dir, fmt.Sprintf("clock-%d", i))
 		if err := writeSkew(clock, 0); err != nil {
 			return err
 		}
-		args := paymentsdArgs(addrs[i+1], db, "http://"+addrs[0], h.cfg.LockTimeout, h.receiver.url, secret)
+		args := paymentsdArgs(addrs[i+1], db, processorURL, h.cfg.LockTimeout, webhookURL, secret)
 		if transfersFrom != "" {
 			args = append(args, "-transfers-from", transfersFrom)
 		}
@@ -98,6 +119,12 @@ func (h *harness) deploy(ctx context.Context) error {
 		h.instances = append(h.instances, p)
 		p.supervise()
 	}
+	if h.cfg.Store == StorePostgres && h.cfg.Proxies > 0 {
+		fmt.Fprintf(h.cfg.Progress, "chaos: starting the upstream and %d idemproxy instances\n", h.cfg.Proxies)
+		if err := h.deployProxies(ctx, bin); err != nil {
+			return err
+		}
+	}
 	return h.waitReady(ctx)
 }
 
@@ -105,7 +132,7 @@ func (h *harness) deploy(ctx context.Context) error {
 func (h *harness) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	for _, p := range append([]*process{h.processor}, h.instances...) {
+	for _, p := range append(append([]*process{h.processor}, h.instances...), h.proxies...) {
 		if err := p.waitReady(ctx, h.client); err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
@@ -116,7 +143,7 @@ func (h *harness) waitReady(ctx context.Context) error {
 // close stops every process the harness started and removes the cluster.
 func (h *harness) close() {
 	var wg sync.WaitGroup
-	for _, p := range h.instances {
+	for _, p := range append(h.instances, h.proxies...) {
 		wg.Add(1)
 		go func() { defer wg.Done(); p.stop() }()
 	}
@@ -130,11 +157,19 @@ func (h *harness) close() {
 	if h.receiver != nil {
 		h.receiver.close()
 	}
+	if h.upstream != nil {
+		h.upstream.close()
+	}
 	if h.proxy != nil {
 		h.proxy.Close()
 	}
-	if h.cluster != nil {
-		h.cluster.Close()
+	if h.net != nil {
+		h.net.close()
+	}
+	for _, c := range append(h.retired, h.standby, h.cluster) {
+		if c != nil {
+			c.Close()
+		}
 	}
 	if h.client != nil {
 		h.client.CloseIdleConnections()
