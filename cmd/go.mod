@@ -33,7 +33,9 @@ require (
 	github.com/idemkit/idem/idemsqlite v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/internal/pgtest v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.13.0
+	github.com/nats-io/nats.go v1.52.0
 	github.com/prometheus/client_golang v1.23.2
+	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/rs/zerolog v1.35.1
 	go.opentelemetry.io/otel v1.46.0
@@ -44,6 +46,13 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260819154853-08b0e4226688
 	google.golang.org/protobuf v1.36.12
 	modernc.org/sqlite v1.59.0
+)
+
+require (
+	github.com/klauspost/compress v1.18.5 // indirect
+	github.com/nats-io/nkeys v0.4.15 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	golang.org/x/crypto v0.55.0 // indirect
 )
 
 require (
@@ -63,6 +72,8 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/mux v1.8.1 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
+	github.com/idemkit/idem/idemamqp v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemnats v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -102,3 +113,7 @@ replace (
 	github.com/idemkit/idem/idemsqlite => ../idemsqlite
 	github.com/idemkit/idem/internal/pgtest => ../internal/pgtest
 )
+
+replace github.com/idemkit/idem/idemnats => ../idemnats
+
+replace github.com/idemkit/idem/idemamqp => ../idemamqp

@@ -103,6 +103,9 @@ type options struct {
 	webhookTimeout time.Duration
 	webhookRetry   time.Duration
 	webhookTries   int
+	// Queues: transfer commands in, events out (see queue.go).
+	transfersFrom string
+	eventsTo      string
 	// Webhooks received from the processor (processord -webhook-url).
 	processorWebhookSecrets string
 
@@ -142,6 +145,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	// The purge service.
 	purgeFlags(fs, env, o)
 	otelFlags(fs, env, o)
+	// Queues.
+	queueFlags(fs, env, o)
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
@@ -231,11 +236,27 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	metrics := idemprom.New(nil)
 	outboxMetrics := idemprom.NewOutbox(nil)
+	consumerMetrics := idemprom.NewConsumer(nil)
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(metrics, outboxMetrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry.MustRegister(metrics, outboxMetrics, consumerMetrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	relay, err := newRelay(o, db, outboxMetrics, logger)
 	if err != nil {
 		return err
+	}
+	var eventsTo string
+	if o.eventsTo != "" {
+		if relay != nil {
+			return cmdrun.Usage(errors.New("-events-to and -webhook-url exclude each other: events go to one place"))
+		}
+		pub, shown, closePub, err := newEventsPublisher(ctx, o.eventsTo)
+		if err != nil {
+			return err
+		}
+		defer closePub()
+		if relay, err = idemoutbox.NewRelay(db.Outbox(), pub, &idemoutbox.RelayConfig{Logger: logger, Metrics: outboxMetrics}); err != nil {
+			return err
+		}
+		eventsTo = shown
 	}
 	ic := o.idem
 	ic.Logger, ic.Metrics, ic.Now = logger, metrics, clockNow
@@ -314,7 +335,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else {
 		// Only the host: the URL's path or query may carry a credential.
 		u, _ := url.Parse(o.webhookURL)
-		fmt.Fprintf(stdout, "paymentsd: delivering events to %s://%s\n", u.Scheme, u.Host)
+		if eventsTo != "" {
+			fmt.Fprintf(stdout, "paymentsd: publishing events to %s\n", eventsTo)
+		} else {
+			fmt.Fprintf(stdout, "paymentsd: delivering events to %s://%s\n", u.Scheme, u.Host)
+		}
 		go func() {
 			defer close(relayDone)
 			relay.Run(relayCtx)
@@ -340,6 +365,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			<-resumerDone // a key under way is released; before the database closes
 		}()
 	}
+
+	stopTransfers, err := startTransfers(ctx, o, svc, tokens, consumerMetrics, logger, stdout)
+	if err != nil {
+		ln.Close()
+		if adminLn != nil {
+			adminLn.Close()
+		}
+		return err
+	}
+	defer stopTransfers() // before the database closes
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
