@@ -23,6 +23,10 @@
 //     bank's total falls. (A cache of what a stale holder tried to
 //     store no longer hurts: a payment's phases resume the same payment,
 //     so a stale holder's answer is the stored one.)
+//   - forget-declines: the key of a declined payment is deleted right
+//     after its 402 commits: a retry charges the card again.
+//   - forward-held: breaks idemproxy instead (cmd/idemproxy/broken.go):
+//     its hold routes forward a key whose outcome was unknown again.
 //
 // Never build paymentsd with the tag for anything but the harness's tests.
 package brokenstore
@@ -48,6 +52,9 @@ const (
 	ReleaseAfterCommit = "release-after-commit"
 	SharedCache        = "shared-cache"
 	UnkeyedDebit       = "unkeyed-debit"
+	// ForgetDeclines deletes a key right after its 402 commits: a
+	// declined payment's answer is not kept, and a retry runs it again.
+	ForgetDeclines = "forget-declines"
 	// ForwardHeld breaks idemproxy, not paymentsd (cmd/idemproxy/broken.go):
 	// its hold routes release a key whose forward's outcome is unknown, and
 	// forward it again. paymentsd's store stays whole.
@@ -66,7 +73,7 @@ func Wrap(st idemstore.Store, repo payments.Repo, ledger payments.LedgerRepo, po
 		return nil, nil, nil, errors.New("brokenstore: needs PostgreSQL")
 	}
 	switch mode {
-	case SkipFencing, ReleaseAfterCommit, SharedCache:
+	case SkipFencing, ReleaseAfterCommit, SharedCache, ForgetDeclines:
 	case UnkeyedDebit:
 		return st, repo, &unkeyedLedger{LedgerRepo: ledger, pool: pool}, nil
 	default:
@@ -210,7 +217,8 @@ func (l *lease) Complete(ctx context.Context, resp *idemstore.Response) error {
 			return err
 		}
 		return nil
-	case s.mode == ReleaseAfterCommit && err == nil:
+	case s.mode == ReleaseAfterCommit && err == nil,
+		s.mode == ForgetDeclines && err == nil && resp != nil && resp.StatusCode == 402:
 		_, _ = s.pool.Exec(context.WithoutCancel(ctx),
 			`DELETE FROM idempotency_keys WHERE client_id = $1 AND idempotency_key = $2`, l.scope.ClientID, l.scope.Key)
 	}

@@ -211,6 +211,7 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 		{brk: "release-after-commit", want: func(s *Summary) int { return s.Duplicated + s.Lost }},
 		{brk: "shared-cache", want: func(s *Summary) int { return s.CrossTenant }},
 		{brk: "forward-held", workload: Proxy{}, want: func(s *Summary) int { return s.Duplicated }},
+		{brk: "forget-declines", workload: Decline{}, want: func(s *Summary) int { return s.Duplicated + s.Lost + s.MismatchedReplays }},
 		{brk: "unkeyed-debit", workload: Transfer{}, strays: "sum to", want: func(s *Summary) int {
 			if s.BankTotalOK != nil && !*s.BankTotalOK {
 				return 1

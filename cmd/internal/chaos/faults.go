@@ -285,8 +285,11 @@ func (h *harness) apply(e Event) error {
 		return writeSkew(p.clockFile, 0)
 	case Network:
 		l, i := e.Link, e.Instance%len(h.instances)
+		if l == LinkUpstream && len(h.proxies) > 0 {
+			i = e.Instance % len(h.proxies)
+		}
 		if !h.net.has(l, i) {
-			l = LinkProcessor // SQLite: no database link
+			l, i = LinkProcessor, e.Instance%len(h.instances) // SQLite: no database link, no proxies
 		}
 		h.faults.network.Add(1)
 		mark.Hold = e.Hold

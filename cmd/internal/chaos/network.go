@@ -27,10 +27,13 @@ const (
 	// LinkWebhook is an instance's outbox relay delivering to the
 	// receiver.
 	LinkWebhook
+	// LinkUpstream is an idemproxy instance's forwards to its upstream
+	// (the instance is the proxy's index).
+	LinkUpstream
 	links
 )
 
-func (l Link) String() string { return [...]string{"database", "processor", "webhook"}[l] }
+func (l Link) String() string { return [...]string{"database", "processor", "webhook", "upstream"}[l] }
 
 // Toxic is what a network fault does to a link, for its hold time.
 type Toxic int

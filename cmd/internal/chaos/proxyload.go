@@ -97,10 +97,14 @@ func (h *harness) deployProxies(ctx context.Context, bin string) error {
 		return err
 	}
 	for i := range h.cfg.Proxies {
+		upstreamURL, err := h.net.routeURL(LinkUpstream, i, "http://"+h.upstream.addr)
+		if err != nil {
+			return err
+		}
 		p := &process{
 			name: fmt.Sprintf("idemproxy-%d", i), path: idemproxy, addr: addrs[i],
 			args: []string{
-				"-listen", addrs[i], "-admin-addr", "", "-upstream", "http://" + h.upstream.addr, "-db", dbURL,
+				"-listen", addrs[i], "-admin-addr", "", "-upstream", upstreamURL, "-db", dbURL,
 				"-route", "POST " + proxyPath(string(proxy.PolicyRetry)) + " retry",
 				"-route", "POST " + proxyPath(string(proxy.PolicyHold)) + " hold",
 				"-route", "POST " + proxyPath(string(proxy.PolicyProbe)) + " probe",

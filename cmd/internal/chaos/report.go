@@ -148,7 +148,11 @@ func writeReport(w io.Writer, d reportData) error {
 			label += fmt.Sprintf(", instance %d", f.Instance)
 		}
 		if f.Kind == Network {
-			label += fmt.Sprintf(", %s on instance %d's %s link", f.Toxic, f.Instance, f.Link)
+			who := "instance"
+			if f.Link == LinkUpstream {
+				who = "idemproxy"
+			}
+			label += fmt.Sprintf(", %s on %s %d's %s link", f.Toxic, who, f.Instance, f.Link)
 		}
 		if f.Hold > 0 {
 			label += fmt.Sprintf(", %s", f.Hold.Round(100*time.Millisecond))

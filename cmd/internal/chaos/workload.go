@@ -113,6 +113,30 @@ func (Storm) Run(ctx context.Context, w *Worker) {
 	}
 }
 
+// Decline is a storm of a payment that processord declines: every copy
+// must get the one stored 402 payment-declined, and the card is tried
+// once. The default mix has declines among its storms and retries; this
+// workload alone is for the broken build that forgets them.
+type Decline struct{}
+
+func (Decline) Name() string { return "decline" }
+
+func (Decline) Run(ctx context.Context, w *Worker) {
+	key := w.newKey()
+	amount := (100+w.Rand.Int64N(100_000))/100*100 + 2
+	op := w.h.history.newOp("decline", w.Tenant, key, amount, "cus_"+w.Tenant.name+"_"+key)
+	var wg sync.WaitGroup
+	for range 2 + w.Rand.IntN(4) {
+		seed := w.Rand.Uint64()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.h.drive(ctx, op, "traffic", rand.New(rand.NewPCG(seed, 3)))
+		}()
+	}
+	wg.Wait()
+}
+
 // Retry sends one payment and retries it with idemclient's backoff, each
 // attempt to a random instance, until a final answer.
 type Retry struct{}
