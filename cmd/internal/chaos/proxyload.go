@@ -33,16 +33,23 @@ const (
 // as a storm of duplicates across instances, else one client retrying
 // with idemclient's backoff, until a final answer. On a hold route the
 // held outcome-unknown is final.
-type Proxy struct{}
+type Proxy struct {
+	// Policy sends every operation to that policy's route; "" draws one
+	// per operation.
+	Policy string
+}
 
 func (Proxy) Name() string { return "proxy" }
 
-func (Proxy) Run(ctx context.Context, w *Worker) {
+func (p Proxy) Run(ctx context.Context, w *Worker) {
 	if len(w.h.proxies) == 0 {
 		Retry{}.Run(ctx, w)
 		return
 	}
-	policy := proxyPolicies[w.Rand.IntN(len(proxyPolicies))]
+	policy := p.Policy
+	if policy == "" {
+		policy = proxyPolicies[w.Rand.IntN(len(proxyPolicies))]
+	}
 	amount := 100 + w.Rand.Int64N(100_000)
 	op := &Op{Workload: "proxy", Client: w.Tenant.name, Key: w.newKey(), Kind: kindProxy, Policy: policy, Amount: amount, token: w.Tenant.token}
 	body, _ := json.Marshal(map[string]any{"amount": amount})
