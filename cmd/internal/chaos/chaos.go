@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idem/cmd/internal/mariadb"
 	"github.com/idemkit/idem/internal/pgtest/pgcluster"
 	"github.com/idemkit/idem/internal/pgtest/pgproxy"
 )
@@ -48,7 +49,7 @@ const (
 type harness struct {
 	cfg       Config
 	dir       string
-	cluster   *pgcluster.Cluster
+	server    dbServer // nil on SQLite
 	dbURL     string
 	proxy     *pgproxy.Proxy
 	processor *process
@@ -76,7 +77,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := pgcluster.Available(); err != nil {
+	available := pgcluster.Available
+	if cfg.Store == StoreMySQL {
+		available = mariadb.Available
+	}
+	if err := available(); err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
 	}
 	dir, keepDir := cfg.LogDir, cfg.LogDir != ""

@@ -11,6 +11,7 @@ import (
 const (
 	StorePostgres = "postgres"
 	StoreSQLite   = "sqlite"
+	StoreMySQL    = "mysql"
 )
 
 // Config configures a run. The zero value is a valid configuration.
@@ -19,9 +20,11 @@ type Config struct {
 	// come after. Defaults to DurationDefault.
 	Duration time.Duration
 	// Store is the database of paymentsd: StorePostgres (a throwaway
-	// cluster shared by every instance) or StoreSQLite (one instance on
-	// its embedded file; no PostgreSQL restarts nor commit cuts then).
-	// Defaults to StorePostgres.
+	// cluster shared by every instance), StoreMySQL (a throwaway mariadbd
+	// shared by every instance, killed with SIGKILL and started again;
+	// no commit cuts, which need PostgreSQL's protocol) or StoreSQLite
+	// (one instance on its embedded file; no database restarts nor commit
+	// cuts then). Defaults to StorePostgres.
 	Store string
 	// Instances is the number of paymentsd processes. Defaults to
 	// InstancesDefault.
@@ -110,6 +113,9 @@ func (c Config) withDefaults() Config {
 		// No server to restart, no connection to cut.
 		c.Faults.DBRestartEvery, c.Faults.CutEvery = -1, -1
 	}
+	if c.Store == StoreMySQL {
+		c.Faults.CutEvery = -1 // the commit cuts' proxy speaks PostgreSQL's protocol
+	}
 	f := &c.Faults
 	if c.NoFaults {
 		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1, SkewEvery: -1}
@@ -157,8 +163,8 @@ func (c Config) validate() error {
 		return errors.New("chaos: Duration must not be negative")
 	case c.Instances < 1 || c.Instances > 32:
 		return errors.New("chaos: Instances must be 1 to 32")
-	case c.Store != StorePostgres && c.Store != StoreSQLite:
-		return fmt.Errorf("chaos: Store %q: want %q or %q", c.Store, StorePostgres, StoreSQLite)
+	case c.Store != StorePostgres && c.Store != StoreSQLite && c.Store != StoreMySQL:
+		return fmt.Errorf("chaos: Store %q: want %q, %q or %q", c.Store, StorePostgres, StoreMySQL, StoreSQLite)
 	case c.Store == StoreSQLite && c.Instances != 1:
 		return errors.New("chaos: the SQLite store runs one instance: its file belongs to one process")
 	case c.Clients < 1 || c.Clients > 256:

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/mariadb"
 	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/internal/pgtest/pgcluster"
 	"github.com/idemkit/idem/internal/pgtest/pgproxy"
@@ -33,15 +35,28 @@ func (h *harness) deploy(ctx context.Context) error {
 		return err
 	}
 	proxiedURL := ""
-	if h.cfg.Store == StoreSQLite {
+	switch h.cfg.Store {
+	case StoreSQLite:
 		fmt.Fprintf(h.cfg.Progress, "chaos: starting processord and paymentsd on SQLite\n")
 		h.dbURL = "sqlite:" + filepath.Join(h.dir, "payments.db")
-	} else {
-		fmt.Fprintf(h.cfg.Progress, "chaos: starting PostgreSQL, processord and %d paymentsd instances\n", h.cfg.Instances)
-		if h.cluster, err = pgcluster.New(ctx); err != nil {
+	case StoreMySQL:
+		fmt.Fprintf(h.cfg.Progress, "chaos: starting MariaDB, processord and %d paymentsd instances\n", h.cfg.Instances)
+		server, err := mariadb.New(ctx)
+		if err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
-		if h.dbURL, err = h.cluster.CreateDatabase(ctx, "chaos"); err != nil {
+		h.server = server
+		if h.dbURL, err = server.CreateDatabase(ctx, "chaos"); err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+	default:
+		fmt.Fprintf(h.cfg.Progress, "chaos: starting PostgreSQL, processord and %d paymentsd instances\n", h.cfg.Instances)
+		cluster, err := pgcluster.New(ctx)
+		if err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+		h.server = cluster
+		if h.dbURL, err = cluster.CreateDatabase(ctx, "chaos"); err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
 		proxy, url, err := pgproxy.StartFor(h.dbURL)
@@ -120,12 +135,24 @@ func (h *harness) close() {
 	if h.proxy != nil {
 		h.proxy.Close()
 	}
-	if h.cluster != nil {
-		h.cluster.Close()
+	if h.server != nil {
+		h.server.Close()
 	}
 	if h.client != nil {
 		h.client.CloseIdleConnections()
 	}
+}
+
+// dbServer is the throwaway database server of a run, which the
+// harness crashes and starts again.
+type dbServer interface {
+	// Crash stops the server with no shutdown: PostgreSQL as pg_ctl stop
+	// -m immediate does, mariadbd with SIGKILL.
+	Crash() error
+	// Start starts it again on the same port and data.
+	Start(ctx context.Context) error
+	// Close stops it and removes its data.
+	Close() error
 }
 
 // build compiles ./cmd/name of the module at src into dir.
@@ -191,6 +218,11 @@ func (h *harness) openDB(ctx context.Context) (*sql.DB, error) {
 	var err error
 	if path, ok := strings.CutPrefix(h.dbURL, "sqlite:"); ok {
 		db, err = sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(10000)")
+	} else if strings.HasPrefix(h.dbURL, "mysql:") {
+		var dsn string
+		if dsn, err = database.MySQLDSN(h.dbURL); err == nil {
+			db, err = sql.Open("mysql", dsn)
+		}
 	} else {
 		db, err = sql.Open("pgx", h.dbURL)
 	}

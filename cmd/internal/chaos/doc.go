@@ -13,6 +13,12 @@
 // receiver in the harness, which verifies every signature and
 // answers some deliveries 500 on a schedule drawn from the seed.
 //
+// With Config.Store set to StoreMySQL the database is a throwaway mariadbd
+// instead (cmd/internal/mariadb), shared by the instances; its restart is
+// a SIGKILL, after which InnoDB recovers from its redo log, and there are
+// no commit cuts, whose proxy speaks PostgreSQL's protocol. With
+// StoreSQLite one instance runs on its embedded file, with neither.
+//
 // Faults fall on a schedule drawn from the seed ([Schedule]): SIGKILL of
 // an instance, which its supervisor restarts; SIGSTOP for longer than the
 // lease, then SIGCONT; PostgreSQL stopped as pg_ctl stop -m immediate does,

@@ -219,8 +219,8 @@ func (h *harness) apply(e Event) error {
 		time.Sleep(e.Hold)
 		resume()
 	case DBRestart:
-		if err := h.cluster.Crash(); err != nil {
-			return fmt.Errorf("chaos: stop PostgreSQL: %w", err)
+		if err := h.server.Crash(); err != nil {
+			return fmt.Errorf("chaos: crash the database: %w", err)
 		}
 		h.faults.dbRestarts.Add(1)
 		mark.Hold = e.Hold
@@ -228,11 +228,11 @@ func (h *harness) apply(e Event) error {
 		time.Sleep(e.Hold)
 		var err error
 		for range 3 {
-			if err = h.cluster.Start(context.Background()); err == nil {
+			if err = h.server.Start(context.Background()); err == nil {
 				return nil
 			}
 		}
-		return fmt.Errorf("chaos: start PostgreSQL again: %w", err)
+		return fmt.Errorf("chaos: start the database again: %w", err)
 	case ClockSkew:
 		p := h.instances[e.Instance]
 		if err := writeSkew(p.clockFile, e.Skew); err != nil {
