@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if len(cfg.Variants) == 0 {
 		cfg.Variants = AllVariants
 	}
-	known := slices.Concat(AllVariants, FloorVariants, BouncerVariants, []string{ReplayCold})
+	known := slices.Concat(AllVariants, FloorVariants, MySQLFloorVariants, BouncerVariants, []string{ReplayCold})
 	for _, v := range cfg.Variants {
 		if !slices.Contains(known, v) {
 			return nil, fmt.Errorf("bench: unknown variant %q; want one of %s", v, strings.Join(known, ", "))
