@@ -115,6 +115,14 @@ func Verify(secret string, h http.Header, body []byte, opts *VerifyOpts) error {
 	if err != nil {
 		return err
 	}
+	return VerifyKeys([][]byte{key}, h, body, opts)
+}
+
+// VerifyKeys is [Verify] with the key bytes of several secrets (as
+// [ParseSecret] returns them), as a receiver holds them while a secret is
+// rotated: the message is genuine when one of its signatures matches one
+// of the keys. Errors wrap [ErrVerification].
+func VerifyKeys(keys [][]byte, h http.Header, body []byte, opts *VerifyOpts) error {
 	id, ts, sigs := h.Get(HeaderID), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
 	if id == "" || ts == "" || sigs == "" {
 		return ErrMissingHeader
@@ -135,15 +143,17 @@ func Verify(secret string, h http.Header, body []byte, opts *VerifyOpts) error {
 	if d := now.Sub(time.Unix(sec, 0)); d > tolerance || d < -tolerance {
 		return ErrTimestampRange
 	}
-	want := mac(key, id, ts, body)
-	for _, sig := range strings.Fields(sigs) {
-		version, value, ok := strings.Cut(sig, ",")
-		if !ok || version != "v1" {
-			continue
-		}
-		got, err := base64.StdEncoding.DecodeString(value)
-		if err == nil && hmac.Equal(got, want) {
-			return nil
+	for _, key := range keys {
+		want := mac(key, id, ts, body)
+		for _, sig := range strings.Fields(sigs) {
+			version, value, ok := strings.Cut(sig, ",")
+			if !ok || version != "v1" {
+				continue
+			}
+			got, err := base64.StdEncoding.DecodeString(value)
+			if err == nil && hmac.Equal(got, want) {
+				return nil
+			}
 		}
 	}
 	return ErrNoSignature

@@ -3,7 +3,10 @@
 // The key table, idempotency_keys, lives in the application's own database,
 // so that a handler's business writes and the stored response commit in one
 // transaction: the handler takes it with [TxFromContext]. The schema comes
-// from embedded, versioned SQL files applied by [Store.Migrate].
+// from embedded, versioned SQL files applied by [Store.Migrate]. The store
+// also keeps an outbox (idemoutbox) and webhook watermarks
+// ([Store.AdvanceWatermark], for idemwebhook.Newest) in the lease's
+// transaction.
 //
 //	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 //	...

@@ -37,4 +37,6 @@
 // The store is also an idemoutbox.Store: idemoutbox.Enqueue writes an event
 // in the lease's transaction, and an idemoutbox.Relay delivers it after the
 // commit, one batch at a time per store. Run one relay per database file.
+// It also keeps webhook watermarks in the lease's transaction
+// ([Store.AdvanceWatermark], for idemwebhook.Newest).
 package idemsqlite

@@ -66,7 +66,8 @@ type UnfinishedParams struct {
 	// Retention is how long keys live: keys past it are left to the purge.
 	// 0 means keys never expire.
 	Retention time.Duration
-	// Limit is the most keys returned.
+	// Limit is the most keys returned; 0 (or less) returns none, as SQL's
+	// LIMIT 0 does. The resumer passes its batch size.
 	Limit int
 	// Started names operations, "METHOD /path" as the middleware stores
 	// them, whose keys are listed even at RecoveryStarted (no phase has

@@ -18,5 +18,8 @@
 // commit and roll back with the lease, reruns enqueue once, and a relay
 // delivers with retries, dead events, concurrent relays and restarts.
 // MemoryStore has an outbox too, so handlers that enqueue events can be
-// tested on it.
+// tested on it. [RunWatermarkTests] checks a store's webhook watermarks
+// (idemwebhook.Watermarks) through an idemwebhook receiver: events of an
+// object applied only when newest, rolled back with a failed handler, and
+// ordered across concurrent deliveries.
 package idemtest

@@ -27,9 +27,7 @@ func (s *MemoryStore) Unfinished(ctx context.Context, p idemstore.UnfinishedPara
 		}
 	}
 	slices.SortFunc(out, func(a, b *idemstore.Record) int { return a.CreatedAt.Compare(b.CreatedAt) })
-	if p.Limit > 0 && len(out) > p.Limit {
-		out = out[:p.Limit]
-	}
+	out = out[:min(len(out), max(p.Limit, 0))]
 	return out, nil
 }
 

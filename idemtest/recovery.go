@@ -256,6 +256,10 @@ func (s suite) listsUnfinishedKeys(t *testing.T) {
 	if err != nil || len(keys) != 1 || keys[0].Scope != abandoned {
 		t.Errorf("Unfinished with Limit 1 = %v, %v; want the oldest key only", keys, err)
 	}
+	keys, err = rs.Unfinished(context.Background(), idemstore.UnfinishedParams{Now: now, LockTimeout: lockTimeout, Retention: retention, Limit: 0})
+	if err != nil || len(keys) != 0 {
+		t.Errorf("Unfinished with Limit 0 = %v, %v; want none", keys, err)
+	}
 
 	// Started lists the expired keys of its operations that passed no
 	// recovery point too; other operations' stay unlisted.

@@ -29,7 +29,13 @@ Meanwhile, on a schedule drawn from --seed, it kills paymentsd processes
 (SIGKILL, then a restart), pauses them past their lease (SIGSTOP, then
 SIGCONT), stops PostgreSQL as pg_ctl stop -m immediate does and starts it
 again, and cuts the connection between one instance and PostgreSQL right
-after (or before) a COMMIT. Then it retries every unanswered operation to a
+after (or before) a COMMIT; and through an in-process toxiproxy on every
+link of every instance (to PostgreSQL, to processord, to the webhook
+receiver) it delays answers past the timeouts, resets connections
+mid-stream, or lets a peer accept and never answer. With --replication,
+the primary streams to a standby, and failovers stop the primary as
+pg_ctl stop -m immediate does, promote the standby, move every connection
+to it, and make the next standby. Then it retries every unanswered operation to a
 final answer, replays every acknowledged one on each instance, and checks
 the history against the database: at most one payment and one processor
 charge per key, every acknowledged payment stored with the acknowledged
@@ -68,16 +74,17 @@ func runChaos(ctx context.Context, c *cli, args []string) int {
 	}
 	env := c.env()
 	var (
-		duration   = fs.Duration("duration", env.Duration("IDEM_CHAOS_DURATION", chaos.DurationDefault), "`time` of traffic and faults; settling and checking come after (env IDEM_CHAOS_DURATION)")
-		store      = fs.String("store", env.String("IDEM_CHAOS_STORE", chaos.StorePostgres), "`database` of paymentsd: postgres (a throwaway cluster shared by the instances), mysql (a throwaway mariadbd shared by the instances, killed with SIGKILL and restarted; no commit cuts) or sqlite (one instance on its embedded file; needs --instances 1; no database restarts nor commit cuts) (env IDEM_CHAOS_STORE)")
-		instances  = fs.Int("instances", env.Int("IDEM_CHAOS_INSTANCES", chaos.InstancesDefault), "`number` of paymentsd processes (env IDEM_CHAOS_INSTANCES)")
-		clients    = fs.Int("clients", env.Int("IDEM_CHAOS_CLIENTS", chaos.ClientsDefault), "`number` of concurrent clients (env IDEM_CHAOS_CLIENTS)")
-		seed       = fs.String("seed", env.String("IDEM_CHAOS_SEED", ""), "`number` that draws the faults and the traffic; the same seed replays the same schedule (default: random, printed in the summary; env IDEM_CHAOS_SEED)")
-		asJSON     = fs.Bool("json", env.Bool("IDEM_CHAOS_JSON", false), "print the summary as one JSON object (env IDEM_CHAOS_JSON)")
-		violations = fs.String("violations", env.String("IDEM_CHAOS_VIOLATIONS", ""), "`file` for the history of the offending keys, one JSON object a line (default chaos-violations-SEED.jsonl; env IDEM_CHAOS_VIOLATIONS)")
-		logs       = fs.String("logs", env.String("IDEM_CHAOS_LOGS", ""), "`directory` to keep the processes' logs in (default: a temporary directory, kept only after a violation; env IDEM_CHAOS_LOGS)")
-		report     = fs.String("report", env.String("IDEM_CHAOS_REPORT", ""), "`file` for a self-contained HTML page of the run: attempts per second by answer with every fault marked, latency percentiles over time, the invariants and each violation's history (env IDEM_CHAOS_REPORT)")
-		source     = fs.String("source", env.String("IDEM_CHAOS_SOURCE", ""), "`directory` of the idem checkout to build paymentsd and processord from (default: the module of the working directory; env IDEM_CHAOS_SOURCE)")
+		duration    = fs.Duration("duration", env.Duration("IDEM_CHAOS_DURATION", chaos.DurationDefault), "`time` of traffic and faults; settling and checking come after (env IDEM_CHAOS_DURATION)")
+		store       = fs.String("store", env.String("IDEM_CHAOS_STORE", chaos.StorePostgres), "`database` of paymentsd: postgres (a throwaway cluster shared by the instances), mysql (a throwaway mariadbd shared by the instances, killed with SIGKILL and restarted; no commit cuts, full disks, failovers nor proxy workload) or sqlite (one instance on its embedded file; needs --instances 1; no database restarts nor commit cuts) (env IDEM_CHAOS_STORE)")
+		replication = fs.String("replication", env.String("IDEM_CHAOS_REPLICATION", ""), "`mode` of a streaming standby for the PostgreSQL primary, sync or async; failovers then stop the primary, promote the standby and move every connection to it (default: none; env IDEM_CHAOS_REPLICATION)")
+		instances   = fs.Int("instances", env.Int("IDEM_CHAOS_INSTANCES", chaos.InstancesDefault), "`number` of paymentsd processes (env IDEM_CHAOS_INSTANCES)")
+		clients     = fs.Int("clients", env.Int("IDEM_CHAOS_CLIENTS", chaos.ClientsDefault), "`number` of concurrent clients (env IDEM_CHAOS_CLIENTS)")
+		seed        = fs.String("seed", env.String("IDEM_CHAOS_SEED", ""), "`number` that draws the faults and the traffic; the same seed replays the same schedule (default: random, printed in the summary; env IDEM_CHAOS_SEED)")
+		asJSON      = fs.Bool("json", env.Bool("IDEM_CHAOS_JSON", false), "print the summary as one JSON object (env IDEM_CHAOS_JSON)")
+		violations  = fs.String("violations", env.String("IDEM_CHAOS_VIOLATIONS", ""), "`file` for the history of the offending keys, one JSON object a line (default chaos-violations-SEED.jsonl; env IDEM_CHAOS_VIOLATIONS)")
+		logs        = fs.String("logs", env.String("IDEM_CHAOS_LOGS", ""), "`directory` to keep the processes' logs in (default: a temporary directory, kept only after a violation; env IDEM_CHAOS_LOGS)")
+		report      = fs.String("report", env.String("IDEM_CHAOS_REPORT", ""), "`file` for a self-contained HTML page of the run: attempts per second by answer with every fault marked, latency percentiles over time, the invariants and each violation's history (env IDEM_CHAOS_REPORT)")
+		source      = fs.String("source", env.String("IDEM_CHAOS_SOURCE", ""), "`directory` of the idem checkout to build paymentsd and processord from (default: the module of the working directory; env IDEM_CHAOS_SOURCE)")
 	)
 	if env.Err() != nil {
 		fmt.Fprintf(c.stderr, "idem chaos: %v\n", env.Err())
@@ -110,7 +117,7 @@ func runChaos(ctx context.Context, c *cli, args []string) int {
 		}
 	}
 	sum, err := chaos.Run(ctx, chaos.Config{
-		Duration: *duration, Store: *store, Instances: *instances, Clients: *clients, Seed: s,
+		Duration: *duration, Store: *store, Replication: *replication, Instances: *instances, Clients: *clients, Seed: s,
 		SourceDir: src, ViolationsFile: *violations, ReportFile: *report, LogDir: *logs, Progress: c.stderr,
 	})
 	if err != nil {

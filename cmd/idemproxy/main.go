@@ -117,6 +117,10 @@ func splitEnv(env *cmdrun.Env, name, sep string) []string {
 	return out
 }
 
+// breakRoutes, set only in builds with the chaosbroken tag, breaks the
+// routes' policies on purpose, for the chaos harness's tests (broken.go).
+var breakRoutes func([]proxy.Route)
+
 func parseFlags(args []string, stderr io.Writer, lookup func(string) (string, bool)) (*options, error) {
 	fs := flag.NewFlagSet("idemproxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -200,6 +204,9 @@ func (o *options) config() (proxy.Config, error) {
 			return proxy.Config{}, err
 		}
 		cfg.Routes = append(cfg.Routes, rt)
+	}
+	if breakRoutes != nil {
+		breakRoutes(cfg.Routes)
 	}
 	switch {
 	case o.clientHeader != "":

@@ -102,6 +102,8 @@ type options struct {
 	webhookTimeout time.Duration
 	webhookRetry   time.Duration
 	webhookTries   int
+	// Webhooks received from the processor (processord -webhook-url).
+	processorWebhookSecrets string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -131,6 +133,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", env.Duration("PAYMENTSD_WEBHOOK_TIMEOUT", idemoutbox.WebhookTimeoutDefault), "time limit of one webhook delivery attempt (env PAYMENTSD_WEBHOOK_TIMEOUT)")
 	fs.DurationVar(&o.webhookRetry, "webhook-retry", env.Duration("PAYMENTSD_WEBHOOK_RETRY", idemoutbox.BackoffBase), "wait before the first retry of a failed webhook, doubling per attempt up to 1h, jittered (env PAYMENTSD_WEBHOOK_RETRY)")
 	fs.IntVar(&o.webhookTries, "webhook-max-attempts", env.Int("PAYMENTSD_WEBHOOK_MAX_ATTEMPTS", idemoutbox.MaxAttemptsDefault), "delivery attempts before an event is parked as dead (env PAYMENTSD_WEBHOOK_MAX_ATTEMPTS)")
+	fs.StringVar(&o.processorWebhookSecrets, "processor-webhook-secret", "", "secrets, comma-separated during a rotation, that verify the processor's webhooks (processord -webhook-secret); set, POST "+payments.ProcessorEventsPath+" receives them, on SQLite or PostgreSQL (env PAYMENTSD_PROCESSOR_WEBHOOK_SECRET)")
 	// The purge service.
 	purgeFlags(fs, env, o)
 	if err := env.Err(); err != nil {
@@ -149,6 +152,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.webhookSecret == "" {
 		o.webhookSecret = env.String("PAYMENTSD_WEBHOOK_SECRET", "")
+	}
+	if o.processorWebhookSecrets == "" {
+		o.processorWebhookSecrets = env.String("PAYMENTSD_PROCESSOR_WEBHOOK_SECRET", "")
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
@@ -227,9 +233,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	ic := o.idem
 	ic.Logger, ic.Metrics, ic.Now = logger, metrics, clockNow
+	events, err := processorEvents(ctx, o, db, ic, logger)
+	if err != nil {
+		return err
+	}
 	svc, err := payments.NewService(payments.Config{
 		Repo: repo, Store: store, Tokens: tokens, Processor: proc, Logger: logger, Outbox: db.Outbox(), Ledger: ledger, BeforePhase: beforePhase,
-		Idem: ic,
+		Idem: ic, ProcessorEvents: events,
 	})
 	if err != nil {
 		return err

@@ -16,8 +16,11 @@
 // Every request needs a bearer token of -tokens. GET /v1/charges lists the
 // client's charges, newest first, with their idempotency keys and outcomes
 // (?limit=, ?cursor=, ?idempotency_key=K); GET /v1/charges/count?key=K
-// counts them. Run with -h for every flag; each has an environment
-// variable twin.
+// counts them. With -webhook-url and -webhook-secret, every charge also
+// sends a signed Standard Webhook (charge.succeeded, charge.declined),
+// written in the charge's transaction and relayed at least once, which
+// paymentsd -processor-webhook-secret receives. Run with -h for every flag;
+// each has an environment variable twin.
 package main
 
 import (
@@ -56,6 +59,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	failRate := fs.Float64("fail-rate", env.Float("PROCESSORD_FAIL_RATE", 0), "probability (0 to 1) that a charge fails with 503 before charging (env PROCESSORD_FAIL_RATE)")
 	loseRate := fs.Float64("lose-rate", env.Float("PROCESSORD_LOSE_RATE", 0), "probability (0 to 1) that a charge is made and the connection then closed without an answer (env PROCESSORD_LOSE_RATE)")
 	timeoutRate := fs.Float64("timeout-rate", env.Float("PROCESSORD_TIMEOUT_RATE", 0), fmt.Sprintf("probability (0 to 1) that a charge is made and answered only after the caller gave up, at most %s later (env PROCESSORD_TIMEOUT_RATE)", processor.HoldMaxDefault))
+	var wo webhookOptions
+	wo.url = env.String("PROCESSORD_WEBHOOK_URL", "")
+	fs.Var((*cmdrun.Redacted)(&wo.url), "webhook-url", "`URL` that receives a signed Standard Webhooks POST for every charge (charge.succeeded, charge.declined), from an outbox in the charge's transaction; empty sends none (env PROCESSORD_WEBHOOK_URL)")
+	fs.StringVar(&wo.secret, "webhook-secret", "", "secret that signs webhooks, whsec_ followed by the base64 of 24 to 64 bytes; required with -webhook-url (env PROCESSORD_WEBHOOK_SECRET)")
 	seed := fs.Uint64("seed", envSeed(env), "seed of the failure draws: the same seed and the same sequence of charges fail the same way; 0 picks a random seed, which is logged (env PROCESSORD_SEED)")
 	if err := env.Err(); err != nil {
 		return err
@@ -69,7 +76,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *failRate+*loseRate+*timeoutRate > 1 {
 		return fmt.Errorf("-fail-rate, -lose-rate and -timeout-rate add up to %g; they must add up to at most 1", *failRate+*loseRate+*timeoutRate)
 	}
-	// Read after parsing, so that -h never prints the tokens as a default.
+	// Read after parsing, so that -h never prints secrets as defaults.
+	if wo.secret == "" {
+		wo.secret = env.String("PROCESSORD_WEBHOOK_SECRET", "")
+	}
 	if *tokenPairs == "" {
 		*tokenPairs = env.String("PROCESSORD_TOKENS", "")
 	}
@@ -100,14 +110,27 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer store.Close()
-	h, err := processor.NewHandler(ctx, processor.Config{
-		Store: store.Store(), Tokens: tokens, Delay: *delay,
-		FailRate: *failRate, LoseRate: *loseRate, TimeoutRate: *timeoutRate, Seed: *seed,
-		Logger: logger,
-	})
+	relay, err := newRelay(wo, store, logger)
 	if err != nil {
 		return err
 	}
+	pc := processor.Config{
+		Store: store.Store(), Tokens: tokens, Delay: *delay,
+		FailRate: *failRate, LoseRate: *loseRate, TimeoutRate: *timeoutRate, Seed: *seed,
+		Logger: logger,
+	}
+	if relay != nil {
+		pc.Events = store.Outbox()
+	}
+	h, err := processor.NewHandler(ctx, pc)
+	if err != nil {
+		return err
+	}
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	// The relay stops before the database closes; a batch under way is
+	// delivered again at the next start (at least once).
+	defer runRelay(relayCtx, relay)()
+	defer stopRelay()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err

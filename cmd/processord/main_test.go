@@ -143,9 +143,10 @@ func TestRunNeverPrintsTokens(t *testing.T) {
 func TestHelpNeverPrintsTokens(t *testing.T) {
 	t.Setenv("PROCESSORD_TOKENS", "sk_live_SECRETVALUE=paymentsd")
 	t.Setenv("PROCESSORD_DB", "postgres://processord:SECRETPASSWORD@db:5432/processord")
+	t.Setenv("PROCESSORD_WEBHOOK_SECRET", "whsec_SECRETVALUEAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
 	var out bytes.Buffer
 	Run(context.Background(), []string{"-h"}, &out, &out)
-	if !strings.Contains(out.String(), "-tokens") || strings.Contains(out.String(), "SECRET") {
+	if !strings.Contains(out.String(), "-tokens") || strings.Contains(out.String(), "SECRETVALUE") || strings.Contains(out.String(), "SECRETPASSWORD") {
 		t.Errorf("-h output:\n%s", out.String())
 	}
 }
@@ -154,7 +155,8 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	var out bytes.Buffer
 	Run(context.Background(), []string{"-h"}, &out, &out)
 	for _, want := range []string{"-addr", "PROCESSORD_ADDR", "-db", "postgres://", "PROCESSORD_DB", "-delay", "-fail-rate", "PROCESSORD_FAIL_RATE",
-		"-lose-rate", "PROCESSORD_LOSE_RATE", "-timeout-rate", "PROCESSORD_TIMEOUT_RATE", "-seed", "PROCESSORD_SEED", "-tokens"} {
+		"-lose-rate", "PROCESSORD_LOSE_RATE", "-timeout-rate", "PROCESSORD_TIMEOUT_RATE", "-seed", "PROCESSORD_SEED", "-tokens",
+		"-webhook-url", "PROCESSORD_WEBHOOK_URL", "-webhook-secret", "PROCESSORD_WEBHOOK_SECRET"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("-h output lacks %s:\n%s", want, out.String())
 		}

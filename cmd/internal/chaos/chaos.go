@@ -19,6 +19,7 @@ import (
 const (
 	DurationDefault       = 2 * time.Minute
 	InstancesDefault      = 3
+	ProxiesDefault        = 2
 	ClientsDefault        = 16
 	LockTimeoutDefault    = time.Second
 	ProgressEveryDefault  = 5 * time.Second
@@ -47,18 +48,32 @@ const (
 // harness is a running deployment: PostgreSQL, the proxy, processord and
 // the paymentsd instances, with the history of the traffic.
 type harness struct {
-	cfg       Config
-	dir       string
-	server    dbServer // nil on SQLite
+	cfg     Config
+	dir     string
+	cluster *pgcluster.Cluster // the primary
+	// standby is the primary's streaming replica (Config.Replication),
+	// nil while a failover makes the next one; retired are the primaries
+	// that failed over, closed with the run. dbMu orders the failovers
+	// and PostgreSQL restarts, which both act on cluster.
+	standby *pgcluster.Cluster
+	retired []*pgcluster.Cluster
+	dbMu    sync.Mutex
+	// mariadb is the run's server on StoreMySQL, in place of cluster.
+	mariadb   *mariadb.Server
 	dbURL     string
 	proxy     *pgproxy.Proxy
 	processor *process
 	instances []*process
 	receiver  *receiver
-	client    *http.Client
-	history   *History
-	faults    faultCounts
-	keySeq    atomic.Int64
+	net       *network // the links between the processes, for network faults
+	// proxies are the idemproxy instances of the proxy workload, in front
+	// of upstream; none on SQLite.
+	proxies  []*process
+	upstream *upstream
+	client   *http.Client
+	history  *History
+	faults   faultCounts
+	keySeq   atomic.Int64
 	// bank is the ledger's accounts, when the traffic has transfers.
 	bank *bank
 	// start is when the traffic started; faultLog the faults applied.
@@ -122,7 +137,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 // verifies and checks.
 func (h *harness) run(ctx context.Context) (*Summary, error) {
 	cfg := h.cfg
-	events := Schedule(cfg.Seed, cfg.Duration, cfg.Faults, cfg.Instances, cfg.LockTimeout)
+	events := Schedule(cfg.Seed, cfg.Duration, cfg.Faults, cfg.Instances+len(h.proxies), cfg.LockTimeout)
 	if usesBank(cfg.Workloads) {
 		if err := h.openBank(ctx); err != nil {
 			return nil, err
@@ -186,7 +201,11 @@ func (h *harness) run(ctx context.Context) (*Summary, error) {
 	}
 	// Leases of holders that died expire; then every operation without a
 	// final answer is retried until it has one.
-	sleepCtx(ctx, cfg.LockTimeout+cfg.LockTimeout/2)
+	wait := cfg.LockTimeout + cfg.LockTimeout/2
+	if len(h.proxies) > 0 {
+		wait = max(wait, proxySettleWait)
+	}
+	sleepCtx(ctx, wait)
 	settle, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()
 	h.settle(settle)
@@ -247,7 +266,7 @@ func (h *harness) verify(ctx context.Context) {
 		if _, final := op.snapshot(); final == nil || !final.ok() || op.ReuseOf != 0 {
 			continue
 		}
-		for i := range h.instances {
+		for i := range h.targets(op) {
 			sem <- struct{}{}
 			wg.Add(1)
 			go func() {
@@ -302,9 +321,9 @@ func (h *harness) progress(start time.Time, stop <-chan struct{}) {
 				acked++
 			}
 		}
-		fmt.Fprintf(h.cfg.Progress, "chaos: %s ops=%d attempts=%d acked=%d events=%d kills=%d pauses=%d db_restarts=%d commit_cuts=%d violations=%d\n",
+		fmt.Fprintf(h.cfg.Progress, "chaos: %s ops=%d attempts=%d acked=%d events=%d kills=%d pauses=%d db_restarts=%d commit_cuts=%d network=%d violations=%d\n",
 			since(start), len(ops), h.history.attempts.Load(), acked, h.receiver.stats().Delivered,
-			h.faults.kills.Load(), h.faults.pauses.Load(), h.faults.dbRestarts.Load(), h.cuts(), h.history.suspect.Load())
+			h.faults.kills.Load(), h.faults.pauses.Load(), h.faults.dbRestarts.Load(), h.cuts(), h.faults.network.Load(), h.history.suspect.Load())
 	}
 }
 

@@ -90,7 +90,7 @@ func TestSummaryJSONNamesEveryField(t *testing.T) {
 	}
 	for _, f := range []string{"seed", "operations", "attempts", "acknowledged", "lost", "duplicated",
 		"mismatched_replays", "cross_tenant", "stuck_keys", "kills", "pauses", "db_restarts",
-		"commit_cuts", "bank_total_ok", "unexpected_5xx", "events_delivered", "events_missing",
+		"commit_cuts", "clock_skews", "network_faults", "failovers", "disk_full", "proxy_operations", "declines", "transfers", "bank_total_ok", "unexpected_5xx", "events_delivered", "events_missing",
 		"events_unknown", "events_invalid_signature", "events_duplicate_ids"} {
 		if _, ok := m[f]; !ok {
 			t.Errorf("the JSON summary has no %q", f)
@@ -125,7 +125,8 @@ func TestRun(t *testing.T) {
 	src := setupRun(t)
 	sum, err := Run(context.Background(), Config{
 		Duration: 60 * time.Second, Seed: 20261201, SourceDir: src,
-		Faults:         Faults{DBRestartEvery: 20 * time.Second},
+		Faults:         Faults{DBRestartEvery: 20 * time.Second, FailoverEvery: 25 * time.Second, DiskFullEvery: 20 * time.Second},
+		Replication:    ReplicationSync,
 		ViolationsFile: filepath.Join(t.TempDir(), "violations.jsonl"),
 		Progress:       testWriter{t},
 	})
@@ -139,9 +140,9 @@ func TestRun(t *testing.T) {
 		b, _ := os.ReadFile(sum.ViolationsFile)
 		t.Fatalf("%d violations; history of the offending keys:\n%.8000s", sum.Violations, b)
 	}
-	if sum.Acknowledged == 0 || sum.Kills == 0 || sum.Pauses == 0 || sum.DBRestarts == 0 || sum.CommitCuts == 0 || sum.ClockSkews == 0 {
-		t.Errorf("a run that proves nothing: %d acknowledged, %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts, %d clock skews",
-			sum.Acknowledged, sum.Kills, sum.Pauses, sum.DBRestarts, sum.CommitCuts, sum.ClockSkews)
+	if sum.Acknowledged == 0 || sum.Kills == 0 || sum.Pauses == 0 || sum.DBRestarts == 0 || sum.CommitCuts == 0 || sum.ClockSkews == 0 || sum.NetworkFaults == 0 || sum.Failovers == 0 || sum.DiskFull == 0 && os.Geteuid() == 0 {
+		t.Errorf("a run that proves nothing: %d acknowledged, %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts, %d clock skews, %d network faults, %d failovers, %d full disks",
+			sum.Acknowledged, sum.Kills, sum.Pauses, sum.DBRestarts, sum.CommitCuts, sum.ClockSkews, sum.NetworkFaults, sum.Failovers, sum.DiskFull)
 	}
 	if sum.BankTotalOK == nil || !*sum.BankTotalOK || sum.TransfersApplied == 0 || sum.InsufficientFunds == 0 || sum.Declines == 0 {
 		t.Errorf("the ledger and declines prove nothing: bank_total_ok %v, %d transfers applied, %d insufficient funds, %d declines",
@@ -151,6 +152,9 @@ func TestRun(t *testing.T) {
 	// a checker that stops counting them fails here.
 	if sum.EventsMissing != 0 || sum.EventsUnknown != 0 || sum.EventsInvalidSignature != 0 {
 		t.Errorf("events: %d missing, %d unknown, %d invalid signatures", sum.EventsMissing, sum.EventsUnknown, sum.EventsInvalidSignature)
+	}
+	if p := sum.Proxy; sum.ProxyOperations == 0 || p.Acknowledged == 0 || p.Held == 0 {
+		t.Errorf("the proxy workload proves nothing: %d operations, %d acknowledged, %d held", sum.ProxyOperations, p.Acknowledged, p.Held)
 	}
 	if sum.EventsDelivered == 0 || sum.EventsRefused == 0 {
 		t.Errorf("events that prove nothing: %d delivered, %d deliveries refused and retried", sum.EventsDelivered, sum.EventsRefused)
@@ -251,6 +255,7 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 		{brk: "skip-fencing", want: func(s *Summary) int { return min(s.Duplicated+s.Lost, s.EventsMissing) }},
 		{brk: "release-after-commit", want: func(s *Summary) int { return s.Duplicated + s.Lost }},
 		{brk: "shared-cache", want: func(s *Summary) int { return s.CrossTenant }},
+		{brk: "forward-held", workload: Proxy{}, want: func(s *Summary) int { return s.Duplicated }},
 		{brk: "unkeyed-debit", workload: Transfer{}, strays: "sum to", want: func(s *Summary) int {
 			if s.BankTotalOK != nil && !*s.BankTotalOK {
 				return 1

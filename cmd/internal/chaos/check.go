@@ -47,6 +47,8 @@ type Report struct {
 	events receiverStats
 	// bank is what the checker found of the ledger; nil without transfers.
 	bank *bankReport
+	// proxy is what the checker found of the proxy workload.
+	proxy proxyCounts
 }
 
 // dbState is what the database holds for one (client, key).
@@ -233,6 +235,9 @@ func (h *harness) check(ctx context.Context) (*Report, error) {
 		for _, p := range s.Payments {
 			stored[p.ID] = true
 		}
+	}
+	if h.upstream != nil {
+		h.checkProxy(r)
 	}
 	if h.bank != nil {
 		transfers, err := h.checkBank(ctx, pool, r, state)

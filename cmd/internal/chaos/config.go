@@ -14,6 +14,12 @@ const (
 	StoreMySQL    = "mysql"
 )
 
+// The replications a run can give PostgreSQL (Config.Replication).
+const (
+	ReplicationSync  = "sync"
+	ReplicationAsync = "async"
+)
+
 // Config configures a run. The zero value is a valid configuration.
 type Config struct {
 	// Duration is how long traffic and faults last; settling and checking
@@ -22,13 +28,26 @@ type Config struct {
 	// Store is the database of paymentsd: StorePostgres (a throwaway
 	// cluster shared by every instance), StoreMySQL (a throwaway mariadbd
 	// shared by every instance, killed with SIGKILL and started again;
-	// no commit cuts, which need PostgreSQL's protocol) or StoreSQLite
+	// no commit cuts, which need PostgreSQL's protocol, nor full disks,
+	// failovers or proxy workload) or StoreSQLite
 	// (one instance on its embedded file; no database restarts nor commit
 	// cuts then). Defaults to StorePostgres.
 	Store string
+	// Replication, on PostgreSQL, gives the primary a streaming standby:
+	// ReplicationSync (every commit waits until the standby flushed it) or
+	// ReplicationAsync; failovers then stop the primary, promote the
+	// standby and move every connection to it. With asynchronous
+	// replication, the acknowledged writes the standby had not received
+	// are lost at a failover: the run counts them. Defaults to none: one
+	// server, no failovers.
+	Replication string
 	// Instances is the number of paymentsd processes. Defaults to
 	// InstancesDefault.
 	Instances int
+	// Proxies is the number of idemproxy processes of the proxy workload,
+	// in front of an upstream of the harness, on the run's PostgreSQL; -1
+	// (or the SQLite store) runs none. Defaults to ProxiesDefault.
+	Proxies int
 	// Clients is the number of concurrent clients. Defaults to
 	// ClientsDefault.
 	Clients int
@@ -109,6 +128,12 @@ func (c Config) withDefaults() Config {
 	if c.Store == "" {
 		c.Store = StorePostgres
 	}
+	if c.Proxies == 0 {
+		c.Proxies = ProxiesDefault
+	}
+	if c.Proxies < 0 || c.Store != StorePostgres {
+		c.Proxies = 0
+	}
 	if c.Store == StoreSQLite {
 		// No server to restart, no connection to cut.
 		c.Faults.DBRestartEvery, c.Faults.CutEvery = -1, -1
@@ -118,7 +143,7 @@ func (c Config) withDefaults() Config {
 	}
 	f := &c.Faults
 	if c.NoFaults {
-		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1, SkewEvery: -1}
+		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1, SkewEvery: -1, NetworkEvery: -1, FailoverEvery: -1, DiskFullEvery: -1}
 	} else {
 		if f.KillEvery == 0 {
 			f.KillEvery = KillEveryDefault
@@ -135,6 +160,15 @@ func (c Config) withDefaults() Config {
 		if f.SkewEvery == 0 {
 			f.SkewEvery = SkewEveryDefault
 		}
+		if f.NetworkEvery == 0 {
+			f.NetworkEvery = NetworkEveryDefault
+		}
+		if f.FailoverEvery == 0 {
+			f.FailoverEvery = FailoverEveryDefault
+		}
+		if f.DiskFullEvery == 0 {
+			f.DiskFullEvery = DiskFullEveryDefault
+		}
 	}
 	pf := &c.ProcessorFaults
 	for _, r := range []struct {
@@ -147,6 +181,12 @@ func (c Config) withDefaults() Config {
 		case *r.rate == 0:
 			*r.rate = r.def
 		}
+	}
+	if c.Replication == "" {
+		f.FailoverEvery = -1 // no standby to fail over to
+	}
+	if c.Store != StorePostgres {
+		f.DiskFullEvery = -1
 	}
 	if f.DBDown == 0 {
 		f.DBDown = DBDownDefault
@@ -165,6 +205,10 @@ func (c Config) validate() error {
 		return errors.New("chaos: Instances must be 1 to 32")
 	case c.Store != StorePostgres && c.Store != StoreSQLite && c.Store != StoreMySQL:
 		return fmt.Errorf("chaos: Store %q: want %q, %q or %q", c.Store, StorePostgres, StoreMySQL, StoreSQLite)
+	case c.Replication != "" && c.Replication != ReplicationSync && c.Replication != ReplicationAsync:
+		return fmt.Errorf("chaos: Replication %q: want %q, %q or none", c.Replication, ReplicationSync, ReplicationAsync)
+	case c.Replication != "" && c.Store != StorePostgres:
+		return errors.New("chaos: Replication needs the PostgreSQL store")
 	case c.Store == StoreSQLite && c.Instances != 1:
 		return errors.New("chaos: the SQLite store runs one instance: its file belongs to one process")
 	case c.Clients < 1 || c.Clients > 256:

@@ -34,7 +34,7 @@ func (h *harness) deploy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	proxiedURL := ""
+	h.net = newNetwork()
 	switch h.cfg.Store {
 	case StoreSQLite:
 		fmt.Fprintf(h.cfg.Progress, "chaos: starting processord and paymentsd on SQLite\n")
@@ -45,25 +45,30 @@ func (h *harness) deploy(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
-		h.server = server
+		h.mariadb = server
 		if h.dbURL, err = server.CreateDatabase(ctx, "chaos"); err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
+		if h.dbURL, err = h.net.routePrimary(h.dbURL); err != nil {
+			return err
+		}
 	default:
 		fmt.Fprintf(h.cfg.Progress, "chaos: starting PostgreSQL, processord and %d paymentsd instances\n", h.cfg.Instances)
-		cluster, err := pgcluster.New(ctx)
-		if err != nil {
+		if h.cluster, err = pgcluster.New(ctx); err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
-		h.server = cluster
-		if h.dbURL, err = cluster.CreateDatabase(ctx, "chaos"); err != nil {
+		h.limitWAL(ctx)
+		if h.cfg.Replication != "" {
+			if err := h.startReplication(ctx); err != nil {
+				return err
+			}
+		}
+		if h.dbURL, err = h.cluster.CreateDatabase(ctx, "chaos"); err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
-		proxy, url, err := pgproxy.StartFor(h.dbURL)
-		if err != nil {
-			return fmt.Errorf("chaos: %w", err)
+		if h.dbURL, err = h.net.routePrimary(h.dbURL); err != nil {
+			return err
 		}
-		h.proxy, proxiedURL = proxy, url
 	}
 	h.client = &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: h.cfg.Clients * 4,
@@ -85,9 +90,26 @@ func (h *harness) deploy(ctx context.Context) error {
 		return err
 	}
 	for i := range h.cfg.Instances {
+		// Every link of an instance passes a proxy of the network faults.
 		db := h.dbURL
-		if i == 0 && proxiedURL != "" {
-			db = proxiedURL // commit cuts fall between instance 0 and PostgreSQL
+		if h.cfg.Store != StoreSQLite {
+			if db, err = h.net.routeURL(LinkDatabase, i, h.dbURL); err != nil {
+				return err
+			}
+			if i == 0 && h.cfg.Store == StorePostgres {
+				// Commit cuts fall between instance 0 and PostgreSQL.
+				if h.proxy, db, err = pgproxy.StartFor(db); err != nil {
+					return fmt.Errorf("chaos: %w", err)
+				}
+			}
+		}
+		processorURL, err := h.net.routeURL(LinkProcessor, i, "http://"+addrs[0])
+		if err != nil {
+			return err
+		}
+		webhookURL, err := h.net.routeURL(LinkWebhook, i, h.receiver.url)
+		if err != nil {
+			return err
 		}
 		clock := filepath.Join(h.dir, fmt.Sprintf("clock-%d", i))
 		if err := writeSkew(clock, 0); err != nil {
@@ -95,13 +117,19 @@ func (h *harness) deploy(ctx context.Context) error {
 		}
 		p := &process{
 			name: fmt.Sprintf("paymentsd-%d", i), path: paymentsd, addr: addrs[i+1],
-			args:      paymentsdArgs(addrs[i+1], db, "http://"+addrs[0], h.cfg.LockTimeout, h.receiver.url, secret),
+			args:      paymentsdArgs(addrs[i+1], db, processorURL, h.cfg.LockTimeout, webhookURL, secret),
 			env:       append(slices.Clone(h.cfg.Env), clockFileEnv+"="+clock),
 			logPath:   filepath.Join(h.dir, fmt.Sprintf("paymentsd-%d.log", i)),
 			clockFile: clock,
 		}
 		h.instances = append(h.instances, p)
 		p.supervise()
+	}
+	if h.cfg.Store == StorePostgres && h.cfg.Proxies > 0 {
+		fmt.Fprintf(h.cfg.Progress, "chaos: starting the upstream and %d idemproxy instances\n", h.cfg.Proxies)
+		if err := h.deployProxies(ctx, bin); err != nil {
+			return err
+		}
 	}
 	return h.waitReady(ctx)
 }
@@ -110,7 +138,7 @@ func (h *harness) deploy(ctx context.Context) error {
 func (h *harness) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	for _, p := range append([]*process{h.processor}, h.instances...) {
+	for _, p := range append(append([]*process{h.processor}, h.instances...), h.proxies...) {
 		if err := p.waitReady(ctx, h.client); err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
@@ -121,7 +149,7 @@ func (h *harness) waitReady(ctx context.Context) error {
 // close stops every process the harness started and removes the cluster.
 func (h *harness) close() {
 	var wg sync.WaitGroup
-	for _, p := range h.instances {
+	for _, p := range append(h.instances, h.proxies...) {
 		wg.Add(1)
 		go func() { defer wg.Done(); p.stop() }()
 	}
@@ -132,11 +160,22 @@ func (h *harness) close() {
 	if h.receiver != nil {
 		h.receiver.close()
 	}
+	if h.upstream != nil {
+		h.upstream.close()
+	}
 	if h.proxy != nil {
 		h.proxy.Close()
 	}
-	if h.server != nil {
-		h.server.Close()
+	if h.net != nil {
+		h.net.close()
+	}
+	for _, c := range append(h.retired, h.standby, h.cluster) {
+		if c != nil {
+			c.Close()
+		}
+	}
+	if h.mariadb != nil {
+		h.mariadb.Close()
 	}
 	if h.client != nil {
 		h.client.CloseIdleConnections()
@@ -151,8 +190,16 @@ type dbServer interface {
 	Crash() error
 	// Start starts it again on the same port and data.
 	Start(ctx context.Context) error
-	// Close stops it and removes its data.
-	Close() error
+}
+
+// dbServer returns the run's database server: the MariaDB on StoreMySQL,
+// else the PostgreSQL primary. Call it with dbMu held, which failovers
+// hold while they change the primary.
+func (h *harness) dbServer() dbServer {
+	if h.mariadb != nil {
+		return h.mariadb
+	}
+	return h.cluster
 }
 
 // build compiles ./cmd/name of the module at src into dir.

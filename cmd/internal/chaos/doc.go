@@ -15,9 +15,11 @@
 //
 // With Config.Store set to StoreMySQL the database is a throwaway mariadbd
 // instead (cmd/internal/mariadb), shared by the instances; its restart is
-// a SIGKILL, after which InnoDB recovers from its redo log, and there are
-// no commit cuts, whose proxy speaks PostgreSQL's protocol. With
-// StoreSQLite one instance runs on its embedded file, with neither.
+// a SIGKILL, after which InnoDB recovers from its redo log; the network
+// faults fall on its links too, and there are no commit cuts (their proxy
+// speaks PostgreSQL's protocol), full disks, failovers nor proxy
+// workload. With StoreSQLite one instance runs on its embedded file, with
+// no database restarts nor commit cuts.
 //
 // Faults fall on a schedule drawn from the seed ([Schedule]): SIGKILL of
 // an instance, which its supervisor restarts; SIGSTOP for longer than the

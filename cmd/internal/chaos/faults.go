@@ -35,11 +35,23 @@ const (
 	// from a file): the instance takes over leases that are live on the
 	// others' clocks, and the fences must keep every write single.
 	ClockSkew
+	// Network puts a toxic on one link of one instance for a while: answers
+	// delayed past the timeouts, connections reset mid-stream, or a peer
+	// that accepts and never answers (see Link and Toxic).
+	Network
+	// Failover stops the PostgreSQL primary as pg_ctl stop -m immediate
+	// does, promotes its standby, moves every connection to it, and makes
+	// the next standby from it (Config.Replication).
+	Failover
+	// DiskFull fills the file system of PostgreSQL's WAL (a tmpfs) for a
+	// while: writes fail, the server may stop with a PANIC, and once the
+	// space is back it runs again (restarted if it stopped).
+	DiskFull
 	faultKinds
 )
 
 func (k FaultKind) String() string {
-	return [...]string{"kill", "pause", "db-restart", "commit-cut", "clock-skew"}[k]
+	return [...]string{"kill", "pause", "db-restart", "commit-cut", "clock-skew", "network", "failover", "disk-full"}[k]
 }
 
 // Faults sets how often each fault falls: the mean time between two
@@ -51,6 +63,12 @@ type Faults struct {
 	DBRestartEvery time.Duration // Defaults to 60s.
 	CutEvery       time.Duration // Defaults to 6s.
 	SkewEvery      time.Duration // Defaults to 15s.
+	NetworkEvery   time.Duration // Defaults to 4s.
+	// FailoverEvery applies with Config.Replication only. Defaults to 40s.
+	FailoverEvery time.Duration
+	// DiskFullEvery applies on PostgreSQL, when the harness runs as root
+	// (it mounts a tmpfs for each server's WAL). Defaults to 45s.
+	DiskFullEvery time.Duration
 	// DBDown is the longest PostgreSQL stays down; each outage lasts
 	// between a third of it and all of it. Defaults to 3s.
 	DBDown time.Duration
@@ -73,6 +91,9 @@ const (
 	DBRestartEveryDefault = 60 * time.Second
 	CutEveryDefault       = 6 * time.Second
 	SkewEveryDefault      = 15 * time.Second
+	NetworkEveryDefault   = 4 * time.Second
+	FailoverEveryDefault  = 40 * time.Second
+	DiskFullEveryDefault  = 45 * time.Second
 	DBDownDefault         = 3 * time.Second
 
 	ProcessorFailRateDefault    = 0.02
@@ -81,17 +102,19 @@ const (
 )
 
 func (f Faults) every(k FaultKind) time.Duration {
-	return [...]time.Duration{f.KillEvery, f.PauseEvery, f.DBRestartEvery, f.CutEvery, f.SkewEvery}[k]
+	return [...]time.Duration{f.KillEvery, f.PauseEvery, f.DBRestartEvery, f.CutEvery, f.SkewEvery, f.NetworkEvery, f.FailoverEvery, f.DiskFullEvery}[k]
 }
 
 // Event is one scheduled fault.
 type Event struct {
 	At       time.Duration // since the start of traffic
 	Kind     FaultKind
-	Instance int           // for Kill, Pause and ClockSkew
-	Hold     time.Duration // how long a pause, an outage or a skew lasts
+	Instance int           // for Kill, Pause, ClockSkew and Network
+	Hold     time.Duration // how long a pause, an outage, a skew or a toxic lasts
 	Skew     time.Duration // for ClockSkew: how far ahead the clock runs
 	After    bool          // for CommitCut: after the COMMIT (else before)
+	Link     Link          // for Network: which link
+	Toxic    Toxic         // for Network: what it does to it
 }
 
 // Schedule returns the faults of a run of length d, drawn from seed: the
@@ -126,6 +149,8 @@ func Schedule(seed uint64, d time.Duration, f Faults, instances int, lease time.
 				} else {
 					e.Hold = attemptTimeout + lease + time.Duration(rnd.Int64N(int64(lease)+1))
 				}
+			case DiskFull:
+				e.Hold = 2*time.Second + time.Duration(rnd.Int64N(int64(2*time.Second)+1))
 			case DBRestart:
 				e.Hold = f.DBDown/3 + time.Duration(rnd.Int64N(int64(f.DBDown-f.DBDown/3)+1))
 			case CommitCut:
@@ -134,6 +159,15 @@ func Schedule(seed uint64, d time.Duration, f Faults, instances int, lease time.
 				// Ahead by two to four leases, for two to four seconds.
 				e.Skew = 2*lease + time.Duration(rnd.Int64N(int64(2*lease)+1))
 				e.Hold = 2*time.Second + time.Duration(rnd.Int64N(int64(2*time.Second)+1))
+			case Network:
+				e.Link, e.Toxic = Link(rnd.IntN(int(links))), Toxic(rnd.IntN(int(toxics)))
+				if e.Toxic == ToxicReset {
+					// Resets are short: every connection that carries data
+					// meanwhile dies.
+					e.Hold = 200*time.Millisecond + time.Duration(rnd.Int64N(int64(800*time.Millisecond)+1))
+				} else {
+					e.Hold = time.Second + time.Duration(rnd.Int64N(int64(2*time.Second)+1))
+				}
 			}
 			events = append(events, e)
 		}
@@ -144,7 +178,7 @@ func Schedule(seed uint64, d time.Duration, f Faults, instances int, lease time.
 
 // faultCounts are the faults injected so far.
 type faultCounts struct {
-	kills, pauses, dbRestarts, clockSkews atomic.Int64
+	kills, pauses, dbRestarts, clockSkews, network, failovers, diskFull atomic.Int64
 }
 
 // inject runs the schedule from start until ctx is done, one goroutine per
@@ -204,12 +238,12 @@ func (h *harness) apply(e Event) error {
 	mark := faultMark{At: time.Since(h.start), Kind: e.Kind, Instance: e.Instance}
 	switch e.Kind {
 	case Kill:
-		if h.instances[e.Instance].kill() {
+		if h.target(e.Instance).kill() {
 			h.faults.kills.Add(1)
 			h.faultLog.add(mark)
 		}
 	case Pause:
-		resume, ok := h.instances[e.Instance].pause()
+		resume, ok := h.target(e.Instance).pause()
 		if !ok {
 			return nil
 		}
@@ -218,8 +252,15 @@ func (h *harness) apply(e Event) error {
 		h.faultLog.add(mark)
 		time.Sleep(e.Hold)
 		resume()
+	case Failover:
+		return h.failover(mark)
+	case DiskFull:
+		return h.fillDisk(mark, e.Hold)
 	case DBRestart:
-		if err := h.server.Crash(); err != nil {
+		h.dbMu.Lock()
+		defer h.dbMu.Unlock()
+		server := h.dbServer()
+		if err := server.Crash(); err != nil {
 			return fmt.Errorf("chaos: crash the database: %w", err)
 		}
 		h.faults.dbRestarts.Add(1)
@@ -228,13 +269,13 @@ func (h *harness) apply(e Event) error {
 		time.Sleep(e.Hold)
 		var err error
 		for range 3 {
-			if err = h.server.Start(context.Background()); err == nil {
+			if err = server.Start(context.Background()); err == nil {
 				return nil
 			}
 		}
 		return fmt.Errorf("chaos: start the database again: %w", err)
 	case ClockSkew:
-		p := h.instances[e.Instance]
+		p := h.instances[e.Instance%len(h.instances)]
 		if err := writeSkew(p.clockFile, e.Skew); err != nil {
 			return err
 		}
@@ -243,6 +284,17 @@ func (h *harness) apply(e Event) error {
 		h.faultLog.add(mark)
 		time.Sleep(e.Hold)
 		return writeSkew(p.clockFile, 0)
+	case Network:
+		l, i := e.Link, e.Instance%len(h.instances)
+		if !h.net.has(l, i) {
+			l = LinkProcessor // SQLite: no database link
+		}
+		h.faults.network.Add(1)
+		mark.Hold = e.Hold
+		mark.Link, mark.Toxic = l, e.Toxic
+		h.faultLog.add(mark)
+		mark.Instance = i
+		return h.net.inject(l, i, e.Toxic, e.Hold)
 	case CommitCut:
 		if h.proxy.Armed() == 0 {
 			when := pgproxy.Before
@@ -254,6 +306,15 @@ func (h *harness) apply(e Event) error {
 		}
 	}
 	return nil
+}
+
+// target is the process that a kill or a pause of instance i hits: the
+// paymentsd instances first, then the idemproxy instances.
+func (h *harness) target(i int) *process {
+	if i < len(h.instances) {
+		return h.instances[i]
+	}
+	return h.proxies[i-len(h.instances)]
 }
 
 // writeSkew sets the clock offset that a paymentsd built with the

@@ -26,6 +26,9 @@ type Op struct {
 	Kind string `json:"kind,omitempty"`
 	From string `json:"from,omitempty"`
 	To   string `json:"to,omitempty"`
+	// Policy is the outcome-unknown policy of a proxy operation's route
+	// (Kind kindProxy): retry, hold or probe.
+	Policy string `json:"policy,omitempty"`
 	// ReuseOf is the operation whose key this one reuses with a changed
 	// body; it must be answered 422 and change nothing.
 	ReuseOf int `json:"reuse_of,omitempty"`
@@ -51,13 +54,17 @@ type Attempt struct {
 	// AnswerSHA is the SHA-256 of the answer's body; Answer the body itself.
 	AnswerSHA string `json:"answer_sha256,omitempty"`
 	Answer    string `json:"answer,omitempty"`
+	// Held is set on a proxy operation's answer outcome-unknown on a hold
+	// route: the key is held until an operator resolves it, and every
+	// retry gets the same answer, so it is final.
+	Held bool `json:"held,omitempty"`
 }
 
 // final reports whether an attempt ends its operation: a 2xx, or a 4xx
 // other than 409 and 429, which is the same on every attempt.
 func (a *Attempt) final() bool {
 	s := a.Status
-	return (s >= 200 && s < 300) || (s >= 400 && s < 500 && s != 409 && s != 429)
+	return (s >= 200 && s < 300) || (s >= 400 && s < 500 && s != 409 && s != 429) || a.Held
 }
 
 func (a *Attempt) ok() bool { return a.Status >= 200 && a.Status < 300 }
@@ -117,6 +124,8 @@ func (o *Op) path() string {
 		return accountsPath
 	case kindTransfer:
 		return transfersPath
+	case kindProxy:
+		return proxyPath(o.Policy)
 	}
 	return paymentsPath
 }
@@ -167,8 +176,8 @@ func digest(b []byte) string {
 func (h *History) ackedObjects() map[string]*Op {
 	m := map[string]*Op{}
 	for _, op := range h.Ops() {
-		if op.ReuseOf != 0 || op.Kind == kindAccount {
-			continue
+		if op.ReuseOf != 0 || op.Kind == kindAccount || op.Kind == kindProxy {
+			continue // no events: an account's opening, or the proxy's upstream
 		}
 		attempts, _ := op.snapshot()
 		for _, a := range attempts {

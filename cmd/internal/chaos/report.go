@@ -18,7 +18,9 @@ type faultMark struct {
 	At       time.Duration // since the start of traffic
 	Kind     FaultKind
 	Instance int
-	Hold     time.Duration // how long a pause or an outage lasted
+	Hold     time.Duration // how long a pause, an outage or a toxic lasted
+	Link     Link          // for Network
+	Toxic    Toxic         // for Network
 }
 
 // faultLog holds the faults of a run as they were applied.
@@ -51,7 +53,7 @@ var answerClasses = []struct{ name, color string }{
 }
 
 // faultColors are the colours of the fault marks, by kind.
-var faultColors = [...]string{Kill: "#c92a2a", Pause: "#e67700", DBRestart: "#364fc7", CommitCut: "#868e96", ClockSkew: "#0ca678"}
+var faultColors = [...]string{Kill: "#c92a2a", Pause: "#e67700", DBRestart: "#364fc7", CommitCut: "#868e96", ClockSkew: "#0ca678", Network: "#9c36b5", Failover: "#000000", DiskFull: "#5c940d"}
 
 func answerClass(a *Attempt) string {
 	switch {
@@ -144,6 +146,9 @@ func writeReport(w io.Writer, d reportData) error {
 		label := fmt.Sprintf("%s at %s", f.Kind, f.At.Round(100*time.Millisecond))
 		if f.Kind == Kill || f.Kind == Pause || f.Kind == ClockSkew {
 			label += fmt.Sprintf(", instance %d", f.Instance)
+		}
+		if f.Kind == Network {
+			label += fmt.Sprintf(", %s on instance %d's %s link", f.Toxic, f.Instance, f.Link)
 		}
 		if f.Hold > 0 {
 			label += fmt.Sprintf(", %s", f.Hold.Round(100*time.Millisecond))
@@ -253,7 +258,7 @@ func writeReport(w io.Writer, d reportData) error {
 		"Width": width + left + 20, "Height": height + top + 30, "Left": left, "Right": left + width, "Bottom": top + height,
 		"MaxCount": maxCount, "Seconds": seconds, "TrafficEnd": x(d.Traffic.Seconds()),
 		"P50": p50.String(), "P99": p99.String(), "MaxMS": fmt.Sprintf("%.0f", maxMS), "LatBottom": latTop + latHeight, "Ticks": ticks,
-		"FaultKinds": []mark{{0, faultColors[Kill], "", "kill"}, {0, faultColors[Pause], "", "pause"}, {0, faultColors[DBRestart], "", "db-restart"}, {0, faultColors[CommitCut], "", "commit-cut"}, {0, faultColors[ClockSkew], "", "clock-skew"}},
+		"FaultKinds": []mark{{0, faultColors[Kill], "", "kill"}, {0, faultColors[Pause], "", "pause"}, {0, faultColors[DBRestart], "", "db-restart"}, {0, faultColors[CommitCut], "", "commit-cut"}, {0, faultColors[ClockSkew], "", "clock-skew"}, {0, faultColors[Network], "", "network"}, {0, faultColors[Failover], "", "failover"}, {0, faultColors[DiskFull], "", "disk-full"}},
 	})
 }
 
@@ -296,7 +301,7 @@ pre{white-space:pre-wrap;background:#f8f9fa;padding:6px}
 </style></head><body>
 <h1>idem chaos: seed {{.S.Seed}}, {{.S.Instances}} instances, {{.S.Clients}} clients, {{.S.Seconds}} s: <span class="{{if .S.Violations}}bad{{else}}ok{{end}}">{{.Verdict}}</span></h1>
 <p>{{.S.Operations}} operations, {{.S.Attempts}} attempts, {{.S.Acknowledged}} acknowledged, {{.S.Declines}} declined payments.
-Faults: {{.S.Kills}} kills, {{.S.Pauses}} pauses, {{.S.DBRestarts}} {{.DB}} restarts, {{.S.CommitCuts}} commit cuts, {{.S.ClockSkews}} clock skews.</p>
+Faults: {{.S.Kills}} kills, {{.S.Pauses}} pauses, {{.S.DBRestarts}} {{.DB}} restarts, {{.S.CommitCuts}} commit cuts, {{.S.ClockSkews}} clock skews, {{.S.NetworkFaults}} network faults, {{.S.Failovers}} failovers, {{.S.DiskFull}} full disks.</p>
 
 <h2>Attempts per second, by answer, with the faults (the final replays of every acknowledged operation left out)</h2>
 <div class="legend">{{range .Answers}}<span><i class="sw" style="background:{{.Color}}"></i>{{.Name}}</span>{{end}}

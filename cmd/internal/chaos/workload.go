@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/internal/proxy"
 	"github.com/idemkit/idem/idemclient"
 )
 
@@ -42,6 +43,7 @@ func DefaultWorkloads() []Weighted {
 		{Retry{}, 4},
 		{Reuse{}, 2},
 		{Transfer{}, 3},
+		{Proxy{}, 3},
 	}
 }
 
@@ -162,7 +164,7 @@ func (h *harness) drive(ctx context.Context, op *Op, phase string, rnd *rand.Ran
 // driveN is drive with at most max attempts; -1 is no bound.
 func (h *harness) driveN(ctx context.Context, op *Op, phase string, rnd *rand.Rand, max int) *Attempt {
 	for n := 0; n != max; n++ {
-		a := h.send(ctx, op, rnd.IntN(len(h.instances)), phase)
+		a := h.send(ctx, op, rnd.IntN(len(h.targets(op))), phase)
 		if a == nil {
 			return nil // ctx done before an answer
 		}
@@ -208,7 +210,7 @@ func (h *harness) send(ctx context.Context, op *Op, i int, phase string) *sentAt
 	a := &Attempt{Op: op.ID, Instance: i, Phase: phase, Sent: time.Now()}
 	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, "http://"+h.instances[i].addr+op.path(), bytes.NewReader([]byte(op.Body)))
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, "http://"+h.targets(op)[i].addr+op.path(), bytes.NewReader([]byte(op.Body)))
 	if err != nil {
 		panic(err) // the URL is ours
 	}
@@ -242,6 +244,7 @@ func (h *harness) send(ctx context.Context, op *Op, i int, phase string) *sentAt
 		}
 		_ = json.Unmarshal(body, &p)
 		a.Problem = p.Code
+		a.Held = op.Kind == kindProxy && op.Policy == string(proxy.PolicyHold) && a.Problem == string(idem.ProblemOutcomeUnknown)
 	}
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
 		out.retryAfter = time.Duration(s) * time.Second
@@ -260,6 +263,8 @@ func (h *harness) send(ctx context.Context, op *Op, i int, phase string) *sentAt
 // liveViolation returns why an answer is wrong on its own, or "".
 func (h *harness) liveViolation(op *Op, a *Attempt) string {
 	switch {
+	case op.Kind == kindProxy:
+		return proxyLiveViolation(op, a)
 	case a.Status >= 500 && !h.documented5xx(a.Problem):
 		return "unexpected 5xx"
 	case a.ok() && op.ReuseOf != 0:

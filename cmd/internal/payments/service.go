@@ -73,6 +73,10 @@ type Config struct {
 	// /v1/events.
 	// Defaults to none: no events, and GET /v1/events answers 404.
 	Outbox idemoutbox.Store
+	// ProcessorEvents, when set, serves POST /v1/webhooks/processor,
+	// without a bearer token: the receiver verifies the processor's
+	// signature (see NewProcessorEvents). Defaults to none.
+	ProcessorEvents http.Handler
 	// Ledger, when set, serves accounts and transfers (POST /v1/accounts,
 	// POST /v1/transfers and their GETs) behind an idem middleware in
 	// idem.ModeAtomic, whatever Idem.Mode says; with Outbox set, each
@@ -180,6 +184,9 @@ func (s *Service) Handler() http.Handler {
 	}
 	if s.cfg.Outbox != nil {
 		mux.Handle("GET /v1/events", auth.Wrap(http.HandlerFunc(s.listEvents)))
+	}
+	if s.cfg.ProcessorEvents != nil {
+		mux.Handle("POST "+ProcessorEventsPath, s.cfg.ProcessorEvents)
 	}
 	if s.status != nil {
 		mux.Handle("GET /v1/idempotency-keys/{key}", auth.Wrap(s.status))

@@ -27,6 +27,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/payments"
+	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/bearer"
 )
@@ -105,6 +106,11 @@ type Config struct {
 	// of charges fail the same way. 0 picks a random seed, which is
 	// logged. Defaults to 0.
 	Seed uint64
+	// Events, when set, receives a charge.succeeded or charge.declined
+	// event in each new charge's transaction (the store, as an
+	// idemoutbox.Enqueuer), for processord's relay to deliver as signed
+	// Standard Webhooks. Defaults to none.
+	Events idemoutbox.Enqueuer
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -249,6 +255,15 @@ func (p *processor) create(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// The charge and the key commit together: nothing was charged.
 		p.cfg.Logger.ErrorContext(ctx, "processord: insert charge failed", "err", err)
+		problem(w, payments.ProblemInternal, "The charge could not be recorded; nothing was charged. Retry with the same Idempotency-Key.")
+		return
+	}
+	if charged {
+		err = p.enqueueChargeEvent(ctx, stored)
+	}
+	if err != nil {
+		// Answered 500, which rolls the charge back with the event.
+		p.cfg.Logger.ErrorContext(ctx, "processord: enqueue charge event failed", "err", err)
 		problem(w, payments.ProblemInternal, "The charge could not be recorded; nothing was charged. Retry with the same Idempotency-Key.")
 		return
 	}

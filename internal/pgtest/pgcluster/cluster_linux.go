@@ -60,6 +60,10 @@ type Cluster struct {
 	lock    *os.File            // held open, and locked, while the cluster lives
 	port    int
 
+	// walDir is the tmpfs of LimitWAL, and walSize its size; "" without.
+	walDir  string
+	walSize int64
+
 	mu     sync.Mutex
 	proc   *process // nil while stopped
 	closed bool
@@ -282,6 +286,10 @@ func (c *Cluster) start(ctx context.Context) error {
 		"-c", "fsync=off",
 		"-c", "max_connections=200",
 	)
+	if c.walSize > 0 {
+		// Checkpoints often enough that the WAL fits its file system.
+		cmd.Args = append(cmd.Args, "-c", fmt.Sprintf("max_wal_size=%dkB", c.walSize/3/1024), "-c", "min_wal_size=32MB")
+	}
 	cmd.Dir = c.dir
 	cmd.Env = serverEnv()
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -388,6 +396,7 @@ func (c *Cluster) Close() error {
 	c.closed = true
 	var errs []error
 	errs = append(errs, c.stop())
+	errs = append(errs, c.unmountWAL())
 	if err := os.RemoveAll(c.dir); err != nil {
 		errs = append(errs, fmt.Errorf("pgcluster: remove cluster directory: %w", err))
 	}

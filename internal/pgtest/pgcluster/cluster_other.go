@@ -31,3 +31,12 @@ func (c *Cluster) CreateDatabase(context.Context, string) (string, error) { retu
 func errNoCluster() error {
 	return &UnavailableError{Reasons: []string{"a throwaway cluster needs Linux, and this is " + runtime.GOOS}}
 }
+
+func (c *Cluster) NewStandby(context.Context, string) (*Cluster, error) { return nil, errNoCluster() }
+func (c *Cluster) Promote(context.Context) error                        { return errNoCluster() }
+func (c *Cluster) SetSynchronous(context.Context, bool) error           { return errNoCluster() }
+func (c *Cluster) WaitStandby(context.Context, bool) error              { return errNoCluster() }
+func (c *Cluster) LimitWAL(context.Context, int64) error                { return errNoCluster() }
+func (c *Cluster) FillWAL() error                                       { return errNoCluster() }
+func (c *Cluster) FreeWAL() error                                       { return nil }
+func (c *Cluster) Running() bool                                        { return false }

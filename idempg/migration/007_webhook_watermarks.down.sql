@@ -1,0 +1,1 @@
+DROP TABLE idem_webhook_watermarks;
