@@ -47,7 +47,17 @@ func (m *Middleware) unavailable(c *call, detail string) {
 // answerExisting answers a request whose key is already held or completed.
 func (m *Middleware) answerExisting(c *call, rec *idemstore.Record) {
 	r := c.r
-	if len(rec.RequestHash) > 0 && !bytes.Equal(rec.RequestHash, c.fp.Sum[:]) {
+	mismatch := len(rec.RequestHash) > 0 && !bytes.Equal(rec.RequestHash, c.fp.Sum[:])
+	replay := !mismatch && rec.Status == idemstore.StatusCompleted && rec.Response != nil
+	if m.tracing.tracer != nil {
+		defer m.traceExisting(c, rec, mismatch, replay)()
+	}
+	if m.cfg.ExposeOriginalTrace && !mismatch {
+		if id := OriginalTraceID(rec.TraceContext); id != "" {
+			c.w.Header().Set(HeaderOriginalTrace, id)
+		}
+	}
+	if mismatch {
 		p := ProblemKeyReused.Kind().New(m.cfg.ProblemTypeBase, "")
 		if rec.Method != r.Method || rec.Path != c.path {
 			p.OriginalRequest = rec.Method + " " + rec.Path
@@ -65,12 +75,29 @@ func (m *Middleware) answerExisting(c *call, rec *idemstore.Record) {
 		WriteProblem(c.w, p, 0)
 		return
 	}
-	if rec.Status == idemstore.StatusCompleted && rec.Response != nil {
+	if replay {
 		m.cfg.Metrics.Request(r.Context(), ResultReplayed)
 		m.replay(c.w, rec.Response)
 		return
 	}
 	m.problem(c.w, r, ProblemKeyInFlight, "The first request with this key is still being processed; retry with the same key after Retry-After.", m.inFlightRetryAfter(rec))
+}
+
+// traceExisting starts the span of an answer from a key that exists,
+// linked to the trace stored with the key, and returns the function that
+// ends it.
+func (m *Middleware) traceExisting(c *call, rec *idemstore.Record, mismatch, replay bool) func() {
+	step, end := StepInFlight, SpanEnd{Result: ResultInFlight, Status: http.StatusConflict}
+	switch {
+	case mismatch:
+		step, end = StepMismatch, SpanEnd{Result: ResultMismatch, Status: http.StatusUnprocessableEntity}
+	case replay:
+		step, end = StepReplay, SpanEnd{Result: ResultReplayed, Status: rec.Response.StatusCode}
+	}
+	s := m.spanStart(c, step)
+	s.Token, s.Link = rec.Token, rec.TraceContext
+	_, span := m.tracing.tracer.Start(c.r.Context(), s)
+	return func() { span.End(end) }
 }
 
 // inFlightRetryAfter is the Retry-After, in seconds, of the 409 for a key

@@ -122,6 +122,21 @@ type Config struct {
 	// every claim. Defaults to none.
 	Metrics Metrics
 
+	// Tracer receives the claim, the handler's run, the completion, each
+	// replay, 409 and 422, the Resumer's runs and the Purger's passes as
+	// spans, and the trace context stored with each key (see [Tracer]).
+	// The idemotel package implements it with OpenTelemetry. Defaults to
+	// none: nothing is traced, and keys are stored without a trace context.
+	Tracer Tracer
+
+	// ExposeOriginalTrace adds, to a replay and to a 409, the
+	// HeaderOriginalTrace field: the trace id of the request that ran the
+	// key (or holds it), for an operator to paste into a tracing backend.
+	// It reveals nothing but that id, yet a public API may not want to
+	// show its trace ids. It needs a Tracer, which stores the trace
+	// context with each key. Defaults to false.
+	ExposeOriginalTrace bool
+
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 

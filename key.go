@@ -16,6 +16,11 @@ const HeaderKey = "Idempotency-Key"
 // HeaderReplayed is the response header set to "true" on a replayed response.
 const HeaderReplayed = "Idempotent-Replayed"
 
+// HeaderOriginalTrace is the response header of a replay and of a 409 that
+// carries the trace id (32 hex digits) of the request that ran the key, or
+// holds it, when [Config.ExposeOriginalTrace] is set.
+const HeaderOriginalTrace = "Idempotent-Original-Trace"
+
 // MaxKeyLength is the longest key accepted, in characters (Stripe's limit).
 // The length of a quoted key is counted after unescaping.
 const MaxKeyLength = keyspec.MaxLength

@@ -26,12 +26,21 @@ func noteScope(ctx context.Context, scope idemstore.Scope) {
 
 // resultNoter passes results on to the application's Metrics and records
 // each request's final result in its log line.
-type resultNoter struct{ next Metrics }
+// With a Tracer, it records the result for the request's span too.
+type resultNoter struct {
+	next   Metrics
+	traced bool
+}
 
 func (n resultNoter) Request(ctx context.Context, r Result) {
 	n.next.Request(ctx, r)
 	if r == ResultTakenOver || r == ResultConflictRerun {
 		return // counted in addition to the final result
+	}
+	if n.traced {
+		if note, ok := ctx.Value(traceNoteKey{}).(*traceNote); ok {
+			note.result = r
+		}
 	}
 	if info, ok := reqlog.FromContext(ctx); ok {
 		info.SetResult(string(r))

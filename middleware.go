@@ -22,6 +22,7 @@ type Middleware struct {
 	cfg           *Config
 	replayHeaders replayList
 	recent        *recent.Keys // keys claimed here lately; see claimOnce
+	tracing       tracing
 }
 
 // New returns the middleware for a store. cfg.ClientID is required.
@@ -36,8 +37,8 @@ func New(store idemstore.Store, cfg *Config) (*Middleware, error) {
 	if c.ClientID == nil {
 		return nil, errors.New("idem: Config.ClientID is required: keys must be scoped by client")
 	}
-	c.Metrics = resultNoter{c.Metrics} // the outcome of idemlog's line
-	return &Middleware{store: store, cfg: c, replayHeaders: newReplayList(c.ReplayHeaders), recent: recent.New()}, nil
+	c.Metrics = resultNoter{next: c.Metrics, traced: c.Tracer != nil} // the outcome of idemlog's line and of the request's span
+	return &Middleware{store: store, cfg: c, replayHeaders: newReplayList(c.ReplayHeaders), recent: recent.New(), tracing: tracing{c.Tracer}}, nil
 }
 
 // Wrap returns next behind the contract. Its method value is a
@@ -68,6 +69,47 @@ type call struct {
 
 	base *slog.Logger
 	log  *slog.Logger // base with the client and the key's digest; see logger
+
+	// traceContext is the request's W3C trace context, stored with the
+	// key it claims; empty when it is not traced.
+	traceContext string
+	digest       string // the key's digest, for spans; see spanStart
+}
+
+// spanStart describes a step of c's for a span.
+func (m *Middleware) spanStart(c *call, step Step) SpanStart {
+	if c.digest == "" {
+		c.digest = keyspec.Digest(c.scope.Key)
+	}
+	return SpanStart{Step: step, Method: c.r.Method, Path: c.path, Route: c.r.Pattern, Mode: m.cfg.Mode, KeyDigest: c.digest}
+}
+
+// startSpan starts the span of a step of c's, with the token of the lease
+// it holds if any, when the middleware traces.
+func (m *Middleware) startSpan(ctx context.Context, c *call, step Step, attempt int, lease idemstore.Lease) (context.Context, Span) {
+	if m.tracing.tracer == nil {
+		return ctx, noSpan{}
+	}
+	s := m.spanStart(c, step)
+	s.Attempt = attempt
+	if lease != nil {
+		s.Token = lease.Info().Token
+	}
+	return m.tracing.tracer.Start(ctx, s)
+}
+
+// serveTraced is claimAndRun in the request's span, whose context the
+// request then carries, and which the key is stored with.
+func (m *Middleware) serveTraced(c *call) {
+	note := &traceNote{}
+	ctx := context.WithValue(c.r.Context(), traceNoteKey{}, note)
+	ctx, span := m.tracing.tracer.Start(ctx, m.spanStart(c, StepRequest))
+	defer func() { span.End(SpanEnd{Result: note.result}) }()
+	c.r = c.r.WithContext(ctx)
+	if tc := m.tracing.tracer.TraceContext(ctx); len(tc) <= traceContextMax {
+		c.traceContext = tc
+	}
+	m.claimAndRun(c)
 }
 
 // logger returns the logger for every line about this request: it carries
@@ -107,7 +149,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	c.next = next
-	m.claimAndRun(c)
+	if m.tracing.tracer != nil {
+		m.serveTraced(c)
+	} else {
+		m.claimAndRun(c)
+	}
 	if c.bodyHeld == 0 {
 		bodybuf.Recycle(c.body)
 	}
@@ -185,7 +231,7 @@ func (m *Middleware) finishContext(c *call) *deadline.Context {
 // releases the key, and answers. It answers nothing and reports conflicted
 // when the lease's transaction hit a conflict and attempt may be rerun.
 func (m *Middleware) run(c *call, lease idemstore.Lease, attempt int) runOutcome {
-	rec := m.execute(c, lease)
+	rec := m.execute(c, lease, attempt)
 	if rec.streamed() {
 		c.w = &discardWriter{} // the client has the response; see StreamResponse
 		defer rec.abortIfBroken()
@@ -195,7 +241,10 @@ func (m *Middleware) run(c *call, lease idemstore.Lease, attempt int) runOutcome
 	rerun := func() bool { return m.mayRerun(attempt) && reportsConflict(lease) }
 	switch {
 	case rerun():
-		if err := lease.Release(ctx); err != nil {
+		sctx, span := m.startSpan(ctx, c, StepRelease, attempt, lease)
+		err := lease.Release(sctx)
+		span.End(SpanEnd{Err: err})
+		if err != nil {
 			c.logger().ErrorContext(ctx, "idem: release after a transaction conflict failed", "err", err)
 			m.unavailable(c, "The request hit a transaction conflict and its result was not recorded, and the idempotency store did not confirm that its key was freed; retry with the same key after Retry-After.")
 			return answered
@@ -204,10 +253,12 @@ func (m *Middleware) run(c *call, lease idemstore.Lease, attempt int) runOutcome
 	case rec.unfinished() || m.cfg.Outcome(rec.statusCode()) == OutcomeRelease:
 		// An unfinished phased operation is released whatever the policy:
 		// its key keeps its recovery point, and the retry resumes.
-		m.release(ctx, c, lease, rec)
+		m.release(ctx, c, lease, rec, attempt)
 		return answered
 	}
-	err := lease.Complete(ctx, m.responseOf(rec))
+	sctx, span := m.startSpan(ctx, c, StepComplete, attempt, lease)
+	err := lease.Complete(sctx, m.responseOf(rec))
+	span.End(SpanEnd{Status: rec.statusCode(), Err: err})
 	if err != nil && rerun() {
 		return conflicted // Complete rolled back; the commit itself hit the conflict
 	}
@@ -224,8 +275,10 @@ func reportsConflict(lease idemstore.Lease) bool {
 
 // release frees the key of a response that is not to be stored, and
 // answers with that response.
-func (m *Middleware) release(ctx context.Context, c *call, lease idemstore.Lease, rec *recorder) {
-	err := lease.Release(ctx)
+func (m *Middleware) release(ctx context.Context, c *call, lease idemstore.Lease, rec *recorder, attempt int) {
+	sctx, span := m.startSpan(ctx, c, StepRelease, attempt, lease)
+	err := lease.Release(sctx)
+	span.End(SpanEnd{Status: rec.statusCode(), Err: err})
 	var exists *idemstore.ExistsError
 	if errors.As(err, &exists) && exists.Record != nil {
 		// A speculative claim found the key: the handler's response is
@@ -307,12 +360,14 @@ func (m *Middleware) answerNotStored(ctx context.Context, c *call, lease idemsto
 // execute runs the handler under the lease and buffers its response. When
 // the handler panics, it releases the lease, which rolls back the handler's
 // writes and frees the key, and lets the panic go on to the server.
-func (m *Middleware) execute(c *call, lease idemstore.Lease) *recorder {
+func (m *Middleware) execute(c *call, lease idemstore.Lease, attempt int) *recorder {
+	base, span := m.startSpan(c.r.Context(), c, StepRun, attempt, lease)
 	finished := false
 	defer func() {
 		if finished {
 			return
 		}
+		span.End(SpanEnd{Err: errHandlerPanicked})
 		ctx := m.finishContext(c)
 		defer ctx.Stop()
 		m.cfg.Metrics.Request(ctx, ResultReleased)
@@ -322,7 +377,7 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease) *recorder {
 		}
 	}()
 	x := &execution{rec: recorder{header: make(http.Header)}}
-	x.ctx = scopeContext{Context: lease.Context(c.r.Context()), scope: &c.scope}
+	x.ctx = scopeContext{Context: lease.Context(base), scope: &c.scope}
 	var ctx context.Context = &x.ctx
 	rec := &x.rec
 	if m.cfg.Mode == ModeTwoPhase {
@@ -341,6 +396,7 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease) *recorder {
 	}
 	c.next.ServeHTTP(rec, req)
 	finished = true
+	span.End(SpanEnd{Status: rec.statusCode()})
 	// The handler is done with its body: a reader of it that the handler
 	// left behind reads nothing more, and unless it is reading now, the
 	// buffer may go to another request.
@@ -349,6 +405,9 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease) *recorder {
 	}
 	return rec
 }
+
+// errHandlerPanicked ends the span of a run whose handler panicked.
+var errHandlerPanicked = errors.New("idem: the handler panicked; its writes were rolled back and its key released")
 
 // execution is what one run of the handler needs besides its request, in
 // one allocation: the recorder of its response, the reader of its body,

@@ -48,6 +48,7 @@ type Purger struct {
 	// the metrics report the counts.
 	stats        idemstore.KeyStatsStore
 	statsMetrics KeyStatsMetrics
+	tracing      tracing
 }
 
 // purgeResult is the outcome of one run of a [Purger].
@@ -66,7 +67,7 @@ func NewPurger(store idemstore.PurgeStore, cfg *Config) (*Purger, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Purger{store: store, cfg: c, metrics: noPurgeMetrics{}}
+	p := &Purger{store: store, cfg: c, metrics: noPurgeMetrics{}, tracing: tracing{c.Tracer}}
 	if m, ok := c.Metrics.(PurgeMetrics); ok {
 		p.metrics = m
 	}
@@ -146,6 +147,7 @@ func (p *Purger) unlock(ctx context.Context, lock idemstore.PurgeLock) {
 func (p *Purger) run(ctx context.Context, lock idemstore.PurgeLock) (purgeResult, error) {
 	params := idemstore.PurgeParams{Before: p.cfg.Now().Add(-p.cfg.Retention), BatchSize: p.cfg.Purge.BatchSize}
 	var res purgeResult
+	ctx, span := p.tracing.start(ctx, SpanStart{Step: StepPurge})
 	start := time.Now()
 	err := func() error {
 		for {
@@ -165,6 +167,7 @@ func (p *Purger) run(ctx context.Context, lock idemstore.PurgeLock) (purgeResult
 		}
 	}()
 	res.Duration = time.Since(start)
+	span.End(SpanEnd{Keys: res.Deleted, Err: err})
 	p.metrics.PurgeRun(ctx, res.Deleted, res.Duration, err)
 	attrs := []any{
 		"deleted", res.Deleted, "batches", res.Batches, "duration", res.Duration,

@@ -92,6 +92,7 @@ type Resumer struct {
 	replay  replayList
 	started []string      // the operations' names, for UnfinishedParams.Started
 	span    time.Duration // the creation times one pass of the sweep reads
+	tracing tracing
 
 	mu       sync.Mutex
 	sweep    time.Time          // the sweep's next span starts after it; zero: at Retention's start
@@ -114,7 +115,7 @@ func NewResumer(store idemstore.RecoveryStore, cfg *Config) (*Resumer, error) {
 	replay := newReplayList(c.ReplayHeaders)
 	started := slices.Sorted(maps.Keys(c.Resume.Operations))
 	span := max(startedWindow(c.Resume.Interval), c.Retention/sweepPasses)
-	return &Resumer{store: store, cfg: c, replay: replay, started: started, span: span, attempts: map[attemptKey]int{}}, nil
+	return &Resumer{store: store, cfg: c, replay: replay, started: started, span: span, attempts: map[attemptKey]int{}, tracing: tracing{c.Tracer}}, nil
 }
 
 // Run runs a pass at once and then every Interval until ctx is done, and
@@ -228,20 +229,36 @@ func (c *Resumer) complete(ctx context.Context, rec *idemstore.Record, now time.
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
 	defer cancel()
-	log := c.cfg.Logger.With("client_id", rec.Scope.ClientID, "key_digest", keyspec.Digest(rec.Scope.Key))
+	digest := keyspec.Digest(rec.Scope.Key)
+	log := c.cfg.Logger.With("client_id", rec.Scope.ClientID, "key_digest", digest)
+	var end SpanEnd
+	ctx, span := c.tracing.start(ctx, SpanStart{
+		Step: StepResume, Method: rec.Method, Path: rec.Path, Mode: ModeTwoPhase,
+		KeyDigest: digest, Attempt: c.tries(rec), Link: rec.TraceContext,
+	})
+	defer func() { span.End(end) }()
+	var traceContext string
+	if c.tracing.tracer != nil {
+		if traceContext = c.tracing.tracer.TraceContext(ctx); len(traceContext) > traceContextMax {
+			traceContext = ""
+		}
+	}
 	claimed, err := c.store.Claim(ctx, idemstore.ClaimParams{
 		Scope: rec.Scope, Method: rec.Method, Path: rec.Path,
 		RequestHash: rec.RequestHash, RequestFields: rec.RequestFields,
 		TwoPhase: true, Now: now, LockTimeout: c.cfg.LockTimeout, Retention: c.cfg.Retention,
+		TraceContext: traceContext,
 	})
 	switch {
 	case err != nil:
 		log.WarnContext(ctx, "idem: resumer: claim failed", "err", err)
+		end.Err = err
 		return keyFailed
 	case claimed.Lease == nil:
 		return keySkipped // a client retry holds it, or it finished
 	}
 	lease := claimed.Lease
+	end.Token = lease.Info().Token
 	finish := context.WithoutCancel(ctx)
 	host := &phaseHost{lease: lease, base: ProblemTypeBaseDefault}
 	kctx := contextWithPhaseHost(ContextWithScope(lease.Context(ctx), rec.Scope), host)
@@ -264,21 +281,25 @@ func (c *Resumer) complete(ctx context.Context, rec *idemstore.Record, now time.
 	out := &recorder{header: make(http.Header)}
 	if err := runPhases(kctx, ops, out); err != nil {
 		log.WarnContext(ctx, "idem: resumer: the operation is still unfinished", "err", err)
+		end.Err = err
 		c.release(finish, log, lease)
 		return c.failed(ctx, log, rec)
 	}
 	if c.cfg.Outcome(out.statusCode()) == OutcomeRelease {
 		log.WarnContext(ctx, "idem: resumer: the final response is not to be stored; the key stays unfinished", "status", out.statusCode())
+		end.Status = out.statusCode()
 		c.release(finish, log, lease)
 		return c.failed(ctx, log, rec)
 	}
 	if err := lease.Complete(finish, c.replay.response(out)); err != nil {
 		log.WarnContext(ctx, "idem: resumer: storing the response failed", "err", err)
+		end.Err = err
 		if !errors.Is(err, idemstore.ErrLeaseLost) {
 			c.release(finish, log, lease)
 		}
 		return keyFailed
 	}
+	end.Status = out.statusCode()
 	c.finished(rec)
 	log.InfoContext(ctx, "idem: resumer finished a key", "token", lease.Info().Token, "status", out.statusCode())
 	return keyCompleted

@@ -56,3 +56,10 @@ func (c *Resumer) finished(rec *idemstore.Record) {
 	defer c.mu.Unlock()
 	delete(c.attempts, attemptKeyOf(rec))
 }
+
+// tries returns the runs of rec's phases that did not finish it.
+func (c *Resumer) tries(rec *idemstore.Record) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.attempts[attemptKeyOf(rec)]
+}

@@ -27,14 +27,22 @@ func (m *Middleware) claimOnce(c *call) (idemstore.ClaimResult, error) {
 	ctx := c.r.Context()
 	now := m.cfg.Now()
 	started := time.Now()
-	claimCtx := deadline.New(ctx, started.Add(m.cfg.StoreTimeout))
+	sctx, span := m.startSpan(ctx, c, StepClaim, 0, nil)
+	claimCtx := deadline.New(sctx, started.Add(m.cfg.StoreTimeout))
 	res, err := m.store.Claim(claimCtx, idemstore.ClaimParams{
 		Scope: c.scope, Method: c.r.Method, Path: c.path,
 		RequestHash: c.fp.Sum[:], RequestFields: c.fields,
 		TwoPhase: m.cfg.Mode == ModeTwoPhase, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
-		Speculative: m.speculative(c),
+		Speculative: m.speculative(c), TraceContext: c.traceContext,
 	})
 	claimCtx.Stop()
+	if m.tracing.tracer != nil {
+		end := SpanEnd{Err: err}
+		if err == nil && res.Lease != nil {
+			end.Token = res.Lease.Info().Token
+		}
+		span.End(end)
+	}
 	m.cfg.Metrics.Claim(ctx, time.Since(started), err)
 	return res, err
 }

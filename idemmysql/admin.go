@@ -25,7 +25,7 @@ const (
 	// read only when asked (see Store.ListKeys).
 	queryListKeys = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
        status, lease_token, response_status, response_headers,
-       CASE WHEN ? THEN response_body END, created_at, locked_at, lease_expires_at
+       CASE WHEN ? THEN response_body END, created_at, locked_at, lease_expires_at, trace_context
 FROM idempotency_keys
 WHERE (? = '' OR client_id = ?) AND (? = '' OR status = ?) AND (? = 0 OR created_at < ?)
 ORDER BY created_at, client_id, idempotency_key

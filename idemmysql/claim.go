@@ -95,15 +95,15 @@ func (s *Store) claimStatement(ctx context.Context, ex execer, p idemstore.Claim
 	switch {
 	case seen == nil:
 		res, err = ex.ExecContext(ctx, s.noWait(queryInsertKey), p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
-			p.RequestHash, nullBytes(p.RequestFields), now, now, leaseExpires(p))
+			p.RequestHash, nullBytes(p.RequestFields), now, now, leaseExpires(p), nullString(p.TraceContext))
 	case idemstore.Expired(seen.CreatedAt, p.Now, p.Retention):
 		l.info.Token = seen.Token + 1
 		res, err = ex.ExecContext(ctx, s.noWait(queryReplaceKey), p.Method, p.Path, p.RequestHash, nullBytes(p.RequestFields),
-			now, now, leaseExpires(p), p.Scope.ClientID, p.Scope.Key, seen.Token, seen.CreatedAt.UnixMicro())
+			now, now, leaseExpires(p), nullString(p.TraceContext), p.Scope.ClientID, p.Scope.Key, seen.Token, seen.CreatedAt.UnixMicro())
 	default: // p.CanTakeOver(seen), since the caller asked p.MayReplace
 		l.createdAt = seen.CreatedAt.UnixMicro()
 		l.info = idemstore.LeaseInfo{Token: seen.Token + 1, TakenOver: true}
-		res, err = ex.ExecContext(ctx, s.noWait(queryTakeOverKey), now, leaseExpires(p),
+		res, err = ex.ExecContext(ctx, s.noWait(queryTakeOverKey), now, leaseExpires(p), nullString(p.TraceContext),
 			p.Scope.ClientID, p.Scope.Key, seen.Token, l.createdAt)
 	}
 	switch n := errNumber(err); {
@@ -161,6 +161,13 @@ func leaseExpires(p idemstore.ClaimParams) any {
 	return nil
 }
 
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
 func nullBytes(b []byte) any {
 	if len(b) == 0 {
 		return nil
@@ -193,11 +200,13 @@ func scanKey(scan func(...any) error, rec *idemstore.Record) error {
 		respHeader, respBody   []byte
 		createdAt              int64
 		lockedAt, leaseExpires sql.NullInt64
+		trace                  sql.NullString
 	)
 	if err := scan(&rec.Method, &rec.Path, &rec.RequestHash, &rec.RequestFields, &status, &rec.Token,
-		&respStatus, &respHeader, &respBody, &createdAt, &lockedAt, &leaseExpires); err != nil {
+		&respStatus, &respHeader, &respBody, &createdAt, &lockedAt, &leaseExpires, &trace); err != nil {
 		return err
 	}
+	rec.TraceContext = trace.String
 	rec.Status = idemstore.Status(status)
 	rec.CreatedAt = time.UnixMicro(createdAt).UTC()
 	rec.LockedAt, rec.LeaseExpires = leaseTimes(lockedAt, leaseExpires)

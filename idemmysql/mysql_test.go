@@ -18,7 +18,7 @@ import (
 )
 
 // newestVersion is the number of the newest embedded migration.
-const newestVersion = 2
+const newestVersion = 3
 
 func testCtx(t *testing.T) context.Context {
 	t.Helper()

@@ -20,7 +20,7 @@ WHERE table_schema = DATABASE() AND table_name = 'idem_schema_migrations')`
 	queryForgetMigration = `DELETE FROM idem_schema_migrations WHERE version = ?`
 
 	keyColumns = `request_method, request_path, request_hash, request_fields, status, lease_token,
-       response_status, response_headers, response_body, created_at, locked_at, lease_expires_at`
+       response_status, response_headers, response_body, created_at, locked_at, lease_expires_at, trace_context`
 
 	querySelectKey = `SELECT ` + keyColumns + `
 FROM idempotency_keys
@@ -29,11 +29,12 @@ WHERE client_id = ? AND idempotency_key = ?`
 	// queryInsertKey claims a new key; error 1062 means that a row exists
 	// (committed: a row another transaction holds uncommitted fails the
 	// claim with 1205 instead, see Store.noWait). The last value is the
-	// lease's expiry (idemstore.ClaimParams.LeaseExpires).
+	// lease's expiry (idemstore.ClaimParams.LeaseExpires), then the
+	// request's trace context.
 	queryInsertKey = `INSERT INTO idempotency_keys
     (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
-     status, lease_token, created_at, locked_at, lease_expires_at)
-VALUES (?, ?, ?, ?, ?, ?, 'started', 1, ?, ?, ?)`
+     status, lease_token, created_at, locked_at, lease_expires_at, trace_context)
+VALUES (?, ?, ?, ?, ?, ?, 'started', 1, ?, ?, ?, ?)`
 
 	// queryReplaceKey turns a key past retention into a fresh started
 	// row, if the row is still the version the claim read (its token and
@@ -43,14 +44,14 @@ VALUES (?, ?, ?, ?, ?, ?, 'started', 1, ?, ?, ?)`
 SET request_method = ?, request_path = ?, request_hash = ?, request_fields = ?,
     status = 'started', lease_token = lease_token + 1,
     response_status = NULL, response_headers = NULL, response_body = NULL,
-    created_at = ?, locked_at = ?, lease_expires_at = ?, completed_at = NULL,
+    created_at = ?, locked_at = ?, lease_expires_at = ?, trace_context = ?, completed_at = NULL,
     recovery_point = NULL, recovery_state = NULL
 WHERE client_id = ? AND idempotency_key = ? AND lease_token = ? AND created_at = ?`
 
 	// queryTakeOverKey takes over a started key whose lease expired, if
 	// it is still the version the claim read.
 	queryTakeOverKey = `UPDATE idempotency_keys
-SET lease_token = lease_token + 1, locked_at = ?, lease_expires_at = ?
+SET lease_token = lease_token + 1, locked_at = ?, lease_expires_at = ?, trace_context = ?
 WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ? AND created_at = ?`
 
 	// queryCompleteKey is the fence: it stores the response only if the

@@ -26,7 +26,7 @@ WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_tok
 WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ? AND created_at = ?`
 
 	unfinishedColumns = `client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
-       lease_token, created_at, locked_at`
+       lease_token, created_at, locked_at, trace_context`
 
 	// queryUnfinished lists started keys that passed a recovery point and
 	// have no live holder (locked at or before the first parameter, or
@@ -114,12 +114,13 @@ func (s *Store) listUnfinished(ctx context.Context, query string, args ...any) (
 		var (
 			createdAt int64
 			lockedAt  sql.NullInt64
+			trace     sql.NullString
 		)
 		if err := rows.Scan(&rec.Scope.ClientID, &rec.Scope.Key, &rec.Method, &rec.Path, &rec.RequestHash,
-			&rec.RequestFields, &rec.Token, &createdAt, &lockedAt); err != nil {
+			&rec.RequestFields, &rec.Token, &createdAt, &lockedAt, &trace); err != nil {
 			return nil, fmt.Errorf("idemmysql: list unfinished keys: %w", unavailable(err))
 		}
-		rec.CreatedAt = time.UnixMicro(createdAt).UTC()
+		rec.CreatedAt, rec.TraceContext = time.UnixMicro(createdAt).UTC(), trace.String
 		if lockedAt.Valid {
 			rec.LockedAt = time.UnixMicro(lockedAt.Int64).UTC()
 		}

@@ -25,7 +25,7 @@ const (
 	queryListKeys = `SELECT client_id, idempotency_key, true,
        request_method, request_path, request_hash, request_fields, status, lease_token,
        response_status, response_headers, CASE WHEN $4::boolean THEN response_body END, created_at, locked_at,
-       lease_expires_at
+       lease_expires_at, trace_context
 FROM idempotency_keys
 WHERE ($1::text IS NULL OR client_id = $1::text)
   AND ($2::text IS NULL OR status = $2::text)

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/pgtest"
 )
 
 // BenchmarkClaimComplete claims a new key, writes one business row in the
@@ -109,5 +111,52 @@ func BenchmarkInFlightAnswer(b *testing.B) {
 			b.ReportMetric(float64(d[len(d)/2].Microseconds()), "p50-us")
 			b.ReportMetric(float64(d[len(d)*99/100].Microseconds()), "p99-us")
 		})
+	}
+}
+
+// BenchmarkRowClaims measures the claims of Config.NoAdvisoryLocks (row)
+// beside the default advisory locks (lock), on one database, one after the
+// other for each kind: a new key in each mode (claim, one business row,
+// Complete) and an atomic replay. Compare within a run.
+func BenchmarkRowClaims(b *testing.B) {
+	pool := newPool(b, pgtest.NewDatabase(b), 8)
+	stores := map[string]*idempg.Store{
+		"lock": setupOn(b, pool, nil),
+		"row":  setupOn(b, schemaPool(b, pool, pool.Config().ConnString()), &idempg.Config{NoAdvisoryLocks: true}),
+	}
+	ctx := context.Background()
+	resp := response(`{"id":"pay_1","amount":4200}`)
+	for _, kind := range []string{"atomic", "two-phase", "replay"} {
+		for _, claims := range []string{"lock", "row"} {
+			store := stores[claims]
+			b.Run(kind+"/"+claims, func(b *testing.B) {
+				scope := newScope("bench")
+				if kind == "replay" {
+					complete(b, mustLease(b, store, params(idem.ModeAtomic, scope, "a", epoch)), `{"id":"pay_1","amount":4200}`)
+				}
+				i := 0
+				for b.Loop() {
+					i++
+					if kind == "replay" {
+						res, err := store.Claim(ctx, params(idem.ModeAtomic, scope, "a", epoch.Add(time.Minute)))
+						if err != nil || res.Record == nil || res.Record.Status != idemstore.StatusCompleted {
+							b.Fatalf("Claim: record %v, err %v", res.Record, err)
+						}
+						continue
+					}
+					scope := idemstore.Scope{ClientID: "bench", Key: fmt.Sprintf("%s-%s-%d-%d", kind, claims, time.Now().UnixNano(), i)}
+					res, err := store.Claim(ctx, benchParams(kind, scope, epoch))
+					if err != nil || res.Lease == nil {
+						b.Fatalf("Claim: lease %v, err %v", res.Lease != nil, err)
+					}
+					if err := write(res.Lease.Context(ctx), scope.Key); err != nil {
+						b.Fatalf("write: %v", err)
+					}
+					if err := res.Lease.Complete(ctx, resp); err != nil {
+						b.Fatalf("Complete: %v", err)
+					}
+				}
+			})
+		}
 	}
 }

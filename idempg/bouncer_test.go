@@ -40,7 +40,7 @@ func TestConformanceThroughPgBouncer(t *testing.T) {
 func TestRoundTripsThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 	bouncer := pgtest.StartBouncer(t, pgtest.NewDatabase(t))
-	testRoundTrips(t, throughBouncer(t, bouncer), true)
+	testRoundTrips(t, throughBouncer(t, bouncer), &idempg.Config{TransactionPooling: true})
 }
 
 // throughBouncer creates a new database on the server behind the PgBouncer

@@ -3,6 +3,7 @@ package idempg
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,6 +17,13 @@ import (
 // between its read and its write. Each attempt is a few round trips and never
 // waits for another request.
 const claimAttempts = 3
+
+// claimConflictReruns bounds, apart from claimAttempts, how often a claim
+// whose transaction failed on a serialization failure or a deadlock
+// (SQLSTATE 40001, 40P01) runs again, after a short jittered pause that
+// grows with each: frequent under SERIALIZABLE, the default isolation of
+// CockroachDB and of some other distributed databases.
+const claimConflictReruns = 10
 
 // claimStep is how one step of a claim ended.
 type claimStep struct {
@@ -37,6 +45,9 @@ const (
 	// readKey); insert, replace or take it over in the claim's
 	// transaction.
 	stepClaim
+	// stepConflict: the claim's transaction failed on a conflict; run it
+	// again, within claimConflictReruns.
+	stepConflict
 )
 
 func answer(res idemstore.ClaimResult) claimStep { return claimStep{next: stepAnswer, result: res} }
@@ -68,11 +79,29 @@ func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.C
 			return step.result, err
 		}
 	}
-	for range claimAttempts {
+	if p.Speculative && !p.TwoPhase && s.cfg.NoAdvisoryLocks {
+		// A row claim of a key that the middleware has not seen, most
+		// likely new: insert first, in the claim's transaction, and read
+		// the key only if that claimed nothing.
+		step, err := s.claimTx(ctx, p, nil)
+		if err != nil || step.next == stepAnswer {
+			return step.result, err
+		}
+	}
+	conflicts := 0
+	for attempt := 0; attempt < claimAttempts; {
 		step, err := s.claimOnce(ctx, p)
 		if err != nil || step.next == stepAnswer {
 			return step.result, err
 		}
+		if step.next == stepConflict && conflicts < claimConflictReruns {
+			conflicts++
+			if err := conflictPause(ctx, conflicts); err != nil {
+				return idemstore.ClaimResult{}, err
+			}
+			continue
+		}
+		attempt++
 	}
 	// The key changed under every attempt: other requests are working on it.
 	return idemstore.ClaimResult{Record: inFlight(p.Scope)}, nil
@@ -148,10 +177,16 @@ func (s *Store) probe(ctx context.Context, scope idemstore.Scope) (*idemstore.Re
 
 // claimStatement queues on b the statement that claims the key: insert it,
 // replace it (seen is past retention) or take it over (seen's lease
-// expired), with lockTimeout as the transaction's lock_timeout from then
-// on. It returns whether the claim is a takeover.
-func claimStatement(b *pgx.Batch, p idemstore.ClaimParams, seen *idemstore.Record, lockTimeout string) (qq *pgx.QueuedQuery, takeover bool) {
-	lock := lockKey(p.Scope)
+// expired), with Config.ClaimLockTimeout as the transaction's lock_timeout
+// from then on. With Config.NoAdvisoryLocks the statement takes no
+// advisory lock, and the key's row alone holds it. It returns whether the
+// claim is a takeover.
+func (s *Store) claimStatement(b *pgx.Batch, p idemstore.ClaimParams, seen *idemstore.Record) (qq *pgx.QueuedQuery, takeover bool) {
+	lock, lockTimeout := lockKey(p.Scope), s.claimLockTimeout
+	queryClaimInsert, queryClaimReplace, queryClaimTakeOver := queryClaimInsert, queryClaimReplace, queryClaimTakeOver
+	if s.cfg.NoAdvisoryLocks {
+		queryClaimInsert, queryClaimReplace, queryClaimTakeOver = queryRowClaimInsert, queryRowClaimReplace, queryRowClaimTakeOver
+	}
 	fields := p.RequestFields
 	if len(fields) == 0 {
 		fields = nil
@@ -159,13 +194,22 @@ func claimStatement(b *pgx.Batch, p idemstore.ClaimParams, seen *idemstore.Recor
 	switch {
 	case seen == nil:
 		return b.Queue(queryClaimInsert, lock, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
-			p.RequestHash, fields, p.Now, lockTimeout, leaseExpires(p)), false
+			p.RequestHash, fields, p.Now, lockTimeout, leaseExpires(p), traceContext(p)), false
 	case idemstore.Expired(seen.CreatedAt, p.Now, p.Retention):
 		return b.Queue(queryClaimReplace, lock, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
-			p.RequestHash, fields, p.Now, seen.Token, seen.CreatedAt, lockTimeout, leaseExpires(p)), false
+			p.RequestHash, fields, p.Now, seen.Token, seen.CreatedAt, lockTimeout, leaseExpires(p), traceContext(p)), false
 	default:
-		return b.Queue(queryClaimTakeOver, lock, p.Scope.ClientID, p.Scope.Key, p.Now, seen.Token, lockTimeout, leaseExpires(p)), true
+		return b.Queue(queryClaimTakeOver, lock, p.Scope.ClientID, p.Scope.Key, p.Now, seen.Token, lockTimeout, leaseExpires(p), traceContext(p)), true
 	}
+}
+
+// traceContext is the trace context that p's claim records: NULL when it
+// has none.
+func traceContext(p idemstore.ClaimParams) *string {
+	if p.TraceContext == "" {
+		return nil
+	}
+	return &p.TraceContext
 }
 
 // leaseExpires is the lease expiry that p's claim records: NULL when it
@@ -231,8 +275,24 @@ func sendClaimTx(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, p idemst
 		// for a moment, such as a response being stored right now.
 		return nil, false, answerRecord(inFlight(p.Scope)), nil
 	case isConflict(err):
-		// A serializable claim whose snapshot predates the row.
-		return nil, false, readAgain(), nil
+		// A serializable claim whose snapshot predates the row, or two
+		// claims of one key at once without advisory locks.
+		return nil, false, claimStep{next: stepConflict}, nil
 	}
 	return nil, false, claimStep{}, wrapErr(ctx, "claim", err)
+}
+
+// conflictPause waits before the nth rerun of a claim after a conflict: a
+// random time up to 1 ms << n, at most 50 ms, so that the claims that
+// collided do not collide again.
+func conflictPause(ctx context.Context, n int) error {
+	limit := min(time.Millisecond<<n, 50*time.Millisecond)
+	t := time.NewTimer(rand.N(limit) + 1)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return wrapErr(ctx, "claim", ctx.Err())
+	case <-t.C:
+		return nil
+	}
 }

@@ -92,11 +92,13 @@
 // completed key is replayed from that read; a key whose lock a request in
 // flight holds is answered 409 from it, at once. The read uses the
 // statement's snapshot, taken before the lock is tried, so a holder can
-// commit the key and unlock it in between, and the key would look new. A
-// second statement in the same round trip therefore reads again, with a
-// snapshot of its own taken after the lock; a claim that took the lock of a
-// key that now exists unlocks it and starts over, which answers from the
-// key's row: two more round trips, in that race only. (Each statement takes
+// commit the key and unlock it in between, and the key would look new. The
+// lock is therefore tried by idem_session_lock (migration 009), which,
+// having it, reads the key again, in a query with a snapshot of its own
+// taken after the lock; a key that now exists is unlocked and the claim
+// starts over, which answers from the key's row: one more round trip, in
+// that race only. A replay of a completed key never calls it: it is one
+// statement, one primary-key read. (Each statement takes
 // its own snapshot at READ COMMITTED: with Config.IsoLevel empty, the
 // server's default_transaction_isolation must be read committed, as it is
 // unless configured.) A new key costs three round trips: the claim, the
@@ -130,6 +132,18 @@
 // retention. Complete updates the row and releases the savepoint, two round
 // trips; the caller commits. A replay costs three: the savepoint, the read
 // and the rollback to the savepoint.
+//
+// With Config.NoAdvisoryLocks (databases without advisory locks, or whose
+// advisory locks do not span nodes) no claim takes a lock but its row's.
+// An atomic claim of a key the middleware has not claimed lately inserts
+// the started row first, in the claim's transaction, left open for the
+// handler: a new key costs three round trips, a replay of a key this
+// process has not seen three (the insert that claims nothing, its
+// rollback, the read); a key it claimed lately is read first, as above: a
+// replay costs one. A duplicate of a key in flight waits for the holder's
+// row at most Config.ClaimLockTimeout, then is answered 409. The purge and
+// the resumer's leader hold lease rows (idem_leader_leases), and
+// migrations lock their version table. See docs/scale-out.md.
 //
 // Replays must come from the primary, never from an asynchronous read
 // replica: a replica that lags shows a finished key as new, and the request

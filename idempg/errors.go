@@ -56,6 +56,7 @@ const (
 	codeSerializationFailed = "40001"
 	codeDeadlockDetected    = "40P01"
 	codeUniqueViolation     = "23505"
+	codeDuplicateTable      = "42P07"
 )
 
 // isKeyTaken reports whether err is the unique violation of an insert into

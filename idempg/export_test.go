@@ -5,3 +5,7 @@ const QuerySessionClaim = querySessionClaim
 
 // SetSessionClaimQuery makes s send query instead of QuerySessionClaim.
 func SetSessionClaimQuery(s *Store, query string) { s.testHooks.sessionClaimQuery = query }
+
+// SessionLockCall is QuerySessionClaim's call of idem_session_lock, which
+// takes the key's lock and reads the key again.
+const SessionLockCall = sessionLockCall

@@ -28,7 +28,15 @@ var _ idemstore.PurgeStore = (*Store)(nil)
 // transaction, and a batch that finds it held fails with
 // idemstore.ErrPurgeLockLost, so that batches of two instances never overlap;
 // LockPurge only checks that the lock is free at that moment.
+//
+// With [Config.NoAdvisoryLocks] the lock is a lease row in
+// idem_leader_leases, renewed by each batch in the batch's transaction;
+// an instance that dies holding it leaves it to expire after
+// Config.LeaderLease.
 func (s *Store) LockPurge(ctx context.Context) (idemstore.PurgeLock, error) {
+	if s.cfg.NoAdvisoryLocks {
+		return s.lockPurgeByRow(ctx)
+	}
 	if s.cfg.TransactionPooling {
 		// Only a probe: the lock is taken again by each batch.
 		var free bool

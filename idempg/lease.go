@@ -310,6 +310,7 @@ func (l *lease) completedByAnother(ctx context.Context) error {
 type pendingRow struct {
 	method, path string
 	hash, fields []byte
+	trace        *string // the claim's trace context; nil for none
 }
 
 // newPendingRow is the row that p's claim inserts on Complete.
@@ -318,12 +319,12 @@ func newPendingRow(p idemstore.ClaimParams) pendingRow {
 	if len(fields) == 0 {
 		fields = nil
 	}
-	return pendingRow{method: p.Method, path: p.Path, hash: p.RequestHash, fields: fields}
+	return pendingRow{method: p.Method, path: p.Path, hash: p.RequestHash, fields: fields, trace: traceContext(p)}
 }
 
 // insertNew returns queryInsertCompletedNew, which inserts the row with
 // token and resp, for a key that had no row.
 func (r pendingRow) insertNew(l *lease, token int64, resp *idemstore.Response, header []byte) (string, []any) {
 	return queryInsertCompletedNew, []any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, r.fields,
-		token, resp.StatusCode, header, body(resp), l.claimedAt, l.completedAt()}
+		token, resp.StatusCode, header, body(resp), l.claimedAt, l.completedAt(), r.trace}
 }

@@ -78,7 +78,7 @@ func (s *Store) claimInCallerTx(ctx context.Context, tx pgx.Tx, p idemstore.Clai
 	b := &pgx.Batch{}
 	b.Queue(querySaveLockTimeout)
 	var out claimRow
-	qq, _ := claimStatement(b, p, seen, s.claimLockTimeout)
+	qq, _ := s.claimStatement(b, p, seen)
 	out.scanFrom(qq)
 	b.Queue(queryRestoreLockTimeout)
 	if err := sp.SendBatch(ctx, b).Close(); err != nil {

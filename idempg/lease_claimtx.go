@@ -34,7 +34,7 @@ func (s *Store) claimTx(ctx context.Context, p idemstore.ClaimParams, seen *idem
 	b.BeginTx(pgx.TxOptions{IsoLevel: s.cfg.IsoLevel})
 	b.Queue(querySaveLockTimeout)
 	var out claimRow
-	qq, takeover := claimStatement(b, p, seen, s.claimLockTimeout)
+	qq, takeover := s.claimStatement(b, p, seen)
 	out.scanFrom(qq)
 	b.Queue(queryRestoreLockTimeout)
 	tx, ok, step, err := sendClaimTx(ctx, conn, b, p)

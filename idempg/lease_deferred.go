@@ -20,9 +20,10 @@ const (
 // (idemstore.ClaimParams.Speculative) is deferred to the lease's first round
 // trip: at READ COMMITTED, where each statement of the claim's round trip
 // takes a snapshot of its own. The claim holds the key by a
-// transaction-scoped lock, so it suits poolers in transaction mode too.
+// transaction-scoped lock, so it suits poolers in transaction mode too,
+// but not Config.NoAdvisoryLocks.
 func (s *Store) deferredClaims() bool {
-	return s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted
+	return (s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted) && !s.cfg.NoAdvisoryLocks
 }
 
 // claimState is how far a deferred claim got.
@@ -206,7 +207,7 @@ func (dc *deferredClaim) complete(ctx context.Context, l *lease, conn *pgxpool.C
 	} else {
 		r := dc.row
 		query, args = queryInsertCompletedDeferred, []any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, r.fields,
-			resp.StatusCode, header, body(resp), l.claimedAt, l.completedAt(), dc.cutoff}
+			resp.StatusCode, header, body(resp), l.claimedAt, l.completedAt(), dc.cutoff, r.trace}
 	}
 	var claim *deferredClaim // the claim to send in front, if pending
 	if dc.state == claimPending {

@@ -32,7 +32,7 @@ type sessionLock struct {
 // stays on one server connection, which a pooler in transaction mode does
 // not promise. Otherwise atomic claims go through claimTx.
 func (s *Store) sessionClaims() bool {
-	return (s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted) && !s.cfg.TransactionPooling
+	return (s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted) && !s.cfg.TransactionPooling && !s.cfg.NoAdvisoryLocks
 }
 
 // claimSession is the atomic claim at READ COMMITTED, in one round trip
@@ -58,22 +58,17 @@ func (s *Store) claimSession(ctx context.Context, p idemstore.ClaimParams) (clai
 			return claimStep{}, err
 		}
 		// querySessionClaim's snapshot is taken before it tries the lock,
-		// so a holder may commit the key and unlock in between, and the
-		// key look new. querySessionRecheck, in the same round trip, reads
-		// again with a snapshot taken after the lock.
-		var (
-			rec             *idemstore.Record
-			locked, current bool
-		)
-		b := &pgx.Batch{}
-		b.Queue(s.sessionClaimQuery(), p.Scope.ClientID, p.Scope.Key, lock, cutoff).QueryRow(func(row pgx.Row) (err error) {
-			rec, locked, err = scanKey(row, p.Scope)
-			return err
-		})
-		b.Queue(querySessionRecheck, p.Scope.ClientID, p.Scope.Key, cutoff).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&current)
-		})
-		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		// so a holder may commit the key and unlock in between, and the key
+		// look new: idem_session_lock reads it again after the lock, and
+		// raises IDEM3, unlocked, if it is there.
+		rec, locked, err := scanKey(conn.QueryRow(ctx, s.sessionClaimQuery(), p.Scope.ClientID, p.Scope.Key, lock, cutoff), p.Scope)
+		if pgCode(err) == codeKeyExists {
+			// The lock's previous holder committed the key after the read
+			// began: read it again, which answers from its row.
+			conn.Release()
+			return readAgain(), nil
+		}
+		if err != nil {
 			// The lock may or may not be held: only closing the connection
 			// is sure to free it.
 			broken := conn.Conn().IsClosed()
@@ -88,12 +83,6 @@ func (s *Store) claimSession(ctx context.Context, p idemstore.ClaimParams) (clai
 		// An atomic claim may have a key past retention only.
 		replace := rec != nil && p.MayReplace(rec)
 		switch {
-		case locked && current && (rec == nil || replace):
-			// A key was committed after the read began, by the lock's
-			// previous holder: unlock, and read the key again, which
-			// answers from its row.
-			_ = endSession(ctx, conn, lock) // on failure it closes the connection, which unlocks
-			return readAgain(), nil
 		case locked && (rec == nil || replace):
 			h := &sessionLock{row: newPendingRow(p), replaceToken: -1}
 			token := int64(1)

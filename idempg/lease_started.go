@@ -51,7 +51,7 @@ func (s *Store) claimTwoPhaseNew(ctx context.Context, p idemstore.ClaimParams) (
 	defer conn.Release()
 	b := &pgx.Batch{}
 	var out claimRow
-	qq, _ := claimStatement(b, p, nil, s.claimLockTimeout)
+	qq, _ := s.claimStatement(b, p, nil)
 	out.scanFrom(qq)
 	err = conn.SendBatch(ctx, b).Close()
 	switch {
@@ -59,6 +59,8 @@ func (s *Store) claimTwoPhaseNew(ctx context.Context, p idemstore.ClaimParams) (
 		return answerLease(s.newStartedLease(p, out, false)), nil
 	case err == nil, pgCode(err) == codeLockNotAvailable, ctx.Err() == nil && conn.Conn().IsClosed():
 		return readAgain(), nil
+	case isConflict(err):
+		return claimStep{next: stepConflict}, nil
 	}
 	return claimStep{}, wrapErr(ctx, "claim", err)
 }
@@ -84,7 +86,7 @@ func (s *Store) claimStarted(ctx context.Context, p idemstore.ClaimParams) (clai
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	var out claimRow
-	qq, takeover := claimStatement(b, p, seen, s.claimLockTimeout)
+	qq, takeover := s.claimStatement(b, p, seen)
 	out.scanFrom(qq)
 	b.Queue(queryCommit)
 	if _, ok, step, err := sendClaimTx(ctx, conn, b, p); !ok {

@@ -66,6 +66,9 @@ func (s *Store) beginMigration(ctx context.Context) (migrate.Tx, error) {
 		return nil, wrapErr(ctx, "migrate: begin", err)
 	}
 	t := &migrationTx{conn: conn, tx: tx}
+	if s.cfg.NoAdvisoryLocks {
+		return s.lockVersionTable(ctx, t)
+	}
 	if _, err := tx.Exec(ctx, queryMigrationLock, migrationLockID); err != nil {
 		t.Rollback(ctx)
 		return nil, wrapErr(ctx, "migrate: lock", err)
@@ -73,6 +76,37 @@ func (s *Store) beginMigration(ctx context.Context) (migrate.Tx, error) {
 	if _, err := tx.Exec(ctx, queryCreateVersionTable); err != nil {
 		t.Rollback(ctx)
 		return nil, wrapErr(ctx, "migrate: create version table", err)
+	}
+	return t, nil
+}
+
+// lockVersionTable serializes migrations without an advisory lock
+// (Config.NoAdvisoryLocks): it creates the version table, in a transaction
+// of its own, if it is missing, and locks it in t. Two processes that
+// create it at once collide on the catalog; the one that lost finds it
+// there when it tries again.
+func (s *Store) lockVersionTable(ctx context.Context, t *migrationTx) (migrate.Tx, error) {
+	var exists bool
+	if err := t.tx.QueryRow(ctx, queryVersionTableExists).Scan(&exists); err != nil {
+		t.Rollback(ctx)
+		return nil, wrapErr(ctx, "migrate: find version table", err)
+	}
+	if !exists {
+		t.Rollback(ctx)
+		for attempt := 0; ; attempt++ {
+			_, err := s.pool.Exec(ctx, queryCreateVersionTable)
+			if err == nil {
+				break
+			}
+			if code := pgCode(err); attempt > 2 || (code != codeUniqueViolation && code != codeDuplicateTable) {
+				return nil, wrapErr(ctx, "migrate: create version table", err)
+			}
+		}
+		return s.beginMigration(ctx)
+	}
+	if _, err := t.tx.Exec(ctx, queryLockVersionTable); err != nil {
+		t.Rollback(ctx)
+		return nil, wrapErr(ctx, "migrate: lock", err)
 	}
 	return t, nil
 }

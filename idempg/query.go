@@ -1,5 +1,7 @@
 package idempg
 
+import "strings"
+
 // Hand-written SQL, one statement per constant. Parameters that PostgreSQL
 // cannot type from their context carry explicit casts.
 const (
@@ -22,24 +24,22 @@ const (
 	// querySessionClaim is the atomic claim at READ COMMITTED, sent
 	// outside any transaction: it reads a key and, only when there is none
 	// or it was created at or before $4 (past retention; NULL for never),
-	// tries the key's session-level advisory lock. It returns one row even
-	// when the key does not exist; the first column is whether it took the
-	// lock.
+	// tries the key's session-level advisory lock by idem_session_lock
+	// (migration 009), which reads the key again after the lock and raises
+	// IDEM3 if a key that is not past retention was committed meanwhile.
+	// It returns one row even when the key does not exist; the first
+	// column is whether it took the lock. A replay of a completed key is
+	// this one primary-key read.
 	querySessionClaim = `SELECT CASE WHEN k.client_id IS NULL OR k.created_at <= $4::timestamptz
-            THEN pg_try_advisory_lock($3::bigint) ELSE false END,
+            THEN ` + sessionLockCall + ` ELSE false END,
        k.request_method, k.request_path, k.request_hash, k.request_fields, k.status, k.lease_token,
-       k.response_status, k.response_headers, k.response_body, k.created_at, k.locked_at, k.lease_expires_at
+       k.response_status, k.response_headers, k.response_body, k.created_at, k.locked_at, k.lease_expires_at,
+       k.trace_context
 FROM (VALUES (true)) AS one (row)
 LEFT JOIN idempotency_keys k ON k.client_id = $1 AND k.idempotency_key = $2`
 
-	// querySessionRecheck follows querySessionClaim in the same round trip.
-	// Its snapshot is taken after that statement tried the lock, so it sees
-	// a key that the lock's previous holder committed after
-	// querySessionClaim's read began: it reports whether a key that is not
-	// past retention ($3, as in querySessionClaim) exists now.
-	querySessionRecheck = `SELECT EXISTS (
-    SELECT FROM idempotency_keys
-    WHERE client_id = $1 AND idempotency_key = $2 AND ($3::timestamptz IS NULL OR created_at > $3::timestamptz))`
+	// sessionLockCall is querySessionClaim's call of idem_session_lock.
+	sessionLockCall = `idem_session_lock($3::bigint, $1::text, $2::text, $4::timestamptz)`
 
 	// queryClaimGuard is the first statement of a deferred atomic claim
 	// (lease_deferred.go): it takes the key's transaction-scoped lock and raises
@@ -61,15 +61,16 @@ LEFT JOIN idempotency_keys k ON k.client_id = $1 AND k.idempotency_key = $2`
     INSERT INTO idempotency_keys AS k
         (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
          status, lease_token, response_status, response_headers, response_body,
-         created_at, locked_at, completed_at)
-    VALUES ($1, $2, $3, $4, $5, $6, 'completed', 1, $7, $8, $9, $10, $10, $11)
+         created_at, locked_at, completed_at, trace_context)
+    VALUES ($1, $2, $3, $4, $5, $6, 'completed', 1, $7, $8, $9, $10, $10, $11, $13)
     ON CONFLICT (client_id, idempotency_key) DO UPDATE
     SET request_method = EXCLUDED.request_method, request_path = EXCLUDED.request_path,
         request_hash = EXCLUDED.request_hash, request_fields = EXCLUDED.request_fields,
         status = 'completed', lease_token = k.lease_token + 1,
         response_status = EXCLUDED.response_status, response_headers = EXCLUDED.response_headers,
         response_body = EXCLUDED.response_body, created_at = EXCLUDED.created_at,
-        locked_at = EXCLUDED.locked_at, completed_at = EXCLUDED.completed_at
+        locked_at = EXCLUDED.locked_at, completed_at = EXCLUDED.completed_at,
+        trace_context = EXCLUDED.trace_context
     WHERE k.created_at <= $12::timestamptz
     RETURNING 1
 )
@@ -82,7 +83,7 @@ SELECT idem_lease_held(count(*)) FROM done`
 	// the read inside a caller's transaction for ClaimTx.
 	queryLoadKey = `SELECT true,
        request_method, request_path, request_hash, request_fields, status, lease_token,
-       response_status, response_headers, response_body, created_at, locked_at, lease_expires_at
+       response_status, response_headers, response_body, created_at, locked_at, lease_expires_at, trace_context
 FROM idempotency_keys
 WHERE client_id = $1 AND idempotency_key = $2`
 
@@ -100,15 +101,16 @@ WHERE client_id = $1 AND idempotency_key = $2`
 	// whether the lock was taken, and the new row's token and ctid (NULL
 	// when nothing was inserted). The guard CTE is evaluated once, before
 	// the insert reads it. Its last parameter, as that of the two claim
-	// statements below, is the lease's expiry (idemstore.ClaimParams.LeaseExpires).
+	// statements below, is the request's trace context, and the one before
+	// it the lease's expiry (idemstore.ClaimParams.LeaseExpires).
 	queryClaimInsert = `WITH guard AS (
     SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired, set_config('lock_timeout', $9::text, true)
 ), claimed AS (
     INSERT INTO idempotency_keys
         (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
-         status, lease_token, created_at, locked_at, lease_expires_at)
+         status, lease_token, created_at, locked_at, lease_expires_at, trace_context)
     SELECT $2::text, $3::text, $4::text, $5::text, $6::bytea, $7::bytea,
-           'started', 1, $8::timestamptz, $8::timestamptz, $10::timestamptz
+           'started', 1, $8::timestamptz, $8::timestamptz, $10::timestamptz, $11::text
     FROM guard WHERE guard.acquired
     ON CONFLICT (client_id, idempotency_key) DO NOTHING
     RETURNING lease_token, ctid, created_at
@@ -127,7 +129,7 @@ SELECT guard.acquired, claimed.lease_token, claimed.ctid, claimed.created_at FRO
         status = 'started', lease_token = k.lease_token + 1,
         response_status = NULL, response_headers = NULL, response_body = NULL,
         created_at = $8::timestamptz, locked_at = $8::timestamptz, lease_expires_at = $12::timestamptz,
-        completed_at = NULL
+        completed_at = NULL, trace_context = $13::text
     FROM guard
     WHERE guard.acquired AND k.client_id = $2::text AND k.idempotency_key = $3::text
       AND k.lease_token = $9::bigint AND k.created_at = $10::timestamptz
@@ -141,7 +143,8 @@ SELECT guard.acquired, replaced.lease_token, replaced.ctid, replaced.created_at 
     SELECT pg_try_advisory_xact_lock($1::bigint) AS acquired, set_config('lock_timeout', $6::text, true)
 ), taken AS (
     UPDATE idempotency_keys k
-    SET lease_token = k.lease_token + 1, locked_at = $4::timestamptz, lease_expires_at = $7::timestamptz
+    SET lease_token = k.lease_token + 1, locked_at = $4::timestamptz, lease_expires_at = $7::timestamptz,
+        trace_context = $8::text
     FROM guard
     WHERE guard.acquired AND k.client_id = $2::text AND k.idempotency_key = $3::text
       AND k.status = 'started' AND k.lease_token = $5::bigint
@@ -185,29 +188,30 @@ SELECT idem_lease_held(count(*)) FROM done`
 	queryInsertCompletedNew = `INSERT INTO idempotency_keys
     (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
      status, lease_token, response_status, response_headers, response_body,
-     created_at, locked_at, completed_at)
-VALUES ($1, $2, $3, $4, $5, $6, 'completed', $7, $8, $9, $10, $11, $11, $12)`
+     created_at, locked_at, completed_at, trace_context)
+VALUES ($1, $2, $3, $4, $5, $6, 'completed', $7, $8, $9, $10, $11, $11, $12, $13)`
 
 	// queryInsertCompleted stores the response of an atomic lease whose
 	// claim wrote no row (its advisory lock fenced the key while the handler
 	// ran): it inserts the completed row, or replaces the row past retention
-	// that the claim saw ($13 token, $14 created_at). Anything else, a row
+	// that the claim saw ($14 token, $15 created_at). Anything else, a row
 	// that appeared in between, matches nothing, and idem_lease_held raises
 	// IDEM1: the unique key is the final fence.
 	queryInsertCompleted = `WITH done AS (
     INSERT INTO idempotency_keys AS k
         (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
          status, lease_token, response_status, response_headers, response_body,
-         created_at, locked_at, completed_at)
-    VALUES ($1, $2, $3, $4, $5, $6, 'completed', $7, $8, $9, $10, $11, $11, $12)
+         created_at, locked_at, completed_at, trace_context)
+    VALUES ($1, $2, $3, $4, $5, $6, 'completed', $7, $8, $9, $10, $11, $11, $12, $13)
     ON CONFLICT (client_id, idempotency_key) DO UPDATE
     SET request_method = EXCLUDED.request_method, request_path = EXCLUDED.request_path,
         request_hash = EXCLUDED.request_hash, request_fields = EXCLUDED.request_fields,
         status = 'completed', lease_token = EXCLUDED.lease_token,
         response_status = EXCLUDED.response_status, response_headers = EXCLUDED.response_headers,
         response_body = EXCLUDED.response_body, created_at = EXCLUDED.created_at,
-        locked_at = EXCLUDED.locked_at, completed_at = EXCLUDED.completed_at
-    WHERE k.lease_token = $13::bigint AND k.created_at = $14::timestamptz
+        locked_at = EXCLUDED.locked_at, completed_at = EXCLUDED.completed_at,
+        trace_context = EXCLUDED.trace_context
+    WHERE k.lease_token = $14::bigint AND k.created_at = $15::timestamptz
     RETURNING 1
 )
 SELECT idem_lease_held(count(*)) FROM done`
@@ -292,4 +296,51 @@ WHERE created_at < $1 AND (status = 'completed' OR locked_at IS NULL OR locked_a
 	// queryTryPurgeXactLock takes the same lock for one transaction, for
 	// poolers in transaction mode.
 	queryTryPurgeXactLock = `SELECT pg_try_advisory_xact_lock(1768187245, 'idempotency_keys'::regclass::oid::bigint::bit(32)::int)`
+
+	// queryTakeLeaderLease takes the leader lease row $1 for holder $2
+	// until now() + $3, if no one holds it or its holder let it expire
+	// (Config.NoAdvisoryLocks). It returns a row only when it took it.
+	queryTakeLeaderLease = `INSERT INTO idem_leader_leases AS l (name, holder, expires_at)
+VALUES ($1, $2, now() + $3::interval)
+ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+WHERE l.expires_at < now()
+RETURNING true`
+
+	// queryRenewLeaderLease extends holder $2's lease $1 to now() + $3. It
+	// returns no row when $2 no longer holds it. Its row lock, until the
+	// transaction ends, fences a taker: a purge batch that renews first
+	// runs while no one else can take the lease.
+	queryRenewLeaderLease = `UPDATE idem_leader_leases SET expires_at = now() + $3::interval
+WHERE name = $1 AND holder = $2
+RETURNING true`
+
+	// queryDropLeaderLease gives up holder $2's lease $1.
+	queryDropLeaderLease = `DELETE FROM idem_leader_leases WHERE name = $1 AND holder = $2`
+
+	// queryLockVersionTable serializes migrations with
+	// Config.NoAdvisoryLocks, instead of queryMigrationLock.
+	queryLockVersionTable = `LOCK TABLE idem_schema_migrations IN EXCLUSIVE MODE`
 )
+
+// The row claims: queryClaimInsert, queryClaimReplace and
+// queryClaimTakeOver as Config.NoAdvisoryLocks sends them. Their guard
+// takes no lock ($1, the lock key, is only typed), and the key's row alone
+// holds the key: a claim of a key whose row another transaction holds
+// waits for that transaction, under the claim's lock_timeout.
+var (
+	queryRowClaimInsert   = withoutKeyLock(queryClaimInsert)
+	queryRowClaimReplace  = withoutKeyLock(queryClaimReplace)
+	queryRowClaimTakeOver = withoutKeyLock(queryClaimTakeOver)
+)
+
+// keyLockCall is how the claim statements try the key's lock.
+const keyLockCall = "pg_try_advisory_xact_lock($1::bigint)"
+
+// withoutKeyLock returns the claim statement q with its try of the key's
+// lock replaced by true.
+func withoutKeyLock(q string) string {
+	if strings.Count(q, keyLockCall) != 1 {
+		panic("idempg: a claim statement does not try the key's lock once:\n" + q)
+	}
+	return strings.Replace(q, keyLockCall, "$1::bigint IS NOT NULL", 1)
+}

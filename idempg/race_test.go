@@ -40,7 +40,7 @@ $$`, gateLock))
 	if err != nil {
 		t.Fatalf("create claim_gate: %v", err)
 	}
-	const lockCall = "THEN pg_try_advisory_lock($3::bigint)"
+	lockCall := "THEN " + idempg.SessionLockCall
 	if !strings.Contains(idempg.QuerySessionClaim, lockCall) {
 		t.Fatalf("the claim statement no longer contains %q:\n%s", lockCall, idempg.QuerySessionClaim)
 	}
@@ -49,7 +49,7 @@ $$`, gateLock))
 		t.Fatalf("New: %v", err)
 	}
 	idempg.SetSessionClaimQuery(paused, strings.Replace(idempg.QuerySessionClaim, lockCall,
-		"THEN CASE WHEN claim_gate() THEN pg_try_advisory_lock($3::bigint) END", 1))
+		"THEN CASE WHEN claim_gate() THEN "+idempg.SessionLockCall+" END", 1))
 
 	gate, err := pool.Acquire(ctx)
 	if err != nil {
@@ -212,81 +212,102 @@ VALUES ($1, $2, 'POST', '/v1/payments', $3, 'completed', 1, 201, '{}', '{"other"
 // it, or 409 "in flight"; never 409 "taken over".
 func TestMiddlewareStormRunsEachKeyOnce(t *testing.T) {
 	t.Parallel()
-	const keys, copies = 50, 8
 	pool := newPool(t, pgtest.NewDatabase(t), 20)
 	// 400 requests at once on 20 connections: on a busy machine a claim may
 	// wait long for a connection, which is not what this test is about.
 	store := setupOn(t, pool, &idempg.Config{AcquireTimeout: testTimeout})
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
-			var (
-				mu   sync.Mutex
-				runs = map[string]int{}
-			)
-			// Counted once the handler's insert ran: in atomic mode the code
-			// before it also runs for the duplicates, and is discarded.
-			count := insertPayment(func(key string) {
-				mu.Lock()
-				runs[key]++
-				mu.Unlock()
-			})
-			srv := newServer(t, store, idem.Config{Mode: mode, StoreTimeout: testTimeout}, count)
-			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: keys * copies}}
-			defer client.CloseIdleConnections()
-			url := srv.URL + "/v1/payments"
-
-			type sent struct {
-				key string
-				a   answer
-			}
-			start := make(chan struct{})
-			answers := make(chan sent, keys*copies)
-			var wg sync.WaitGroup
-			for k := range keys {
-				key := fmt.Sprintf("storm-%s-%d", mode, k)
-				for range copies {
-					wg.Go(func() {
-						<-start
-						answers <- sent{key, post(t, client, url, key, `{"amount":4200,"currency":"usd"}`)}
-					})
-				}
-			}
-			close(start)
-			wg.Wait()
-			close(answers)
-
-			created := map[string][]byte{}
-			for s := range answers {
-				a := s.a
-				switch {
-				case a.status == http.StatusCreated:
-					if first, ok := created[s.key]; ok && !bytes.Equal(first, a.body) {
-						t.Errorf("%s: 201 bodies differ: %q and %q", s.key, first, a.body)
-					}
-					created[s.key] = a.body
-				case a.status == http.StatusConflict && problemCode(a) == string(idem.ProblemKeyInFlight):
-					var p idem.Problem
-					_ = json.Unmarshal(a.body, &p)
-					if strings.Contains(p.Detail, "took this key over") {
-						t.Errorf("%s: 409 %q: no key is ever taken over here", s.key, p.Detail)
-					}
-				default:
-					t.Errorf("%s: unexpected answer %d %q", s.key, a.status, a.body)
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			for k := range keys {
-				key := fmt.Sprintf("storm-%s-%d", mode, k)
-				if runs[key] != 1 {
-					t.Errorf("%s: the handler ran %d times, want 1", key, runs[key])
-				}
-				if n := countRows(t, store, key); n != 1 {
-					t.Errorf("%s: %d business rows, want 1", key, n)
-				}
-			}
+			storm(t, []*idempg.Store{store}, mode)
 		})
 	}
+}
+
+// storm sends each of 50 keys 8 times at once through the middleware, one
+// instance per store, the copies of a key spread over the instances, with
+// a handler that counts its runs per key: every key's insert runs exactly
+// once, and every answer is its 201, the replay of it, or 409 "in flight";
+// never 409 "taken over". It returns the count of each answer.
+func storm(t *testing.T, stores []*idempg.Store, mode idem.Mode) (created, replayed, inFlight int) {
+	t.Helper()
+	const keys, copies = 50, 8
+	var (
+		mu   sync.Mutex
+		runs = map[string]int{}
+	)
+	// Counted once the handler's insert ran: in atomic mode the code
+	// before it also runs for the duplicates, and is discarded.
+	count := insertPayment(func(key string) {
+		mu.Lock()
+		runs[key]++
+		mu.Unlock()
+	})
+	urls := make([]string, len(stores))
+	for i, store := range stores {
+		srv := newServer(t, store, idem.Config{Mode: mode, StoreTimeout: testTimeout}, count)
+		urls[i] = srv.URL + "/v1/payments"
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: keys * copies}}
+	defer client.CloseIdleConnections()
+
+	type sent struct {
+		key string
+		a   answer
+	}
+	start := make(chan struct{})
+	answers := make(chan sent, keys*copies)
+	var wg sync.WaitGroup
+	for k := range keys {
+		key := fmt.Sprintf("storm-%s-%d", mode, k)
+		for c := range copies {
+			url := urls[(k+c)%len(urls)]
+			wg.Go(func() {
+				<-start
+				answers <- sent{key, post(t, client, url, key, `{"amount":4200,"currency":"usd"}`)}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(answers)
+
+	first := map[string][]byte{}
+	for s := range answers {
+		a := s.a
+		switch {
+		case a.status == http.StatusCreated:
+			if body, ok := first[s.key]; ok && !bytes.Equal(body, a.body) {
+				t.Errorf("%s: 201 bodies differ: %q and %q", s.key, body, a.body)
+			}
+			first[s.key] = a.body
+			if a.replayed {
+				replayed++
+			} else {
+				created++
+			}
+		case a.status == http.StatusConflict && problemCode(a) == string(idem.ProblemKeyInFlight):
+			inFlight++
+			var p idem.Problem
+			_ = json.Unmarshal(a.body, &p)
+			if strings.Contains(p.Detail, "took this key over") {
+				t.Errorf("%s: 409 %q: no key is ever taken over here", s.key, p.Detail)
+			}
+		default:
+			t.Errorf("%s: unexpected answer %d %q", s.key, a.status, a.body)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for k := range keys {
+		key := fmt.Sprintf("storm-%s-%d", mode, k)
+		if runs[key] != 1 {
+			t.Errorf("%s: the handler ran %d times, want 1", key, runs[key])
+		}
+		if n := countRows(t, stores[0], key); n != 1 {
+			t.Errorf("%s: %d business rows, want 1", key, n)
+		}
+	}
+	return created, replayed, inFlight
 }
 
 // TestMiddlewareAnswersFromRowCompletedFirst has another request's completed

@@ -36,10 +36,11 @@ func scanKey(row pgx.Row, scope idemstore.Scope) (rec *idemstore.Record, locked 
 		respHeader, respBody []byte
 		createdAt, lockedAt  *time.Time
 		leaseExpires         *time.Time
+		trace                *string
 	)
 	err = row.Scan(
 		&locked, &method, &path, &hash, &fields, &status, &token,
-		&respStatus, &respHeader, &respBody, &createdAt, &lockedAt, &leaseExpires)
+		&respStatus, &respHeader, &respBody, &createdAt, &lockedAt, &leaseExpires, &trace)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, true, nil
 	}
@@ -53,6 +54,9 @@ func scanKey(row pgx.Row, scope idemstore.Scope) (rec *idemstore.Record, locked 
 		Scope: scope, Method: *method, Path: *path,
 		RequestHash: hash, RequestFields: fields,
 		Status: idemstore.Status(*status), Token: *token, CreatedAt: createdAt.UTC(),
+	}
+	if trace != nil {
+		rec.TraceContext = *trace
 	}
 	if lockedAt != nil {
 		rec.LockedAt = lockedAt.UTC()

@@ -45,7 +45,7 @@ SELECT idem_lease_held(count(*)) FROM saved`
 	// retention (created after $2; NULL for never) and created at or before
 	// $4 (NULL for no bound), oldest first.
 	queryUnfinished = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
-       lease_token, created_at, locked_at
+       lease_token, created_at, locked_at, trace_context
 FROM idempotency_keys
 WHERE status = 'started' AND recovery_point IS NOT NULL
   AND (locked_at IS NULL OR locked_at <= $1::timestamptz)
@@ -60,7 +60,7 @@ LIMIT $3`
 	// before $2), oldest first: a range scan of the created_at index over
 	// ($1, $2] only.
 	queryUnfinishedStarted = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
-       lease_token, created_at, locked_at
+       lease_token, created_at, locked_at, trace_context
 FROM idempotency_keys
 WHERE created_at > $1::timestamptz AND created_at <= $2::timestamptz
   AND status = 'started' AND recovery_point IS NULL AND locked_at <= $2::timestamptz
@@ -133,13 +133,19 @@ func listUnfinished(ctx context.Context, conn *pgxpool.Conn, query string, args 
 	var out []*idemstore.Record
 	for rows.Next() {
 		rec := &idemstore.Record{Status: idemstore.StatusInFlight}
-		var lockedAt *time.Time
+		var (
+			lockedAt *time.Time
+			trace    *string
+		)
 		if err := rows.Scan(&rec.Scope.ClientID, &rec.Scope.Key, &rec.Method, &rec.Path, &rec.RequestHash,
-			&rec.RequestFields, &rec.Token, &rec.CreatedAt, &lockedAt); err != nil {
+			&rec.RequestFields, &rec.Token, &rec.CreatedAt, &lockedAt, &trace); err != nil {
 			rows.Close()
 			return nil, wrapErr(ctx, "list unfinished keys", err)
 		}
 		rec.CreatedAt = rec.CreatedAt.UTC()
+		if trace != nil {
+			rec.TraceContext = *trace
+		}
 		if lockedAt != nil {
 			rec.LockedAt = lockedAt.UTC()
 		}
@@ -156,8 +162,14 @@ func listUnfinished(ctx context.Context, conn *pgxpool.Conn, query string, args 
 // one holder in the database at a time, and a holder whose process dies
 // loses it with its session. With Config.TransactionPooling the lock is
 // transaction-scoped instead, in a transaction held open until unlock. The
-// resumer takes it for each pass.
+// resumer takes it for each pass. With Config.NoAdvisoryLocks it is a
+// lease row in idem_leader_leases instead, renewed while held and deleted
+// by unlock; a holder that dies leaves it to expire after
+// Config.LeaderLease.
 func (s *Store) TryLead(ctx context.Context, name string) (unlock func(), held bool, err error) {
+	if s.cfg.NoAdvisoryLocks {
+		return s.tryLeadByRow(ctx, name)
+	}
 	if s.cfg.TransactionPooling {
 		return s.tryLeadInTx(ctx, name)
 	}

@@ -20,6 +20,8 @@ const (
 	AcquireTimeoutDefault = 2 * time.Second
 	// ClaimLockTimeoutDefault is the default of [Config.ClaimLockTimeout].
 	ClaimLockTimeoutDefault = 100 * time.Millisecond
+	// LeaderLeaseDefault is the default of [Config.LeaderLease].
+	LeaderLeaseDefault = 30 * time.Second
 )
 
 // Config configures a [Store].
@@ -36,8 +38,10 @@ type Config struct {
 	// that it tries without waiting); this guards the rare row lock held by
 	// a statement that does not take that lock, such as the purge or a
 	// response being stored at that very moment. A claim that runs into it
-	// is answered as a key in flight. Defaults to ClaimLockTimeoutDefault
-	// (100 ms).
+	// is answered as a key in flight. With NoAdvisoryLocks the row is the
+	// claim's only lock: a duplicate of a key in flight waits for it this
+	// long, then is answered as a key in flight. Defaults to
+	// ClaimLockTimeoutDefault (100 ms).
 	ClaimLockTimeout time.Duration
 
 	// IsoLevel is the isolation level of the transactions that run
@@ -60,6 +64,29 @@ type Config struct {
 	// poolers in session mode need nothing. Defaults to false.
 	TransactionPooling bool
 
+	// NoAdvisoryLocks makes the store use none of PostgreSQL's advisory
+	// lock functions (pg_advisory_*, pg_try_advisory_*), for databases that
+	// lack them or do not span nodes with them (CockroachDB, YugabyteDB,
+	// Aurora DSQL, Citus) and for roles refused them. Every claim is then a
+	// row claim: INSERT ... ON CONFLICT and row locks under
+	// ClaimLockTimeout, in the claim's transaction, fenced by the row's
+	// token and created_at as always; a duplicate of a key in flight waits
+	// at most ClaimLockTimeout for the holder's row before it is answered
+	// 409. Atomic claims are never deferred (idemstore.ClaimParams.Speculative
+	// is ignored) and cost one round trip more per new key. The purge and
+	// the resumer's leader (LockPurge, TryLead) hold a lease row in
+	// idem_leader_leases (migration 009) for LeaderLease, renewed while
+	// held, and migrations serialize on a lock of their version table. See
+	// docs/scale-out.md. Defaults to false.
+	NoAdvisoryLocks bool
+
+	// LeaderLease is how long a leader's lease row lasts without renewal,
+	// with NoAdvisoryLocks: an instance that dies holding the purge or the
+	// resumer's lead leaves it to another after at most this long. The
+	// holder renews it at a third of it. Defaults to LeaderLeaseDefault
+	// (30 s).
+	LeaderLease time.Duration
+
 	// Logger receives migration notices. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -75,6 +102,9 @@ func (c *Config) withDefaults() *Config {
 	if out.ClaimLockTimeout == 0 {
 		out.ClaimLockTimeout = ClaimLockTimeoutDefault
 	}
+	if out.LeaderLease == 0 {
+		out.LeaderLease = LeaderLeaseDefault
+	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
@@ -84,6 +114,9 @@ func (c *Config) withDefaults() *Config {
 func (c *Config) validate() error {
 	if c.AcquireTimeout < 0 || c.ClaimLockTimeout < 0 {
 		return errors.New("idempg: Config.AcquireTimeout and Config.ClaimLockTimeout must not be negative")
+	}
+	if c.LeaderLease < time.Second {
+		return fmt.Errorf("idempg: Config.LeaderLease (%s) must be at least 1s", c.LeaderLease)
 	}
 	if c.ClaimLockTimeout < time.Millisecond {
 		return fmt.Errorf("idempg: Config.ClaimLockTimeout (%s) must be at least 1ms", c.ClaimLockTimeout)

@@ -2,6 +2,7 @@ package idempg_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -411,7 +412,8 @@ $$`)
 // connection's client sends, each followed by a wait for the server's
 // answer. It sees what a tracer does not: the preparation of statements
 // before a batch, and the deallocation of statements that pgx invalidated.
-type roundTrips struct{ n atomic.Int64 }
+// It counts the statements run too: the Execute and Query messages sent.
+type roundTrips struct{ n, statements atomic.Int64 }
 
 // dial is a pgconn.DialFunc whose connections count their writes in r.
 func (r *roundTrips) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -419,17 +421,37 @@ func (r *roundTrips) dial(ctx context.Context, network, addr string) (net.Conn, 
 	if err != nil {
 		return nil, err
 	}
-	return &countingConn{Conn: c, n: &r.n}, nil
+	return &countingConn{Conn: c, n: &r.n, statements: &r.statements}, nil
 }
 
 type countingConn struct {
 	net.Conn
-	n *atomic.Int64
+	n, statements *atomic.Int64
 }
 
 func (c *countingConn) Write(b []byte) (int, error) {
 	c.n.Add(1)
+	c.statements.Add(executes(b))
 	return c.Conn.Write(b)
+}
+
+// executes counts the Execute ('E') and simple Query ('Q') messages in b,
+// a write of whole frontend messages: a type byte, then a length that
+// counts itself. The start-up messages, which have no type byte, come
+// before anything a test counts.
+func executes(b []byte) int64 {
+	var n int64
+	for len(b) >= 5 {
+		if b[0] == 'E' || b[0] == 'Q' {
+			n++
+		}
+		size := int(binary.BigEndian.Uint32(b[1:5]))
+		if size < 4 || size+1 > len(b) {
+			break
+		}
+		b = b[1+size:]
+	}
+	return n
 }
 
 // TestRoundTrips counts the round trips of each step of a request: a new
@@ -443,18 +465,23 @@ func TestRoundTrips(t *testing.T) {
 	for _, pooling := range []bool{false, true} {
 		t.Run(fmt.Sprintf("TransactionPooling=%v", pooling), func(t *testing.T) {
 			t.Parallel()
-			testRoundTrips(t, pgtest.NewDatabase(t), pooling)
+			testRoundTrips(t, pgtest.NewDatabase(t), &idempg.Config{TransactionPooling: pooling})
 		})
 	}
+	t.Run("NoAdvisoryLocks", func(t *testing.T) {
+		t.Parallel()
+		testRoundTrips(t, pgtest.NewDatabase(t), &idempg.Config{NoAdvisoryLocks: true})
+	})
 }
 
-func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
+func testRoundTrips(t *testing.T, connString string, cfg *idempg.Config) {
+	transactionPooling := cfg.TransactionPooling
 	trips := &roundTrips{}
 	pool := newPoolWith(t, connString, func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 1 // one connection, whose statements the warm-up prepares
 		cfg.ConnConfig.DialFunc = trips.dial
 	})
-	store := setupOn(t, pool, &idempg.Config{TransactionPooling: transactionPooling})
+	store := setupOn(t, pool, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 
@@ -468,7 +495,16 @@ func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
 		}
 		return trips.n.Load() - before
 	}
-	type steps struct{ claim, write, complete, replay int64 }
+	// statements counts the statements that step runs, and its round trips.
+	statements := func(t *testing.T, trips *roundTrips, step func() error) (stmts, rt int64) {
+		t.Helper()
+		before := trips.statements.Load()
+		rt = count(t, step)
+		return trips.statements.Load() - before, rt
+	}
+	// replayStatements is how many statements a replay runs: a completed
+	// key answered by its claim is one primary-key read, in atomic mode.
+	type steps struct{ claim, write, complete, replay, replayStatements int64 }
 	request := func(t *testing.T, mode idem.Mode) (got steps) {
 		scope := newScope("alice")
 		var l idemstore.Lease
@@ -483,7 +519,7 @@ func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
 		lctx := l.Context(ctx)
 		got.write = count(t, func() error { return write(lctx, scope.Key) })
 		got.complete = count(t, func() error { return l.Complete(ctx, response("{}")) })
-		got.replay = count(t, func() error {
+		got.replayStatements, got.replay = statements(t, trips, func() error {
 			res, err := store.Claim(ctx, params(mode, scope, "a", epoch.Add(time.Second)))
 			if err == nil && (res.Record == nil || res.Record.Status != idemstore.StatusCompleted) {
 				err = errors.New("no replay")
@@ -496,11 +532,12 @@ func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
 		mode idem.Mode
 		want steps
 	}{
-		{idem.ModeTwoPhase, steps{claim: 1, write: 1, complete: 1, replay: 2}},
-		{idem.ModeAtomic, steps{claim: 1, write: 1, complete: 1, replay: 1}},
+		{idem.ModeTwoPhase, steps{claim: 1, write: 1, complete: 1, replay: 2, replayStatements: 2}},
+		{idem.ModeAtomic, steps{claim: 1, write: 1, complete: 1, replay: 1, replayStatements: 1}},
 	}
-	if transactionPooling {
-		// The claim reads the key, then opens the transaction with the lock.
+	if transactionPooling || cfg.NoAdvisoryLocks {
+		// The claim reads the key, then opens the transaction with the
+		// lock or the row.
 		tests[1].want.claim = 2
 	}
 	for _, tt := range tests {
@@ -510,6 +547,47 @@ func testRoundTrips(t *testing.T, connString string, transactionPooling bool) {
 				t.Errorf("round trips %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+
+	if cfg.NoAdvisoryLocks {
+		// A row claim of a key the middleware has not seen inserts first,
+		// in the claim's transaction: one round trip for a new key, three
+		// for a completed one (the insert that claims nothing, its
+		// rollback, the read), which the middleware sends this way only
+		// for a key it has not claimed itself lately.
+		t.Run("atomic-speculative", func(t *testing.T) {
+			type specSteps struct{ claim, replay int64 }
+			specRequest := func(t *testing.T) (got specSteps) {
+				scope := newScope("alice")
+				p := params(idem.ModeAtomic, scope, "a", epoch)
+				p.Speculative = true
+				var l idemstore.Lease
+				got.claim = count(t, func() error {
+					res, err := store.Claim(ctx, p)
+					if l = res.Lease; err == nil && l == nil {
+						err = errors.New("no lease")
+					}
+					return err
+				})
+				if err := l.Complete(ctx, response("{}")); err != nil {
+					t.Fatalf("Complete: %v", err)
+				}
+				p.Now = epoch.Add(time.Second)
+				got.replay = count(t, func() error {
+					res, err := store.Claim(ctx, p)
+					if err == nil && (res.Record == nil || res.Record.Status != idemstore.StatusCompleted) {
+						err = errors.New("no replay")
+					}
+					return err
+				})
+				return got
+			}
+			specRequest(t) // prepares the statements
+			if got, want := specRequest(t), (specSteps{claim: 1, replay: 3}); got != want {
+				t.Errorf("round trips %+v, want %+v", got, want)
+			}
+		})
+		return
 	}
 
 	// A speculative claim (the middleware's, in atomic mode) sends nothing:

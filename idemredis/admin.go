@@ -45,9 +45,9 @@ func (s *Store) read(ctx context.Context, key string, body bool) (*idemstore.Rec
 // a pipeline per SCAN batch, on every primary of a cluster. It reads
 // every key of the prefix that matches: its cost grows with the keys
 // kept, not with those it returns.
-func (s *Store) scan(ctx context.Context, pattern string, body bool, fn func(rec *idemstore.Record, point string)) error {
+func (s *Store) scan(ctx context.Context, pattern string, body bool, fn func(rec *idemstore.Record, point, state string)) error {
 	fields := slices.Clone(recordFields[:len(recordFields)-1])
-	fields = append(fields, "rp")
+	fields = append(fields, "rp", "rs")
 	if body {
 		fields = append(fields, "bd")
 	}
@@ -73,7 +73,8 @@ func (s *Store) scan(ctx context.Context, pattern string, body bool, fn func(rec
 					continue // gone since the SCAN
 				}
 				point, _ := v[len(recordFields)-1].(string)
-				v = slices.Delete(v, len(recordFields)-1, len(recordFields))
+				state, _ := v[len(recordFields)].(string)
+				v = slices.Delete(v, len(recordFields)-1, len(recordFields)+1)
 				if !body {
 					v = append(v, "")
 				}
@@ -81,7 +82,7 @@ func (s *Store) scan(ctx context.Context, pattern string, body bool, fn func(rec
 				if err != nil {
 					return err
 				}
-				fn(rec, point)
+				fn(rec, point, state)
 			}
 			batch = batch[:0]
 			return nil
@@ -103,7 +104,7 @@ func (s *Store) scan(ctx context.Context, pattern string, body bool, fn func(rec
 		// fn is called from one goroutine per primary.
 		var mu chanMutex = make(chan struct{}, 1)
 		inner := fn
-		fn = func(rec *idemstore.Record, point string) { mu <- struct{}{}; inner(rec, point); <-mu }
+		fn = func(rec *idemstore.Record, point, state string) { mu <- struct{}{}; inner(rec, point, state); <-mu }
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return one(ctx, node) })
 	} else {
 		err = one(ctx, s.rdb)
@@ -124,7 +125,7 @@ func (s *Store) ListKeys(ctx context.Context, p idemstore.ListKeysParams) ([]*id
 	}
 	p = p.WithDefaults()
 	var out []*idemstore.Record
-	err := s.scan(ctx, s.match(p.ClientID), p.WithBody, func(rec *idemstore.Record, _ string) {
+	err := s.scan(ctx, s.match(p.ClientID), p.WithBody, func(rec *idemstore.Record, _, _ string) {
 		if (p.Status == "" || rec.Status == p.Status) && (p.CreatedBefore.IsZero() || rec.CreatedAt.Before(p.CreatedBefore)) {
 			out = append(out, rec)
 		}
@@ -146,8 +147,11 @@ func (s *Store) ListKeys(ctx context.Context, p idemstore.ListKeysParams) ([]*id
 // idemstore.UnfinishedParams.Lists. Redis has no index on the key's state
 // or age: a pass costs a read of every key kept.
 func (s *Store) Unfinished(ctx context.Context, p idemstore.UnfinishedParams) ([]*idemstore.Record, error) {
+	if p.Limit <= 0 {
+		return nil, nil // a limit of 0 (or less) lists none
+	}
 	var out []*idemstore.Record
-	err := s.scan(ctx, s.match(""), false, func(rec *idemstore.Record, point string) {
+	err := s.scan(ctx, s.match(""), false, func(rec *idemstore.Record, point, _ string) {
 		if p.Lists(rec, point) {
 			rec.Response = nil
 			out = append(out, rec)
@@ -157,7 +161,7 @@ func (s *Store) Unfinished(ctx context.Context, p idemstore.UnfinishedParams) ([
 		return nil, fmt.Errorf("idemredis: list unfinished keys: %w", err)
 	}
 	slices.SortFunc(out, func(a, b *idemstore.Record) int { return a.CreatedAt.Compare(b.CreatedAt) })
-	if p.Limit > 0 && len(out) > p.Limit {
+	if len(out) > p.Limit {
 		out = out[:p.Limit]
 	}
 	return out, nil

@@ -13,7 +13,7 @@ import (
 
 // recordFields are the hash's fields a record is read from, in the order
 // decodeRecord takes them; the scripts send them in this order too.
-var recordFields = []string{"c", "k", "m", "p", "rh", "rf", "st", "ca", "la", "le", "tok", "sc", "hd", "bd"}
+var recordFields = []string{"c", "k", "m", "p", "rh", "rf", "st", "ca", "la", "le", "tok", "tc", "sc", "hd", "bd"}
 
 // decodeRecord reads a record from the values of recordFields. A nil
 // body (bd not read) gives a response with an empty body.
@@ -50,15 +50,15 @@ func decodeRecord(v []any) (*idemstore.Record, error) {
 	rec.CreatedAt, rec.LockedAt, rec.LeaseExpires = micro(7), micro(8), micro(9)
 	tok, e := strconv.ParseInt(str(10), 10, 64)
 	err = errors.Join(err, e)
-	rec.Token = tok
+	rec.Token, rec.TraceContext = tok, str(11)
 	if rec.Status == idemstore.StatusCompleted {
-		code, e := strconv.Atoi(str(11))
+		code, e := strconv.Atoi(str(12))
 		err = errors.Join(err, e)
 		var h http.Header
-		if hd := str(12); hd != "" && hd != "null" {
+		if hd := str(13); hd != "" && hd != "null" {
 			err = errors.Join(err, json.Unmarshal([]byte(hd), &h))
 		}
-		rec.Response = &idemstore.Response{StatusCode: code, Header: h, Body: []byte(str(13))}
+		rec.Response = &idemstore.Response{StatusCode: code, Header: h, Body: []byte(str(14))}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("decode key %q of %q: %w", rec.Scope.Key, rec.Scope.ClientID, err)

@@ -21,14 +21,18 @@ import "github.com/redis/go-redis/v9"
 //	tok    fencing token
 //	n      the current holder's nonce, random per claim
 //	tk     "1" when the current holder took the key over
+//	tc     the W3C trace context of the request that claimed the key
+//	       last (idemstore.ClaimParams.TraceContext); absent for none
 //	sc, hd, bd  the response: status, headers (JSON), body
-//	rp, rs the recovery point and its state (JSON); absent before any
+//	rp, rs the recovery point and its state (JSON); absent before any, and
+//	       after a completion unless MinReplicas (see uncompleteScript)
 
 // claimScript claims KEYS[1].
 //
 // ARGV: 1 now, 2 retention (µs, 0 never expires), 3 lock timeout (µs),
 // 4 method, 5 path, 6 request hash, 7 request fields, 8 nonce, 9 lease
-// expiry ("" for none), 10 TTL (ms, 0 for none), 11 client, 12 key.
+// expiry ("" for none), 10 TTL (ms, 0 for none), 11 client, 12 key,
+// 13 trace context ("" for none).
 //
 // It returns {"new"|"takeover", token, created at} when the caller owns
 // the key, and {"exists", HGETALL without the body} otherwise.
@@ -45,6 +49,7 @@ local function create(tok)
 		'rh', ARGV[6], 'rf', ARGV[7], 'st', 'started', 'ca', ARGV[1], 'la', ARGV[1],
 		'tok', tok, 'n', ARGV[8], 'tk', '0')
 	if ARGV[9] ~= '' then redis.call('HSET', h, 'le', ARGV[9]) end
+	if ARGV[13] ~= '' then redis.call('HSET', h, 'tc', ARGV[13]) end
 	if ARGV[10] ~= '0' then redis.call('PEXPIRE', h, ARGV[10]) end
 	return {'new', tok, ARGV[1]}
 end
@@ -70,9 +75,10 @@ if cur[1] == 'started' and (not cur[3] or now >= tonumber(cur[3]) + timeout) and
 	local tok = tostring(tonumber(cur[4]) + 1)
 	redis.call('HSET', h, 'tok', tok, 'la', ARGV[1], 'n', ARGV[8], 'tk', '1')
 	if ARGV[9] ~= '' then redis.call('HSET', h, 'le', ARGV[9]) else redis.call('HDEL', h, 'le') end
+	if ARGV[13] ~= '' then redis.call('HSET', h, 'tc', ARGV[13]) else redis.call('HDEL', h, 'tc') end
 	return {'takeover', tok, cur[2]}
 end
-return {'exists', redis.call('HMGET', h, 'c', 'k', 'm', 'p', 'rh', 'rf', 'st', 'ca', 'la', 'le', 'tok', 'sc', 'hd', 'bd')}
+return {'exists', redis.call('HMGET', h, 'c', 'k', 'm', 'p', 'rh', 'rf', 'st', 'ca', 'la', 'le', 'tok', 'tc', 'sc', 'hd', 'bd')}
 `)
 
 // held is the fence every lease script starts with: the key is started
@@ -84,7 +90,8 @@ local mine = cur[2] == ARGV[1] and cur[3] == ARGV[2]
 `
 
 // completeScript stores the response of the lease whose token and nonce
-// are ARGV[1] and ARGV[2]: ARGV 3 status code, 4 headers, 5 body.
+// are ARGV[1] and ARGV[2]: ARGV 3 status code, 4 headers, 5 body, 6 "keep"
+// to keep the recovery point (with MinReplicas, for uncompleteScript).
 // It returns {"ok"}, {"lost"}, or {"completed", the key's fields} when
 // another request completed it.
 var completeScript = redis.NewScript(held + `
@@ -93,13 +100,23 @@ if mine and cur[1] == 'completed' then
 end
 if not mine or cur[1] ~= 'started' then
 	if cur[1] == 'completed' then
-		return {'completed', redis.call('HMGET', h, 'c', 'k', 'm', 'p', 'rh', 'rf', 'st', 'ca', 'la', 'le', 'tok', 'sc', 'hd', 'bd')}
+		return {'completed', redis.call('HMGET', h, 'c', 'k', 'm', 'p', 'rh', 'rf', 'st', 'ca', 'la', 'le', 'tok', 'tc', 'sc', 'hd', 'bd')}
 	end
 	return {'lost'}
 end
 redis.call('HSET', h, 'st', 'completed', 'sc', ARGV[3], 'hd', ARGV[4], 'bd', ARGV[5])
-redis.call('HDEL', h, 'rp', 'rs')
+if ARGV[6] ~= 'keep' then redis.call('HDEL', h, 'rp', 'rs') end
 return {'ok'}
+`)
+
+// uncompleteScript undoes the completion of the lease ARGV[1], ARGV[2]
+// that too few replicas acknowledged: the key is started again, under
+// the same lease, at the recovery point it had, and has no response.
+var uncompleteScript = redis.NewScript(held + `
+if not mine or cur[1] ~= 'completed' then return 'gone' end
+redis.call('HSET', h, 'st', 'started')
+redis.call('HDEL', h, 'sc', 'hd', 'bd')
+return 'ok'
 `)
 
 // releaseScript frees the key of the lease ARGV[1], ARGV[2]: it deletes
@@ -116,10 +133,22 @@ return 'deleted'
 `)
 
 // checkpointScript saves the recovery point ARGV[3] and its state
-// ARGV[4] for the lease ARGV[1], ARGV[2].
+// ARGV[4] for the lease ARGV[1], ARGV[2]. It returns {"ok", the point
+// and state it replaced ("" for none)}, or {"lost"}.
 var checkpointScript = redis.NewScript(held + `
-if not mine or cur[1] ~= 'started' then return 'lost' end
+if not mine or cur[1] ~= 'started' then return {'lost'} end
+local was = redis.call('HMGET', h, 'rp', 'rs')
 redis.call('HSET', h, 'rp', ARGV[3], 'rs', ARGV[4])
+return {'ok', was[1] or '', was[2] or ''}
+`)
+
+// restorePointScript puts back the recovery point ARGV[3] and state
+// ARGV[4] ("" for none) that a checkpoint of the lease ARGV[1], ARGV[2]
+// replaced, when too few replicas acknowledged that checkpoint.
+var restorePointScript = redis.NewScript(held + `
+if not mine or cur[1] ~= 'started' then return 'lost' end
+if ARGV[3] == '' then redis.call('HDEL', h, 'rp') else redis.call('HSET', h, 'rp', ARGV[3]) end
+if ARGV[4] == '' then redis.call('HDEL', h, 'rs') else redis.call('HSET', h, 'rs', ARGV[4]) end
 return 'ok'
 `)
 
@@ -139,6 +168,15 @@ return 'ok'
 // ARGV[1], ARGV[2] (idemstore.CheckDelete is decided in Go on the read).
 var deleteScript = redis.NewScript(held + `
 if not mine or cur[1] ~= 'completed' then return 'changed' end
+redis.call('DEL', h)
+return 'ok'
+`)
+
+// deleteIfScript deletes a key whose token, nonce and status are still
+// ARGV[1], ARGV[2] and ARGV[3], as Store.DeleteKeyIf read them (its check
+// is made in Go on that read).
+var deleteIfScript = redis.NewScript(held + `
+if not mine or cur[1] ~= ARGV[3] then return 'changed' end
 redis.call('DEL', h)
 return 'ok'
 `)

@@ -39,13 +39,12 @@ type Config struct {
 	// '.' only. Defaults to PrefixDefault ("idem").
 	Prefix string
 
-	// MinReplicas is how many replicas must acknowledge a claim and a
-	// completion (Redis's WAIT) before the store reports them. Fewer
-	// within ReplicaTimeout is an error wrapping
-	// idemstore.ErrOutcomeUnknown and idemstore.ErrUnavailable: the
-	// primary has the write, and a failover may lose it. Defaults to 0:
-	// no wait, and a failover may lose the last writes acknowledged (see
-	// the package documentation).
+	// MinReplicas is how many replicas must acknowledge a claim, a
+	// checkpoint and a completion (Redis's WAIT) before the store reports
+	// them. Fewer within ReplicaTimeout fails the call with an error
+	// wrapping idemstore.ErrUnavailable, after the store undid the write
+	// on the primary (see the package documentation). Defaults to 0: no
+	// wait, and a failover may lose the last writes acknowledged.
 	MinReplicas int
 
 	// ReplicaTimeout is how long WAIT waits for MinReplicas. Defaults to
@@ -309,7 +308,7 @@ func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.C
 	key := s.keyName(p.Scope)
 	raw, err := s.run(ctx, claimScript, key, true,
 		micros(p.Now), max(p.Retention.Microseconds(), 0), p.LockTimeout.Microseconds(),
-		p.Method, p.Path, p.RequestHash, p.RequestFields, nonce, leaseExp, ttl, p.Scope.ClientID, p.Scope.Key)
+		p.Method, p.Path, p.RequestHash, p.RequestFields, nonce, leaseExp, ttl, p.Scope.ClientID, p.Scope.Key, p.TraceContext)
 	var short errReplicas
 	if err != nil && !errors.As(err, &short) {
 		return idemstore.ClaimResult{}, unavailable("claim key", err)
@@ -336,9 +335,12 @@ func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.C
 		info: idemstore.LeaseInfo{Token: tok, TakenOver: kind == "takeover", CreatedAt: time.UnixMicro(created).UTC()}}
 	if short.want > 0 {
 		// The key is ours on the primary only: give it back, so that the
-		// client's retry does not wait out the lease, and say so.
+		// client's retry does not wait out the lease. No lease was handed
+		// out, so nothing ran: an error wrapping ErrUnavailable, not
+		// ErrOutcomeUnknown. Should the give-back fail, the key waits out
+		// its lease, and still nothing ran.
 		_, _ = releaseScript.Run(context.WithoutCancel(ctx), s.rdb, []string{key}, l.token, l.nonce).Result()
-		return idemstore.ClaimResult{}, unknown("claim key", short)
+		return idemstore.ClaimResult{}, unavailable("claim key", short)
 	}
 	return idemstore.ClaimResult{Lease: l}, nil
 }
@@ -372,7 +374,11 @@ func (l *lease) Complete(ctx context.Context, resp *idemstore.Response) error {
 	if err != nil {
 		return fmt.Errorf("idemredis: complete key: %w", err)
 	}
-	raw, err := l.store.run(ctx, completeScript, l.key, true, l.token, l.nonce, resp.StatusCode, hd, resp.Body)
+	keep := ""
+	if l.store.cfg.MinReplicas > 0 {
+		keep = "keep" // the recovery point, for uncompleteScript
+	}
+	raw, err := l.store.run(ctx, completeScript, l.key, true, l.token, l.nonce, resp.StatusCode, hd, resp.Body, keep)
 	var short errReplicas
 	if err != nil && !errors.As(err, &short) {
 		return unknown("complete key", err)
@@ -384,9 +390,16 @@ func (l *lease) Complete(ctx context.Context, resp *idemstore.Response) error {
 	switch reply[0] {
 	case "ok":
 		if short.want > 0 {
-			// Completed on the primary; a failover may lose it. The lease
-			// stays open for a Release, which frees nothing completed.
-			return unknown("complete key", short)
+			// Completed on the primary only, where a failover may lose it:
+			// undo it, so that the store reports what it did (nothing
+			// stored, the lease still open for the Release that follows a
+			// failed Complete) and never a result it cannot keep. Only if
+			// the undo gets no answer is the outcome unknown.
+			err := uncompleteScript.Run(context.WithoutCancel(ctx), l.store.rdb, []string{l.key}, l.token, l.nonce).Err()
+			if err != nil {
+				return unknown("complete key", fmt.Errorf("%w, and undoing the completion failed: %w", short, err))
+			}
+			return unavailable("complete key", short)
 		}
 		l.ended = true
 		return nil
@@ -454,12 +467,29 @@ func (l *lease) Checkpoint(ctx context.Context, r idemstore.Recovery) error {
 		}
 		state = string(b)
 	}
-	res, err := checkpointScript.Run(ctx, l.store.rdb, []string{l.key}, l.token, l.nonce, r.Point, state).Text()
-	if err != nil {
+	raw, err := l.store.run(ctx, checkpointScript, l.key, true, l.token, l.nonce, r.Point, state)
+	var short errReplicas
+	if err != nil && !errors.As(err, &short) {
 		return unknown("checkpoint", err)
 	}
-	if res != "ok" {
+	reply, _ := raw.([]any)
+	if len(reply) == 0 || reply[0] != "ok" {
 		return fmt.Errorf("idemredis: checkpoint (token %s): %w", l.token, idemstore.ErrLeaseLost)
+	}
+	if short.want > 0 {
+		// Saved on the primary only: put the point it replaced back, so
+		// that a later holder never reads a point a failover could take
+		// away (idemproxy's "forwarded" must hold before anything is sent).
+		var was [2]string
+		for i := range was {
+			if i+1 < len(reply) {
+				was[i], _ = reply[i+1].(string)
+			}
+		}
+		if err := restorePointScript.Run(context.WithoutCancel(ctx), l.store.rdb, []string{l.key}, l.token, l.nonce, was[0], was[1]).Err(); err != nil {
+			return unknown("checkpoint", fmt.Errorf("%w, and restoring the point it replaced failed: %w", short, err))
+		}
+		return unavailable("checkpoint", short)
 	}
 	return nil
 }

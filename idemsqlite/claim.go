@@ -129,11 +129,11 @@ func (s *Store) claimKey(ctx context.Context, p idemstore.ClaimParams) (*writeTx
 		now := p.Now.UnixMicro()
 		l.createdAt = now
 		if _, err := tx.ExecContext(ctx, queryInsertKey, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
-			p.RequestHash, nullBytes(p.RequestFields), l.info.Token, now, now, leaseExpires(p)); err != nil {
+			p.RequestHash, nullBytes(p.RequestFields), l.info.Token, now, now, leaseExpires(p), nullString(p.TraceContext)); err != nil {
 			return nil, nil, nil, fmt.Errorf("idemsqlite: insert key: %w", unavailable(err))
 		}
 	case p.CanTakeOver(rec):
-		res, err := tx.ExecContext(ctx, queryTakeOverKey, p.Now.UnixMicro(), leaseExpires(p), p.Scope.ClientID, p.Scope.Key, rec.Token)
+		res, err := tx.ExecContext(ctx, queryTakeOverKey, p.Now.UnixMicro(), leaseExpires(p), nullString(p.TraceContext), p.Scope.ClientID, p.Scope.Key, rec.Token)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("idemsqlite: take over key: %w", unavailable(err))
 		}
@@ -171,6 +171,13 @@ func leaseExpires(p idemstore.ClaimParams) any {
 	return nil
 }
 
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
 func nullBytes(b []byte) any {
 	if len(b) == 0 {
 		return nil
@@ -188,17 +195,18 @@ func load(ctx context.Context, q querier, scope idemstore.Scope) (*idemstore.Rec
 		createdAt              int64
 		lockedAt, leaseExpires sql.NullInt64
 		requestHash, reqFields []byte
+		traceContext           sql.NullString
 	)
 	err := q.QueryRowContext(ctx, querySelectKey, scope.ClientID, scope.Key).Scan(
 		&rec.Method, &rec.Path, &requestHash, &reqFields, &status, &rec.Token,
-		&respStatus, &respHeader, &respBody, &createdAt, &lockedAt, &leaseExpires)
+		&respStatus, &respHeader, &respBody, &createdAt, &lockedAt, &leaseExpires, &traceContext)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("idemsqlite: read key: %w", unavailable(err))
 	}
-	rec.RequestHash, rec.RequestFields = requestHash, reqFields
+	rec.RequestHash, rec.RequestFields, rec.TraceContext = requestHash, reqFields, traceContext.String
 	rec.Status = idemstore.Status(status)
 	rec.CreatedAt = time.UnixMicro(createdAt).UTC()
 	rec.LockedAt, rec.LeaseExpires = leaseTimes(lockedAt, leaseExpires)

@@ -16,21 +16,22 @@ const (
 	queryForgetMigration = `DELETE FROM idem_schema_migrations WHERE version = ?`
 
 	querySelectKey = `SELECT request_method, request_path, request_hash, request_fields, status, lease_token,
-       response_status, response_headers, response_body, created_at, locked_at, lease_expires_at
+       response_status, response_headers, response_body, created_at, locked_at, lease_expires_at, trace_context
 FROM idempotency_keys
 WHERE client_id = ? AND idempotency_key = ?`
 
 	// queryInsertKey claims a key that does not exist or has expired; the
 	// caller holds the write lock and has read the row first. A replaced
 	// row's token keeps growing, so its old holder can never complete it.
-	// The last value is the lease's expiry (idemstore.ClaimParams.LeaseExpires).
+	// The last values are the lease's expiry (idemstore.ClaimParams.LeaseExpires)
+	// and the request's trace context.
 	queryInsertKey = `INSERT OR REPLACE INTO idempotency_keys
     (client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
-     status, lease_token, created_at, locked_at, lease_expires_at)
-VALUES (?, ?, ?, ?, ?, ?, 'started', ?, ?, ?, ?)`
+     status, lease_token, created_at, locked_at, lease_expires_at, trace_context)
+VALUES (?, ?, ?, ?, ?, ?, 'started', ?, ?, ?, ?, ?)`
 
 	queryTakeOverKey = `UPDATE idempotency_keys
-SET lease_token = lease_token + 1, locked_at = ?, lease_expires_at = ?
+SET lease_token = lease_token + 1, locked_at = ?, lease_expires_at = ?, trace_context = ?
 WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_token = ?`
 
 	// queryCompleteKey is the fence: it stores the response only if the

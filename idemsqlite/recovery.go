@@ -30,7 +30,7 @@ WHERE client_id = ? AND idempotency_key = ? AND status = 'started' AND lease_tok
 	// never) and created at or before the fourth (NULL for no bound),
 	// oldest first.
 	queryUnfinished = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
-       lease_token, created_at, locked_at
+       lease_token, created_at, locked_at, trace_context
 FROM idempotency_keys
 WHERE status = 'started' AND recovery_point IS NOT NULL
   AND (locked_at IS NULL OR locked_at <= ?1)
@@ -45,7 +45,7 @@ LIMIT ?3`
 	// lease expired (locked at or before ?2), oldest first: a range scan of
 	// the created_at index over (?1, ?2] only.
 	queryUnfinishedStarted = `SELECT client_id, idempotency_key, request_method, request_path, request_hash, request_fields,
-       lease_token, created_at, locked_at
+       lease_token, created_at, locked_at, trace_context
 FROM idempotency_keys
 WHERE created_at > ?1 AND created_at <= ?2
   AND status = 'started' AND recovery_point IS NULL AND locked_at <= ?2
@@ -103,12 +103,13 @@ func (s *Store) listUnfinished(ctx context.Context, query string, args ...any) (
 		var (
 			createdAt int64
 			lockedAt  sql.NullInt64
+			trace     sql.NullString
 		)
 		if err := rows.Scan(&rec.Scope.ClientID, &rec.Scope.Key, &rec.Method, &rec.Path, &rec.RequestHash,
-			&rec.RequestFields, &rec.Token, &createdAt, &lockedAt); err != nil {
+			&rec.RequestFields, &rec.Token, &createdAt, &lockedAt, &trace); err != nil {
 			return nil, fmt.Errorf("idemsqlite: list unfinished keys: %w", unavailable(err))
 		}
-		rec.CreatedAt = time.UnixMicro(createdAt).UTC()
+		rec.CreatedAt, rec.TraceContext = time.UnixMicro(createdAt).UTC(), trace.String
 		if lockedAt.Valid {
 			rec.LockedAt = time.UnixMicro(lockedAt.Int64).UTC()
 		}

@@ -101,7 +101,7 @@ func TestMigrateUpAndDown(t *testing.T) {
 }
 
 // newestVersion is the number of the newest embedded migration.
-const newestVersion = 5
+const newestVersion = 6
 
 // TestConfigDefaultsAndSettings: a zero BusyTimeout or ReadConns takes the
 // default, and a set one is used as given.

@@ -56,6 +56,11 @@ type Record struct {
 	// Token is the fencing token of the current lease. It grows by one on
 	// every takeover.
 	Token int64
+	// TraceContext is the W3C trace context (a traceparent field value)
+	// of the request that claimed the key last, as
+	// [ClaimParams.TraceContext] gave it: of the request that ran it, for
+	// a completed key. Empty when that claim carried none.
+	TraceContext string
 }
 
 // ClaimParams are the inputs of [Store.Claim].
@@ -101,6 +106,13 @@ type ClaimParams struct {
 	// likely to find the key and is then answered without running its
 	// handler).
 	Speculative bool
+
+	// TraceContext is the request's W3C trace context, a traceparent field
+	// value of at most 512 bytes, or empty. A store keeps it with the key,
+	// replacing the previous holder's on a takeover, and returns it in
+	// [Record.TraceContext], so that a replay, a 409 or a resume can point
+	// to the trace of the request that ran the key. Opaque to stores.
+	TraceContext string
 }
 
 // ClaimResult is the output of [Store.Claim]: exactly one of Lease and

@@ -55,6 +55,7 @@ func (s *MemoryStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idems
 			Scope: p.Scope, Method: p.Method, Path: p.Path,
 			RequestHash: carve(&buf, p.RequestHash), RequestFields: carve(&buf, p.RequestFields),
 			Status: idemstore.StatusInFlight, CreatedAt: p.Now, LockedAt: p.Now, LeaseExpires: p.LeaseExpires(), Token: token,
+			TraceContext: p.TraceContext,
 		}
 		s.records[p.Scope] = rec
 		delete(s.recovery, p.Scope)
@@ -62,7 +63,7 @@ func (s *MemoryStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idems
 	}
 	if p.CanTakeOver(rec) {
 		rec.Token++
-		rec.LockedAt, rec.LeaseExpires = p.Now, p.LeaseExpires()
+		rec.LockedAt, rec.LeaseExpires, rec.TraceContext = p.Now, p.LeaseExpires(), p.TraceContext
 		return idemstore.ClaimResult{Lease: &memoryLease{store: s, scope: p.Scope, token: rec.Token, created: rec.CreatedAt, takenOver: true, twoPhase: p.TwoPhase}}, nil
 	}
 	return idemstore.ClaimResult{Record: cloneRecord(rec)}, nil

@@ -95,7 +95,9 @@ func RunStoreTests(t *testing.T, h Harness) {
 			t.Run("CompletedLeaseHasEnded", s.completedLeaseHasEnded)
 			t.Run("ReleasedLeaseHasEnded", s.releasedLeaseHasEnded)
 			t.Run("LeaseCarriesTheRowsCreatedAt", s.leaseCarriesCreatedAt)
+			t.Run("StoresTraceContext", s.storesTraceContext)
 			if mode == idem.ModeTwoPhase {
+				t.Run("TakeoverReplacesTraceContext", s.takeoverReplacesTraceContext)
 				t.Run("TakesOverExpiredLease", s.takesOverExpiredLease)
 				t.Run("ConcurrentTakeoversElectOneHolder", s.concurrentTakeovers)
 				t.Run("NoTakeoverWithDifferentRequest", s.noTakeoverWithDifferentRequest)

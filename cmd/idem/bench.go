@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,7 +34,10 @@ the key after its lock that a layer which answers retries must make. replay-cold
 when listed, PostgreSQL only) retries completed keys at a second instance
 of the endpoint that never claimed them, as retries behind a load balancer
 mostly arrive; replay's keys come back to the instance that claimed them,
-which answers them at once. The app and db
+which answers them at once. atomic-rows, two-phase-rows and replay-rows
+(only when listed, PostgreSQL only) are atomic, two-phase and replay with
+idempg.Config.NoAdvisoryLocks: claims and leaders by rows, as on databases
+without advisory locks (see docs/scale-out.md). The app and db
 columns are CPU time per request of this process and of the PostgreSQL
 processes on this machine.
 
@@ -65,16 +69,20 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 	}
 	env := c.env()
 	var (
-		db          = dbFlag(fs, env, "database `URL`: postgres://..., mysql://... or sqlite:PATH (required; env DATABASE_URL)")
-		duration    = fs.Duration("duration", env.Duration("IDEM_BENCH_DURATION", 0), "`time` each variant runs per round (default 3s; env IDEM_BENCH_DURATION)")
-		requests    = fs.Int("requests", env.Int("IDEM_BENCH_REQUESTS", 0), "`number` of requests each variant sends per round, in place of --duration (env IDEM_BENCH_REQUESTS)")
-		rounds      = fs.Int("rounds", env.Int("IDEM_BENCH_ROUNDS", 0), "`number` of interleaved rounds (default 3; env IDEM_BENCH_ROUNDS)")
-		concurrency = fs.Int("concurrency", env.Int("IDEM_BENCH_CONCURRENCY", 0), "`number` of clients sending at once (default 8; env IDEM_BENCH_CONCURRENCY)")
-		variants    = fs.String("variants", env.String("IDEM_BENCH_VARIANTS", strings.Join(bench.AllVariants, ",")), "comma-separated `list` of variants; bare always runs (env IDEM_BENCH_VARIANTS)")
-		bouncer     = fs.String("pgbouncer", env.String("IDEM_BENCH_PGBOUNCER", ""), "`URL` of the same database through PgBouncer in pool_mode = transaction, for the variants bare-pgbouncer and atomic-pgbouncer (env IDEM_BENCH_PGBOUNCER)")
-		asJSON      = fs.Bool("json", false, "print the figures as one JSON object instead of a table (fields in docs/benchmarks.md)")
-		plotFile    = fs.String("plot", "", "also draw the run as an SVG image, throughput ratios with the floors marked and p50/p99 latencies, to `file`")
-		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the whole run, for go tool pprof, to `file`; each variant's requests carry the label variant=NAME (pprof -tagfocus)")
+		db           = dbFlag(fs, env, "database `URL`: postgres://..., mysql://... or sqlite:PATH (required; env DATABASE_URL)")
+		duration     = fs.Duration("duration", env.Duration("IDEM_BENCH_DURATION", 0), "`time` each variant runs per round (default 3s; env IDEM_BENCH_DURATION)")
+		requests     = fs.Int("requests", env.Int("IDEM_BENCH_REQUESTS", 0), "`number` of requests each variant sends per round, in place of --duration (env IDEM_BENCH_REQUESTS)")
+		rounds       = fs.Int("rounds", env.Int("IDEM_BENCH_ROUNDS", 0), "`number` of interleaved rounds (default 3; env IDEM_BENCH_ROUNDS)")
+		concurrency  = fs.Int("concurrency", env.Int("IDEM_BENCH_CONCURRENCY", 0), "`number` of clients sending at once (default 8; env IDEM_BENCH_CONCURRENCY)")
+		variants     = fs.String("variants", env.String("IDEM_BENCH_VARIANTS", strings.Join(bench.AllVariants, ",")), "comma-separated `list` of variants; bare always runs (env IDEM_BENCH_VARIANTS)")
+		bouncer      = fs.String("pgbouncer", env.String("IDEM_BENCH_PGBOUNCER", ""), "`URL` of the same database through PgBouncer in pool_mode = transaction, for the variants bare-pgbouncer and atomic-pgbouncer (env IDEM_BENCH_PGBOUNCER)")
+		asJSON       = fs.Bool("json", false, "print the figures as one JSON object instead of a table (fields in docs/benchmarks.md)")
+		plotFile     = fs.String("plot", "", "also draw the run as an SVG image, throughput ratios with the floors marked and p50/p99 latencies, to `file`")
+		cpuProfile   = fs.String("cpuprofile", "", "write a CPU profile of the whole run, for go tool pprof, to `file`; each variant's requests carry the label variant=NAME (pprof -tagfocus)")
+		instr        = fs.Bool("instructions", false, "count this process's instructions per request of each of --variants (default atomic, two-phase, replay, floor-2rt-read) under valgrind --tool=callgrind, by package, from two runs of --requests (default 300) and twice as many requests, one at a time (PostgreSQL only)")
+		prefillN     = fs.Int64("prefill", 0, "fill the key table with `number` completed keys (and their payments), spread over 1,000 clients and the last 23 hours, by COPY on PostgreSQL, before measuring, and measure the same variants on an empty key table in the same rounds; on PostgreSQL in the schemas bench_prefill and bench_empty, dropped and made anew; on SQLite in PATH and PATH-empty, removed first")
+		prefillPurge = fs.Bool("prefill-purge", false, "with --prefill, add an expired backlog of a quarter as many keys and run the purge while the prefilled table is measured")
+		drive        = fs.Bool("drive", false, "send --requests requests of --variants one at a time, without bare, and print nothing: what --instructions runs under callgrind")
 	)
 	if env.Err() != nil {
 		fmt.Fprintf(c.stderr, "idem bench: %v\n", env.Err())
@@ -104,14 +112,29 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 			f.Close()
 		}()
 	}
-	results, err := bench.Run(ctx, bench.Config{
+	if *instr {
+		return runInstructions(ctx, c, fs, *db, *variants, *requests, *asJSON)
+	}
+	if *drive {
+		_, err := bench.Run(ctx, bench.Config{
+			DatabaseURL: *db, Requests: int64(*requests), Rounds: 1, Concurrency: 1,
+			Variants: strings.Split(*variants, ","), Drive: true,
+		})
+		if err != nil {
+			fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
+			return exitFail
+		}
+		return exitOK
+	}
+	outcome, err := bench.RunAll(ctx, bench.Config{
 		DatabaseURL: *db, Duration: *duration, Requests: int64(*requests), BouncerURL: *bouncer, Rounds: *rounds, Concurrency: *concurrency,
-		Variants: strings.Split(*variants, ","), Progress: c.stderr,
+		Variants: strings.Split(*variants, ","), Progress: c.stderr, Prefill: *prefillN, PrefillPurge: *prefillPurge,
 	})
 	if err != nil {
 		fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
 		return exitFail
 	}
+	results := outcome.Results
 	if *plotFile != "" {
 		if err := writePlot(*plotFile, results); err != nil {
 			fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
@@ -119,13 +142,13 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 		}
 	}
 	if *asJSON {
-		if err := bench.WriteJSON(c.stdout, results); err != nil {
+		if err := bench.WriteOutcomeJSON(c.stdout, outcome); err != nil {
 			fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
 			return exitFail
 		}
 		return exitOK
 	}
-	bench.WriteTable(c.stdout, results)
+	bench.WriteOutcome(c.stdout, outcome)
 	return exitOK
 }
 
@@ -143,4 +166,36 @@ func writePlot(path string, results []bench.Result) error {
 		return fmt.Errorf("plot: %w", err)
 	}
 	return nil
+}
+
+// runInstructions is "idem bench --instructions": this binary, run again
+// with --drive under callgrind.
+func runInstructions(ctx context.Context, c *cli, fs *flag.FlagSet, db, variants string, requests int, asJSON bool) int {
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
+		return exitFail
+	}
+	cfg := bench.InstrConfig{DatabaseURL: db, Requests: requests, Command: []string{exe, "bench"}, Progress: c.stderr}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "variants" {
+			cfg.Variants = strings.Split(variants, ",")
+		}
+	})
+	results, err := bench.Instructions(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
+		return exitFail
+	}
+	if asJSON {
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(results); err != nil {
+			fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
+			return exitFail
+		}
+		return exitOK
+	}
+	bench.WriteInstructions(c.stdout, results)
+	return exitOK
 }

@@ -84,6 +84,7 @@ func runChaos(ctx context.Context, c *cli, args []string) int {
 		violations  = fs.String("violations", env.String("IDEM_CHAOS_VIOLATIONS", ""), "`file` for the history of the offending keys, one JSON object a line (default chaos-violations-SEED.jsonl; env IDEM_CHAOS_VIOLATIONS)")
 		logs        = fs.String("logs", env.String("IDEM_CHAOS_LOGS", ""), "`directory` to keep the processes' logs in (default: a temporary directory, kept only after a violation; env IDEM_CHAOS_LOGS)")
 		report      = fs.String("report", env.String("IDEM_CHAOS_REPORT", ""), "`file` for a self-contained HTML page of the run: attempts per second by answer with every fault marked, latency percentiles over time, the invariants and each violation's history (env IDEM_CHAOS_REPORT)")
+		queued      = fs.Bool("queue", env.Bool("IDEM_CHAOS_QUEUE", false), "add transfers sent as commands to a throwaway nats-server (JetStream), which paymentsd consumes with -transfers-from and which is killed with SIGKILL during the traffic; PostgreSQL only (env IDEM_CHAOS_QUEUE)")
 		source      = fs.String("source", env.String("IDEM_CHAOS_SOURCE", ""), "`directory` of the idem checkout to build paymentsd and processord from (default: the module of the working directory; env IDEM_CHAOS_SOURCE)")
 	)
 	if env.Err() != nil {
@@ -116,9 +117,14 @@ func runChaos(ctx context.Context, c *cli, args []string) int {
 			return exitUsage
 		}
 	}
+	var workloads []chaos.Weighted
+	if *queued {
+		workloads = append(chaos.DefaultWorkloads(), chaos.Weighted{Workload: chaos.QueuedTransfer{}, Weight: 3})
+	}
 	sum, err := chaos.Run(ctx, chaos.Config{
 		Duration: *duration, Store: *store, Replication: *replication, Instances: *instances, Clients: *clients, Seed: s,
 		SourceDir: src, ViolationsFile: *violations, ReportFile: *report, LogDir: *logs, Progress: c.stderr,
+		Workloads: workloads,
 	})
 	if err != nil {
 		fmt.Fprintf(c.stderr, "idem chaos: %v\n", err)

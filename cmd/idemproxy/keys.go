@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -84,7 +83,7 @@ func runKeys(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 		fmt.Fprint(fs.Output(), keysUsage)
 		fs.PrintDefaults()
 	}
-	db := fs.String("db", "sqlite:idemproxy.db", "key store: sqlite:PATH, postgres://... or mysql://... (env IDEMPROXY_DB)")
+	db := fs.String("db", "sqlite:idemproxy.db", "key store: sqlite:PATH, postgres://..., mysql://..., redis://host:port/N or redis-cluster://host:port,... (env IDEMPROXY_DB)")
 	clientID := fs.String("client-id", "", "client `id` of the key, as held lists it (release)")
 	key := fs.String("key", "", "the `key` to release (release)")
 	if err := fs.Parse(args); err != nil {
@@ -138,24 +137,20 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// keySQL reads and deletes held keys in either store's table.
+// keySQL reads and deletes held keys in a key store.
 type keySQL struct {
 	held    func(ctx context.Context) ([]heldKey, error)
 	release func(ctx context.Context, clientID, key string) (int64, error)
 	close   func()
 }
 
-// errHeldOnRedis answers held and release on a Redis store, which they do
-// not read yet.
-var errHeldOnRedis = errors.New(`idemproxy held and release read SQL key stores only; on Redis, list the keys with "idem keys list --db URL --state completed" and free a held one with "idem keys delete --i-know --reason ..."`)
-
 func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
-	if strings.HasPrefix(url, "redis://") || strings.HasPrefix(url, "redis-cluster://") {
-		return nil, errHeldOnRedis
-	}
-	d, err := database.Open(ctx, url, &database.Config{Logger: slog.New(slog.DiscardHandler)})
+	d, err := database.Open(ctx, url, &database.Config{Logger: slog.New(slog.DiscardHandler), Redis: true})
 	if err != nil {
 		return nil, err
+	}
+	if d.Redis != nil {
+		return redisKeys(d.Redis, d.Close), nil
 	}
 	if d.MySQL != nil {
 		return mysqlKeySQL(d), nil

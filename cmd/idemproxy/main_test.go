@@ -133,7 +133,7 @@ func get(t *testing.T, url string) (int, string) {
 // no purge runs.
 func TestRun(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres", "redis"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			var calls atomic.Int64
@@ -219,7 +219,7 @@ func grepLines(s, sub string) string {
 // problem and nothing is forwarded, until "idemproxy release" frees it.
 func TestHoldAndRelease(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			var calls atomic.Int64

@@ -96,14 +96,21 @@ type options struct {
 
 	// Operations.
 	logFormat string
+	otel      string // the OTLP/HTTP collector; "" traces nothing
 	// Webhook delivery of the outbox's events.
 	webhookURL     string
 	webhookSecret  string
 	webhookTimeout time.Duration
 	webhookRetry   time.Duration
 	webhookTries   int
+	// Queues: transfer commands in, events out (see queue.go).
+	transfersFrom string
+	eventsTo      string
 	// Webhooks received from the processor (processord -webhook-url).
 	processorWebhookSecrets string
+
+	// grpcAddr is the gRPC listener's address; "" serves no gRPC.
+	grpcAddr string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -112,6 +119,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	env := cmdrun.NewEnv(os.LookupEnv)
 	fs.StringVar(&o.addr, "addr", env.String("PAYMENTSD_ADDR", "127.0.0.1:8080"), "listen address (env PAYMENTSD_ADDR)")
+	fs.StringVar(&o.grpcAddr, "grpc-addr", env.String("PAYMENTSD_GRPC_ADDR", ""), "gRPC listen address of payments.v1.PaymentService, with the HTTP API's tokens, store and processor; empty serves no gRPC. Connect clients use the HTTP address (env PAYMENTSD_GRPC_ADDR)")
 	fs.StringVar(&o.admin, "admin-addr", env.String("PAYMENTSD_ADMIN_ADDR", adminAddrDefault), "admin listen address, serving GET /metrics without authentication; keep it off the public network. \"\" or \"off\" disables it (env PAYMENTSD_ADMIN_ADDR)")
 	o.db = env.String("DATABASE_URL", "sqlite:paymentsd.db")
 	fs.Var((*cmdrun.Redacted)(&o.db), "db", "database `URL`: sqlite:PATH, postgres://... or mysql://... (env DATABASE_URL)")
@@ -136,6 +144,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.processorWebhookSecrets, "processor-webhook-secret", "", "secrets, comma-separated during a rotation, that verify the processor's webhooks (processord -webhook-secret); set, POST "+payments.ProcessorEventsPath+" receives them, on SQLite or PostgreSQL (env PAYMENTSD_PROCESSOR_WEBHOOK_SECRET)")
 	// The purge service.
 	purgeFlags(fs, env, o)
+	otelFlags(fs, env, o)
+	// Queues.
+	queueFlags(fs, env, o)
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
@@ -225,14 +236,38 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	metrics := idemprom.New(nil)
 	outboxMetrics := idemprom.NewOutbox(nil)
+	consumerMetrics := idemprom.NewConsumer(nil)
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(metrics, outboxMetrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry.MustRegister(metrics, outboxMetrics, consumerMetrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	relay, err := newRelay(o, db, outboxMetrics, logger)
 	if err != nil {
 		return err
 	}
+	var eventsTo string
+	if o.eventsTo != "" {
+		if relay != nil {
+			return cmdrun.Usage(errors.New("-events-to and -webhook-url exclude each other: events go to one place"))
+		}
+		pub, shown, closePub, err := newEventsPublisher(ctx, o.eventsTo)
+		if err != nil {
+			return err
+		}
+		defer closePub()
+		if relay, err = idemoutbox.NewRelay(db.Outbox(), pub, &idemoutbox.RelayConfig{Logger: logger, Metrics: outboxMetrics}); err != nil {
+			return err
+		}
+		eventsTo = shown
+	}
 	ic := o.idem
 	ic.Logger, ic.Metrics, ic.Now = logger, metrics, clockNow
+	if o.otel != "" {
+		tracer, stopTracing, err := startTracing(ctx, o.otel, logger)
+		if err != nil {
+			return err
+		}
+		defer stopTracing() // after the service, the resumer and the purge stopped
+		ic.Tracer = tracer
+	}
 	events, err := processorEvents(ctx, o, db, ic, logger)
 	if err != nil {
 		return err
@@ -244,12 +279,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	rpc, err := svc.RPC()
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           idemlog.New(&idemlog.Config{Logger: logger})(svc.Handler()),
+		Handler:           idemlog.New(&idemlog.Config{Logger: logger})(traced(o.otel != "", withConnect(svc.Handler(), rpc))),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -262,7 +301,18 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("admin listener: %w", err)
 		}
 	}
+	grpcLn, err := listenGRPC(o.grpcAddr)
+	if err != nil {
+		ln.Close()
+		if adminLn != nil {
+			adminLn.Close()
+		}
+		return err
+	}
 	fmt.Fprintf(stdout, "paymentsd: listening on http://%s (database %s, processor %s)\n", ln.Addr(), db.Name, processorName(o.processor))
+	if grpcLn != nil {
+		fmt.Fprintf(stdout, "paymentsd: gRPC (payments.v1.PaymentService) on %s\n", grpcLn.Addr())
+	}
 	if adminLn != nil {
 		fmt.Fprintf(stdout, "paymentsd: admin endpoint (GET /metrics) at http://%s\n", adminLn.Addr())
 	}
@@ -273,6 +323,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if adminLn != nil {
 			adminLn.Close()
 		}
+		if grpcLn != nil {
+			grpcLn.Close()
+		}
 		return err
 	}
 	relayCtx, stopRelay := context.WithCancel(ctx)
@@ -282,7 +335,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else {
 		// Only the host: the URL's path or query may carry a credential.
 		u, _ := url.Parse(o.webhookURL)
-		fmt.Fprintf(stdout, "paymentsd: delivering events to %s://%s\n", u.Scheme, u.Host)
+		if eventsTo != "" {
+			fmt.Fprintf(stdout, "paymentsd: publishing events to %s\n", eventsTo)
+		} else {
+			fmt.Fprintf(stdout, "paymentsd: delivering events to %s://%s\n", u.Scheme, u.Host)
+		}
 		go func() {
 			defer close(relayDone)
 			relay.Run(relayCtx)
@@ -309,6 +366,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}()
 	}
 
+	stopTransfers, err := startTransfers(ctx, o, svc, tokens, consumerMetrics, logger, stdout)
+	if err != nil {
+		ln.Close()
+		if adminLn != nil {
+			adminLn.Close()
+		}
+		return err
+	}
+	defer stopTransfers() // before the database closes
+
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	adminDone := make(chan error, 1)
@@ -328,8 +395,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			adminDone <- err
 		}()
 	}
+	grpcDone := serveGRPC(ctx, stop, rpc, grpcLn, o.shutdown, logger)
 	err = cmdrun.Serve(ctx, srv, ln, o.shutdown)
 	stop()
+	if grpcErr := <-grpcDone; err == nil && grpcErr != nil {
+		err = fmt.Errorf("gRPC listener: %w", grpcErr)
+	}
 	if adminErr := <-adminDone; err == nil && adminErr != nil {
 		err = fmt.Errorf("admin listener: %w", adminErr)
 	}

@@ -38,3 +38,11 @@ replace github.com/idemkit/idem/internal/pgtest => ../../../internal/pgtest
 replace github.com/idemkit/idem/idemmysql => ../../../idemmysql
 
 replace github.com/idemkit/idem/idemredis => ../../../idemredis
+
+replace github.com/idemkit/idem/api => ../../../api
+
+replace github.com/idemkit/idem/idemrpc => ../../../idemrpc
+
+replace github.com/idemkit/idem/idemgrpc => ../../../idemgrpc
+
+replace github.com/idemkit/idem/idemconnect => ../../../idemconnect

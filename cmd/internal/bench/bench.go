@@ -60,6 +60,22 @@ type Config struct {
 	BouncerURL string
 	// Progress receives a line per variant and round. Defaults to io.Discard.
 	Progress io.Writer
+	// Prefill, when above 0, fills the key table with this many completed
+	// keys (and their payments) before measuring, and measures the same
+	// variants on an empty key table in the same rounds, each variant on
+	// both one after the other: on PostgreSQL in the schemas bench_prefill
+	// and bench_empty of the database, which it drops and creates anew; on
+	// SQLite in PATH and PATH-empty, which it removes first. Defaults to 0.
+	Prefill int64
+	// PrefillPurge adds an expired backlog of a quarter of Prefill keys
+	// (created 24 to 48 hours ago, past the default retention) and runs
+	// the purge without pause while the prefilled table is measured.
+	// Defaults to false.
+	PrefillPurge bool
+	// Drive runs the listed variants only, without bare, and Run returns
+	// no results: the run that Instructions counts under callgrind.
+	// Defaults to false.
+	Drive bool
 }
 
 // Result is one variant's total over all rounds.
@@ -89,6 +105,25 @@ type Result struct {
 
 // Run runs the benchmark.
 func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	out, err := RunAll(ctx, cfg)
+	if err != nil || out == nil {
+		return nil, err
+	}
+	return out.Results, nil
+}
+
+// Outcome is what RunAll measured.
+type Outcome struct {
+	// Results are the variants' figures; with Config.Prefill, on the
+	// prefilled key table.
+	Results []Result
+	// Prefill is the prefilled table and the same variants on an empty
+	// one, measured in the same rounds; nil without Config.Prefill.
+	Prefill *PrefillOutcome
+}
+
+// RunAll runs the benchmark, with Config.Prefill too.
+func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 	if cfg.DatabaseURL == "" {
 		return nil, errors.New("bench: a database URL is required")
 	}
@@ -104,139 +139,111 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if len(cfg.Variants) == 0 {
 		cfg.Variants = AllVariants
 	}
-	known := slices.Concat(AllVariants, FloorVariants, MySQLFloorVariants, BouncerVariants, []string{ReplayCold})
+	known := slices.Concat(AllVariants, FloorVariants, MySQLFloorVariants, BouncerVariants, RowVariants, []string{ReplayCold})
 	for _, v := range cfg.Variants {
 		if !slices.Contains(known, v) {
 			return nil, fmt.Errorf("bench: unknown variant %q; want one of %s", v, strings.Join(known, ", "))
 		}
 	}
-	if !slices.Contains(cfg.Variants, Bare) {
+	if !slices.Contains(cfg.Variants, Bare) && !cfg.Drive {
 		cfg.Variants = append([]string{Bare}, cfg.Variants...)
 	}
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
 
-	db, err := database.Open(ctx, cfg.DatabaseURL, &database.Config{Migrate: true, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
-	repo, err := payments.NewRepo(ctx, db)
-	if err != nil {
-		return nil, err
+	if cfg.Prefill > 0 && slices.ContainsFunc(cfg.Variants, func(v string) bool { return slices.Contains(BouncerVariants, v) }) {
+		return nil, errors.New("bench: --prefill does not run the PgBouncer variants")
 	}
 
-	// Replays are retries sent to the atomic endpoint, which creates the keys.
-	endpoints := slices.Clone(cfg.Variants)
-	replays := slices.Contains(endpoints, Replay) || slices.Contains(endpoints, ReplayCold)
-	if replays && !slices.Contains(endpoints, Atomic) {
-		endpoints = append(endpoints, Atomic)
-	}
-	servers := map[string]*httptest.Server{}
-	holder := &holdRepo{Repo: repo}
-	bouncer := &bouncerDB{url: cfg.BouncerURL}
-	defer bouncer.close()
-	for _, v := range endpoints {
-		if v == Replay {
-			continue
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}}
+	var (
+		rigs  []*rig
+		names []string
+		fill  *PrefillOutcome
+	)
+	defer func() {
+		for _, g := range rigs {
+			g.close()
 		}
-		variantRepo := repo
-		if v == Conflict {
-			variantRepo = holder
-		}
-		var h http.Handler
-		switch {
-		case slices.Contains(BouncerVariants, v):
-			h, err = bouncer.handler(ctx, v)
-		case v == ReplayCold:
-			// A second instance of the atomic endpoint, as another process
-			// behind a load balancer is: its middleware claimed none of
-			// the keys.
-			h, err = variantHandler(db, variantRepo, Atomic)
-		default:
-			h, err = variantHandler(db, variantRepo, v)
-		}
+	}()
+	if cfg.Prefill <= 0 {
+		g, err := newRig(ctx, cfg, cfg.DatabaseURL, client)
 		if err != nil {
 			return nil, err
 		}
-		srv := httptest.NewServer(labeled(v, h))
-		defer srv.Close()
-		servers[v] = srv
-	}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}}
-
-	// Keys that the replay variants retry, created once up front.
-	var replayKeys []string
-	if replays {
-		for i := range 256 {
-			key := fmt.Sprintf("bench-replay-%d-%d", time.Now().UnixNano(), i)
-			if status, said, err := send(ctx, client, servers[Atomic].URL, key, http.StatusCreated); err != nil || status != http.StatusCreated {
-				return nil, fmt.Errorf("bench: create replay key: %s: %v", said, err)
+		rigs, names = append(rigs, g), append(names, "")
+	} else {
+		urls, err := prefillURLs(ctx, cfg.DatabaseURL)
+		if err != nil {
+			return nil, err
+		}
+		for i, url := range urls {
+			g, err := newRig(ctx, cfg, url, client)
+			if err != nil {
+				return nil, err
 			}
-			replayKeys = append(replayKeys, key)
+			rigs, names = append(rigs, g), append(names, []string{"prefill", "empty"}[i])
 		}
-	}
-
-	var coldKey func(seq int64) string
-	if slices.Contains(cfg.Variants, ReplayCold) {
-		n := int64(coldPerRound)
-		if cfg.Requests > 0 {
-			n = cfg.Requests
-		}
-		if coldKey, err = coldKeys(ctx, db, replayKeys[0], n*int64(cfg.Rounds)); err != nil {
+		if fill, err = prefill(ctx, cfg, rigs[0].db); err != nil {
 			return nil, err
 		}
 	}
-	var coldSeq atomic.Int64
-
-	totals := map[string]*tally{}
-	for _, v := range cfg.Variants {
-		totals[v] = &tally{}
+	for _, g := range rigs {
+		if err := g.prepare(ctx, cfg, client); err != nil {
+			return nil, err
+		}
 	}
-	var seq atomic.Int64
+
+	totals := make([]map[string]*tally, len(rigs))
+	for i := range rigs {
+		totals[i] = map[string]*tally{}
+		for _, v := range cfg.Variants {
+			totals[i][v] = &tally{}
+		}
+	}
 	width := nameWidth(cfg.Variants)
 	for round := 1; round <= cfg.Rounds; round++ {
 		for _, v := range cfg.Variants {
-			var url string
-			var next func() string
-			want := http.StatusCreated
-			finish := func() error { return nil }
-			switch v {
-			case Replay:
-				url = servers[Atomic].URL
-				next = func() string { return replayKeys[int(seq.Add(1))%len(replayKeys)] }
-			case ReplayCold:
-				url = servers[v].URL
-				next = func() string { return coldKey(coldSeq.Add(1) - 1) }
-			case Conflict:
-				url = servers[v].URL
-				key, f, err := holder.hold(ctx, client, url, seq.Add(1))
+			for i, g := range rigs {
+				stop := func() {}
+				if i == 0 && fill != nil && cfg.PrefillPurge {
+					stop = fill.purgeDuring(ctx, g.db)
+				}
+				t, err := g.run(ctx, cfg, client, v)
+				stop()
 				if err != nil {
 					return nil, err
 				}
-				finish, want = f, http.StatusConflict
-				next = func() string { return key }
-			default:
-				url = servers[v].URL
-				next = newKey
-			}
-			t := measure(ctx, client, url, cfg, next, want)
-			if err := finish(); err != nil {
-				return nil, err
-			}
-			totals[v].add(t)
-			fmt.Fprintf(cfg.Progress, "round %d %-*s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n",
-				round, width, v, float64(t.n)/t.elapsed.Seconds(), ms(t.quantile(0.50)), ms(t.quantile(0.99)), t.errors)
-			if t.firstError != "" {
-				fmt.Fprintf(cfg.Progress, "round %d %-*s the first error: %s\n", round, width, v, t.firstError)
-			}
-			if err := ctx.Err(); err != nil {
-				return nil, err
+				totals[i][v].add(t)
+				label := v
+				if names[i] != "" {
+					label = names[i] + " " + v
+				}
+				fmt.Fprintf(cfg.Progress, "round %d %-*s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n",
+					round, width+8, label, float64(t.n)/t.elapsed.Seconds(), ms(t.quantile(0.50)), ms(t.quantile(0.99)), t.errors)
+				if t.firstError != "" {
+					fmt.Fprintf(cfg.Progress, "round %d %-*s the first error: %s\n", round, width+8, label, t.firstError)
+				}
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
 
+	if cfg.Drive {
+		return nil, nil
+	}
+	out := &Outcome{Results: results(cfg, totals[0]), Prefill: fill}
+	if fill != nil {
+		fill.Empty = results(cfg, totals[1])
+	}
+	return out, nil
+}
+
+// results are the Results of one side of a run.
+func results(cfg Config, totals map[string]*tally) []Result {
 	bare := totals[Bare].rate()
 	var out []Result
 	for _, v := range cfg.Variants {
@@ -252,7 +259,159 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	return out
+}
+
+// rig is one database of a run, with an endpoint per variant: the run's
+// only one, or, with Config.Prefill, the prefilled key table or the empty
+// one.
+type rig struct {
+	db                        *database.DB
+	servers                   map[string]*httptest.Server
+	holder                    *holdRepo
+	bouncer                   *bouncerDB
+	rows                      *rowsDB
+	replayKeys, rowReplayKeys []string
+	coldKey                   func(seq int64) string
+	coldSeq, seq              atomic.Int64
+}
+
+// newRig opens the database at url and serves cfg's variants on it.
+func newRig(ctx context.Context, cfg Config, url string, client *http.Client) (_ *rig, err error) {
+	db, err := database.Open(ctx, url, &database.Config{Migrate: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	g := &rig{db: db, servers: map[string]*httptest.Server{}, bouncer: &bouncerDB{url: cfg.BouncerURL}, rows: &rowsDB{url: url}}
+	defer func() {
+		if err != nil {
+			g.close()
+		}
+	}()
+	repo, err := payments.NewRepo(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	g.holder = &holdRepo{Repo: repo}
+
+	// Replays are retries sent to the atomic endpoint, which creates the keys.
+	endpoints := slices.Clone(cfg.Variants)
+	if (slices.Contains(endpoints, Replay) || slices.Contains(endpoints, ReplayCold)) && !slices.Contains(endpoints, Atomic) {
+		endpoints = append(endpoints, Atomic)
+	}
+	if slices.Contains(endpoints, ReplayRows) && !slices.Contains(endpoints, AtomicRows) {
+		endpoints = append(endpoints, AtomicRows)
+	}
+	for _, v := range endpoints {
+		if v == Replay || v == ReplayRows {
+			continue
+		}
+		variantRepo := repo
+		if v == Conflict {
+			variantRepo = g.holder
+		}
+		var h http.Handler
+		switch {
+		case slices.Contains(BouncerVariants, v):
+			h, err = g.bouncer.handler(ctx, v)
+		case slices.Contains(RowVariants, v):
+			h, err = g.rows.handler(ctx, v)
+		case v == ReplayCold:
+			// A second instance of the atomic endpoint, as another process
+			// behind a load balancer is: its middleware claimed none of
+			// the keys.
+			h, err = variantHandler(db, variantRepo, Atomic)
+		default:
+			h, err = variantHandler(db, variantRepo, v)
+		}
+		if err != nil {
+			return nil, err
+		}
+		g.servers[v] = httptest.NewServer(labeled(v, h))
+	}
+	return g, nil
+}
+
+// prepare creates the keys that the replay variants retry.
+func (g *rig) prepare(ctx context.Context, cfg Config, client *http.Client) (err error) {
+	if slices.Contains(cfg.Variants, Replay) || slices.Contains(cfg.Variants, ReplayCold) {
+		if g.replayKeys, err = createReplayKeys(ctx, client, g.servers[Atomic].URL); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(cfg.Variants, ReplayRows) {
+		if g.rowReplayKeys, err = createReplayKeys(ctx, client, g.servers[AtomicRows].URL); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(cfg.Variants, ReplayCold) {
+		n := int64(coldPerRound)
+		if cfg.Requests > 0 {
+			n = cfg.Requests
+		}
+		if g.coldKey, err = coldKeys(ctx, g.db, g.replayKeys[0], n*int64(cfg.Rounds)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run measures one round of variant v.
+func (g *rig) run(ctx context.Context, cfg Config, client *http.Client, v string) (*tally, error) {
+	var url string
+	var next func() string
+	want := http.StatusCreated
+	finish := func() error { return nil }
+	switch v {
+	case Replay:
+		url = g.servers[Atomic].URL
+		next = func() string { return g.replayKeys[int(g.seq.Add(1))%len(g.replayKeys)] }
+	case ReplayRows:
+		url = g.servers[AtomicRows].URL
+		next = func() string { return g.rowReplayKeys[int(g.seq.Add(1))%len(g.rowReplayKeys)] }
+	case ReplayCold:
+		url = g.servers[v].URL
+		next = func() string { return g.coldKey(g.coldSeq.Add(1) - 1) }
+	case Conflict:
+		url = g.servers[v].URL
+		key, f, err := g.holder.hold(ctx, client, url, g.seq.Add(1))
+		if err != nil {
+			return nil, err
+		}
+		finish, want = f, http.StatusConflict
+		next = func() string { return key }
+	default:
+		url = g.servers[v].URL
+		next = newKey
+	}
+	t := measure(ctx, client, url, cfg, next, want)
+	if err := finish(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (g *rig) close() {
+	for _, srv := range g.servers {
+		srv.Close()
+	}
+	g.bouncer.close()
+	g.rows.close()
+	g.db.Close()
+}
+
+// createReplayKeys creates, through the atomic endpoint at url, the 256
+// keys that a replay variant retries.
+func createReplayKeys(ctx context.Context, client *http.Client, url string) ([]string, error) {
+	var keys []string
+	for i := range 256 {
+		key := fmt.Sprintf("bench-replay-%d-%d", time.Now().UnixNano(), i)
+		if status, said, err := send(ctx, client, url, key, http.StatusCreated); err != nil || status != http.StatusCreated {
+			return nil, fmt.Errorf("bench: create replay key: %s: %v", said, err)
+		}
+		keys = append(keys, key)
+	}
+	return keys, nil
 }
 
 // newKey returns a new idempotency key: random, as clients' keys are (a

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 )
@@ -17,6 +18,103 @@ type Report struct {
 	// variant, in milliseconds; absent when it did not run.
 	ConflictP50 *float64 `json:"conflict_p50_ms,omitempty"`
 	ConflictP99 *float64 `json:"conflict_p99_ms,omitempty"`
+	// Prefill describes the prefilled key table that Variants were
+	// measured on (idem bench --prefill); absent without it.
+	Prefill *PrefillReport `json:"prefill,omitempty"`
+	// Empty maps each variant's name to its figures on an empty key table
+	// in the same run, rounds interleaved; absent without --prefill.
+	Empty map[string]VariantReport `json:"empty,omitempty"`
+}
+
+// PrefillReport is the prefilled key table of a Report.
+type PrefillReport struct {
+	Keys    int64   `json:"keys"`    // completed keys within retention
+	Backlog int64   `json:"backlog"` // expired keys for the purge
+	FillS   float64 `json:"fill_s"`  // seconds to fill and vacuum
+	// Bytes per key (keys and backlog) of the key table's heap, its
+	// indexes and its TOAST table, before the run.
+	TableBytesPerKey float64 `json:"table_bytes_per_key"`
+	IndexBytesPerKey float64 `json:"index_bytes_per_key"`
+	ToastBytesPerKey float64 `json:"toast_bytes_per_key"`
+	// PurgeRowsPerS is the purge's deleted keys per second while it ran
+	// during the measurement (--prefill-purge); 0 without it.
+	PurgeRows     int64   `json:"purge_rows"`
+	PurgeRowsPerS float64 `json:"purge_rows_per_s"`
+	// Ratios maps each variant to its figures on the prefilled table over
+	// the empty one's: throughput and p99.
+	Ratios map[string]PrefillRatio `json:"ratios"`
+}
+
+// PrefillRatio compares a variant on the prefilled and the empty table.
+type PrefillRatio struct {
+	RPS float64 `json:"rps"` // prefilled over empty; 1 is no cost of size
+	P99 float64 `json:"p99"` // prefilled over empty
+}
+
+// NewOutcomeReport returns the Report of a RunAll.
+func NewOutcomeReport(out *Outcome) Report {
+	rep := NewReport(out.Results)
+	p := out.Prefill
+	if p == nil {
+		return rep
+	}
+	empty := NewReport(p.Empty)
+	rep.Empty = empty.Variants
+	n := float64(p.Keys + p.Backlog)
+	round := func(f float64) float64 { return math.Round(f*1000) / 1000 }
+	pr := &PrefillReport{
+		Keys: p.Keys, Backlog: p.Backlog, FillS: round(p.Fill.Seconds()),
+		TableBytesPerKey: round(float64(p.Size.Table) / n), IndexBytesPerKey: round(float64(p.Size.Indexes) / n),
+		ToastBytesPerKey: round(float64(p.Size.Toast) / n),
+		PurgeRows:        p.PurgeRows, Ratios: map[string]PrefillRatio{},
+	}
+	if p.PurgeTime > 0 {
+		pr.PurgeRowsPerS = round(float64(p.PurgeRows) / p.PurgeTime.Seconds())
+	}
+	for v, full := range rep.Variants {
+		e := empty.Variants[v]
+		var r PrefillRatio
+		if e.RPS > 0 {
+			r.RPS = round(full.RPS / e.RPS)
+		}
+		if e.P99 > 0 {
+			r.P99 = round(full.P99 / e.P99)
+		}
+		pr.Ratios[v] = r
+	}
+	rep.Prefill = pr
+	return rep
+}
+
+// WriteOutcomeJSON writes the Report of a RunAll as one indented JSON
+// object.
+func WriteOutcomeJSON(w io.Writer, out *Outcome) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(NewOutcomeReport(out))
+}
+
+// WriteOutcome writes a RunAll as tables: the results, and with a prefill
+// the results on the empty table and the ratios of the two.
+func WriteOutcome(w io.Writer, out *Outcome) {
+	WriteTable(w, out.Results)
+	if out.Prefill == nil {
+		return
+	}
+	rep := NewOutcomeReport(out)
+	p := rep.Prefill
+	fmt.Fprintf(w, "\nthe same on an empty key table, in the same rounds:\n")
+	WriteTable(w, out.Prefill.Empty)
+	fmt.Fprintf(w, "\nprefilled with %d keys (and %d expired) in %.0f s: bytes per key: table %.0f, indexes %.0f, TOAST %.0f\n",
+		p.Keys, p.Backlog, p.FillS, p.TableBytesPerKey, p.IndexBytesPerKey, p.ToastBytesPerKey)
+	if p.PurgeRows > 0 {
+		fmt.Fprintf(w, "purge during the prefilled rounds: %d keys, %.0f keys/s\n", p.PurgeRows, p.PurgeRowsPerS)
+	}
+	fmt.Fprintf(w, "%-14s %12s %12s\n", "prefill/empty", "req/s", "p99")
+	for _, v := range rep.Order {
+		r := p.Ratios[v]
+		fmt.Fprintf(w, "%-14s %11.2fx %11.2fx\n", v, r.RPS, r.P99)
+	}
 }
 
 // VariantReport is one variant's figures in a Report.

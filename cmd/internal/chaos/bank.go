@@ -110,7 +110,8 @@ func parseTransfer(body []byte) (transfer, error) {
 // usesBank reports whether the traffic mix has transfers.
 func usesBank(ws []Weighted) bool {
 	for _, w := range ws {
-		if _, ok := w.Workload.(Transfer); ok {
+		switch w.Workload.(type) {
+		case Transfer, QueuedTransfer:
 			return true
 		}
 	}

@@ -76,6 +76,8 @@ type harness struct {
 	keySeq   atomic.Int64
 	// bank is the ledger's accounts, when the traffic has transfers.
 	bank *bank
+	// queue is the broker, when the traffic sends commands to one.
+	queue *queue
 	// start is when the traffic started; faultLog the faults applied.
 	start    time.Time
 	faultLog faultLog
@@ -161,6 +163,14 @@ func (h *harness) run(ctx context.Context) (*Summary, error) {
 
 	faultErr := make(chan error, 1)
 	go func() { faultErr <- h.inject(traffic, start, events) }()
+	if h.queue != nil && !cfg.NoFaults {
+		brokerDone := make(chan struct{})
+		go func() {
+			defer close(brokerDone)
+			h.killBroker(traffic, max(cfg.Duration/5, 5*time.Second))
+		}()
+		defer func() { <-brokerDone }()
+	}
 	if h.bank != nil {
 		stopSampler := make(chan struct{})
 		samplerDone := make(chan struct{})
@@ -198,6 +208,14 @@ func (h *harness) run(ctx context.Context) (*Summary, error) {
 	// is being restarted.
 	if err := h.waitReady(ctx); err != nil {
 		return nil, err
+	}
+	// Every queued command is consumed before the settling, which would
+	// send the unanswered ones over HTTP and hide a lost message.
+	if h.queue != nil {
+		fmt.Fprintf(cfg.Progress, "chaos: %s: waiting for the queue to drain\n", since(start))
+		if err := h.drainQueue(ctx); err != nil {
+			return nil, err
+		}
 	}
 	// Leases of holders that died expire; then every operation without a
 	// final answer is retried until it has one.

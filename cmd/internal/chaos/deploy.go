@@ -89,6 +89,12 @@ func (h *harness) deploy(ctx context.Context) error {
 	if h.receiver, err = startReceiver(secret, h.cfg.Seed); err != nil {
 		return err
 	}
+	transfersFrom := ""
+	if usesQueue(h.cfg.Workloads) {
+		if transfersFrom, err = h.startQueue(ctx); err != nil {
+			return err
+		}
+	}
 	for i := range h.cfg.Instances {
 		// Every link of an instance passes a proxy of the network faults.
 		db := h.dbURL
@@ -115,9 +121,13 @@ func (h *harness) deploy(ctx context.Context) error {
 		if err := writeSkew(clock, 0); err != nil {
 			return err
 		}
+		args := paymentsdArgs(addrs[i+1], db, processorURL, h.cfg.LockTimeout, webhookURL, secret)
+		if transfersFrom != "" {
+			args = append(args, "-transfers-from", transfersFrom)
+		}
 		p := &process{
 			name: fmt.Sprintf("paymentsd-%d", i), path: paymentsd, addr: addrs[i+1],
-			args:      paymentsdArgs(addrs[i+1], db, processorURL, h.cfg.LockTimeout, webhookURL, secret),
+			args:      args,
 			env:       append(slices.Clone(h.cfg.Env), clockFileEnv+"="+clock),
 			logPath:   filepath.Join(h.dir, fmt.Sprintf("paymentsd-%d.log", i)),
 			clockFile: clock,
@@ -156,6 +166,9 @@ func (h *harness) close() {
 	wg.Wait()
 	if h.processor != nil {
 		h.processor.stop()
+	}
+	if h.queue != nil {
+		h.queue.stop()
 	}
 	if h.receiver != nil {
 		h.receiver.close()

@@ -32,6 +32,8 @@ type Op struct {
 	// ReuseOf is the operation whose key this one reuses with a changed
 	// body; it must be answered 422 and change nothing.
 	ReuseOf int `json:"reuse_of,omitempty"`
+	// Queued is a transfer sent to the broker (QueuedTransfer).
+	Queued bool `json:"queued,omitempty"`
 
 	token string
 

@@ -59,6 +59,16 @@ type Summary struct {
 	TransfersApplied  int   `json:"transfers_applied"`
 	InsufficientFunds int   `json:"insufficient_funds"`
 	BankSamples       int   `json:"bank_samples"`
+	// The queue, when the traffic has queued transfers: QueuedPublished
+	// counts the commands published to the broker (copies included),
+	// QueuedResent the copies published after the broker's duplicate
+	// window, which reach the consumers; BrokerKills the SIGKILLs of the
+	// broker; QueuedLost the queued commands whose key was not completed
+	// in the database once the queue had drained, each a violation.
+	QueuedPublished int `json:"queued_published,omitempty"`
+	QueuedResent    int `json:"queued_resent,omitempty"`
+	BrokerKills     int `json:"broker_kills,omitempty"`
+	QueuedLost      int `json:"queued_lost,omitempty"`
 	// Declines counts the payment operations of an amount that processord
 	// declines; each must end as one declined payment, no charge and a
 	// 402 payment-declined replayed byte for byte.
@@ -139,6 +149,10 @@ func (h *harness) summary(r *Report, took time.Duration) *Summary {
 		s.BankTotalOK = &ok
 		s.Transfers, s.TransfersApplied, s.InsufficientFunds, s.BankSamples = b.Transfers, b.Applied, b.InsufficientFunds, b.Samples
 	}
+	if q := h.queue; q != nil {
+		s.QueuedPublished, s.QueuedResent, s.BrokerKills, s.QueuedLost = int(q.published.Load()), int(q.resent.Load()), int(q.kills.Load()), q.lost
+		s.Violations += q.lost
+	}
 	s.OffendingKeys = r.offending()
 	if len(s.OffendingKeys) > maxListedKeys {
 		s.OffendingKeys = s.OffendingKeys[:maxListedKeys]
@@ -202,6 +216,10 @@ func (s *Summary) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  bank:       %d transfers, %d applied once, %d insufficient funds (moved nothing); total %s over %d samples and at the end\n",
 			s.Transfers, s.TransfersApplied, s.InsufficientFunds, verdict, s.BankSamples)
+	}
+	if s.QueuedPublished > 0 {
+		fmt.Fprintf(w, "  queue:      %d commands published to JetStream (%d re-sent past its duplicate window), broker killed %d times; %d lost\n",
+			s.QueuedPublished, s.QueuedResent, s.BrokerKills, s.QueuedLost)
 	}
 	if s.ProxyOperations > 0 {
 		p := s.Proxy

@@ -38,6 +38,10 @@ type Config struct {
 	// PostgreSQL is reached through a pooler in transaction mode. Ignored
 	// on SQLite. Defaults to false.
 	TransactionPooling bool
+	// NoAdvisoryLocks is idempg.Config.NoAdvisoryLocks: claims and
+	// leaders by rows, for databases without advisory locks. Ignored on
+	// the other stores. Defaults to false.
+	NoAdvisoryLocks bool
 	// Redis accepts redis:// and redis-cluster:// URLs, for a store that
 	// keeps two-phase keys only (idemredis): idemproxy sets it; services
 	// whose handlers write to their own database do not, since their keys
@@ -140,7 +144,7 @@ func openPostgres(ctx context.Context, url string, c Config) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database: connect: %w", err)
 	}
-	store, err := idempg.New(pool, &idempg.Config{Logger: c.Logger, TransactionPooling: c.TransactionPooling})
+	store, err := idempg.New(pool, &idempg.Config{Logger: c.Logger, TransactionPooling: c.TransactionPooling, NoAdvisoryLocks: c.NoAdvisoryLocks})
 	if err != nil {
 		pool.Close()
 		return nil, err

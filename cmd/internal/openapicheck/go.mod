@@ -13,15 +13,23 @@ require (
 )
 
 require (
+	connectrpc.com/connect v1.21.0 // indirect
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-sql-driver/mysql v1.10.1 // indirect
+	github.com/idemkit/idem/api v0.0.0-00010101000000-000000000000 // indirect
+	github.com/idemkit/idem/idemconnect v0.0.0-00010101000000-000000000000 // indirect
+	github.com/idemkit/idem/idemgrpc v0.0.0-00010101000000-000000000000 // indirect
 	github.com/idemkit/idem/idemmysql v0.0.0-00010101000000-000000000000 // indirect
 	github.com/idemkit/idem/idempg v0.0.0-00010101000000-000000000000 // indirect
 	github.com/idemkit/idem/idemredis v0.0.0-00010101000000-000000000000 // indirect
+	github.com/idemkit/idem/idemrpc v0.0.0-00010101000000-000000000000 // indirect
 	github.com/idemkit/idem/idemsqlite v0.0.0-00010101000000-000000000000 // indirect
 	github.com/redis/go-redis/v9 v9.22.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260819154853-08b0e4226688 // indirect
+	google.golang.org/grpc v1.84.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 require (
@@ -68,3 +76,11 @@ replace github.com/idemkit/idem/internal/pgtest => ../../../internal/pgtest
 replace github.com/idemkit/idem/idemmysql => ../../../idemmysql
 
 replace github.com/idemkit/idem/idemredis => ../../../idemredis
+
+replace github.com/idemkit/idem/api => ../../../api
+
+replace github.com/idemkit/idem/idemrpc => ../../../idemrpc
+
+replace github.com/idemkit/idem/idemgrpc => ../../../idemgrpc
+
+replace github.com/idemkit/idem/idemconnect => ../../../idemconnect

@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -72,20 +73,28 @@ func (s *Service) createTransfer(w http.ResponseWriter, r *http.Request) {
 		problem(w, idem.ProblemBodyMalformed.Kind(), "The request body could not be read; nothing was moved.")
 		return
 	}
-	params, err := ParseTransferParams(r.Header.Get("Content-Type"), body)
+	client, _ := ClientFromContext(r.Context())
+	scope, _ := idem.ScopeFromContext(r.Context())
+	s.applyTransfer(r.Context(), w, client, scope.Key, r.Header.Get("Content-Type"), body)
+}
+
+// applyTransfer applies the transfer that body asks for, for the client
+// and under the key, and answers w: the work of POST /v1/transfers, and of
+// a transfer command taken from a queue (see TransferConsumer). ctx is the
+// middleware's or the consumer's, which carries the transaction.
+func (s *Service) applyTransfer(ctx context.Context, w http.ResponseWriter, client, key, contentType string, body []byte) {
+	params, err := ParseTransferParams(contentType, body)
 	if err != nil {
 		WriteParamProblem(w, err)
 		return
 	}
-	client, _ := ClientFromContext(r.Context())
-	scope, _ := idem.ScopeFromContext(r.Context())
 	t := &Transfer{
 		ID: NewTransferID(), Object: "transfer", From: params.From, To: params.To, Amount: params.Amount,
-		Created: s.cfg.Now().Unix(), ClientID: client, IdempotencyKey: scope.Key,
+		Created: s.cfg.Now().Unix(), ClientID: client, IdempotencyKey: key,
 	}
-	err = s.cfg.Ledger.Move(r.Context(), t)
+	err = s.cfg.Ledger.Move(ctx, t)
 	if err == nil {
-		err = s.enqueueEvent(r.Context(), "transfer-event:"+t.ID, EventTransferCreated, t)
+		err = s.enqueueEvent(ctx, "transfer-event:"+t.ID, EventTransferCreated, t)
 	}
 	var te *TransferError
 	switch {
@@ -99,7 +108,7 @@ func (s *Service) createTransfer(w http.ResponseWriter, r *http.Request) {
 		problem(w, ProblemInsufficientFunds, fmt.Sprintf("Account %s holds less than %d; nothing was moved and no transfer was recorded.", t.From, t.Amount))
 		return
 	case err != nil:
-		s.cfg.Logger.ErrorContext(r.Context(), "payments: transfer failed", "client_id", client, "err", err)
+		s.cfg.Logger.ErrorContext(ctx, "payments: transfer failed", "client_id", client, "err", err)
 		writeFailure(w, err, "The transfer failed and was rolled back: no money was moved. Retry with the same Idempotency-Key.")
 		return
 	}

@@ -54,7 +54,14 @@ type settler interface {
 
 // createPhases are the phases of POST /v1/payments for params.
 func (s *Service) createPhases(params Params) idem.Phases {
-	ph := s.ResumePhases()
+	return s.createPhasesAnswering(params, answerHTTP)
+}
+
+// createPhasesAnswering are the phases of a payment for params, whose
+// final phase writes the payment's answer with answer: the HTTP API's, or
+// the RPC API's (rpc.go).
+func (s *Service) createPhasesAnswering(params Params, answer paymentAnswer) idem.Phases {
+	ph := s.resumePhasesAnswering(answer)
 	ph[idemstore.RecoveryStarted] = s.hooked(idemstore.RecoveryStarted, func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
 		scope, _ := idem.ScopeFromContext(ctx)
 		p := &Payment{
@@ -75,11 +82,23 @@ func (s *Service) createPhases(params Params) idem.Phases {
 // need no request: a resumer runs them for payments whose client went
 // away.
 func (s *Service) ResumePhases() idem.Phases {
+	return s.resumePhasesAnswering(answerHTTP)
+}
+
+// resumePhasesAnswering are the phases of a payment after its first, whose
+// final phase writes the payment's answer with answer.
+func (s *Service) resumePhasesAnswering(answer paymentAnswer) idem.Phases {
 	return idem.Phases{
 		pointPaymentCreated: s.hooked(pointPaymentCreated, s.charge),
-		pointChargeCreated:  s.hooked(pointChargeCreated, s.settle),
+		pointChargeCreated: s.hooked(pointChargeCreated, func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+			return s.settle(ctx, w, st, answer)
+		}),
 	}
 }
+
+// paymentAnswer writes the answer of a settled payment; refusal is the
+// processor's status that refused a failed payment's charge request.
+type paymentAnswer func(w http.ResponseWriter, p *Payment, refusal string)
 
 // hooked is phase, after Config.BeforePhase when there is one.
 func (s *Service) hooked(point string, phase idem.Phase) idem.Phase {
@@ -149,8 +168,8 @@ func (s *Service) charge(ctx context.Context, w http.ResponseWriter, st idem.Sta
 }
 
 // settle records the outcome on the payment, with its event, and answers
-// it.
-func (s *Service) settle(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
+// it with answer.
+func (s *Service) settle(ctx context.Context, w http.ResponseWriter, st idem.State, answer paymentAnswer) (string, error) {
 	scope, _ := idem.ScopeFromContext(ctx)
 	p, err := s.cfg.Repo.(settler).Settle(ctx, scope.ClientID, st[statePayment], st[stateOutcome])
 	if err != nil {
@@ -159,19 +178,24 @@ func (s *Service) settle(ctx context.Context, w http.ResponseWriter, st idem.Sta
 	if err := s.enqueuePaymentEvent(ctx, p); err != nil {
 		return "", err
 	}
+	answer(w, p, st[stateRefusal])
+	return idemstore.RecoveryFinished, nil
+}
+
+// answerHTTP is the HTTP API's answer of a settled payment.
+func answerHTTP(w http.ResponseWriter, p *Payment, refusal string) {
 	w.Header().Set("Location", "/v1/payments/"+p.ID)
 	switch p.Status {
 	case StatusDeclined:
 		problem(w, ProblemDeclined, "The card processor declined the charge; payment "+p.ID+" was recorded as declined.")
-		return idemstore.RecoveryFinished, nil
+		return
 	case StatusFailed:
-		problem(w, ProblemFailed, "The card processor refused the charge request (it answered HTTP "+st[stateRefusal]+"), "+
+		problem(w, ProblemFailed, "The card processor refused the charge request (it answered HTTP "+refusal+"), "+
 			"which is not a decline of the card: nothing was charged, and payment "+p.ID+" was recorded as failed. "+
 			"Try again later with a new Idempotency-Key; contact support if it persists.")
-		return idemstore.RecoveryFinished, nil
+		return
 	}
 	writeJSON(w, http.StatusCreated, p)
-	return idemstore.RecoveryFinished, nil
 }
 
 // settleReturning is the columns of a payment that Settle returns.

@@ -158,7 +158,7 @@ func NewService(cfg Config) (*Service, error) {
 		}
 	}
 	if cfg.Processor != nil {
-		cfg.Idem.Resume.Operations = map[string]idem.Phases{"POST /v1/payments": svc.ResumePhases()}
+		cfg.Idem.Resume.Operations = map[string]idem.Phases{"POST /v1/payments": svc.ResumePhases(), rpcOperation: svc.rpcResumePhases()}
 	}
 	svc.cfg = cfg
 	return svc, nil

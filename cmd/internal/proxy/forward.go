@@ -274,8 +274,10 @@ func (p *Proxy) notForwarded(w http.ResponseWriter, r *http.Request, err error) 
 			"Another request took this key over; nothing was sent upstream for this one. Retry with the same key to get its result."), 1)
 		return
 	}
+	// The store did not answer, or (idemredis with MinReplicas) answered
+	// that too few replicas had the point and undid it.
 	idem.WriteProblem(w, idem.ProblemUnavailable.Kind().New(p.cfg.Idem.ProblemTypeBase,
-		"The idempotency store did not answer; the request was not sent upstream. Retry with the same key after Retry-After."), 1)
+		"The idempotency store did not confirm that it recorded the request as about to be sent, so it was not sent upstream. Retry with the same key after Retry-After."), 1)
 }
 
 // logger is the logger of a request on a key route.

@@ -36,6 +36,9 @@ func newStore(t *testing.T, kind string) idemstore.Store {
 	if kind == "mysql" {
 		return newMySQLStore(t)
 	}
+	if kind == "redis" {
+		return newRedisStore(t)
+	}
 	if kind == "postgres" {
 		s, err := idempg.New(pgtest.NewPool(t), &idempg.Config{Logger: logger})
 		if err != nil {

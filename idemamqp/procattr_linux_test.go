@@ -1,0 +1,11 @@
+package idemamqp_test
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// dieWithParent makes the child die when the test process does.
+func dieWithParent(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

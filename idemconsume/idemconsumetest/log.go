@@ -1,0 +1,5 @@
+package idemconsumetest
+
+import "log/slog"
+
+var quietLogger = slog.New(slog.DiscardHandler)

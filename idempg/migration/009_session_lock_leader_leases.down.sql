@@ -1,0 +1,2 @@
+DROP TABLE idem_leader_leases;
+DROP FUNCTION idem_session_lock(bigint, text, text, timestamptz);
