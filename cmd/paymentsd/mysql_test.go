@@ -88,10 +88,10 @@ func TestKilledAtEachRecoveryPointOnMariaDB(t *testing.T) {
 				proc.waitLog(t, "processord: charging")
 			case "charged": // the processor answered; the charge_created checkpoint waits
 				lock = lockMySQLRow(t, db, `SELECT 1 FROM idempotency_keys WHERE idempotency_key = ? FOR UPDATE`, key)
-				waitForMySQLLockWait(t, db)
+				waitForMySQLStatement(t, db, "UPDATE idempotency_keys SET recovery_point = 'charge_created'")
 			case "charge_created": // the final phase waits to settle the payment
 				lock = lockMySQLRow(t, db, `SELECT 1 FROM payments WHERE idempotency_key = ? FOR UPDATE`, key)
-				waitForMySQLLockWait(t, db)
+				waitForMySQLStatement(t, db, "UPDATE payments SET status")
 				if got := recoveryPoint(); got != "charge_created" {
 					t.Fatalf("recovery point %q when the final phase waits; want charge_created", got)
 				}
@@ -149,15 +149,18 @@ func lockMySQLRow(t *testing.T, db *sql.DB, query, key string) *sql.Tx {
 	return tx
 }
 
-// waitForMySQLLockWait waits until a session on the test's database waits
-// on a row lock (other databases of the server are not looked at).
-func waitForMySQLLockWait(t *testing.T, db *sql.DB) {
+// waitForMySQLStatement waits until a session on the test's database runs
+// a statement that begins with prefix (other databases of the server are
+// not looked at). With the row it writes locked by the test, the statement
+// cannot end: it waits on the lock. The sessions are read from the process
+// list, not from information_schema.innodb_trx, which MariaDB 10.11 was
+// seen to leave without the waiting transaction for a minute on end.
+func waitForMySQLStatement(t *testing.T, db *sql.DB, prefix string) {
 	t.Helper()
-	waitFor(t, 60*time.Second, "a session waiting on the row lock", func() bool {
+	waitFor(t, 60*time.Second, "a session running "+prefix+"...", func() bool {
 		var n int
-		db.QueryRow(`SELECT count(*) FROM information_schema.innodb_trx t
-JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
-WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE()`).Scan(&n)
+		db.QueryRow(`SELECT count(*) FROM information_schema.processlist
+WHERE db = DATABASE() AND command = 'Query' AND info LIKE CONCAT(?, '%')`, prefix).Scan(&n)
 		return n > 0
 	})
 }
