@@ -41,12 +41,20 @@ without advisory locks (see docs/scale-out.md). The app and db
 columns are CPU time per request of this process and of the PostgreSQL
 processes on this machine.
 
+On MySQL and MariaDB (mysql://...), whose protocol has no pipelining, the
+floors are floor-insert-first (atomic mode's shape: START TRANSACTION, the
+started key row, the payment, the key row's update, COMMIT, one round trip
+each) and floor-2commit (two-phase: the started key row committed on its
+own, then the payment and the key row's update in a transaction); the
+other floors are refused. The db column is not measured there.
+
 Example:
 
 	idem bench --db 'postgres://postgres@127.0.0.1:5432/bench?pool_max_conns=16'
 	idem bench --db "$DATABASE_URL" --variants bare,bare-tx,atomic,floor-2rt,floor-1rt
 	idem bench --db "$DATABASE_URL" --variants bare,atomic,floor-2rt,floor-2rt-read
 	idem bench --db "$DATABASE_URL" --variants bare,atomic,replay,floor-2rt --plot bench.svg
+	idem bench --db 'mysql://root@127.0.0.1:3306/bench' --variants bare,atomic,floor-insert-first,two-phase,floor-2commit,replay
 
 Flags:
 `
@@ -61,7 +69,7 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 	}
 	env := c.env()
 	var (
-		db           = dbFlag(fs, env, "database `URL`: postgres://... or sqlite:PATH (required; env DATABASE_URL)")
+		db           = dbFlag(fs, env, "database `URL`: postgres://..., mysql://... or sqlite:PATH (required; env DATABASE_URL)")
 		duration     = fs.Duration("duration", env.Duration("IDEM_BENCH_DURATION", 0), "`time` each variant runs per round (default 3s; env IDEM_BENCH_DURATION)")
 		requests     = fs.Int("requests", env.Int("IDEM_BENCH_REQUESTS", 0), "`number` of requests each variant sends per round, in place of --duration (env IDEM_BENCH_REQUESTS)")
 		rounds       = fs.Int("rounds", env.Int("IDEM_BENCH_ROUNDS", 0), "`number` of interleaved rounds (default 3; env IDEM_BENCH_ROUNDS)")

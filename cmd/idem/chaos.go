@@ -50,11 +50,16 @@ each declined payment: one payment recorded declined, no charge, and its
 A progress line goes to stderr every 5 s; the summary goes to stdout, as
 one JSON object with --json. The exit status is 1 on any violation, with the
 history of the offending keys written to --violations; 2 for bad flags.
-It needs Linux, Go and the PostgreSQL server binaries (initdb, postgres).
+It needs Linux, Go and the PostgreSQL server binaries (initdb, postgres);
+with --store mysql, the MariaDB ones instead (mariadb-install-db,
+mariadbd): a throwaway mariadbd in a temporary directory, on a free port,
+that the run kills with SIGKILL and starts again in place of PostgreSQL's
+stops, with no commit cuts (their proxy speaks PostgreSQL's protocol).
 
 Example:
 
 	idem chaos --duration 15m --seed 42
+	idem chaos --store mysql --duration 10m
 
 Flags:
 `
@@ -70,7 +75,7 @@ func runChaos(ctx context.Context, c *cli, args []string) int {
 	env := c.env()
 	var (
 		duration    = fs.Duration("duration", env.Duration("IDEM_CHAOS_DURATION", chaos.DurationDefault), "`time` of traffic and faults; settling and checking come after (env IDEM_CHAOS_DURATION)")
-		store       = fs.String("store", env.String("IDEM_CHAOS_STORE", chaos.StorePostgres), "`database` of paymentsd: postgres (a throwaway cluster shared by the instances) or sqlite (one instance on its embedded file; needs --instances 1; no PostgreSQL restarts nor commit cuts) (env IDEM_CHAOS_STORE)")
+		store       = fs.String("store", env.String("IDEM_CHAOS_STORE", chaos.StorePostgres), "`database` of paymentsd: postgres (a throwaway cluster shared by the instances), mysql (a throwaway mariadbd shared by the instances, killed with SIGKILL and restarted; no commit cuts, full disks, failovers nor proxy workload) or sqlite (one instance on its embedded file; needs --instances 1; no database restarts nor commit cuts) (env IDEM_CHAOS_STORE)")
 		replication = fs.String("replication", env.String("IDEM_CHAOS_REPLICATION", ""), "`mode` of a streaming standby for the PostgreSQL primary, sync or async; failovers then stop the primary, promote the standby and move every connection to it (default: none; env IDEM_CHAOS_REPLICATION)")
 		instances   = fs.Int("instances", env.Int("IDEM_CHAOS_INSTANCES", chaos.InstancesDefault), "`number` of paymentsd processes (env IDEM_CHAOS_INSTANCES)")
 		clients     = fs.Int("clients", env.Int("IDEM_CHAOS_CLIENTS", chaos.ClientsDefault), "`number` of concurrent clients (env IDEM_CHAOS_CLIENTS)")

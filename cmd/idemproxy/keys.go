@@ -83,7 +83,7 @@ func runKeys(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 		fmt.Fprint(fs.Output(), keysUsage)
 		fs.PrintDefaults()
 	}
-	db := fs.String("db", "sqlite:idemproxy.db", "key store: sqlite:PATH, postgres://..., redis://host:port/N or redis-cluster://host:port,... (env IDEMPROXY_DB)")
+	db := fs.String("db", "sqlite:idemproxy.db", "key store: sqlite:PATH, postgres://..., mysql://..., redis://host:port/N or redis-cluster://host:port,... (env IDEMPROXY_DB)")
 	clientID := fs.String("client-id", "", "client `id` of the key, as held lists it (release)")
 	key := fs.String("key", "", "the `key` to release (release)")
 	if err := fs.Parse(args); err != nil {
@@ -153,8 +153,7 @@ func openKeySQL(ctx context.Context, url string) (*keySQL, error) {
 		return redisKeys(d.Redis, d.Close), nil
 	}
 	if d.MySQL != nil {
-		d.Close()
-		return nil, errors.New("idemproxy keys does not read a MySQL key store yet: use idem keys list --state started")
+		return mysqlKeySQL(d), nil
 	}
 	if d.SQLite != nil {
 		db := d.SQLite.DB()

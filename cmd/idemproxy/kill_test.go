@@ -57,7 +57,7 @@ func proxyProcess(t *testing.T, binary string, args ...string) (string, *exec.Cm
 // the upstream, which does not honour keys, is never sent the key again.
 func TestHoldAfterSIGKILL(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres", "redis"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			var mu sync.Mutex

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/cmd/internal/mysqltest"
 	"github.com/idemkit/idem/cmd/internal/redistest"
 	"github.com/idemkit/idem/internal/pgtest"
 )
@@ -132,7 +133,7 @@ func get(t *testing.T, url string) (int, string) {
 // no purge runs.
 func TestRun(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres", "redis"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			var calls atomic.Int64
@@ -218,7 +219,7 @@ func grepLines(s, sub string) string {
 // problem and nothing is forwarded, until "idemproxy release" frees it.
 func TestHoldAndRelease(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres", "redis"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			var calls atomic.Int64
@@ -267,13 +268,15 @@ func TestHoldAndRelease(t *testing.T) {
 	}
 }
 
-// testDB returns the database URL of a store kind ("sqlite" or "postgres")
-// for one test.
+// testDB returns the database URL of a store kind ("sqlite", "postgres",
+// "mysql" or "redis") for one test.
 func testDB(t *testing.T, kind string) string {
 	t.Helper()
 	switch kind {
 	case "postgres":
 		return pgtest.NewDatabase(t)
+	case "mysql":
+		return mysqltest.NewDatabase(t)
 	case "redis":
 		return "redis://" + redistest.Start(t) + "/0"
 	}

@@ -66,7 +66,7 @@ func TestProbeFromFlags(t *testing.T) {
 // and "idemproxy release" frees it, so that the next retry is forwarded.
 func TestProbeHeldAndRelease(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres", "redis"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			var calls, probes atomic.Int64

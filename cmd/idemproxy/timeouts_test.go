@@ -91,7 +91,7 @@ func TestReleaseExitCodes(t *testing.T) {
 // frees it. A retry route's key there is not held, and is not listed.
 func TestHeldListsUnstoredHoldForwards(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			db, store := refundStore(t, kind)
@@ -131,7 +131,7 @@ func TestHeldListsUnstoredHoldForwards(t *testing.T) {
 // it.
 func TestHeldKeysOfEarlierVersions(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []string{"sqlite", "postgres"} {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			db, store := refundStore(t, kind)

@@ -139,7 +139,7 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 	if len(cfg.Variants) == 0 {
 		cfg.Variants = AllVariants
 	}
-	known := slices.Concat(AllVariants, FloorVariants, BouncerVariants, RowVariants, []string{ReplayCold})
+	known := slices.Concat(AllVariants, FloorVariants, MySQLFloorVariants, BouncerVariants, RowVariants, []string{ReplayCold})
 	for _, v := range cfg.Variants {
 		if !slices.Contains(known, v) {
 			return nil, fmt.Errorf("bench: unknown variant %q; want one of %s", v, strings.Join(known, ", "))

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,8 +45,8 @@ const (
 	Floor2Commit = "floor-2commit"
 )
 
-// FloorVariants lists the floor variants, which run only when asked for and
-// only on PostgreSQL.
+// FloorVariants lists the floor variants, which run only when asked for,
+// on PostgreSQL; Floor2Commit runs on MySQL too (see MySQLFloorVariants).
 var FloorVariants = []string{Floor2RT, Floor2RTRead, Floor1RT, Floor2Commit}
 
 // floorRepo is the repository of a floor variant.
@@ -159,6 +160,9 @@ func (r *floorRepo) twoCommits(ctx context.Context, conn *pgxpool.Conn, p *payme
 
 // newFloorRepo returns the repository of a floor variant.
 func newFloorRepo(db *database.DB, repo payments.Repo, variant string) (payments.Repo, error) {
+	if db.MySQL != nil && slices.Contains(MySQLFloorVariants, variant) {
+		return &mysqlFloorRepo{Repo: repo, db: db.MySQL.DB(), variant: variant}, nil
+	}
 	if db.Pool == nil {
 		return nil, fmt.Errorf("bench: %s needs PostgreSQL", variant)
 	}

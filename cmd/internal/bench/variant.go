@@ -40,7 +40,7 @@ func variantHandler(db *database.DB, repo payments.Repo, variant string) (http.H
 		pc.Idem.Mode = idem.ModeTwoPhase
 	case variant == BareTx:
 		pc.Repo = &ownTxRepo{Repo: repo, db: db}
-	case slices.Contains(FloorVariants, variant):
+	case slices.Contains(FloorVariants, variant), slices.Contains(MySQLFloorVariants, variant):
 		if pc.Repo, err = newFloorRepo(db, repo, variant); err != nil {
 			return nil, err
 		}
@@ -53,7 +53,7 @@ func variantHandler(db *database.DB, repo payments.Repo, variant string) (http.H
 		return svc.Handler(), nil
 	}
 	var h http.Handler = http.HandlerFunc(svc.Create)
-	if slices.Contains(FloorVariants, variant) {
+	if slices.Contains(FloorVariants, variant) || slices.Contains(MySQLFloorVariants, variant) {
 		h = withKeyScope(h)
 	}
 	mux := http.NewServeMux()
@@ -83,6 +83,17 @@ func (r *ownTxRepo) Insert(ctx context.Context, p *payments.Payment) error {
 	args := []any{p.ID, p.ClientID, p.Amount, p.Currency, p.Customer, p.Description, p.Status, p.Created, p.IdempotencyKey}
 	if r.db.SQLite != nil {
 		tx, err := r.db.SQLite.DB().BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("bench: begin: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, payments.SQLiteInsert, args...); err != nil {
+			_ = tx.Rollback()
+			return fmt.Errorf("bench: insert: %w", err)
+		}
+		return commit(tx)
+	}
+	if r.db.MySQL != nil {
+		tx, err := r.db.MySQL.DB().BeginTx(ctx, nil)
 		if err != nil {
 			return fmt.Errorf("bench: begin: %w", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idem/cmd/internal/mariadb"
 	"github.com/idemkit/idem/internal/pgtest/pgcluster"
 	"github.com/idemkit/idem/internal/pgtest/pgproxy"
 )
@@ -54,9 +55,11 @@ type harness struct {
 	// nil while a failover makes the next one; retired are the primaries
 	// that failed over, closed with the run. dbMu orders the failovers
 	// and PostgreSQL restarts, which both act on cluster.
-	standby   *pgcluster.Cluster
-	retired   []*pgcluster.Cluster
-	dbMu      sync.Mutex
+	standby *pgcluster.Cluster
+	retired []*pgcluster.Cluster
+	dbMu    sync.Mutex
+	// mariadb is the run's server on StoreMySQL, in place of cluster.
+	mariadb   *mariadb.Server
 	dbURL     string
 	proxy     *pgproxy.Proxy
 	processor *process
@@ -91,7 +94,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := pgcluster.Available(); err != nil {
+	available := pgcluster.Available
+	if cfg.Store == StoreMySQL {
+		available = mariadb.Available
+	}
+	if err := available(); err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
 	}
 	dir, keepDir := cfg.LogDir, cfg.LogDir != ""

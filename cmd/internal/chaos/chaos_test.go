@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/cmd/internal/mariadb"
 	"github.com/idemkit/idem/internal/pgtest/pgcluster"
 )
 
@@ -66,6 +67,7 @@ func TestConfigValidate(t *testing.T) {
 		"TooManyInstances": {Instances: 33},
 		"LongLease":        {LockTimeout: time.Minute},
 		"NoWorkload":       {Workloads: []Weighted{{Storm{}, 0}}},
+		"UnknownStore":     {Store: "oracle"},
 	} {
 		if err := c.withDefaults().validate(); err == nil {
 			t.Errorf("%s: validate accepted %+v", name, c)
@@ -185,6 +187,49 @@ func TestRunSQLite(t *testing.T) {
 	if sum.Acknowledged == 0 || sum.Kills == 0 || sum.BankTotalOK == nil || !*sum.BankTotalOK || sum.TransfersApplied == 0 {
 		t.Errorf("a run that proves nothing: %d acknowledged, %d kills, bank_total_ok %v, %d transfers applied",
 			sum.Acknowledged, sum.Kills, sum.BankTotalOK, sum.TransfersApplied)
+	}
+}
+
+// TestRunMySQL runs the traffic against three paymentsd instances on a
+// throwaway mariadbd, killed with SIGKILL and started again, with the
+// instances killed, paused and skewed: the same invariants, no commit cuts.
+func TestRunMySQL(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("a chaos run takes a minute or more")
+	}
+	if err := mariadb.Available(); err != nil {
+		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	src, err := ModuleDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := Run(context.Background(), Config{
+		Duration: 45 * time.Second, Seed: 20261226, SourceDir: src, Store: StoreMySQL,
+		Faults:         Faults{DBRestartEvery: 15 * time.Second},
+		ViolationsFile: filepath.Join(t.TempDir(), "violations.jsonl"),
+		Progress:       testWriter{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	sum.WriteText(&text)
+	t.Log("\n" + text.String())
+	if sum.Violations > 0 {
+		b, _ := os.ReadFile(sum.ViolationsFile)
+		t.Fatalf("%d violations; history of the offending keys:\n%.8000s", sum.Violations, b)
+	}
+	if sum.Acknowledged == 0 || sum.Kills == 0 || sum.DBRestarts == 0 || sum.BankTotalOK == nil || !*sum.BankTotalOK || sum.TransfersApplied == 0 {
+		t.Errorf("a run that proves nothing: %d acknowledged, %d kills, %d MariaDB restarts, bank_total_ok %v, %d transfers applied",
+			sum.Acknowledged, sum.Kills, sum.DBRestarts, sum.BankTotalOK, sum.TransfersApplied)
+	}
+	if sum.CommitCuts != 0 {
+		t.Errorf("%d commit cuts on MariaDB, whose connections the proxy cannot read", sum.CommitCuts)
 	}
 }
 

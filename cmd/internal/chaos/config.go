@@ -11,6 +11,7 @@ import (
 const (
 	StorePostgres = "postgres"
 	StoreSQLite   = "sqlite"
+	StoreMySQL    = "mysql"
 )
 
 // The replications a run can give PostgreSQL (Config.Replication).
@@ -25,9 +26,12 @@ type Config struct {
 	// come after. Defaults to DurationDefault.
 	Duration time.Duration
 	// Store is the database of paymentsd: StorePostgres (a throwaway
-	// cluster shared by every instance) or StoreSQLite (one instance on
-	// its embedded file; no PostgreSQL restarts nor commit cuts then).
-	// Defaults to StorePostgres.
+	// cluster shared by every instance), StoreMySQL (a throwaway mariadbd
+	// shared by every instance, killed with SIGKILL and started again;
+	// no commit cuts, which need PostgreSQL's protocol, nor full disks,
+	// failovers or proxy workload) or StoreSQLite
+	// (one instance on its embedded file; no database restarts nor commit
+	// cuts then). Defaults to StorePostgres.
 	Store string
 	// Replication, on PostgreSQL, gives the primary a streaming standby:
 	// ReplicationSync (every commit waits until the standby flushed it) or
@@ -134,6 +138,9 @@ func (c Config) withDefaults() Config {
 		// No server to restart, no connection to cut.
 		c.Faults.DBRestartEvery, c.Faults.CutEvery = -1, -1
 	}
+	if c.Store == StoreMySQL {
+		c.Faults.CutEvery = -1 // the commit cuts' proxy speaks PostgreSQL's protocol
+	}
 	f := &c.Faults
 	if c.NoFaults {
 		*f = Faults{KillEvery: -1, PauseEvery: -1, DBRestartEvery: -1, CutEvery: -1, SkewEvery: -1, NetworkEvery: -1, FailoverEvery: -1, DiskFullEvery: -1}
@@ -196,8 +203,8 @@ func (c Config) validate() error {
 		return errors.New("chaos: Duration must not be negative")
 	case c.Instances < 1 || c.Instances > 32:
 		return errors.New("chaos: Instances must be 1 to 32")
-	case c.Store != StorePostgres && c.Store != StoreSQLite:
-		return fmt.Errorf("chaos: Store %q: want %q or %q", c.Store, StorePostgres, StoreSQLite)
+	case c.Store != StorePostgres && c.Store != StoreSQLite && c.Store != StoreMySQL:
+		return fmt.Errorf("chaos: Store %q: want %q, %q or %q", c.Store, StorePostgres, StoreMySQL, StoreSQLite)
 	case c.Replication != "" && c.Replication != ReplicationSync && c.Replication != ReplicationAsync:
 		return fmt.Errorf("chaos: Replication %q: want %q, %q or none", c.Replication, ReplicationSync, ReplicationAsync)
 	case c.Replication != "" && c.Store != StorePostgres:

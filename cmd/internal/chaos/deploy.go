@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/cmd/internal/mariadb"
 	"github.com/idemkit/idem/idemoutbox"
 	"github.com/idemkit/idem/internal/pgtest/pgcluster"
 	"github.com/idemkit/idem/internal/pgtest/pgproxy"
@@ -33,10 +35,24 @@ func (h *harness) deploy(ctx context.Context) error {
 		return err
 	}
 	h.net = newNetwork()
-	if h.cfg.Store == StoreSQLite {
+	switch h.cfg.Store {
+	case StoreSQLite:
 		fmt.Fprintf(h.cfg.Progress, "chaos: starting processord and paymentsd on SQLite\n")
 		h.dbURL = "sqlite:" + filepath.Join(h.dir, "payments.db")
-	} else {
+	case StoreMySQL:
+		fmt.Fprintf(h.cfg.Progress, "chaos: starting MariaDB, processord and %d paymentsd instances\n", h.cfg.Instances)
+		server, err := mariadb.New(ctx)
+		if err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+		h.mariadb = server
+		if h.dbURL, err = server.CreateDatabase(ctx, "chaos"); err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+		if h.dbURL, err = h.net.routePrimary(h.dbURL); err != nil {
+			return err
+		}
+	default:
 		fmt.Fprintf(h.cfg.Progress, "chaos: starting PostgreSQL, processord and %d paymentsd instances\n", h.cfg.Instances)
 		if h.cluster, err = pgcluster.New(ctx); err != nil {
 			return fmt.Errorf("chaos: %w", err)
@@ -86,7 +102,7 @@ func (h *harness) deploy(ctx context.Context) error {
 			if db, err = h.net.routeURL(LinkDatabase, i, h.dbURL); err != nil {
 				return err
 			}
-			if i == 0 {
+			if i == 0 && h.cfg.Store == StorePostgres {
 				// Commit cuts fall between instance 0 and PostgreSQL.
 				if h.proxy, db, err = pgproxy.StartFor(db); err != nil {
 					return fmt.Errorf("chaos: %w", err)
@@ -171,9 +187,32 @@ func (h *harness) close() {
 			c.Close()
 		}
 	}
+	if h.mariadb != nil {
+		h.mariadb.Close()
+	}
 	if h.client != nil {
 		h.client.CloseIdleConnections()
 	}
+}
+
+// dbServer is the throwaway database server of a run, which the
+// harness crashes and starts again.
+type dbServer interface {
+	// Crash stops the server with no shutdown: PostgreSQL as pg_ctl stop
+	// -m immediate does, mariadbd with SIGKILL.
+	Crash() error
+	// Start starts it again on the same port and data.
+	Start(ctx context.Context) error
+}
+
+// dbServer returns the run's database server: the MariaDB on StoreMySQL,
+// else the PostgreSQL primary. Call it with dbMu held, which failovers
+// hold while they change the primary.
+func (h *harness) dbServer() dbServer {
+	if h.mariadb != nil {
+		return h.mariadb
+	}
+	return h.cluster
 }
 
 // build compiles ./cmd/name of the module at src into dir.
@@ -239,6 +278,11 @@ func (h *harness) openDB(ctx context.Context) (*sql.DB, error) {
 	var err error
 	if path, ok := strings.CutPrefix(h.dbURL, "sqlite:"); ok {
 		db, err = sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(10000)")
+	} else if strings.HasPrefix(h.dbURL, "mysql:") {
+		var dsn string
+		if dsn, err = database.MySQLDSN(h.dbURL); err == nil {
+			db, err = sql.Open("mysql", dsn)
+		}
 	} else {
 		db, err = sql.Open("pgx", h.dbURL)
 	}

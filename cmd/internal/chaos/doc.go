@@ -13,6 +13,14 @@
 // receiver in the harness, which verifies every signature and
 // answers some deliveries 500 on a schedule drawn from the seed.
 //
+// With Config.Store set to StoreMySQL the database is a throwaway mariadbd
+// instead (cmd/internal/mariadb), shared by the instances; its restart is
+// a SIGKILL, after which InnoDB recovers from its redo log; the network
+// faults fall on its links too, and there are no commit cuts (their proxy
+// speaks PostgreSQL's protocol), full disks, failovers nor proxy
+// workload. With StoreSQLite one instance runs on its embedded file, with
+// no database restarts nor commit cuts.
+//
 // Faults fall on a schedule drawn from the seed ([Schedule]): SIGKILL of
 // an instance, which its supervisor restarts; SIGSTOP for longer than the
 // lease, then SIGCONT; PostgreSQL stopped as pg_ctl stop -m immediate does,

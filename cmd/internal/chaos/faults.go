@@ -259,8 +259,9 @@ func (h *harness) apply(e Event) error {
 	case DBRestart:
 		h.dbMu.Lock()
 		defer h.dbMu.Unlock()
-		if err := h.cluster.Crash(); err != nil {
-			return fmt.Errorf("chaos: stop PostgreSQL: %w", err)
+		server := h.dbServer()
+		if err := server.Crash(); err != nil {
+			return fmt.Errorf("chaos: crash the database: %w", err)
 		}
 		h.faults.dbRestarts.Add(1)
 		mark.Hold = e.Hold
@@ -268,11 +269,11 @@ func (h *harness) apply(e Event) error {
 		time.Sleep(e.Hold)
 		var err error
 		for range 3 {
-			if err = h.cluster.Start(context.Background()); err == nil {
+			if err = server.Start(context.Background()); err == nil {
 				return nil
 			}
 		}
-		return fmt.Errorf("chaos: start PostgreSQL again: %w", err)
+		return fmt.Errorf("chaos: start the database again: %w", err)
 	case ClockSkew:
 		p := h.instances[e.Instance%len(h.instances)]
 		if err := writeSkew(p.clockFile, e.Skew); err != nil {

@@ -257,7 +257,7 @@ func writeReport(w io.Writer, d reportData) error {
 		histories = append(histories, h)
 	}
 	return reportTemplate.Execute(w, map[string]any{
-		"S": s, "Verdict": verdictOf(s), "Answers": answers, "Marks": marks, "Rows": rows,
+		"S": s, "DB": storeName(s.Store), "Verdict": verdictOf(s), "Answers": answers, "Marks": marks, "Rows": rows,
 		"Histories": histories, "Strays": d.Invalids[:min(len(d.Invalids), 50)],
 		"Width": width + left + 20, "Height": height + top + 30, "Left": left, "Right": left + width, "Bottom": top + height,
 		"MaxCount": maxCount, "Seconds": seconds, "TrafficEnd": x(d.Traffic.Seconds()),
@@ -305,7 +305,7 @@ pre{white-space:pre-wrap;background:#f8f9fa;padding:6px}
 </style></head><body>
 <h1>idem chaos: seed {{.S.Seed}}, {{.S.Instances}} instances, {{.S.Clients}} clients, {{.S.Seconds}} s: <span class="{{if .S.Violations}}bad{{else}}ok{{end}}">{{.Verdict}}</span></h1>
 <p>{{.S.Operations}} operations, {{.S.Attempts}} attempts, {{.S.Acknowledged}} acknowledged, {{.S.Declines}} declined payments.
-Faults: {{.S.Kills}} kills, {{.S.Pauses}} pauses, {{.S.DBRestarts}} PostgreSQL restarts, {{.S.CommitCuts}} commit cuts, {{.S.ClockSkews}} clock skews, {{.S.NetworkFaults}} network faults, {{.S.Failovers}} failovers, {{.S.DiskFull}} full disks.</p>
+Faults: {{.S.Kills}} kills, {{.S.Pauses}} pauses, {{.S.DBRestarts}} {{.DB}} restarts, {{.S.CommitCuts}} commit cuts, {{.S.ClockSkews}} clock skews, {{.S.NetworkFaults}} network faults, {{.S.Failovers}} failovers, {{.S.DiskFull}} full disks.</p>
 
 <h2>Attempts per second, by answer, with the faults (the final replays of every acknowledged operation left out)</h2>
 <div class="legend">{{range .Answers}}<span><i class="sw" style="background:{{.Color}}"></i>{{.Name}}</span>{{end}}

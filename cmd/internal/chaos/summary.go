@@ -12,7 +12,9 @@ import (
 // Summary is the outcome of a run; its JSON form is what idem chaos --json
 // prints.
 type Summary struct {
-	Seed      uint64  `json:"seed"`
+	Seed uint64 `json:"seed"`
+	// Store is the database of paymentsd (Config.Store).
+	Store     string  `json:"store"`
 	Seconds   float64 `json:"seconds"` // traffic, settling and checking
 	Instances int     `json:"instances"`
 	Clients   int     `json:"clients"`
@@ -115,7 +117,7 @@ const maxListedKeys = 20
 
 func (h *harness) summary(r *Report, took time.Duration) *Summary {
 	s := &Summary{
-		Seed: h.cfg.Seed, Seconds: took.Round(time.Second).Seconds(), Instances: h.cfg.Instances, Clients: h.cfg.Clients,
+		Seed: h.cfg.Seed, Store: h.cfg.Store, Seconds: took.Round(time.Second).Seconds(), Instances: h.cfg.Instances, Clients: h.cfg.Clients,
 		Lost: r.counts[vLost], Duplicated: r.counts[vDuplicated], MismatchedReplays: r.counts[vMismatch],
 		CrossTenant: r.counts[vCross], StuckKeys: r.counts[vStuck], Unexpected5xx: r.counts[v5xx],
 		Unanswered: r.counts[vUnanswered], ReuseAccepted: r.counts[vReuse], UnknownPayments: r.counts[vUnknown],
@@ -170,6 +172,17 @@ func answerLabel(a *Attempt) string {
 	return strconv.Itoa(a.Status)
 }
 
+// storeName names the database of a store for people.
+func storeName(store string) string {
+	switch store {
+	case StoreMySQL:
+		return "MariaDB"
+	case StoreSQLite:
+		return "SQLite"
+	}
+	return "PostgreSQL"
+}
+
 // WriteText writes the summary for people.
 func (s *Summary) WriteText(w io.Writer) {
 	verdict := "PASS: no violation"
@@ -183,8 +196,8 @@ func (s *Summary) WriteText(w io.Writer) {
 		s.Seed, s.Instances, s.Clients, time.Duration(s.Seconds*float64(time.Second)), verdict)
 	fmt.Fprintf(w, "  traffic:    %d operations (%s), %d attempts, %d acknowledged, %d declined payments\n",
 		s.Operations, counts(s.Workloads), s.Attempts, s.Acknowledged, s.Declines)
-	fmt.Fprintf(w, "  faults:     %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts, %d clock skews, %d network faults, %d failovers, %d full disks\n",
-		s.Kills, s.Pauses, s.DBRestarts, s.CommitCuts, s.ClockSkews, s.NetworkFaults, s.Failovers, s.DiskFull)
+	fmt.Fprintf(w, "  faults:     %d kills, %d pauses, %d %s restarts, %d commit cuts, %d clock skews, %d network faults, %d failovers, %d full disks\n",
+		s.Kills, s.Pauses, s.DBRestarts, storeName(s.Store), s.CommitCuts, s.ClockSkews, s.NetworkFaults, s.Failovers, s.DiskFull)
 	pf := s.ProcessorFaults
 	fmt.Fprintf(w, "              processord fails %g%%, loses the answer to %g%% and answers %g%% late, of charges\n",
 		100*pf.FailRate, 100*pf.LoseRate, 100*pf.TimeoutRate)

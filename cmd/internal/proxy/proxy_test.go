@@ -33,6 +33,9 @@ func newStore(t *testing.T, kind string) idemstore.Store {
 	t.Helper()
 	ctx := context.Background()
 	logger := slog.New(slog.DiscardHandler)
+	if kind == "mysql" {
+		return newMySQLStore(t)
+	}
 	if kind == "redis" {
 		return newRedisStore(t)
 	}
