@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -133,7 +132,7 @@ func (s *Server) Start(ctx context.Context) error {
 		"--skip-log-bin", "--innodb-buffer-pool-size=64M", "--max-connections=1000",
 		"--skip-name-resolve")
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procAttr()
 	if err := child.Start(cmd); err != nil {
 		return fmt.Errorf("mariadb: start mariadbd: %w", err)
 	}
