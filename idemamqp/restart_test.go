@@ -3,11 +3,6 @@ package idemamqp_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -17,98 +12,8 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemamqp"
 	"github.com/idemkit/idem/idemconsume"
-	"github.com/idemkit/idem/internal/child"
+	"github.com/idemkit/idem/internal/rabbittest"
 )
-
-// rabbitServerBin is the installed RabbitMQ start script, which a test
-// that kills the broker runs as a throwaway node of its own.
-func rabbitServerBin(t *testing.T) string {
-	for _, p := range []string{os.Getenv("IDEM_RABBITMQ_SERVER"), "/usr/lib/rabbitmq/bin/rabbitmq-server"} {
-		if p == "" {
-			continue
-		}
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	t.Skip("no rabbitmq-server installed")
-	return ""
-}
-
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// throwawayRabbit is a RabbitMQ node of the test's own: its own name,
-// ports, database directory and no plugins, never the shared server.
-type throwawayRabbit struct {
-	t          *testing.T
-	bin, dir   string
-	name       string
-	port, dist int
-	cmd        *exec.Cmd
-}
-
-func startThrowawayRabbit(t *testing.T) *throwawayRabbit {
-	r := &throwawayRabbit{
-		t: t, bin: rabbitServerBin(t), dir: t.TempDir(),
-		name: fmt.Sprintf("idemtest%d-%d@localhost", os.Getpid(), time.Now().UnixNano()%1e6),
-		port: freePort(t), dist: freePort(t),
-	}
-	r.start()
-	t.Cleanup(r.kill)
-	return r
-}
-
-func (r *throwawayRabbit) url() string {
-	return "amqp://guest:guest@127.0.0.1:" + strconv.Itoa(r.port) + "/"
-}
-
-func (r *throwawayRabbit) start() {
-	r.t.Helper()
-	r.cmd = exec.Command(r.bin)
-	r.cmd.Dir = r.dir
-	r.cmd.Env = append(os.Environ(),
-		"RABBITMQ_NODENAME="+r.name, "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
-		"RABBITMQ_NODE_PORT="+strconv.Itoa(r.port), "RABBITMQ_DIST_PORT="+strconv.Itoa(r.dist),
-		"RABBITMQ_MNESIA_BASE="+filepath.Join(r.dir, "mnesia"), "RABBITMQ_LOG_BASE="+filepath.Join(r.dir, "log"),
-		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(r.dir, "plugins"), "RABBITMQ_CONFIG_FILE="+filepath.Join(r.dir, "rabbitmq"),
-		"RABBITMQ_PID_FILE="+filepath.Join(r.dir, "pid"),
-		// The script then replaces itself with the Erlang VM, which the
-		// test kills and which dies with the test.
-		"RUNNING_UNDER_SYSTEMD=1",
-	)
-	dieWithParent(r.cmd)
-	if err := child.Start(r.cmd); err != nil {
-		r.t.Fatal(err)
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		conn, err := amqp.Dial(r.url())
-		if err == nil {
-			conn.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("the throwaway RabbitMQ did not start: %v (logs in %s)", err, r.dir)
-		}
-		time.Sleep(200 * time.Millisecond) // a poll under a deadline
-	}
-}
-
-// kill kills the node with SIGKILL, as a crash does.
-func (r *throwawayRabbit) kill() {
-	if r.cmd != nil && r.cmd.Process != nil {
-		r.cmd.Process.Kill()
-		r.cmd.Wait()
-		r.cmd = nil
-	}
-}
 
 // RabbitMQ itself is killed with SIGKILL and started again, twice, while
 // a subscriber consumes a durable queue of persistent messages: every
@@ -116,7 +21,7 @@ func (r *throwawayRabbit) kill() {
 // redeliveries, acknowledged as duplicates.
 func TestBrokerKilledAndRestarted(t *testing.T) {
 	const n, restarts = 400, 2
-	rmq := startThrowawayRabbit(t)
+	rmq := rabbittest.Start(t)
 	env := pgEnv(t)
 	ctx := context.Background()
 	var (
@@ -134,7 +39,7 @@ func TestBrokerKilledAndRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	declare := func() error {
-		conn, err := amqp.Dial(rmq.url())
+		conn, err := amqp.Dial(rmq.URL())
 		if err != nil {
 			return err
 		}
@@ -149,7 +54,7 @@ func TestBrokerKilledAndRestarted(t *testing.T) {
 	if err := declare(); err != nil {
 		t.Fatal(err)
 	}
-	sub, err := idemamqp.NewSubscriber(c, idemamqp.DialURL(rmq.url()), &idemamqp.SubscriberConfig{
+	sub, err := idemamqp.NewSubscriber(c, idemamqp.DialURL(rmq.URL()), &idemamqp.SubscriberConfig{
 		Queue: "cmds", Prefetch: 8, ReconnectWait: 100 * time.Millisecond, Logger: quiet,
 	})
 	if err != nil {
@@ -173,7 +78,7 @@ func TestBrokerKilledAndRestarted(t *testing.T) {
 					pubConn.Close()
 				}
 				pubConn, pubCh = nil, nil
-				conn, err := amqp.Dial(rmq.url())
+				conn, err := amqp.Dial(rmq.URL())
 				if err == nil {
 					ch, err := conn.Channel()
 					if err == nil && ch.Confirm(false) == nil {
@@ -210,8 +115,8 @@ func TestBrokerKilledAndRestarted(t *testing.T) {
 	for i := range n {
 		publish(i)
 		if i > 0 && i%(n/(restarts+1)) == 0 {
-			rmq.kill()
-			rmq.start()
+			rmq.Kill()
+			rmq.Restart()
 		}
 	}
 	deadline := time.Now().Add(3 * time.Minute)
