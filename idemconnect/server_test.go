@@ -52,7 +52,7 @@ func detailsOf(t *testing.T, err error) details {
 
 func forEachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			f(t, b)
 		})
@@ -76,7 +76,7 @@ func TestReplaysTheStoredResponse(t *testing.T) {
 			if connect.CodeOf(e1.err) != connect.CodeAlreadyExists || connect.CodeOf(e2.err) != connect.CodeAlreadyExists || !e2.replayed() {
 				t.Errorf("%s: ALREADY_EXISTS %v, then %v replayed=%v", mode, e1.err, e2.err, e2.replayed())
 			}
-			if n, rows := e.svc.runs.Load(), e.db.rows(t); n != 1 || rows != 1 {
+			if n, rows := e.svc.runs.Load(), e.db.Rows(t); n != 1 || rows != 1 {
 				t.Errorf("%s: %d runs and %d rows, want 1 and 1", mode, n, rows)
 			}
 		}
@@ -148,7 +148,7 @@ func TestStoreDownIsUnavailable(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		e := setup(t, b, idem.Config{})
-		e.db.down()
+		e.db.Down()
 		a := e.call(t, "alice", payment(4200), "down")
 		if d := detailsOf(t, a.err); d.code != connect.CodeUnavailable || d.reason != "STORE_UNAVAILABLE" || d.retry <= 0 {
 			t.Fatalf("store down: %v %+v", a.err, d)

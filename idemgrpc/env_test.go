@@ -2,20 +2,16 @@ package idemgrpc_test
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -26,10 +22,8 @@ import (
 	"github.com/idemkit/idem"
 	paymentsv1 "github.com/idemkit/idem/api/payments/v1"
 	"github.com/idemkit/idem/idemgrpc"
-	"github.com/idemkit/idem/idempg"
-	"github.com/idemkit/idem/idemsqlite"
-	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/pgtest"
+	"github.com/idemkit/idem/internal/storetest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -40,88 +34,12 @@ const testTimeout = 30 * time.Second
 
 // backend is a real store with a business table that handlers write to in
 // the key's transaction.
-type backend struct {
-	name string
-	open func(t *testing.T) *db
-}
+type (
+	backend = storetest.Backend
+	db      = storetest.DB
+)
 
-// db is an open backend.
-type db struct {
-	store  idemstore.Store
-	insert func(ctx context.Context, key string) (int64, error) // in the request's transaction
-	rows   func(t *testing.T) int                               // business rows, committed
-	down   func()                                               // makes the store fail every call
-}
-
-var backends = []backend{
-	{"SQLite", func(t *testing.T) *db {
-		store, err := idemsqlite.Open(filepath.Join(t.TempDir(), "idem.db"), &idemsqlite.Config{Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { store.Close() })
-		if err := store.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := store.DB().Exec(`CREATE TABLE business (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL)`); err != nil {
-			t.Fatal(err)
-		}
-		return &db{
-			store: store,
-			insert: func(ctx context.Context, key string) (int64, error) {
-				tx, err := idemsqlite.TxFromContext(ctx)
-				if err != nil {
-					return 0, err
-				}
-				var id int64
-				err = tx.QueryRowContext(ctx, `INSERT INTO business (key) VALUES (?) RETURNING id`, key).Scan(&id)
-				return id, err
-			},
-			rows: func(t *testing.T) int {
-				var n int
-				if err := store.ReadDB().QueryRow(`SELECT count(*) FROM business`).Scan(&n); err != nil && !errors.Is(err, sql.ErrConnDone) {
-					t.Fatal(err)
-				}
-				return n
-			},
-			down: func() { store.Close() },
-		}
-	}},
-	{"PostgreSQL", func(t *testing.T) *db {
-		pool := pgtest.NewPool(t)
-		store, err := idempg.New(pool, &idempg.Config{Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		if err := store.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := pool.Exec(ctx, `CREATE TABLE business (id bigserial PRIMARY KEY, key text NOT NULL)`); err != nil {
-			t.Fatal(err)
-		}
-		return &db{
-			store: store,
-			insert: func(ctx context.Context, key string) (int64, error) {
-				tx, err := idempg.TxFromContext(ctx)
-				if err != nil {
-					return 0, err
-				}
-				var id int64
-				err = tx.QueryRow(ctx, `INSERT INTO business (key) VALUES ($1) RETURNING id`, key).Scan(&id)
-				return id, err
-			},
-			rows: func(t *testing.T) int {
-				var n int
-				if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM business`).Scan(&n); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
-					t.Fatal(err)
-				}
-				return n
-			},
-			down: pool.Close,
-		}
-	}},
-}
+var backends = storetest.Backends
 
 type clientKey struct{}
 
@@ -168,7 +86,7 @@ func (s *service) CreatePayment(ctx context.Context, req *paymentsv1.CreatePayme
 	case "exists":
 		return nil, status.Error(codes.AlreadyExists, "customer has this payment already")
 	}
-	id, err := s.db.insert(ctx, scope.Key)
+	id, err := s.db.Insert(ctx, scope.Key)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "insert: %v", err)
 	}
@@ -202,13 +120,13 @@ type served struct {
 
 func setup(t *testing.T, b backend, cfg idem.Config, rpc *idemgrpc.Config) *env {
 	t.Helper()
-	d := b.open(t)
+	d := b.Open(t)
 	cfg.ClientID = func(r *http.Request) (string, bool) {
 		c, ok := r.Context().Value(clientKey{}).(string)
 		return c, ok && c != ""
 	}
 	cfg.Logger = quiet
-	mw, err := idem.New(d.store, &cfg)
+	mw, err := idem.New(d.Store, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func TestTwoPhaseResumesWithDerivedKeys(t *testing.T) {
 		e.svc.phases = idem.Phases{
 			idemstore.RecoveryStarted: func(ctx context.Context, w http.ResponseWriter, st idem.State) (string, error) {
 				scope, _ := idem.ScopeFromContext(ctx)
-				id, err := e.db.insert(ctx, scope.Key)
+				id, err := e.db.Insert(ctx, scope.Key)
 				st["id"] = "pay_" + strconv.FormatInt(id, 10)
 				return "created", err
 			},
@@ -83,7 +83,7 @@ func TestTwoPhaseResumesWithDerivedKeys(t *testing.T) {
 				t.Errorf("%d charge requests with the derived key, want 2 (the lost one and the resumed one)", n)
 			}
 		}
-		if rows := e.db.rows(t); rows != 1 {
+		if rows := e.db.Rows(t); rows != 1 {
 			t.Errorf("%d rows, want 1", rows)
 		}
 	})

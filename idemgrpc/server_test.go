@@ -52,7 +52,7 @@ func detailsOf(t *testing.T, err error) details {
 
 func forEachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			f(t, b)
 		})
@@ -73,7 +73,7 @@ func TestReplaysTheStoredResponse(t *testing.T) {
 			if again.err != nil || !again.replayed() || !equalMsg(again.resp, first.resp) {
 				t.Fatalf("%s: retry: %v replayed=%v %v, want the replay of %v", mode, again.err, again.replayed(), again.resp, first.resp)
 			}
-			if n, rows := e.svc.runs.Load(), e.db.rows(t); n != 1 || rows != 1 {
+			if n, rows := e.svc.runs.Load(), e.db.Rows(t); n != 1 || rows != 1 {
 				t.Errorf("%s: %d runs and %d rows, want 1 and 1", mode, n, rows)
 			}
 		}
@@ -195,7 +195,7 @@ func TestStoreDownIsUnavailable(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		e := setup(t, b, idem.Config{}, nil)
-		e.db.down()
+		e.db.Down()
 		a := e.call(t, "alice", payment(4200), "down")
 		d := detailsOf(t, a.err)
 		if d.code != codes.Unavailable || d.reason != "STORE_UNAVAILABLE" || d.retry <= 0 {
