@@ -3,6 +3,8 @@ package rabbittest
 import (
 	"net"
 	"testing"
+
+	"github.com/idemkit/idem/internal/rabbittest/rabbitnode"
 )
 
 // A node accepts the AMQP handshake once started, refuses connections
@@ -12,7 +14,7 @@ func TestStartKillRestart(t *testing.T) {
 		t.Skip("boots a RabbitMQ node")
 	}
 	n := Start(t)
-	if err := handshake(n.Addr()); err != nil {
+	if err := rabbitnode.Handshake(n.Addr()); err != nil {
 		t.Fatalf("after Start: %v", err)
 	}
 	n.Kill()
@@ -21,7 +23,7 @@ func TestStartKillRestart(t *testing.T) {
 		t.Fatalf("after Kill, %s still accepts connections", n.Addr())
 	}
 	n.Restart()
-	if err := handshake(n.Addr()); err != nil {
+	if err := rabbitnode.Handshake(n.Addr()); err != nil {
 		t.Fatalf("after Restart: %v", err)
 	}
 }
