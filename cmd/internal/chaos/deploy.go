@@ -90,7 +90,7 @@ func (h *harness) deploy(ctx context.Context) error {
 		return err
 	}
 	transfersFrom := ""
-	if usesQueue(h.cfg.Workloads) {
+	if h.cfg.usesQueue() {
 		if transfersFrom, err = h.startQueue(ctx); err != nil {
 			return err
 		}
@@ -123,7 +123,11 @@ func (h *harness) deploy(ctx context.Context) error {
 		}
 		args := paymentsdArgs(addrs[i+1], db, processorURL, h.cfg.LockTimeout, webhookURL, secret)
 		if transfersFrom != "" {
-			args = append(args, "-transfers-from", transfersFrom)
+			from, err := h.net.routeURL(LinkBroker, i, transfersFrom)
+			if err != nil {
+				return err
+			}
+			args = append(args, "-transfers-from", from)
 		}
 		p := &process{
 			name: fmt.Sprintf("paymentsd-%d", i), path: paymentsd, addr: addrs[i+1],
