@@ -60,6 +60,7 @@ Example:
 
 	idem chaos --duration 15m --seed 42
 	idem chaos --store mysql --duration 10m
+	idem chaos --queue-broker rabbitmq --queue-commands 10000 --duration 2m
 
 Flags:
 `
