@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemkit/idem"
@@ -33,7 +34,10 @@ const benchRound = 1000
 // benchPrefetch deliveries at once. Each iteration is a round of
 // benchRound messages for each, one after the other, so that both see the
 // same machine; it reports the medians of their rates and of the ratio
-// idem/bare per round.
+// idem/bare per round. A third consumer, bare too, inserts the
+// benchPrefetch deliveries it holds in one transaction and acks them with
+// one multiple ack: what batching would add (batched/bare), which neither
+// of the others does.
 func BenchmarkThroughput(b *testing.B) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(b)
@@ -72,22 +76,28 @@ func BenchmarkThroughput(b *testing.B) {
 			b.Fatal("publish not confirmed", err)
 		}
 		start := time.Now()
-		if mode == "bare" {
+		switch mode {
+		case "bare":
 			consumeBare(b, queue, store, benchRound)
-		} else {
+		case "batched":
+			consumeBatched(b, queue, store, benchRound)
+		default:
 			consumeIdem(b, queue, store, benchRound)
 		}
 		return benchRound / time.Since(start).Seconds()
 	}
-	var bare, idem, ratio []float64
+	var bare, idem, ratio, batched []float64
 	b.ResetTimer()
 	for range b.N {
-		r0, r1 := rate("bare"), rate("idem")
+		r0, r1, r2 := rate("bare"), rate("idem"), rate("batched")
 		bare, idem, ratio = append(bare, r0), append(idem, r1), append(ratio, r1/r0)
+		batched = append(batched, r2/r0)
 	}
+	b.Logf("idem/bare per round: %.2f; batched/bare: %.2f", ratio, batched)
 	b.ReportMetric(median(bare), "bare-msgs/s")
 	b.ReportMetric(median(idem), "idem-msgs/s")
 	b.ReportMetric(median(ratio), "ratio")
+	b.ReportMetric(median(batched), "batched/bare")
 }
 
 func median(v []float64) float64 {
@@ -181,4 +191,53 @@ func consumeIdem(b *testing.B, queue string, store *idempg.Store, n int) {
 	}
 	cancel()
 	wg.Wait()
+}
+
+// consumeBatched is consumeBare with one transaction per benchPrefetch
+// deliveries, one transaction at a time: it waits until it holds a batch,
+// sends its inserts in one pipelined batch, commits, and acks them with one
+// multiple ack. Its prefetch is two batches, so that the broker sends the
+// next batch while one commits.
+func consumeBatched(b *testing.B, queue string, store *idempg.Store, n int) {
+	ctx := context.Background()
+	pool := store.Pool()
+	conn, ch := dial(b)
+	defer conn.Close()
+	if err := ch.Qos(2*benchPrefetch, 0, false); err != nil {
+		b.Fatal(err)
+	}
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	deadline := time.After(10 * time.Minute)
+	for done := 0; done < n; {
+		batch := make([]amqp.Delivery, 0, benchPrefetch)
+		for len(batch) < min(benchPrefetch, n-done) {
+			select {
+			case d := <-deliveries:
+				batch = append(batch, d)
+			case <-deadline:
+				b.Fatal("not done in 10 minutes")
+			}
+		}
+		tx, err := pool.Begin(ctx)
+		if err == nil {
+			var inserts pgx.Batch
+			for _, d := range batch {
+				inserts.Queue(`INSERT INTO effects (name) VALUES ($1)`, d.MessageId)
+			}
+			err = tx.SendBatch(ctx, &inserts).Close()
+		}
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		if err == nil {
+			err = batch[len(batch)-1].Ack(true)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		done += len(batch)
+	}
 }

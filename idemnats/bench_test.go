@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,6 +30,9 @@ const benchRound = 1000
 // message at a time. Each iteration is a round of benchRound messages for
 // each, one after the other, so that both see the same machine; it
 // reports the medians of their rates and of the ratio idem/bare per round.
+// A third consumer, bare too, inserts each fetched batch in one
+// transaction: what batching would add (batched/bare), which neither of
+// the others does.
 func BenchmarkThroughput(b *testing.B) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(b)
@@ -67,22 +71,28 @@ func BenchmarkThroughput(b *testing.B) {
 			b.Fatal(err)
 		}
 		start := time.Now()
-		if mode == "bare" {
+		switch mode {
+		case "bare":
 			consumeBare(b, pull, pool, benchRound)
-		} else {
+		case "batched":
+			consumeBatched(b, pull, pool, benchRound)
+		default:
 			consumeIdem(b, js, pull, store, benchRound)
 		}
 		return benchRound / time.Since(start).Seconds()
 	}
-	var bare, idem, ratio []float64
+	var bare, idem, ratio, batched []float64
 	b.ResetTimer()
 	for range b.N {
-		r0, r1 := rate("bare"), rate("idem")
+		r0, r1, r2 := rate("bare"), rate("idem"), rate("batched")
 		bare, idem, ratio = append(bare, r0), append(idem, r1), append(ratio, r1/r0)
+		batched = append(batched, r2/r0)
 	}
+	b.Logf("idem/bare per round: %.2f; batched/bare: %.2f", ratio, batched)
 	b.ReportMetric(median(bare), "bare-msgs/s")
 	b.ReportMetric(median(idem), "idem-msgs/s")
 	b.ReportMetric(median(ratio), "ratio")
+	b.ReportMetric(median(batched), "batched/bare")
 }
 
 func median(v []float64) float64 {
@@ -114,6 +124,44 @@ func consumeBare(b *testing.B, pull jetstream.Consumer, pool *pgxpool.Pool, n in
 			}
 			done++
 		}
+	}
+}
+
+// consumeBatched is consumeBare with one transaction per fetched batch:
+// the inserts of its messages sent in one pipelined batch, one commit,
+// then an ack of each.
+func consumeBatched(b *testing.B, pull jetstream.Consumer, pool *pgxpool.Pool, n int) {
+	ctx := context.Background()
+	for done := 0; done < n; {
+		batch, err := pull.Fetch(32, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var msgs []jetstream.Msg
+		var inserts pgx.Batch
+		for msg := range batch.Messages() {
+			msgs = append(msgs, msg)
+			inserts.Queue(`INSERT INTO effects (name) VALUES ($1)`, msg.Headers().Get(idemnats.HeaderMsgID))
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		tx, err := pool.Begin(ctx)
+		if err == nil {
+			err = tx.SendBatch(ctx, &inserts).Close()
+		}
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, msg := range msgs {
+			if err := msg.Ack(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		done += len(msgs)
 	}
 }
 

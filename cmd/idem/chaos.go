@@ -60,6 +60,7 @@ Example:
 
 	idem chaos --duration 15m --seed 42
 	idem chaos --store mysql --duration 10m
+	idem chaos --queue-broker rabbitmq --queue-commands 10000 --duration 2m
 
 Flags:
 `
@@ -84,7 +85,9 @@ func runChaos(ctx context.Context, c *cli, args []string) int {
 		violations  = fs.String("violations", env.String("IDEM_CHAOS_VIOLATIONS", ""), "`file` for the history of the offending keys, one JSON object a line (default chaos-violations-SEED.jsonl; env IDEM_CHAOS_VIOLATIONS)")
 		logs        = fs.String("logs", env.String("IDEM_CHAOS_LOGS", ""), "`directory` to keep the processes' logs in (default: a temporary directory, kept only after a violation; env IDEM_CHAOS_LOGS)")
 		report      = fs.String("report", env.String("IDEM_CHAOS_REPORT", ""), "`file` for a self-contained HTML page of the run: attempts per second by answer with every fault marked, latency percentiles over time, the invariants and each violation's history (env IDEM_CHAOS_REPORT)")
-		queued      = fs.Bool("queue", env.Bool("IDEM_CHAOS_QUEUE", false), "add transfers sent as commands to a throwaway nats-server (JetStream), which paymentsd consumes with -transfers-from and which is killed with SIGKILL during the traffic; PostgreSQL only (env IDEM_CHAOS_QUEUE)")
+		queued      = fs.Bool("queue", env.Bool("IDEM_CHAOS_QUEUE", false), "add transfers sent as commands to a throwaway broker (--queue-broker), which paymentsd consumes with -transfers-from through a faulty link of each instance's own; PostgreSQL only (env IDEM_CHAOS_QUEUE)")
+		queueBroker = fs.String("queue-broker", env.String("IDEM_CHAOS_QUEUE_BROKER", chaos.QueueNATS), "`broker` of the queued transfers: nats (a throwaway nats-server with JetStream on a file store, killed with SIGKILL and restarted during the traffic) or rabbitmq (a throwaway RabbitMQ node, never the shared server; commands published with confirms) (env IDEM_CHAOS_QUEUE_BROKER)")
+		commands    = fs.Int("queue-commands", env.Int("IDEM_CHAOS_QUEUE_COMMANDS", 0), "`number` of transfer commands to publish to the broker over --duration, every tenth twice and every twentieth also over HTTP with the same key; without --queue they are the whole traffic (env IDEM_CHAOS_QUEUE_COMMANDS)")
 		source      = fs.String("source", env.String("IDEM_CHAOS_SOURCE", ""), "`directory` of the idem checkout to build paymentsd and processord from (default: the module of the working directory; env IDEM_CHAOS_SOURCE)")
 	)
 	if env.Err() != nil {
@@ -97,8 +100,8 @@ func runChaos(ctx context.Context, c *cli, args []string) int {
 		}
 		return exitUsage
 	}
-	if fs.NArg() > 0 || *duration <= 0 || *instances < 1 || *clients < 1 {
-		fmt.Fprintln(c.stderr, "idem chaos: --duration, --instances and --clients must be positive, and no arguments are taken")
+	if fs.NArg() > 0 || *duration <= 0 || *instances < 1 || *clients < 1 || *commands < 0 {
+		fmt.Fprintln(c.stderr, "idem chaos: --duration, --instances and --clients must be positive, --queue-commands not negative, and no arguments are taken")
 		return exitUsage
 	}
 	s := rand.Uint64() >> 1
@@ -118,13 +121,18 @@ func runChaos(ctx context.Context, c *cli, args []string) int {
 		}
 	}
 	var workloads []chaos.Weighted
-	if *queued {
+	proxies := 0
+	switch {
+	case *queued:
 		workloads = append(chaos.DefaultWorkloads(), chaos.Weighted{Workload: chaos.QueuedTransfer{}, Weight: 3})
+	case *commands > 0:
+		// The commands alone: no HTTP workload, so no idemproxy either.
+		workloads, proxies = []chaos.Weighted{}, -1
 	}
 	sum, err := chaos.Run(ctx, chaos.Config{
 		Duration: *duration, Store: *store, Replication: *replication, Instances: *instances, Clients: *clients, Seed: s,
 		SourceDir: src, ViolationsFile: *violations, ReportFile: *report, LogDir: *logs, Progress: c.stderr,
-		Workloads: workloads,
+		Workloads: workloads, Proxies: proxies, Queue: *queueBroker, QueueCommands: *commands,
 	})
 	if err != nil {
 		fmt.Fprintf(c.stderr, "idem chaos: %v\n", err)

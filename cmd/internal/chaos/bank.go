@@ -107,9 +107,12 @@ func parseTransfer(body []byte) (transfer, error) {
 	return t, err
 }
 
-// usesBank reports whether the traffic mix has transfers.
-func usesBank(ws []Weighted) bool {
-	for _, w := range ws {
+// usesBank reports whether the run has transfers.
+func (c Config) usesBank() bool {
+	if c.QueueCommands > 0 {
+		return true
+	}
+	for _, w := range c.Workloads {
 		switch w.Workload.(type) {
 		case Transfer, QueuedTransfer:
 			return true

@@ -26,8 +26,11 @@ const (
 	ProcessorDelayDefault = 50 * time.Millisecond
 
 	// settleTimeout bounds the phase in which every unanswered operation is
-	// retried to a final answer, and the verification replays.
+	// retried to a final answer, and the verification replays, with
+	// settlePerOp more for each operation of the history: a run of
+	// thousands of queued commands settles each over HTTP.
 	settleTimeout = 2 * time.Minute
+	settlePerOp   = 50 * time.Millisecond
 	readyTimeout  = time.Minute
 	// settleAttempts bounds the attempts of one operation while settling.
 	settleAttempts = 120
@@ -140,7 +143,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 func (h *harness) run(ctx context.Context) (*Summary, error) {
 	cfg := h.cfg
 	events := Schedule(cfg.Seed, cfg.Duration, cfg.Faults, cfg.Instances+len(h.proxies), cfg.LockTimeout)
-	if usesBank(cfg.Workloads) {
+	if cfg.usesBank() {
 		if err := h.openBank(ctx); err != nil {
 			return nil, err
 		}
@@ -164,12 +167,10 @@ func (h *harness) run(ctx context.Context) (*Summary, error) {
 	faultErr := make(chan error, 1)
 	go func() { faultErr <- h.inject(traffic, start, events) }()
 	if h.queue != nil && !cfg.NoFaults {
-		brokerDone := make(chan struct{})
-		go func() {
-			defer close(brokerDone)
-			h.killBroker(traffic, max(cfg.Duration/5, 5*time.Second))
-		}()
-		defer func() { <-brokerDone }()
+		var brokerFaults sync.WaitGroup
+		brokerFaults.Go(func() { h.killBroker(traffic, max(cfg.Duration/5, 5*time.Second)) })
+		brokerFaults.Go(func() { h.faultBrokerLinks(traffic) })
+		defer brokerFaults.Wait()
 	}
 	if h.bank != nil {
 		stopSampler := make(chan struct{})
@@ -185,7 +186,14 @@ func (h *harness) run(ctx context.Context) (*Summary, error) {
 	}
 
 	var wg sync.WaitGroup
+	if cfg.QueueCommands > 0 {
+		// Every command is published, even past the traffic's end.
+		wg.Go(func() { h.publishCommands(ctx, start) })
+	}
 	for i := range cfg.Clients {
+		if !weighs(cfg.Workloads) {
+			break
+		}
 		w := &Worker{ID: i, Tenant: tenants[i%len(tenants)], Rand: rand.New(rand.NewPCG(cfg.Seed, uint64(1000+i))), h: h}
 		wg.Add(1)
 		go func() {
@@ -224,7 +232,7 @@ func (h *harness) run(ctx context.Context) (*Summary, error) {
 		wait = max(wait, proxySettleWait)
 	}
 	sleepCtx(ctx, wait)
-	settle, cancel := context.WithTimeout(ctx, settleTimeout)
+	settle, cancel := context.WithTimeout(ctx, settleTimeout+time.Duration(len(h.history.Ops()))*settlePerOp)
 	defer cancel()
 	h.settle(settle)
 	h.verify(settle)
@@ -343,6 +351,16 @@ func (h *harness) progress(start time.Time, stop <-chan struct{}) {
 			since(start), len(ops), h.history.attempts.Load(), acked, h.receiver.stats().Delivered,
 			h.faults.kills.Load(), h.faults.pauses.Load(), h.faults.dbRestarts.Load(), h.cuts(), h.faults.network.Load(), h.history.suspect.Load())
 	}
+}
+
+// weighs reports whether some workload has a positive weight.
+func weighs(ws []Weighted) bool {
+	for _, w := range ws {
+		if w.Weight > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // pick draws a workload by weight.

@@ -73,6 +73,20 @@ type Config struct {
 	ProcessorDelay time.Duration
 	// Workloads is the traffic mix. Defaults to DefaultWorkloads().
 	Workloads []Weighted
+	// Queue is the broker that the queued transfers go to: QueueNATS (a
+	// throwaway nats-server with JetStream on a file store, killed with
+	// SIGKILL and restarted during the traffic) or QueueRabbitMQ (a
+	// throwaway RabbitMQ node, never the shared server). Every instance
+	// consumes it with -transfers-from through a link of its own, whose
+	// connections the broker link faults cut. PostgreSQL only. Defaults
+	// to QueueNATS.
+	Queue string
+	// QueueCommands, when positive, publishes this many transfer commands
+	// to the broker besides the Workloads, spread evenly over Duration,
+	// every tenth a second time a moment later; the publishers wait for
+	// the broker's confirm of each. The Workloads may then all weigh 0.
+	// Defaults to 0: none.
+	QueueCommands int
 	// SourceDir is the module whose cmd/paymentsd and cmd/processord are
 	// built. Defaults to the module of the working directory.
 	SourceDir string
@@ -127,6 +141,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Store == "" {
 		c.Store = StorePostgres
+	}
+	if c.Queue == "" {
+		c.Queue = QueueNATS
 	}
 	if c.Proxies == 0 {
 		c.Proxies = ProxiesDefault
@@ -213,6 +230,10 @@ func (c Config) validate() error {
 		return errors.New("chaos: the SQLite store runs one instance: its file belongs to one process")
 	case c.Clients < 1 || c.Clients > 256:
 		return errors.New("chaos: Clients must be 1 to 256")
+	case c.Queue != QueueNATS && c.Queue != QueueRabbitMQ:
+		return fmt.Errorf("chaos: Queue %q: want %q or %q", c.Queue, QueueNATS, QueueRabbitMQ)
+	case c.QueueCommands < 0:
+		return errors.New("chaos: QueueCommands must not be negative")
 	case c.LockTimeout < 100*time.Millisecond || c.LockTimeout > attemptTimeout/3:
 		return fmt.Errorf("chaos: LockTimeout must be 100ms to %s, a third of a client's attempt timeout", attemptTimeout/3)
 	}
@@ -226,7 +247,7 @@ func (c Config) validate() error {
 		}
 		total += w.Weight
 	}
-	if total == 0 {
+	if total == 0 && c.QueueCommands == 0 {
 		return errors.New("chaos: no workload has a positive weight")
 	}
 	return nil

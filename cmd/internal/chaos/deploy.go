@@ -75,7 +75,7 @@ func (h *harness) deploy(ctx context.Context) error {
 		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
 	}}
 
-	addrs, err := freeAddrs(h.cfg.Instances + 1)
+	addrs, err := freeAddrs(1)
 	if err != nil {
 		return err
 	}
@@ -90,43 +90,56 @@ func (h *harness) deploy(ctx context.Context) error {
 		return err
 	}
 	transfersFrom := ""
-	if usesQueue(h.cfg.Workloads) {
+	if h.cfg.usesQueue() {
 		if transfersFrom, err = h.startQueue(ctx); err != nil {
 			return err
 		}
 	}
-	for i := range h.cfg.Instances {
-		// Every link of an instance passes a proxy of the network faults.
-		db := h.dbURL
+	// Every link of an instance passes a proxy of the network faults. The
+	// links' listeners are opened before the instances' ports are picked,
+	// so that none takes a port picked for an instance.
+	type instanceLinks struct{ db, processor, webhook, transfersFrom string }
+	routes := make([]instanceLinks, h.cfg.Instances)
+	for i := range routes {
+		r := &routes[i]
+		r.db = h.dbURL
 		if h.cfg.Store != StoreSQLite {
-			if db, err = h.net.routeURL(LinkDatabase, i, h.dbURL); err != nil {
+			if r.db, err = h.net.routeURL(LinkDatabase, i, h.dbURL); err != nil {
 				return err
 			}
 			if i == 0 && h.cfg.Store == StorePostgres {
 				// Commit cuts fall between instance 0 and PostgreSQL.
-				if h.proxy, db, err = pgproxy.StartFor(db); err != nil {
+				if h.proxy, r.db, err = pgproxy.StartFor(r.db); err != nil {
 					return fmt.Errorf("chaos: %w", err)
 				}
 			}
 		}
-		processorURL, err := h.net.routeURL(LinkProcessor, i, "http://"+addrs[0])
-		if err != nil {
+		if r.processor, err = h.net.routeURL(LinkProcessor, i, "http://"+addrs[0]); err != nil {
 			return err
 		}
-		webhookURL, err := h.net.routeURL(LinkWebhook, i, h.receiver.url)
-		if err != nil {
+		if r.webhook, err = h.net.routeURL(LinkWebhook, i, h.receiver.url); err != nil {
 			return err
 		}
+		if transfersFrom != "" {
+			if r.transfersFrom, err = h.net.routeURL(LinkBroker, i, transfersFrom); err != nil {
+				return err
+			}
+		}
+	}
+	if addrs, err = freeAddrs(h.cfg.Instances); err != nil {
+		return err
+	}
+	for i, r := range routes {
 		clock := filepath.Join(h.dir, fmt.Sprintf("clock-%d", i))
 		if err := writeSkew(clock, 0); err != nil {
 			return err
 		}
-		args := paymentsdArgs(addrs[i+1], db, processorURL, h.cfg.LockTimeout, webhookURL, secret)
-		if transfersFrom != "" {
-			args = append(args, "-transfers-from", transfersFrom)
+		args := paymentsdArgs(addrs[i], r.db, r.processor, h.cfg.LockTimeout, r.webhook, secret)
+		if r.transfersFrom != "" {
+			args = append(args, "-transfers-from", r.transfersFrom)
 		}
 		p := &process{
-			name: fmt.Sprintf("paymentsd-%d", i), path: paymentsd, addr: addrs[i+1],
+			name: fmt.Sprintf("paymentsd-%d", i), path: paymentsd, addr: addrs[i],
 			args:      args,
 			env:       append(slices.Clone(h.cfg.Env), clockFileEnv+"="+clock),
 			logPath:   filepath.Join(h.dir, fmt.Sprintf("paymentsd-%d.log", i)),

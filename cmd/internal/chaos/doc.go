@@ -28,6 +28,16 @@
 // processord fails charges, loses answers after charging and answers late,
 // at rates drawn from the seed ([ProcessorFaults]).
 //
+// With queued transfers ([QueuedTransfer], or Config.QueueCommands) the
+// run starts a throwaway broker as well (Config.Queue): a nats-server with
+// JetStream on a file store, killed with SIGKILL and restarted during the
+// traffic, or a RabbitMQ node of its own (internal/rabbittest/rabbitnode),
+// published to with confirms. Every instance consumes it with
+// -transfers-from through a toxiproxy link of its own, which faults cut on
+// a schedule of their own. When the faults stop, the harness waits until
+// the broker holds nothing more and every command's key is completed; a
+// command whose key never is counts as lost.
+//
 // Clients run [Workload]s: duplicate storms across instances, retries with
 // idemclient's backoff until a final answer, and reuse of a remembered key
 // with a changed body. Every attempt is recorded ([Attempt]). When the

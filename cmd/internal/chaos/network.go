@@ -31,9 +31,17 @@ const (
 	// (the instance is the proxy's index).
 	LinkUpstream
 	links
+	// LinkBroker is an instance's connection to the run's broker, when it
+	// has one. Its faults fall on a schedule of their own
+	// (harness.faultBrokerLinks): it is not among the links the fault
+	// schedule draws, so that a seed's schedule is the same with and
+	// without a queue.
+	LinkBroker = links
 )
 
-func (l Link) String() string { return [...]string{"database", "processor", "webhook", "upstream"}[l] }
+func (l Link) String() string {
+	return [...]string{"database", "processor", "webhook", "upstream", "broker"}[l]
+}
 
 // Toxic is what a network fault does to a link, for its hold time.
 type Toxic int

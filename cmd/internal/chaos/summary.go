@@ -59,16 +59,21 @@ type Summary struct {
 	TransfersApplied  int   `json:"transfers_applied"`
 	InsufficientFunds int   `json:"insufficient_funds"`
 	BankSamples       int   `json:"bank_samples"`
-	// The queue, when the traffic has queued transfers: QueuedPublished
-	// counts the commands published to the broker (copies included),
-	// QueuedResent the copies published after the broker's duplicate
-	// window, which reach the consumers; BrokerKills the SIGKILLs of the
-	// broker; QueuedLost the queued commands whose key was not completed
-	// in the database once the queue had drained, each a violation.
-	QueuedPublished int `json:"queued_published,omitempty"`
-	QueuedResent    int `json:"queued_resent,omitempty"`
-	BrokerKills     int `json:"broker_kills,omitempty"`
-	QueuedLost      int `json:"queued_lost,omitempty"`
+	// The queue, when the run sends commands to a broker: Queue is the
+	// broker (Config.Queue); QueuedPublished counts the commands
+	// published to it (copies included), QueuedResent the copies that
+	// reach the consumers (on JetStream, published after its duplicate
+	// window); BrokerKills the SIGKILLs of the broker; BrokerLinkFaults
+	// the toxics put on an instance's link to it (also counted in
+	// NetworkFaults); QueuedLost the queued commands whose key was not
+	// completed in the database once the queue had drained, each a
+	// violation.
+	Queue            string `json:"queue,omitempty"`
+	QueuedPublished  int    `json:"queued_published,omitempty"`
+	QueuedResent     int    `json:"queued_resent,omitempty"`
+	BrokerKills      int    `json:"broker_kills,omitempty"`
+	BrokerLinkFaults int    `json:"broker_link_faults,omitempty"`
+	QueuedLost       int    `json:"queued_lost,omitempty"`
 	// Declines counts the payment operations of an amount that processord
 	// declines; each must end as one declined payment, no charge and a
 	// 402 payment-declined replayed byte for byte.
@@ -150,7 +155,9 @@ func (h *harness) summary(r *Report, took time.Duration) *Summary {
 		s.Transfers, s.TransfersApplied, s.InsufficientFunds, s.BankSamples = b.Transfers, b.Applied, b.InsufficientFunds, b.Samples
 	}
 	if q := h.queue; q != nil {
+		s.Queue = h.cfg.Queue
 		s.QueuedPublished, s.QueuedResent, s.BrokerKills, s.QueuedLost = int(q.published.Load()), int(q.resent.Load()), int(q.kills.Load()), q.lost
+		s.BrokerLinkFaults = int(q.linkFaults.Load())
 		s.Violations += q.lost
 	}
 	s.OffendingKeys = r.offending()
@@ -218,8 +225,12 @@ func (s *Summary) WriteText(w io.Writer) {
 			s.Transfers, s.TransfersApplied, s.InsufficientFunds, verdict, s.BankSamples)
 	}
 	if s.QueuedPublished > 0 {
-		fmt.Fprintf(w, "  queue:      %d commands published to JetStream (%d re-sent past its duplicate window), broker killed %d times; %d lost\n",
-			s.QueuedPublished, s.QueuedResent, s.BrokerKills, s.QueuedLost)
+		broker, resent := "JetStream", "re-sent past its duplicate window"
+		if s.Queue == QueueRabbitMQ {
+			broker, resent = "RabbitMQ with confirms", "published twice"
+		}
+		fmt.Fprintf(w, "  queue:      %d commands published to %s (%d %s), broker killed %d times, %d faults on the consumers' links to it; %d lost\n",
+			s.QueuedPublished, broker, s.QueuedResent, resent, s.BrokerKills, s.BrokerLinkFaults, s.QueuedLost)
 	}
 	if s.ProxyOperations > 0 {
 		p := s.Proxy

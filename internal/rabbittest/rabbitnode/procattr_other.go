@@ -1,9 +1,9 @@
 //go:build !linux
 
-package rabbittest
+package rabbitnode
 
 import "os/exec"
 
 // dieWithParent does nothing where the kernel has no parent-death signal:
-// the test kills its nodes when it ends.
+// the owner kills its nodes when it ends.
 func dieWithParent(*exec.Cmd) {}
