@@ -38,24 +38,53 @@ func TestBrokerKilledAndRestarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	declare := func() error {
-		conn, err := amqp.Dial(rmq.URL())
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			return err
-		}
-		_, err = ch.QueueDeclare("cmds", true, false, false, false, nil)
+	// The queue is declared on every connection, by the subscriber and
+	// by the publisher: a node killed soon after a declaration can come
+	// back without the queue (its metadata is written to disk lazily).
+	declare := func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare("cmds", true, false, false, false, nil)
 		return err
 	}
-	if err := declare(); err != nil {
-		t.Fatal(err)
+	// The queue is on disk once it has survived a crash: declare it, kill
+	// and restart the node, and declare it again until it was there.
+	for attempt := 1; ; attempt++ {
+		conn, err := amqp.Dial(rmq.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = ch.QueueDeclarePassive("cmds", true, false, false, false, nil)
+		if err == nil && attempt > 1 {
+			conn.Close()
+			break
+		}
+		if attempt > 5 {
+			t.Fatalf("the queue did not survive a restart in 5 attempts: %v", err)
+		}
+		if err != nil {
+			if ch, err = conn.Channel(); err != nil { // a failed passive declare closes the channel
+				t.Fatal(err)
+			}
+			if err := declare(ch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conn.Close()
+		rmq.Kill()
+		rmq.Restart()
 	}
 	sub, err := idemamqp.NewSubscriber(c, idemamqp.DialURL(rmq.URL()), &idemamqp.SubscriberConfig{
-		Queue: "cmds", Prefetch: 8, ReconnectWait: 100 * time.Millisecond, Logger: quiet,
+		Queue: "cmds", Setup: func(conn *amqp.Connection) error {
+			ch, err := conn.Channel()
+			if err != nil {
+				return err
+			}
+			defer ch.Close()
+			return declare(ch)
+		}, Prefetch: 8, ReconnectWait: 100 * time.Millisecond, Logger: quiet,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +99,7 @@ func TestBrokerKilledAndRestarted(t *testing.T) {
 	var (
 		pubConn *amqp.Connection
 		pubCh   *amqp.Channel
+		returns chan amqp.Return
 	)
 	publish := func(i int) {
 		for {
@@ -81,8 +111,9 @@ func TestBrokerKilledAndRestarted(t *testing.T) {
 				conn, err := amqp.Dial(rmq.URL())
 				if err == nil {
 					ch, err := conn.Channel()
-					if err == nil && ch.Confirm(false) == nil {
+					if err == nil && ch.Confirm(false) == nil && declare(ch) == nil {
 						pubConn, pubCh = conn, ch
+						returns = ch.NotifyReturn(make(chan amqp.Return, 1))
 					} else {
 						conn.Close()
 					}
@@ -90,13 +121,21 @@ func TestBrokerKilledAndRestarted(t *testing.T) {
 			}
 			if pubCh != nil {
 				pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-				dc, err := pubCh.PublishWithDeferredConfirmWithContext(pctx, "", "cmds", false, false, amqp.Publishing{
+				// Mandatory: a message the broker cannot route is returned
+				// (before its confirm) rather than dropped.
+				dc, err := pubCh.PublishWithDeferredConfirmWithContext(pctx, "", "cmds", true, false, amqp.Publishing{
 					MessageId: fmt.Sprintf("cmd-%d", i), ContentType: "application/json", DeliveryMode: amqp.Persistent,
 					Body: fmt.Appendf(nil, `{"n":%d}`, i),
 				})
 				if err == nil {
 					ok, err := dc.WaitContext(pctx)
-					if err == nil && ok {
+					returned := false
+					select {
+					case <-returns:
+						returned = true
+					default:
+					}
+					if err == nil && ok && !returned {
 						pcancel()
 						return
 					}

@@ -63,6 +63,14 @@ type SubscriberConfig struct {
 	// has one (RabbitMQ adds its x-death header; the reason is in the
 	// subscriber's log only).
 	DeadLetterExchange string
+	// Setup, when set, runs on each new connection before the subscriber
+	// consumes: declare the queue and its bindings there, on channels of
+	// its own (a failed declaration closes its channel). Declaring is
+	// idempotent, and a broker that crashed can come back without a
+	// durable queue declared shortly before the crash (RabbitMQ writes
+	// its metadata to disk lazily), so topology declared once at start
+	// is not enough. Defaults to none.
+	Setup func(conn *amqp.Connection) error
 	// ReconnectWait is the pause before dialling again after the
 	// connection was lost. Defaults to ReconnectWaitDefault (1 s).
 	ReconnectWait time.Duration
@@ -147,6 +155,11 @@ func (s *Subscriber) session(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
+	if s.cfg.Setup != nil {
+		if err := s.cfg.Setup(conn); err != nil {
+			return fmt.Errorf("idemamqp: setup: %w", err)
+		}
+	}
 	ch, err := conn.Channel()
 	if err != nil {
 		return err

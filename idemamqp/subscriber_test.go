@@ -12,6 +12,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemamqp"
 	"github.com/idemkit/idem/idemconsume"
 	"github.com/idemkit/idem/idemconsume/idemconsumetest"
@@ -190,5 +191,80 @@ func TestConformance(t *testing.T) {
 				Timeout:   time.Minute,
 			})
 		})
+	}
+}
+
+// Setup runs on every connection before the subscriber consumes: here it
+// declares a queue that did not exist, again after the connection was
+// lost, and a message published to it is handled.
+func TestSubscriberSetupRunsOnEveryConnection(t *testing.T) {
+	queue := uniqueName("idemtest.setup.")
+	env := sqliteEnv(t)
+	handled := make(chan string, 1)
+	c, err := idemconsume.New(env.Store, func(ctx context.Context, m *idemconsume.Message) error {
+		handled <- m.ID
+		return nil
+	}, &idemconsume.Config{Name: "setup", Idem: &idem.Config{Logger: quiet}})
+	must(t, err)
+	var (
+		mu     sync.Mutex
+		setups int
+		conn   *amqp.Connection
+	)
+	dialer := func() (*amqp.Connection, error) {
+		c, err := amqp.Dial(amqpURL())
+		mu.Lock()
+		conn = c
+		mu.Unlock()
+		return c, err
+	}
+	sub, err := idemamqp.NewSubscriber(c, dialer, &idemamqp.SubscriberConfig{
+		Queue: queue, ReconnectWait: 50 * time.Millisecond, Logger: quiet,
+		Setup: func(conn *amqp.Connection) error {
+			mu.Lock()
+			setups++
+			mu.Unlock()
+			ch, err := conn.Channel()
+			if err != nil {
+				return err
+			}
+			defer ch.Close()
+			_, err = ch.QueueDeclare(queue, false, false, false, false, nil)
+			return err
+		},
+	})
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { sub.Run(ctx) })
+	_, ch := dial(t)
+	t.Cleanup(func() { cancel(); wg.Wait(); ch.QueueDelete(queue, false, false, false) })
+	nSetups := func() int { mu.Lock(); defer mu.Unlock(); return setups }
+	waitUntil(t, "the subscriber's first setup", func() bool { return nSetups() == 1 })
+
+	// The connection lost: Setup runs again on the next one.
+	mu.Lock()
+	conn.Close()
+	mu.Unlock()
+	waitUntil(t, "the setup of the next connection", func() bool { return nSetups() == 2 })
+	must(t, ch.PublishWithContext(ctx, "", queue, true, false, amqp.Publishing{MessageId: "m-1", Body: []byte(`{}`)}))
+	select {
+	case id := <-handled:
+		if id != "m-1" {
+			t.Fatalf("handled %q, want m-1", id)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the message published to the declared queue was not handled within 30 s")
+	}
+}
+
+// waitUntil polls cond for up to 30 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(30 * time.Second); !cond(); {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within 30 s", what)
+		}
+		time.Sleep(10 * time.Millisecond) // a poll under a deadline
 	}
 }

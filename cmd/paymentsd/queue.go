@@ -158,6 +158,9 @@ func startTransfers(ctx context.Context, o *options, svc *payments.Service, toke
 		}
 		sub, err := idemamqp.NewSubscriber(c, idemamqp.DialURL(q.dial), &idemamqp.SubscriberConfig{
 			Queue: queue, Prefetch: 8, Logger: logger,
+			// Again on every connection: a broker that crashed can come
+			// back without a queue declared shortly before.
+			Setup: func(conn *amqp.Connection) error { return declareQueue(conn, queue) },
 			Client: func(d *amqp.Delivery) string {
 				v, _ := d.Headers["Authorization"].(string)
 				return clientOfHeader(tokens, http.Header{"Authorization": {v}})
@@ -194,10 +197,17 @@ func ensureQueue(dial, queue string) error {
 		return err
 	}
 	defer conn.Close()
+	return declareQueue(conn, queue)
+}
+
+// declareQueue declares the queue, durable, when it is missing; a queue
+// that exists, with whatever arguments, is left as it is.
+func declareQueue(conn *amqp.Connection, queue string) error {
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
 	}
+	defer ch.Close()
 	if _, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil); err == nil {
 		return nil
 	}
@@ -205,6 +215,7 @@ func ensureQueue(dial, queue string) error {
 	if ch, err = conn.Channel(); err != nil {
 		return err
 	}
+	defer ch.Close()
 	_, err = ch.QueueDeclare(queue, true, false, false, false, nil)
 	return err
 }
