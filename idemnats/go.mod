@@ -5,15 +5,17 @@ go 1.25.0
 require (
 	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/idempg v0.0.0-00010101000000-000000000000
-	github.com/idemkit/idem/idemsqlite v0.0.0-00010101000000-000000000000
 	github.com/idemkit/idem/internal/pgtest v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/nats-io/nats.go v1.52.0
 )
 
+require github.com/idemkit/idem/idemsqlite v0.0.0-00010101000000-000000000000 // indirect
+
 require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/idemkit/idem/internal/storetest v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -40,3 +42,5 @@ replace github.com/idemkit/idem/idempg => ../idempg
 replace github.com/idemkit/idem/idemsqlite => ../idemsqlite
 
 replace github.com/idemkit/idem/internal/pgtest => ../internal/pgtest
+
+replace github.com/idemkit/idem/internal/storetest => ../internal/storetest

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idem/idemconsume/idemconsumetest"
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/idemstore"
@@ -129,5 +130,18 @@ func PostgreSQL(t *testing.T) *DB {
 			return n
 		},
 		Down: pool.Close,
+	}
+}
+
+// ConsumeEnv is d as the environment of idemconsumetest's suite: a
+// message's effect is a business row keyed by its name.
+func ConsumeEnv(d *DB) idemconsumetest.Env {
+	return idemconsumetest.Env{
+		Store: d.Store,
+		Apply: func(ctx context.Context, name string) error {
+			_, err := d.Insert(ctx, name)
+			return err
+		},
+		Applied: d.Count,
 	}
 }
