@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 )
 
 // primarySwitch is the link in front of the database primary: every
@@ -84,7 +85,10 @@ func (s *primarySwitch) serve() {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			continue // a connection that failed before it was accepted
+			// A connection that failed before it was accepted, or no
+			// file descriptor left for a while.
+			time.Sleep(10 * time.Millisecond)
+			continue
 		}
 		go s.forward(c)
 	}
