@@ -56,8 +56,8 @@ type harness struct {
 	cluster *pgcluster.Cluster // the primary
 	// standby is the primary's streaming replica (Config.Replication),
 	// nil while a failover makes the next one; retired are the primaries
-	// that failed over, closed with the run. dbMu orders the failovers
-	// and PostgreSQL restarts, which both act on cluster.
+	// that failed over, closed with the run. dbMu orders the database
+	// faults (dbFault), which act on cluster.
 	standby *pgcluster.Cluster
 	retired []*pgcluster.Cluster
 	dbMu    sync.Mutex
@@ -84,6 +84,8 @@ type harness struct {
 	// start is when the traffic started; faultLog the faults applied.
 	start    time.Time
 	faultLog faultLog
+	// stall tells a stalled run from a slow one (watchStall).
+	stall stallWatch
 }
 
 // Run builds paymentsd and processord, starts a throwaway PostgreSQL
@@ -164,8 +166,23 @@ func (h *harness) run(ctx context.Context) (*Summary, error) {
 		<-progressDone
 	}()
 
-	faultErr := make(chan error, 1)
-	go func() { faultErr <- h.inject(traffic, start, events) }()
+	// A fault that fails, or traffic that stalls, ends the run at once
+	// with its error.
+	faultErr, stallErr := make(chan error, 1), make(chan error, 1)
+	go func() {
+		err := h.inject(traffic, start, events)
+		if err != nil {
+			stopTraffic()
+		}
+		faultErr <- err
+	}()
+	go func() {
+		err := h.watchStall(traffic, start)
+		if err != nil {
+			stopTraffic()
+		}
+		stallErr <- err
+	}()
 	if h.queue != nil && !cfg.NoFaults {
 		var brokerFaults sync.WaitGroup
 		brokerFaults.Go(func() { h.killBroker(traffic, max(cfg.Duration/5, 5*time.Second)) })
@@ -205,6 +222,9 @@ func (h *harness) run(ctx context.Context) (*Summary, error) {
 	}
 	wg.Wait()
 	if err := <-faultErr; err != nil {
+		return nil, err
+	}
+	if err := <-stallErr; err != nil {
 		return nil, err
 	}
 	if ctx.Err() != nil {

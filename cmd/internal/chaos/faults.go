@@ -183,16 +183,24 @@ type faultCounts struct {
 
 // inject runs the schedule from start until ctx is done, one goroutine per
 // kind so that faults overlap, and returns when every fault it began has
-// been undone: paused instances continued, PostgreSQL started again.
+// been undone: paused instances continued, PostgreSQL started again. The
+// first fault that fails stops the others: its error is returned as soon
+// as they are undone, not at the end of the schedule.
 func (h *harness) inject(ctx context.Context, start time.Time, events []Event) error {
 	byKind := make([][]Event, faultKinds)
 	for _, e := range events {
 		byKind[e.Kind] = append(byKind[e.Kind], e)
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	errs := make(chan error, faultKinds)
 	for k := range faultKinds {
 		go func() {
-			errs <- h.injectKind(ctx, start, byKind[k])
+			err := h.injectKind(ctx, start, byKind[k])
+			if err != nil {
+				cancel()
+			}
+			errs <- err
 		}()
 	}
 	var first error
@@ -253,27 +261,11 @@ func (h *harness) apply(e Event) error {
 		time.Sleep(e.Hold)
 		resume()
 	case Failover:
-		return h.failover(mark)
+		return h.dbFault(e.Kind, func() error { return h.failover(mark) })
 	case DiskFull:
-		return h.fillDisk(mark, e.Hold)
+		return h.dbFault(e.Kind, func() error { return h.fillDisk(mark, e.Hold) })
 	case DBRestart:
-		h.dbMu.Lock()
-		defer h.dbMu.Unlock()
-		server := h.dbServer()
-		if err := server.Crash(); err != nil {
-			return fmt.Errorf("chaos: crash the database: %w", err)
-		}
-		h.faults.dbRestarts.Add(1)
-		mark.Hold = e.Hold
-		h.faultLog.add(mark)
-		time.Sleep(e.Hold)
-		var err error
-		for range 3 {
-			if err = server.Start(context.Background()); err == nil {
-				return nil
-			}
-		}
-		return fmt.Errorf("chaos: start the database again: %w", err)
+		return h.dbFault(e.Kind, func() error { return h.restartDB(mark, e.Hold) })
 	case ClockSkew:
 		p := h.instances[e.Instance%len(h.instances)]
 		if err := writeSkew(p.clockFile, e.Skew); err != nil {

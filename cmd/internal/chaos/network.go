@@ -64,11 +64,13 @@ func (t Toxic) String() string { return [...]string{"latency", "reset", "blackho
 // network is the run's toxiproxy (github.com/Shopify/toxiproxy/v2, in
 // process): one proxy per link and instance, toxics added and removed on
 // the fault schedule. The commit cuts stay with pgproxy, which alone
-// understands PostgreSQL's protocol.
+// understands PostgreSQL's protocol. The primary's link is a switch of
+// its own (primarySwitch), which a failover moves.
 type network struct {
 	srv     *toxiproxy.ApiServer
 	mu      sync.Mutex
 	proxies map[string]*toxiproxy.Proxy // by linkName
+	primary *primarySwitch              // nil until routePrimary
 }
 
 func newNetwork() *network {
@@ -81,26 +83,23 @@ func newNetwork() *network {
 
 func linkName(l Link, instance int) string { return fmt.Sprintf("%s-%d", l, instance) }
 
-// primaryLink names the proxy in front of the PostgreSQL primary: every
-// database link and the harness's own connections pass it, and a failover
-// moves its upstream to the promoted standby. No toxic goes on it.
-const primaryLink = "primary"
-
-// routePrimary starts the primary's proxy in front of rawURL's server and
-// returns rawURL through it.
+// routePrimary starts the primary's link in front of rawURL's server and
+// returns rawURL through it. Every database link and the harness's own
+// connections pass it, and a failover moves it to the promoted standby.
+// No toxic goes on it.
 func (n *network) routePrimary(rawURL string) (string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return "", fmt.Errorf("chaos: route the primary: %w", err)
 	}
-	p := toxiproxy.NewProxy(n.srv, primaryLink, "127.0.0.1:0", u.Host)
-	if err := n.srv.Collection.Add(p, true); err != nil {
-		return "", fmt.Errorf("chaos: start the primary's proxy: %w", err)
+	s, err := newPrimarySwitch(u.Host)
+	if err != nil {
+		return "", err
 	}
 	n.mu.Lock()
-	n.proxies[primaryLink] = p
+	n.primary = s
 	n.mu.Unlock()
-	u.Host = p.Listen
+	u.Host = s.addr()
 	return u.String(), nil
 }
 
@@ -111,7 +110,13 @@ func (n *network) routePrimary(rawURL string) (string, error) {
 // of its own to the new primary.
 func (n *network) routeReplication(i int, upstream string, lag time.Duration) (string, error) {
 	name := fmt.Sprintf("replication-%d", i)
-	p := toxiproxy.NewProxy(n.srv, name, "127.0.0.1:0", upstream)
+	n.mu.Lock()
+	p := n.proxies[name]
+	n.mu.Unlock()
+	if p != nil && p.Upstream == upstream {
+		return p.Listen, nil // a standby that failed to start is made again
+	}
+	p = toxiproxy.NewProxy(n.srv, name, "127.0.0.1:0", upstream)
 	if err := n.srv.Collection.Add(p, true); err != nil {
 		return "", fmt.Errorf("chaos: start the %s link: %w", name, err)
 	}
@@ -144,30 +149,34 @@ func (n *network) partition(i int, hold time.Duration) error {
 	return p.Toxics.RemoveToxic(context.Background(), "partition")
 }
 
-// routeURLVia returns rawURL with its host:port replaced by the address
-// of the named proxy, which must exist.
-func (n *network) routeURLVia(name, rawURL string) (string, error) {
+// viaPrimary returns rawURL, a URL of the primary's server, with its
+// host:port replaced by the primary's link, which must exist.
+func (n *network) viaPrimary(rawURL string) (string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return "", fmt.Errorf("chaos: route via %s: %w", name, err)
+		return "", fmt.Errorf("chaos: route via the primary's link: %w", err)
 	}
 	n.mu.Lock()
-	p := n.proxies[name]
+	u.Host = n.primary.addr()
 	n.mu.Unlock()
-	u.Host = p.Listen
 	return u.String(), nil
 }
 
-// movePrimary points the primary's proxy at upstream, closing every
-// connection to the old one.
-func (n *network) movePrimary(upstream string) error {
+// movePrimary points the primary's link at upstream, a host:port,
+// closing every connection to the old one.
+func (n *network) movePrimary(upstream string) {
 	n.mu.Lock()
-	p := n.proxies[primaryLink]
+	s := n.primary
 	n.mu.Unlock()
-	if err := p.Update(&toxiproxy.Proxy{Listen: p.Listen, Upstream: upstream, Enabled: true}); err != nil {
-		return fmt.Errorf("chaos: move the primary's proxy to %s: %w", upstream, err)
-	}
-	return nil
+	s.move(upstream)
+}
+
+// primaryTarget is the host:port the primary's link forwards to.
+func (n *network) primaryTarget() string {
+	n.mu.Lock()
+	s := n.primary
+	n.mu.Unlock()
+	return s.target()
 }
 
 // route starts the proxy of a link to upstream, a host:port, and returns
@@ -240,6 +249,9 @@ func (n *network) inject(l Link, instance int, t Toxic, hold time.Duration) erro
 // close stops every proxy.
 func (n *network) close() {
 	n.srv.Collection.Clear()
+	if n.primary != nil {
+		n.primary.close()
+	}
 }
 
 // linkLatency is what a latency fault adds to each answer on a link: past

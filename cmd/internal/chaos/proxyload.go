@@ -96,7 +96,7 @@ func (h *harness) deployProxies(ctx context.Context, bin string) error {
 	if err != nil {
 		return fmt.Errorf("chaos: %w", err)
 	}
-	if dbURL, err = h.net.routeURLVia(primaryLink, dbURL); err != nil {
+	if dbURL, err = h.net.viaPrimary(dbURL); err != nil {
 		return err
 	}
 	addrs, err := freeAddrs(h.cfg.Proxies)

@@ -143,7 +143,7 @@ func (c *Cluster) Crash() error {
 
 // Start starts the server again on the same port and data directory and
 // waits until it accepts connections. Starting a running cluster does
-// nothing.
+// nothing; a server that exited on its own is started again.
 func (c *Cluster) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -267,7 +267,14 @@ func (c *Cluster) start(ctx context.Context) error {
 		return errors.New("pgcluster: start: cluster already removed")
 	}
 	if c.proc != nil {
-		return nil
+		select {
+		case <-c.proc.done:
+			// It exited on its own (a PANIC on a full disk, a kill from
+			// outside): start it again.
+			c.proc = nil
+		default:
+			return nil
+		}
 	}
 	logFile, err := os.OpenFile(c.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {

@@ -375,3 +375,40 @@ func TestClusterCrashAndStart(t *testing.T) {
 		t.Errorf("directory %s still there after Close (stat: %v)", c.Dir(), err)
 	}
 }
+
+// A server that exits on its own (a PANIC on a full disk, a kill from
+// outside) is started again by Start, which used to take it for running.
+func TestClusterStartAfterServerExited(t *testing.T) {
+	t.Parallel()
+	if err := Available(); err != nil {
+		t.Skip(err)
+	}
+	ctx := context.Background()
+	c, err := New(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.mu.Lock()
+	p := c.proc
+	c.mu.Unlock()
+	// Immediate shutdown from outside the Cluster, as the server's own
+	// PANIC would end it.
+	if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGQUIT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(time.Minute):
+		t.Fatal("the server did not exit within a minute of SIGQUIT")
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatalf("start after the server exited: %v", err)
+	}
+	if pid := c.PID(); pid == 0 || pid == p.cmd.Process.Pid {
+		t.Fatalf("Start did not start a new server (pid %d, the dead one was %d)", pid, p.cmd.Process.Pid)
+	}
+	if err := ping(ctx, c.URL("postgres"), 10*time.Second); err != nil {
+		t.Errorf("no connection after Start: %v", err)
+	}
+}
