@@ -117,3 +117,5 @@ replace (
 replace github.com/idemkit/idem/idemnats => ../idemnats
 
 replace github.com/idemkit/idem/idemamqp => ../idemamqp
+
+replace github.com/idemkit/idem/internal/storetest => ../internal/storetest

@@ -84,3 +84,5 @@ replace github.com/idemkit/idem/idemrpc => ../../../idemrpc
 replace github.com/idemkit/idem/idemgrpc => ../../../idemgrpc
 
 replace github.com/idemkit/idem/idemconnect => ../../../idemconnect
+
+replace github.com/idemkit/idem/internal/storetest => ../../../internal/storetest
