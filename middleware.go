@@ -401,15 +401,14 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease, attempt int) *recor
 	c.used.first = true
 	x.rec.header = make(http.Header)
 	x.ctx = scopeContext{Context: lease.Context(base), scope: &c.scope}
-	var ctx context.Context = &x.ctx
 	rec := &x.rec
 	if m.cfg.Mode == ModeTwoPhase {
-		// Phases.Run finds the lease here and reports an unfinished
-		// operation back.
-		rec.phases = &phaseHost{lease: lease, base: m.cfg.ProblemTypeBase}
-		ctx = contextWithPhaseHost(ctx, rec.phases)
+		// Phases.Run finds the lease in the context and reports an
+		// unfinished operation back.
+		x.phases = phaseHost{lease: lease, base: m.cfg.ProblemTypeBase}
+		rec.phases, x.ctx.phases = &x.phases, &x.phases
 	}
-	req := c.r.WithContext(ctx)
+	req := c.r.WithContext(&x.ctx)
 	c.bodyHeld++
 	x.body.Attach(c.body)
 	req.Body = &x.body
@@ -434,9 +433,11 @@ var errHandlerPanicked = errors.New("idem: the handler panicked; its writes were
 
 // execution is what one run of the handler needs besides its request, in
 // one allocation: the recorder of its response, the reader of its body,
-// and the context that carries the scope.
+// the context that carries the scope, and in ModeTwoPhase the phases'
+// host that the context carries as well.
 type execution struct {
-	rec  recorder
-	body bodybuf.Reader
-	ctx  scopeContext
+	rec    recorder
+	body   bodybuf.Reader
+	ctx    scopeContext
+	phases phaseHost // in ModeTwoPhase
 }
