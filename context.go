@@ -34,15 +34,22 @@ func contextWithScope(ctx context.Context, s *idemstore.Scope) context.Context {
 }
 
 // scopeContext is contextWithScope(Context, scope) as a type, which the
-// middleware allocates together with what else a run of the handler needs.
+// middleware allocates together with what else a run of the handler needs;
+// with phases set, it is contextWithPhaseHost of that too.
 type scopeContext struct {
 	context.Context
-	scope *idemstore.Scope // must not change
+	scope  *idemstore.Scope // must not change
+	phases *phaseHost       // nil: none
 }
 
 func (c *scopeContext) Value(key any) any {
-	if key == (scopeKey{}) {
+	switch key {
+	case scopeKey{}:
 		return c.scope
+	case phaseHostKey{}:
+		if c.phases != nil {
+			return c.phases
+		}
 	}
 	return c.Context.Value(key)
 }

@@ -74,6 +74,24 @@ type call struct {
 	// key it claims; empty when it is not traced.
 	traceContext string
 	digest       string // the key's digest, for spans; see spanStart
+
+	// The first claim's and the first run's contexts and execution, in the
+	// call's allocation; a rerun or a wait's next claim allocates its own.
+	first     execution
+	claimCtx  deadline.Context
+	finishCtx deadline.Context
+	used      struct{ first, claimCtx, finishCtx bool }
+}
+
+// storeContext returns a context for a store call that parent's
+// cancellation and the deadline end: c's own ctx the first time, which
+// is then used, a new one after.
+func storeContext(own *deadline.Context, used *bool, parent context.Context, d time.Time) *deadline.Context {
+	if *used {
+		return deadline.New(parent, d)
+	}
+	*used = true
+	return own.Start(parent, d)
 }
 
 // spanStart describes a step of c's for a span.
@@ -224,7 +242,7 @@ func (m *Middleware) mayRerun(attempt int) bool {
 // it, and the client's retry gets the replay. Stop it when the call
 // returns.
 func (m *Middleware) finishContext(c *call) *deadline.Context {
-	return deadline.New(context.WithoutCancel(c.r.Context()), time.Now().Add(m.cfg.StoreTimeout))
+	return storeContext(&c.finishCtx, &c.used.finishCtx, context.WithoutCancel(c.r.Context()), time.Now().Add(m.cfg.StoreTimeout))
 }
 
 // run runs the handler under the lease, then stores its response or
@@ -376,17 +394,21 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease, attempt int) *recor
 			c.logger().ErrorContext(ctx, "idem: release after panic failed", "err", err)
 		}
 	}()
-	x := &execution{rec: recorder{header: make(http.Header)}}
+	x := &c.first
+	if c.used.first {
+		x = &execution{}
+	}
+	c.used.first = true
+	x.rec.header = make(http.Header)
 	x.ctx = scopeContext{Context: lease.Context(base), scope: &c.scope}
-	var ctx context.Context = &x.ctx
 	rec := &x.rec
 	if m.cfg.Mode == ModeTwoPhase {
-		// Phases.Run finds the lease here and reports an unfinished
-		// operation back.
-		rec.phases = &phaseHost{lease: lease, base: m.cfg.ProblemTypeBase}
-		ctx = contextWithPhaseHost(ctx, rec.phases)
+		// Phases.Run finds the lease in the context and reports an
+		// unfinished operation back.
+		x.phases = phaseHost{lease: lease, base: m.cfg.ProblemTypeBase}
+		rec.phases, x.ctx.phases = &x.phases, &x.phases
 	}
-	req := c.r.WithContext(ctx)
+	req := c.r.WithContext(&x.ctx)
 	c.bodyHeld++
 	x.body.Attach(c.body)
 	req.Body = &x.body
@@ -411,9 +433,11 @@ var errHandlerPanicked = errors.New("idem: the handler panicked; its writes were
 
 // execution is what one run of the handler needs besides its request, in
 // one allocation: the recorder of its response, the reader of its body,
-// and the context that carries the scope.
+// the context that carries the scope, and in ModeTwoPhase the phases'
+// host that the context carries as well.
 type execution struct {
-	rec  recorder
-	body bodybuf.Reader
-	ctx  scopeContext
+	rec    recorder
+	body   bodybuf.Reader
+	ctx    scopeContext
+	phases phaseHost // in ModeTwoPhase
 }

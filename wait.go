@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
-	"github.com/idemkit/idem/internal/deadline"
 )
 
 // HeaderPreferenceApplied is the response header (RFC 7240) that says a
@@ -28,7 +27,7 @@ func (m *Middleware) claimOnce(c *call) (idemstore.ClaimResult, error) {
 	now := m.cfg.Now()
 	started := time.Now()
 	sctx, span := m.startSpan(ctx, c, StepClaim, 0, nil)
-	claimCtx := deadline.New(sctx, started.Add(m.cfg.StoreTimeout))
+	claimCtx := storeContext(&c.claimCtx, &c.used.claimCtx, sctx, started.Add(m.cfg.StoreTimeout))
 	res, err := m.store.Claim(claimCtx, idemstore.ClaimParams{
 		Scope: c.scope, Method: c.r.Method, Path: c.path,
 		RequestHash: c.fp.Sum[:], RequestFields: c.fields,

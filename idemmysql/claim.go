@@ -85,41 +85,43 @@ type execer interface {
 // claimStatement claims the key that p names on ex, without waiting for
 // a row lock (noWait): it inserts the key's row (seen is nil), replaces it
 // (seen is past retention) or takes it over (seen's lease expired). It
-// returns the new lease, nil with again true when the key changed since
-// it was read, and an in-flight record when another transaction holds the
-// row.
-func (s *Store) claimStatement(ctx context.Context, ex execer, p idemstore.ClaimParams, seen *idemstore.Record) (l *lease, rec *idemstore.Record, again bool, err error) {
+// returns the new lease (claimed true), again true when the key changed
+// since it was read, and an in-flight record when another transaction
+// holds the row. The lease is returned as a value, which the caller's
+// lease of its mode embeds: one allocation for both.
+func (s *Store) claimStatement(ctx context.Context, ex execer, p idemstore.ClaimParams, seen *idemstore.Record) (l lease, claimed bool, rec *idemstore.Record, again bool, err error) {
 	now := p.Now.UnixMicro()
-	l = &lease{store: s, scope: p.Scope, createdAt: now, info: idemstore.LeaseInfo{Token: 1}}
+	l = lease{store: s, scope: p.Scope, createdAt: now, info: idemstore.LeaseInfo{Token: 1}}
+	nowArg := any(now) // boxed once for the two columns it goes to
 	var res sql.Result
 	switch {
 	case seen == nil:
 		res, err = ex.ExecContext(ctx, s.noWait(queryInsertKey), p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
-			p.RequestHash, nullBytes(p.RequestFields), now, now, leaseExpires(p), nullString(p.TraceContext))
+			p.RequestHash, nullBytes(p.RequestFields), nowArg, nowArg, leaseExpires(p), nullString(p.TraceContext))
 	case idemstore.Expired(seen.CreatedAt, p.Now, p.Retention):
 		l.info.Token = seen.Token + 1
 		res, err = ex.ExecContext(ctx, s.noWait(queryReplaceKey), p.Method, p.Path, p.RequestHash, nullBytes(p.RequestFields),
-			now, now, leaseExpires(p), nullString(p.TraceContext), p.Scope.ClientID, p.Scope.Key, seen.Token, seen.CreatedAt.UnixMicro())
+			nowArg, nowArg, leaseExpires(p), nullString(p.TraceContext), p.Scope.ClientID, p.Scope.Key, seen.Token, seen.CreatedAt.UnixMicro())
 	default: // p.CanTakeOver(seen), since the caller asked p.MayReplace
 		l.createdAt = seen.CreatedAt.UnixMicro()
 		l.info = idemstore.LeaseInfo{Token: seen.Token + 1, TakenOver: true}
-		res, err = ex.ExecContext(ctx, s.noWait(queryTakeOverKey), now, leaseExpires(p), nullString(p.TraceContext),
+		res, err = ex.ExecContext(ctx, s.noWait(queryTakeOverKey), nowArg, leaseExpires(p), nullString(p.TraceContext),
 			p.Scope.ClientID, p.Scope.Key, seen.Token, l.createdAt)
 	}
 	switch n := errNumber(err); {
 	case err == nil:
 	case n == errDupEntry || n == errDeadlock:
-		return nil, nil, true, nil
+		return lease{}, false, nil, true, nil
 	case n == errLockWaitTimeout:
-		return nil, inFlight(p.Scope), false, nil
+		return lease{}, false, inFlight(p.Scope), false, nil
 	default:
-		return nil, nil, false, fmt.Errorf("idemmysql: claim: %w", unavailable(err))
+		return lease{}, false, nil, false, fmt.Errorf("idemmysql: claim: %w", unavailable(err))
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return nil, nil, true, nil
+		return lease{}, false, nil, true, nil
 	}
 	l.info.CreatedAt = time.UnixMicro(l.createdAt).UTC()
-	return l, nil, false, nil
+	return l, true, nil, false, nil
 }
 
 // claimAtomic is the claim of ModeAtomic: it begins the lease's
@@ -131,25 +133,25 @@ func (s *Store) claimAtomic(ctx context.Context, p idemstore.ClaimParams, seen *
 	if err != nil {
 		return idemstore.ClaimResult{}, false, err
 	}
-	l, rec, again, err := s.claimStatement(ctx, lt.tx, p, seen)
-	if l == nil {
+	l, claimed, rec, again, err := s.claimStatement(ctx, lt.tx, p, seen)
+	if !claimed {
 		lt.rollback()
 		return idemstore.ClaimResult{Record: rec}, again, err
 	}
 	l.tx = lt
-	return idemstore.ClaimResult{Lease: &atomicLease{lease: *l}}, false, nil
+	return idemstore.ClaimResult{Lease: &atomicLease{lease: l}}, false, nil
 }
 
 // claimTwoPhase is the claim of ModeTwoPhase: one statement, committed at
 // once (autocommit); the handler's transaction begins on its first
 // TxFromContext.
 func (s *Store) claimTwoPhase(ctx context.Context, p idemstore.ClaimParams, seen *idemstore.Record) (idemstore.ClaimResult, bool, error) {
-	l, rec, again, err := s.claimStatement(ctx, s.db, p, seen)
-	if l == nil {
+	l, claimed, rec, again, err := s.claimStatement(ctx, s.db, p, seen)
+	if !claimed {
 		return idemstore.ClaimResult{Record: rec}, again, err
 	}
 	l.tx = &leaseTx{store: s}
-	return idemstore.ClaimResult{Lease: &twoPhaseLease{lease: *l}}, false, nil
+	return idemstore.ClaimResult{Lease: &twoPhaseLease{lease: l}}, false, nil
 }
 
 // leaseExpires is the lease expiry that p's claim records: NULL when it

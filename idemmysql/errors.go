@@ -19,6 +19,9 @@ const (
 
 // errNumber is the server's error number in err, 0 for none.
 func errNumber(err error) uint16 {
+	if err == nil {
+		return 0 // without the allocation of errors.As's target
+	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		return me.Number

@@ -170,11 +170,22 @@ func (s *Store) Close() error { return s.db.Close() }
 // there the statement runs with the session's timeout (see the package
 // documentation).
 func (s *Store) noWait(query string) string {
-	if s.mariadb {
-		return "SET STATEMENT innodb_lock_wait_timeout = 0 FOR " + query
+	if !s.mariadb {
+		return query
 	}
-	return query
+	switch query { // the claim's statements, joined once, at compile time
+	case queryInsertKey:
+		return noWaitPrefix + queryInsertKey
+	case queryReplaceKey:
+		return noWaitPrefix + queryReplaceKey
+	case queryTakeOverKey:
+		return noWaitPrefix + queryTakeOverKey
+	}
+	return noWaitPrefix + query
 }
+
+// noWaitPrefix is what noWait puts before a statement on MariaDB.
+const noWaitPrefix = "SET STATEMENT innodb_lock_wait_timeout = 0 FOR "
 
 // Migrate applies the embedded migrations that the database lacks. It is
 // safe to run from several processes at once: each step holds a named

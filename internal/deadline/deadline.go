@@ -41,6 +41,14 @@ func New(parent context.Context, deadline time.Time) *Context {
 	return &Context{parent: parent, deadline: deadline}
 }
 
+// Start makes c, a zero Context that the caller allocated with something
+// else, what New(parent, deadline) returns. It must not be called on a
+// Context that was started or used.
+func (c *Context) Start(parent context.Context, deadline time.Time) *Context {
+	c.parent, c.deadline = parent, deadline
+	return c
+}
+
 // Deadline returns the earlier of the parent's deadline and its own.
 func (c *Context) Deadline() (time.Time, bool) {
 	if d, ok := c.parent.Deadline(); ok && d.Before(c.deadline) {

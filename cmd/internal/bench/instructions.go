@@ -18,18 +18,24 @@ import (
 // instructions, by the Go package of the function that ran them (its own
 // cost, not what it called).
 var Packages = []string{
-	PkgIdem, PkgIdempg, PkgPgx, PkgHTTP, PkgRuntime, PkgApp, PkgStd, PkgOther,
+	PkgIdem, PkgIdempg, PkgPgx, PkgIdemmysql, PkgMySQL, PkgHTTP, PkgRuntime, PkgApp, PkgStd, PkgOther,
 }
 
 // The groups of Packages.
 const (
-	// PkgIdem is the module's own packages but idempg and the commands:
-	// the middleware, idemstore, idemfingerprint and internal/...
+	// PkgIdem is the module's own packages but the stores and the
+	// commands: the middleware, idemstore, idemfingerprint and
+	// internal/...
 	PkgIdem = "idem"
 	// PkgIdempg is the PostgreSQL store.
 	PkgIdempg = "idempg"
-	// PkgPgx is the driver: github.com/jackc/...
+	// PkgPgx is its driver: github.com/jackc/...
 	PkgPgx = "pgx"
+	// PkgIdemmysql is the MySQL and MariaDB store.
+	PkgIdemmysql = "idemmysql"
+	// PkgMySQL is its driver, github.com/go-sql-driver/mysql
+	// (database/sql, which it runs under, is in PkgStd).
+	PkgMySQL = "mysql"
 	// PkgHTTP is net/http and net/textproto, both server and the
 	// benchmark's client.
 	PkgHTTP = "net/http"
@@ -48,7 +54,8 @@ const (
 
 // InstrConfig configures Instructions.
 type InstrConfig struct {
-	// DatabaseURL is the scratch PostgreSQL database, as for Run. Required.
+	// DatabaseURL is the scratch PostgreSQL or MySQL database, as for
+	// Run. Required.
 	DatabaseURL string
 	// Variants to count. Defaults to atomic, two-phase, replay and
 	// floor-2rt-read.
@@ -238,6 +245,10 @@ func packageGroup(sym string) string {
 		return PkgOther
 	case pkg == "github.com/idemkit/idem/idempg":
 		return PkgIdempg
+	case pkg == "github.com/idemkit/idem/idemmysql":
+		return PkgIdemmysql
+	case strings.HasPrefix(pkg, "github.com/go-sql-driver/"):
+		return PkgMySQL
 	case strings.HasPrefix(pkg, "github.com/idemkit/idem/cmd/"), pkg == "github.com/idemkit/idem/internal/bearer":
 		return PkgApp
 	case pkg == "github.com/idemkit/idem" || strings.HasPrefix(pkg, "github.com/idemkit/idem/"):
@@ -275,21 +286,28 @@ func goPackage(sym string) string {
 }
 
 // WriteInstructions writes results as a table of instructions per request,
-// by package group, in thousands.
+// by package group, in thousands. A group that no result has (the other
+// database's store and driver) is left out.
 func WriteInstructions(w io.Writer, results []InstrResult) {
 	var names []string
 	for _, r := range results {
 		names = append(names, r.Variant)
 	}
+	var groups []string
+	for _, p := range Packages {
+		if slices.ContainsFunc(results, func(r InstrResult) bool { return r.ByPackage[p] != 0 }) {
+			groups = append(groups, p)
+		}
+	}
 	width := nameWidth(names)
 	fmt.Fprintf(w, "%-*s %9s", width, "kinstr/req", "total")
-	for _, p := range Packages {
+	for _, p := range groups {
 		fmt.Fprintf(w, " %9s", p)
 	}
 	fmt.Fprintln(w)
 	for _, r := range results {
 		fmt.Fprintf(w, "%-*s %9.1f", width, r.Variant, r.PerRequest/1000)
-		for _, p := range Packages {
+		for _, p := range groups {
 			fmt.Fprintf(w, " %9.1f", r.ByPackage[p]/1000)
 		}
 		fmt.Fprintln(w)

@@ -14,6 +14,9 @@ func TestPackageGroup(t *testing.T) {
 		"github.com/idemkit/idem/internal/bearer.(*Tokens).lookup":                        PkgApp,
 		"github.com/jackc/pgx/v5/pgconn.(*PgConn).ReceiveMessage":                         PkgPgx,
 		"github.com/jackc/pgx/v5.(*Conn).SendBatch":                                       PkgPgx,
+		"github.com/idemkit/idem/idemmysql.(*Store).claimStatement":                       PkgIdemmysql,
+		"github.com/go-sql-driver/mysql.(*mysqlConn).interpolateParams":                   PkgMySQL,
+		"database/sql.(*DB).execDC":                                                       PkgStd,
 		"net/http.(*conn).serve":                                                          PkgHTTP,
 		"net/textproto.(*Reader).ReadMIMEHeader":                                          PkgHTTP,
 		"runtime.mallocgc":                                                                PkgRuntime,
@@ -68,5 +71,24 @@ totals: 881
 		if got[k] != v {
 			t.Errorf("%s: got %d, want %d", k, got[k], v)
 		}
+	}
+}
+
+// TestWriteInstructionsOmitsAbsentGroups leaves out the columns of the
+// other database's store and driver, and keeps a group that one result has.
+func TestWriteInstructionsOmitsAbsentGroups(t *testing.T) {
+	var b strings.Builder
+	WriteInstructions(&b, []InstrResult{
+		{Variant: "two-phase", PerRequest: 3000, ByPackage: map[string]float64{PkgIdem: 1000, PkgIdemmysql: 500, PkgMySQL: 1500}},
+		{Variant: "floor-2commit", PerRequest: 1000, ByPackage: map[string]float64{PkgMySQL: 1000}},
+	})
+	header := strings.Fields(strings.SplitN(b.String(), "\n", 2)[0])
+	want := []string{"kinstr/req", "total", PkgIdem, PkgIdemmysql, PkgMySQL}
+	if strings.Join(header, " ") != strings.Join(want, " ") {
+		t.Errorf("header %q, want %q", header, want)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if got := strings.Join(strings.Fields(lines[len(lines)-1]), " "); got != "floor-2commit 1.0 0.0 0.0 1.0" {
+		t.Errorf("floor-2commit's row %q; table:\n%s", got, b.String())
 	}
 }
