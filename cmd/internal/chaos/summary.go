@@ -232,15 +232,16 @@ func (s *Summary) WriteText(w io.Writer) {
 		if s.BankSumOK != nil && !*s.BankSumOK {
 			verdict = "NOT constant"
 		}
-		if !*s.BankTotalOK {
-			verdict += fmt.Sprintf(", %d accounts wrong", len(s.OffendingAccounts))
-		}
 		moved := "moved nothing"
 		if s.InsufficientFundsMoved > 0 {
 			moved = fmt.Sprintf("%d of them moved money", s.InsufficientFundsMoved)
 		}
-		fmt.Fprintf(w, "  bank:       %d transfers, %d applied once, %d insufficient funds (%s); total %s over %d samples and at the end\n",
+		fmt.Fprintf(w, "  bank:       %d transfers, %d applied once, %d insufficient funds (%s); total %s over %d samples and at the end",
 			s.Transfers, s.TransfersApplied, s.InsufficientFunds, moved, verdict, s.BankSamples)
+		if !*s.BankTotalOK && len(s.OffendingAccounts) > 0 {
+			fmt.Fprintf(w, "; %d accounts wrong", len(s.OffendingAccounts))
+		}
+		fmt.Fprintln(w)
 	}
 	if s.QueuedPublished > 0 {
 		fmt.Fprintf(w, "  queue:      %d commands published to JetStream (%d re-sent past its duplicate window), broker killed %d times; %d lost\n",
