@@ -258,8 +258,10 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 		want func(*Summary) int
 		// workload is the traffic; Storm when nil.
 		workload Workload
-		// networkEvery, when set, is how often a network fault falls.
+		// networkEvery, when set, is how often a network fault falls;
+		// proxies, when set, is the number of idemproxy instances.
 		networkEvery time.Duration
+		proxies      int
 		// strays is set for a break that no one key shows (the bank's
 		// total): the violations file must say it, and the summary name
 		// the accounts, with no offending key.
@@ -277,10 +279,11 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 		{brk: "unlocked-overdraft", workload: Transfer{}, reason: "and left it at -", want: bankBroken},
 		{brk: "debit-before-402", workload: Transfer{}, reason: "answered 402 insufficient-funds, but the transfer", want: func(s *Summary) int { return s.Lost }},
 		// The probe route's status URL answers "completed" or "not
-		// received" but while the upstream runs, or when the network
-		// keeps its answer: network faults, one every second, make the
-		// unknown answers that the break mistakes.
-		{brk: "probe-unknown-forwards", workload: Proxy{Policy: "probe"}, networkEvery: time.Second, reason: "the probe route forwarded the key", want: func(s *Summary) int { return s.Duplicated }},
+		// received", but not while the network between the proxy and the
+		// upstream fails: one proxy, so that every retry meets its link's
+		// faults, and a network fault every second make the unknown
+		// answers that the break mistakes.
+		{brk: "probe-unknown-forwards", workload: Proxy{Policy: "probe"}, networkEvery: time.Second, proxies: 1, reason: "the probe route forwarded the key", want: func(s *Summary) int { return s.Duplicated }},
 		{brk: "retry-new-key", workload: Proxy{Policy: "retry"}, reason: "the upstream executed the operation", want: func(s *Summary) int { return s.Duplicated }},
 	} {
 		t.Run(tt.brk, func(t *testing.T) {
@@ -291,6 +294,7 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 				Workloads:      []Weighted{{cmp.Or[Workload](tt.workload, Storm{}), 1}},
 				ProcessorDelay: 150 * time.Millisecond,
 				Faults:         Faults{PauseEvery: time.Second, DBRestartEvery: -1, NetworkEvery: tt.networkEvery},
+				Proxies:        tt.proxies,
 				ViolationsFile: file,
 				Progress:       testWriter{t},
 			})
