@@ -258,8 +258,9 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 		want func(*Summary) int
 		// workload is the traffic; Storm when nil.
 		workload Workload
-		// networkEvery, when set, is how often a network fault falls;
-		// proxies, when set, is the number of idemproxy instances.
+		// networkEvery, when set, is how often a network fault falls, on
+		// the proxies' upstream links only; proxies, when set, is the
+		// number of idemproxy instances.
 		networkEvery time.Duration
 		proxies      int
 		// strays is set for a break that no one key shows (the bank's
@@ -281,19 +282,23 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 		// The probe route's status URL answers "completed" or "not
 		// received", but not while the network between the proxy and the
 		// upstream fails: one proxy, so that every retry meets its link's
-		// faults, and a network fault every second make the unknown
+		// faults, and a fault on that link every second make the unknown
 		// answers that the break mistakes.
 		{brk: "probe-unknown-forwards", workload: Proxy{Policy: "probe"}, networkEvery: time.Second, proxies: 1, reason: "the probe route forwarded the key", want: func(s *Summary) int { return s.Duplicated }},
 		{brk: "retry-new-key", workload: Proxy{Policy: "retry"}, reason: "the upstream executed the operation", want: func(s *Summary) int { return s.Duplicated }},
 	} {
 		t.Run(tt.brk, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "violations.jsonl")
+			faults := Faults{PauseEvery: time.Second, DBRestartEvery: -1}
+			if tt.networkEvery > 0 {
+				faults.NetworkEvery, faults.NetworkLinks = tt.networkEvery, []Link{LinkUpstream}
+			}
 			sum, err := Run(context.Background(), Config{
 				Duration: 20 * time.Second, Seed: 7, SourceDir: src,
 				BuildTags: "chaosbroken", Env: []string{"IDEM_CHAOS_BREAK=" + tt.brk},
 				Workloads:      []Weighted{{cmp.Or[Workload](tt.workload, Storm{}), 1}},
 				ProcessorDelay: 150 * time.Millisecond,
-				Faults:         Faults{PauseEvery: time.Second, DBRestartEvery: -1, NetworkEvery: tt.networkEvery},
+				Faults:         faults,
 				Proxies:        tt.proxies,
 				ViolationsFile: file,
 				Progress:       testWriter{t},
@@ -319,7 +324,7 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 			}
 			defer f.Close()
 			inFile := map[string]bool{}
-			strays, because := 0, 0
+			strays, because, example := 0, 0, ""
 			sc := bufio.NewScanner(f)
 			sc.Buffer(nil, 64<<20)
 			for sc.Scan() {
@@ -339,8 +344,10 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 				if tt.strays != "" && strings.Contains(rec.Stray, tt.strays) {
 					strays++
 				}
-				if tt.reason != "" && slices.ContainsFunc(rec.Reasons, func(s string) bool { return strings.Contains(s, tt.reason) }) {
-					because++
+				if i := slices.IndexFunc(rec.Reasons, func(s string) bool { return tt.reason != "" && strings.Contains(s, tt.reason) }); i >= 0 {
+					if because++; because == 1 {
+						example = rec.Client + "/" + rec.Key + ": " + rec.Reasons[i]
+					}
 				}
 			}
 			if tt.strays != "" && strays == 0 {
@@ -350,7 +357,7 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 				if because == 0 {
 					t.Errorf("no offending key of %s is reported because %q", file, tt.reason)
 				}
-				t.Logf("%d offending keys reported because %q", because, tt.reason)
+				t.Logf("%d offending keys reported because %q; the first: %s", because, tt.reason, example)
 			}
 			for _, k := range sum.OffendingKeys {
 				if !inFile[k] {
