@@ -109,6 +109,7 @@ type retryNewKey struct {
 const keyField = "idempotency-key"
 
 func (t *retryNewKey) RoundTrip(req *http.Request) (*http.Response, error) {
+	//lint:ignore SA1008 the forwarder stores the key under its lower-case spelling, not the canonical one
 	keys := req.Header[keyField]
 	if req.Method != http.MethodPost || len(keys) != 1 || !t.onRetryRoute(req.URL.Path) {
 		return t.base.RoundTrip(req)
