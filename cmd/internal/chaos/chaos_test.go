@@ -259,9 +259,11 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 		// workload is the traffic; Storm when nil.
 		workload Workload
 		// networkEvery, when set, is how often a network fault falls, on
-		// the proxies' upstream links only; proxies, when set, is the
-		// number of idemproxy instances.
+		// the proxies' upstream links only; pauseEvery, when set, replaces
+		// the pause every second; proxies, when set, is the number of
+		// idemproxy instances.
 		networkEvery time.Duration
+		pauseEvery   time.Duration
 		proxies      int
 		// strays is set for a break that no one key shows (the bank's
 		// total): the violations file must say it, and the summary name
@@ -283,13 +285,14 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 		// received", but not while the network between the proxy and the
 		// upstream fails: one proxy, so that every retry meets its link's
 		// faults, and a fault on that link every second make the unknown
-		// answers that the break mistakes.
-		{brk: "probe-unknown-forwards", workload: Proxy{Policy: "probe"}, networkEvery: time.Second, proxies: 1, reason: "the probe route forwarded the key", want: func(s *Summary) int { return s.Duplicated }},
+		// answers that the break mistakes; no pauses, which would stop
+		// the one proxy and with it the traffic.
+		{brk: "probe-unknown-forwards", workload: Proxy{Policy: "probe"}, networkEvery: time.Second, pauseEvery: -1, proxies: 1, reason: "the probe route forwarded the key", want: func(s *Summary) int { return s.Duplicated }},
 		{brk: "retry-new-key", workload: Proxy{Policy: "retry"}, reason: "the upstream executed the operation", want: func(s *Summary) int { return s.Duplicated }},
 	} {
 		t.Run(tt.brk, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "violations.jsonl")
-			faults := Faults{PauseEvery: time.Second, DBRestartEvery: -1}
+			faults := Faults{PauseEvery: cmp.Or(tt.pauseEvery, time.Second), DBRestartEvery: -1}
 			if tt.networkEvery > 0 {
 				faults.NetworkEvery, faults.NetworkLinks = tt.networkEvery, []Link{LinkUpstream}
 			}
