@@ -90,7 +90,7 @@ func TestSummaryJSONNamesEveryField(t *testing.T) {
 	}
 	for _, f := range []string{"seed", "operations", "attempts", "acknowledged", "lost", "duplicated",
 		"mismatched_replays", "cross_tenant", "stuck_keys", "kills", "pauses", "db_restarts",
-		"commit_cuts", "clock_skews", "network_faults", "failovers", "disk_full", "proxy_operations", "declines", "transfers", "bank_total_ok", "unexpected_5xx", "events_delivered", "events_missing",
+		"commit_cuts", "clock_skews", "network_faults", "failovers", "disk_full", "proxy_operations", "declines", "transfers", "bank_total_ok", "bank_sum_ok", "insufficient_funds_moved", "unexpected_5xx", "events_delivered", "events_missing",
 		"events_unknown", "events_invalid_signature", "events_duplicate_ids"} {
 		if _, ok := m[f]; !ok {
 			t.Errorf("the JSON summary has no %q", f)
