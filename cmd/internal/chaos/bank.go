@@ -258,8 +258,10 @@ type bankReport struct {
 
 // checkBank audits the ledger: the sum of the balances is the opening sum
 // at the end and at every sample; every account's balance is its opening
-// plus what the stored transfers brought and minus what they took, never
-// negative; every acknowledged transfer is stored once with the
+// plus what the stored transfers brought and minus what they took, and
+// never negative, at the end or at a sample (the keys of the transfers
+// that overdrew it are named: overdrafts); every acknowledged transfer is
+// stored once with the
 // acknowledged accounts and amount, its key completed with the
 // acknowledged answer, and every 2xx of it byte-identical; a transfer
 // answered 402 insufficient-funds moved nothing; no transfer is stored
