@@ -42,10 +42,10 @@ charge per key, every acknowledged payment stored with the acknowledged
 body, every replay byte-identical, no answer with another client's
 payment, no key left started, no 5xx but the documented 503s
 (store-unavailable, outcome-unknown); and of the ledger: every acknowledged
-transfer stored once, every 402 moving nothing, and the sum of the
-balances constant at every sample and at the end (bank_total_ok); and of
-each declined payment: one payment recorded declined, no charge, and its
-402 payment-declined replayed byte for byte.
+transfer stored once, every 402 moving nothing, the sum of the balances
+constant and none negative at every sample and at the end (bank_total_ok);
+and of each declined payment: one payment recorded declined, no charge,
+and its 402 payment-declined replayed byte for byte.
 
 A progress line goes to stderr every 5 s; the summary goes to stdout, as
 one JSON object with --json. The exit status is 1 on any violation, with the

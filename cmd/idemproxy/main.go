@@ -117,9 +117,10 @@ func splitEnv(env *cmdrun.Env, name, sep string) []string {
 	return out
 }
 
-// breakRoutes, set only in builds with the chaosbroken tag, breaks the
-// routes' policies on purpose, for the chaos harness's tests (broken.go).
-var breakRoutes func([]proxy.Route)
+// breakConfig, set only in builds with the chaosbroken tag, breaks the
+// routes' policies or the proxy's upstream transport on purpose, for the
+// chaos harness's tests (broken.go).
+var breakConfig func(*proxy.Config)
 
 func parseFlags(args []string, stderr io.Writer, lookup func(string) (string, bool)) (*options, error) {
 	fs := flag.NewFlagSet("idemproxy", flag.ContinueOnError)
@@ -205,8 +206,8 @@ func (o *options) config() (proxy.Config, error) {
 		}
 		cfg.Routes = append(cfg.Routes, rt)
 	}
-	if breakRoutes != nil {
-		breakRoutes(cfg.Routes)
+	if breakConfig != nil {
+		breakConfig(&cfg)
 	}
 	switch {
 	case o.clientHeader != "":

@@ -25,8 +25,25 @@
 //     so a stale holder's answer is the stored one.)
 //   - forget-declines: the key of a declined payment is deleted right
 //     after its 402 commits: a retry charges the card again.
-//   - forward-held: breaks idemproxy instead (cmd/idemproxy/broken.go):
-//     its hold routes forward a key whose outcome was unknown again.
+//   - unlocked-overdraft: a transfer checks its source's balance on a read
+//     of its own, outside the key's transaction and without a row lock,
+//     from a copy of the balances each instance refreshes at most every
+//     staleBalances (as a read from a lagging replica is), then moves the
+//     money without looking again; and the accounts table has no CHECK on
+//     the balance (as on MySQL before 8.0.16, which parsed CHECK and
+//     ignored it): transfers from one account that each fit the balance
+//     read, but not together, all move, and the balance goes negative.
+//   - debit-before-402: a transfer moves the money and records itself
+//     first, and checks the balance it locked afterwards, answering 402
+//     insufficient-funds when it was short, without undoing the move; the
+//     402 is a definitive answer, stored with the key in the request's
+//     transaction, and the move commits with it. The accounts table has no
+//     CHECK either: with it, PostgreSQL refuses the debit.
+//   - forward-held, probe-unknown-forwards, retry-new-key: break idemproxy
+//     instead (cmd/idemproxy/broken.go): its hold routes forward a key
+//     whose outcome was unknown again; its probe routes forward a key
+//     whose status URL did not say "not received"; its retry routes
+//     forward a retry under a key of its own.
 //
 // Never build paymentsd with the tag for anything but the harness's tests.
 package brokenstore
@@ -36,10 +53,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/cmd/internal/payments"
+	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemstore"
 )
 
@@ -59,14 +79,35 @@ const (
 	// its hold routes release a key whose forward's outcome is unknown, and
 	// forward it again. paymentsd's store stays whole.
 	ForwardHeld = "forward-held"
+	// UnlockedOverdraft checks a transfer's balance outside its
+	// transaction, without a lock, on a schema without the balance's CHECK.
+	UnlockedOverdraft = "unlocked-overdraft"
+	// DebitBefore402 moves a transfer's money before it checks the
+	// balance, and answers 402 without undoing the move, on a schema
+	// without the balance's CHECK.
+	DebitBefore402 = "debit-before-402"
+	// ProbeUnknownForwards breaks idemproxy (cmd/idemproxy/broken.go): its
+	// probe routes take any answer of the status URL other than
+	// "completed", and no answer at all, for "not received", and forward.
+	ProbeUnknownForwards = "probe-unknown-forwards"
+	// RetryNewKey breaks idemproxy (cmd/idemproxy/broken.go): its retry
+	// routes forward a retry after an unknown outcome under a key of its
+	// own, not the first forward's.
+	RetryNewKey = "retry-new-key"
 )
+
+// ProxyBreak reports whether a break is idemproxy's, leaving paymentsd
+// whole.
+func ProxyBreak(mode string) bool {
+	return mode == ForwardHeld || mode == ProbeUnknownForwards || mode == RetryNewKey
+}
 
 // Wrap returns store and repo broken as getenv(EnvBreak) says; with the
 // variable unset it returns them as they are. The breaks need PostgreSQL:
 // pool is the store's.
 func Wrap(st idemstore.Store, repo payments.Repo, ledger payments.LedgerRepo, pool *pgxpool.Pool, getenv func(string) string) (idemstore.Store, payments.Repo, payments.LedgerRepo, error) {
 	mode := getenv(EnvBreak)
-	if mode == "" || mode == ForwardHeld {
+	if mode == "" || ProxyBreak(mode) {
 		return st, repo, ledger, nil
 	}
 	if pool == nil {
@@ -76,6 +117,11 @@ func Wrap(st idemstore.Store, repo payments.Repo, ledger payments.LedgerRepo, po
 	case SkipFencing, ReleaseAfterCommit, SharedCache, ForgetDeclines:
 	case UnkeyedDebit:
 		return st, repo, &unkeyedLedger{LedgerRepo: ledger, pool: pool}, nil
+	case UnlockedOverdraft, DebitBefore402:
+		if err := dropBalanceCheck(pool); err != nil {
+			return nil, nil, nil, err
+		}
+		return st, repo, &overdraftLedger{LedgerRepo: ledger, pool: pool, debitFirst: mode == DebitBefore402, read: map[string]balanceRead{}}, nil
 	default:
 		return nil, nil, nil, fmt.Errorf("brokenstore: unknown %s %q", EnvBreak, mode)
 	}
@@ -95,6 +141,103 @@ func (l *unkeyedLedger) Move(ctx context.Context, t *payments.Transfer) error {
 		return err
 	}
 	return l.LedgerRepo.Move(ctx, t)
+}
+
+// dropBalanceCheck removes the accounts table's CHECK on the balance, the
+// database's last guard against an overdraft: a schema that never had it.
+func dropBalanceCheck(pool *pgxpool.Pool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(ctx, `ALTER TABLE accounts DROP CONSTRAINT IF EXISTS accounts_balance_check`); err != nil {
+		return fmt.Errorf("brokenstore: drop the balance's CHECK: %w", err)
+	}
+	return nil
+}
+
+// overdraftLedger moves a transfer's money in the key's transaction, but
+// checks the balance wrongly: unlocked-overdraft on a read outside the
+// transaction, before anything is locked, at most staleBalances old;
+// debit-before-402 after the move.
+type overdraftLedger struct {
+	payments.LedgerRepo
+	pool       *pgxpool.Pool
+	debitFirst bool
+
+	mu   sync.Mutex
+	read map[string]balanceRead // unlocked-overdraft: by account id
+}
+
+// staleBalances is how old a balance unlocked-overdraft checks may be.
+const staleBalances = time.Second
+
+type balanceRead struct {
+	currency string
+	balance  int64
+	at       time.Time
+}
+
+// readBalance returns the source's currency and balance as read outside
+// the transaction, again only when the last read is staleBalances old.
+func (l *overdraftLedger) readBalance(ctx context.Context, t *payments.Transfer) (string, int64, error) {
+	key := t.ClientID + "\x00" + t.From
+	l.mu.Lock()
+	b, ok := l.read[key]
+	l.mu.Unlock()
+	if ok && time.Since(b.at) < staleBalances {
+		return b.currency, b.balance, nil
+	}
+	err := l.pool.QueryRow(ctx, `SELECT currency, balance FROM accounts WHERE client_id = $1 AND id = $2`, t.ClientID, t.From).Scan(&b.currency, &b.balance)
+	if err != nil {
+		return "", 0, err
+	}
+	b.at = time.Now()
+	l.mu.Lock()
+	l.read[key] = b
+	l.mu.Unlock()
+	return b.currency, b.balance, nil
+}
+
+func (l *overdraftLedger) Move(ctx context.Context, t *payments.Transfer) error {
+	tx, err := idempg.TxFromContext(ctx)
+	if err != nil {
+		return err
+	}
+	var balance int64
+	if l.debitFirst {
+		err = tx.QueryRow(ctx, `SELECT currency, balance FROM accounts WHERE client_id = $1 AND id = $2 FOR UPDATE`, t.ClientID, t.From).Scan(&t.Currency, &balance)
+	} else {
+		t.Currency, balance, err = l.readBalance(ctx, t)
+	}
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return &payments.TransferError{Param: "from", Err: payments.ErrAccountNotFound}
+	case err != nil:
+		return err
+	case balance < t.Amount && !l.debitFirst:
+		return payments.ErrInsufficientFunds
+	}
+	// The rows in id order, as the ledger locks them, so that two
+	// transfers in opposite directions do not deadlock.
+	first, firstBy, second, secondBy := t.From, -t.Amount, t.To, t.Amount
+	if second < first {
+		first, firstBy, second, secondBy = second, secondBy, first, firstBy
+	}
+	for _, u := range []struct {
+		id string
+		by int64
+	}{{first, firstBy}, {second, secondBy}} {
+		if _, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance + $3 WHERE client_id = $1 AND id = $2`, t.ClientID, u.id, u.by); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO transfers (id, client_id, from_account, to_account, amount, currency, created, idempotency_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, t.ID, t.ClientID, t.From, t.To, t.Amount, t.Currency, t.Created, t.IdempotencyKey); err != nil {
+		return err
+	}
+	if balance < t.Amount {
+		return payments.ErrInsufficientFunds // debit-before-402: moved already
+	}
+	return nil
 }
 
 type store struct {

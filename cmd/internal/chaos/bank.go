@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,7 +45,8 @@ type bank struct {
 	samples    atomic.Int64 // sums read while the traffic ran
 	badSamples atomic.Int64 // sums that were not total
 	mu         sync.Mutex
-	bad        []string // what each bad sample read
+	bad        []string         // what each bad sample read
+	lowest     map[string]int64 // the lowest negative balance sampled, by account
 }
 
 // Transfer moves money between two accounts of the worker's tenant through
@@ -125,7 +127,7 @@ func (c Config) usesBank() bool {
 // its faults start, each through POST /v1/accounts with a key of its own,
 // retried to its 201.
 func (h *harness) openBank(ctx context.Context) error {
-	b := &bank{accounts: map[string][]string{}, opening: map[string]int64{}}
+	b := &bank{accounts: map[string][]string{}, opening: map[string]int64{}, lowest: map[string]int64{}}
 	for ti, t := range tenants {
 		for i := range bankAccounts {
 			op := h.history.add(&Op{
@@ -187,6 +189,15 @@ func (h *harness) sampleBank(ctx context.Context, stop <-chan struct{}) {
 		if err != nil {
 			continue
 		}
+		if neg, err := negativeBalances(ctx, pool, ids); err == nil && len(neg) > 0 {
+			h.bank.mu.Lock()
+			for id, bal := range neg {
+				if low, ok := h.bank.lowest[id]; !ok || bal < low {
+					h.bank.lowest[id] = bal
+				}
+			}
+			h.bank.mu.Unlock()
+		}
 		h.bank.samples.Add(1)
 		if sum != h.bank.total || n != len(ids) {
 			h.bank.badSamples.Add(1)
@@ -211,19 +222,49 @@ func bankSum(ctx context.Context, pool *sql.DB, ids []string) (sum int64, n int,
 	return sum, n, err
 }
 
+// negativeBalances reads the accounts of ids whose balance is negative,
+// in one read-only transaction.
+func negativeBalances(ctx context.Context, pool *sql.DB, ids []string) (map[string]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	tx, err := pool.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `SELECT id, balance FROM accounts WHERE balance < 0 AND id IN (`+quoteList(ids)+`)`)
+	if err != nil {
+		return nil, err
+	}
+	neg := map[string]int64{}
+	var id string
+	var bal int64
+	err = forEachRow(rows, []any{&id, &bal}, func() { neg[id] = bal })
+	return neg, err
+}
+
 // bankReport is what the checker found of the ledger.
 type bankReport struct {
 	Transfers         int // transfer operations
 	Applied           int // acknowledged transfers, each found once
 	InsufficientFunds int // transfers answered 402 insufficient-funds
+	MovedOn402        int // of those, the ones with a stored transfer
 	Samples           int
 	TotalOK           bool
+	// SumOK is whether the balances summed to the opening total at every
+	// sample and at the end; TotalOK also requires every account right.
+	SumOK bool
+	// Accounts are the accounts whose balance breaks an invariant,
+	// tenant/id and why, sorted.
+	Accounts []string
 }
 
 // checkBank audits the ledger: the sum of the balances is the opening sum
 // at the end and at every sample; every account's balance is its opening
-// plus what the stored transfers brought and minus what they took, never
-// negative; every acknowledged transfer is stored once with the
+// plus what the stored transfers brought and minus what they took, and
+// never negative, at the end or at a sample (the keys of the transfers
+// that overdrew it are named: overdrafts); every acknowledged transfer is
+// stored once with the
 // acknowledged accounts and amount, its key completed with the
 // acknowledged answer, and every 2xx of it byte-identical; a transfer
 // answered 402 insufficient-funds moved nothing; no transfer is stored
@@ -260,25 +301,42 @@ func (h *harness) checkBank(ctx context.Context, pool *sql.DB, r *Report, keys m
 	}
 
 	rep := &bankReport{Samples: int(b.samples.Load()), TotalOK: true}
+	tenantOf := map[string]string{}
+	for t, ids := range b.accounts {
+		for _, id := range ids {
+			tenantOf[id] = t
+		}
+	}
+	// wrong records an account whose balance breaks an invariant, as a
+	// stray line and among the offending accounts.
+	wrong := func(id, why string) {
+		rep.TotalOK = false
+		r.add(vBank, nil, "")
+		r.strays = append(r.strays, "account "+id+" "+why)
+		rep.Accounts = append(rep.Accounts, tenantOf[id]+"/"+id+" "+why)
+	}
+	negative := map[string]bool{}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	var sum int64
 	for id, opening := range b.opening {
 		got, ok := balances[id]
 		sum += got
 		switch {
 		case !ok:
-			rep.TotalOK = false
-			r.add(vBank, nil, "")
-			r.strays = append(r.strays, "account "+id+" is missing")
+			wrong(id, "is missing")
 		case got < 0:
-			rep.TotalOK = false
-			r.add(vBank, nil, "")
-			r.strays = append(r.strays, fmt.Sprintf("account %s has a negative balance %d", id, got))
+			negative[id] = true
+			wrong(id, fmt.Sprintf("has a negative balance %d", got))
+		case b.lowest[id] < 0:
+			negative[id] = true
+			wrong(id, fmt.Sprintf("was sampled at a negative balance %d while the traffic ran", b.lowest[id]))
 		case got != opening+in[id]-out[id]:
-			rep.TotalOK = false
-			r.add(vBank, nil, "")
-			r.strays = append(r.strays, fmt.Sprintf("account %s holds %d, but its opening %d and its stored transfers make %d", id, got, opening, opening+in[id]-out[id]))
+			wrong(id, fmt.Sprintf("holds %d, but its opening %d and its stored transfers make %d", got, opening, opening+in[id]-out[id]))
 		}
 	}
+	sort.Strings(rep.Accounts)
+	rep.SumOK = sum == b.total && b.badSamples.Load() == 0
 	if sum != b.total {
 		rep.TotalOK = false
 		r.add(vBank, nil, "")
@@ -286,12 +344,10 @@ func (h *harness) checkBank(ctx context.Context, pool *sql.DB, r *Report, keys m
 	}
 	if n := b.badSamples.Load(); n > 0 {
 		rep.TotalOK = false
-		b.mu.Lock()
 		for _, why := range b.bad {
 			r.add(vBank, nil, "")
 			r.strays = append(r.strays, why)
 		}
-		b.mu.Unlock()
 	}
 
 	sent := map[scopeKey]bool{}
@@ -322,6 +378,7 @@ func (h *harness) checkBank(ctx context.Context, pool *sql.DB, r *Report, keys m
 				r.add(vLost, op, "a 402 other than insufficient-funds: "+final.Problem)
 			}
 			if len(rows) > 0 {
+				rep.MovedOn402++
 				r.add(vLost, op, "answered 402 insufficient-funds, but the transfer "+rows[0].ID+" moved money")
 			}
 		case final.Status == 400:
@@ -367,6 +424,9 @@ func (h *harness) checkBank(ctx context.Context, pool *sql.DB, r *Report, keys m
 			r.strays = append(r.strays, fmt.Sprintf("%d transfer(s) of %s/%s that no operation sent", len(rows), k.client, k.key))
 		}
 	}
+	if len(negative) > 0 {
+		r.overdrafts(b, negative, stored)
+	}
 	r.bank = rep
 	ids := map[string]bool{}
 	for _, rows := range stored {
@@ -375,6 +435,63 @@ func (h *harness) checkBank(ctx context.Context, pool *sql.DB, r *Report, keys m
 		}
 	}
 	return ids, nil
+}
+
+// overdrafts adds a violation to each transfer operation that took an
+// account of negative below zero. The database does not say in which
+// order the transfers committed: the account's stored transfers are
+// replayed from its opening balance in the order of their operations'
+// final answers, which the transaction's commit precedes (those without
+// one last, by key), and each debit that leaves the balance negative
+// offends.
+func (r *Report) overdrafts(b *bank, negative map[string]bool, stored map[scopeKey][]transfer) {
+	type entry struct {
+		op       *Op
+		answered time.Time // its final answer's; zero: none
+		t        transfer
+	}
+	var entries []entry
+	for op := range r.rows {
+		if op.Kind != kindTransfer {
+			continue
+		}
+		rows := stored[scopeKey{op.Client, op.Key}]
+		if len(rows) == 0 || !negative[rows[0].From] && !negative[rows[0].To] {
+			continue
+		}
+		e := entry{op: op, t: rows[0]}
+		if _, final := op.snapshot(); final != nil {
+			e.answered = final.Answered
+		}
+		entries = append(entries, e)
+	}
+	sort.Slice(entries, func(i, j int) bool {
+		a, b := entries[i], entries[j]
+		if a.answered.IsZero() != b.answered.IsZero() {
+			return !a.answered.IsZero()
+		}
+		if !a.answered.Equal(b.answered) {
+			return a.answered.Before(b.answered)
+		}
+		return a.op.Key < b.op.Key
+	})
+	balance := map[string]int64{}
+	for id := range negative {
+		balance[id] = b.opening[id]
+	}
+	for _, e := range entries {
+		if negative[e.t.To] {
+			balance[e.t.To] += e.t.Amount
+		}
+		if !negative[e.t.From] {
+			continue
+		}
+		balance[e.t.From] -= e.t.Amount
+		if bal := balance[e.t.From]; bal < 0 {
+			r.add(vBank, e.op, fmt.Sprintf("the transfer %s took %d from account %s and left it at %d (its stored transfers replayed in the order of their final answers)",
+				e.t.ID, e.t.Amount, e.t.From, bal))
+		}
+	}
 }
 
 func (s *dbState) status() string {

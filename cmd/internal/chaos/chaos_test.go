@@ -90,7 +90,7 @@ func TestSummaryJSONNamesEveryField(t *testing.T) {
 	}
 	for _, f := range []string{"seed", "operations", "attempts", "acknowledged", "lost", "duplicated",
 		"mismatched_replays", "cross_tenant", "stuck_keys", "kills", "pauses", "db_restarts",
-		"commit_cuts", "clock_skews", "network_faults", "failovers", "disk_full", "proxy_operations", "declines", "transfers", "bank_total_ok", "unexpected_5xx", "events_delivered", "events_missing",
+		"commit_cuts", "clock_skews", "network_faults", "failovers", "disk_full", "proxy_operations", "declines", "transfers", "bank_total_ok", "bank_sum_ok", "insufficient_funds_moved", "unexpected_5xx", "events_delivered", "events_missing",
 		"events_unknown", "events_invalid_signature", "events_duplicate_ids"} {
 		if _, ok := m[f]; !ok {
 			t.Errorf("the JSON summary has no %q", f)
@@ -233,47 +233,76 @@ func TestRunMySQL(t *testing.T) {
 	}
 }
 
-// TestCheckerCatchesBrokenBuilds runs paymentsd built with the chaosbroken
-// tag, broken three ways, and wants each break reported with the keys it
-// hurt. Duplicate storms and frequent pauses make a lease lost to a
-// takeover near certain within the run. skip-fencing commits a stale
-// holder's phases anyway: its payment is settled and acknowledged outside
-// the payment's transaction, without its event, while the key's new holder
-// finds no pending payment to settle and leaves the key unfinished, or
-// makes a second payment. shared-cache replays one client's answer to
-// another that used the same key.
+// TestCheckerCatchesBrokenBuilds runs paymentsd and idemproxy built with
+// the chaosbroken tag, broken one way each, and wants each break reported
+// by the invariant it breaks, with the keys (or, for the bank's balances,
+// the accounts) it hurt. Duplicate storms and frequent pauses make a
+// lease lost to a takeover near certain within the run. skip-fencing
+// commits a stale holder's phases anyway: its payment is settled and
+// acknowledged outside the payment's transaction, without its event,
+// while the key's new holder finds no pending payment to settle and leaves
+// the key unfinished, or makes a second payment. shared-cache replays one
+// client's answer to another that used the same key. The ledger's breaks
+// and the proxy's are described in cmd/internal/brokenstore.
 func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 	t.Parallel()
 	src := setupRun(t)
+	bankBroken := func(s *Summary) int {
+		if s.BankTotalOK != nil && !*s.BankTotalOK {
+			return 1
+		}
+		return 0
+	}
 	for _, tt := range []struct {
 		brk  string
 		want func(*Summary) int
 		// workload is the traffic; Storm when nil.
 		workload Workload
+		// networkEvery, when set, is how often a network fault falls, on
+		// the proxies' upstream links only; pauseEvery, when set, replaces
+		// the pause every second; proxies, when set, is the number of
+		// idemproxy instances.
+		networkEvery time.Duration
+		pauseEvery   time.Duration
+		proxies      int
 		// strays is set for a break that no one key shows (the bank's
-		// total): the violations file must say it, with no offending key.
+		// total): the violations file must say it, and the summary name
+		// the accounts, with no offending key.
 		strays string
+		// reason, when set, is what the checker's reason for at least one
+		// offending key must say: the invariant the break is for.
+		reason string
 	}{
 		{brk: "skip-fencing", want: func(s *Summary) int { return min(s.Duplicated+s.Lost, s.EventsMissing) }},
 		{brk: "release-after-commit", want: func(s *Summary) int { return s.Duplicated + s.Lost }},
 		{brk: "shared-cache", want: func(s *Summary) int { return s.CrossTenant }},
 		{brk: "forward-held", workload: Proxy{Policy: "hold"}, want: func(s *Summary) int { return s.Duplicated }},
 		{brk: "forget-declines", workload: Decline{}, want: func(s *Summary) int { return s.Duplicated + s.Lost + s.MismatchedReplays }},
-		{brk: "unkeyed-debit", workload: Transfer{}, strays: "sum to", want: func(s *Summary) int {
-			if s.BankTotalOK != nil && !*s.BankTotalOK {
-				return 1
-			}
-			return 0
-		}},
+		{brk: "unkeyed-debit", workload: Transfer{}, strays: "sum to", want: bankBroken},
+		{brk: "unlocked-overdraft", workload: Transfer{}, reason: "and left it at -", want: bankBroken},
+		{brk: "debit-before-402", workload: Transfer{}, reason: "answered 402 insufficient-funds, but the transfer", want: func(s *Summary) int { return s.Lost }},
+		// The probe route's status URL answers "completed" or "not
+		// received", but not while the network between the proxy and the
+		// upstream fails: one proxy, so that every retry meets its link's
+		// faults, and a fault on that link every second make the unknown
+		// answers that the break mistakes; no pauses, which would stop
+		// the one proxy and with it the traffic.
+		{brk: "probe-unknown-forwards", workload: Proxy{Policy: "probe"}, networkEvery: time.Second, pauseEvery: -1, proxies: 1, reason: "the probe route forwarded the key", want: func(s *Summary) int { return s.Duplicated }},
+		{brk: "retry-new-key", workload: Proxy{Policy: "retry"}, reason: "the upstream executed the operation", want: func(s *Summary) int { return s.Duplicated }},
 	} {
 		t.Run(tt.brk, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "violations.jsonl")
+			faults := Faults{PauseEvery: cmp.Or(tt.pauseEvery, time.Second), DBRestartEvery: -1}
+			if tt.networkEvery > 0 {
+				faults.NetworkEvery, faults.NetworkLinks = tt.networkEvery, []Link{LinkUpstream}
+			}
 			sum, err := Run(context.Background(), Config{
 				Duration: 20 * time.Second, Seed: 7, SourceDir: src,
 				BuildTags: "chaosbroken", Env: []string{"IDEM_CHAOS_BREAK=" + tt.brk},
 				Workloads:      []Weighted{{cmp.Or[Workload](tt.workload, Storm{}), 1}},
 				ProcessorDelay: 150 * time.Millisecond,
-				Faults:         Faults{PauseEvery: time.Second, DBRestartEvery: -1},
+				Faults:         faults,
+				Proxies:        tt.proxies,
 				ViolationsFile: file,
 				Progress:       testWriter{t},
 			})
@@ -289,19 +318,23 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 			if tt.want(sum) == 0 || len(sum.OffendingKeys) == 0 && tt.strays == "" {
 				t.Fatalf("the checker missed %s", tt.brk)
 			}
+			if tt.strays != "" && len(sum.OffendingAccounts) == 0 {
+				t.Errorf("the summary names no offending account")
+			}
 			f, err := os.Open(file)
 			if err != nil {
 				t.Fatalf("no history of the offending keys: %v", err)
 			}
 			defer f.Close()
 			inFile := map[string]bool{}
-			strays := 0
+			strays, because, example := 0, 0, ""
 			sc := bufio.NewScanner(f)
 			sc.Buffer(nil, 64<<20)
 			for sc.Scan() {
 				var rec struct {
 					Client, Key string
 					Attempts    []Attempt
+					Reasons     []string
 					Stray       string
 				}
 				if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
@@ -314,9 +347,20 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 				if tt.strays != "" && strings.Contains(rec.Stray, tt.strays) {
 					strays++
 				}
+				if i := slices.IndexFunc(rec.Reasons, func(s string) bool { return tt.reason != "" && strings.Contains(s, tt.reason) }); i >= 0 {
+					if because++; because == 1 {
+						example = rec.Client + "/" + rec.Key + ": " + rec.Reasons[i]
+					}
+				}
 			}
 			if tt.strays != "" && strays == 0 {
 				t.Errorf("no line of %s says %q", file, tt.strays)
+			}
+			if tt.reason != "" {
+				if because == 0 {
+					t.Errorf("no offending key of %s is reported because %q", file, tt.reason)
+				}
+				t.Logf("%d offending keys reported because %q; the first: %s", because, tt.reason, example)
 			}
 			for _, k := range sum.OffendingKeys {
 				if !inFile[k] {

@@ -72,6 +72,9 @@ type Faults struct {
 	// DBDown is the longest PostgreSQL stays down; each outage lasts
 	// between a third of it and all of it. Defaults to 3s.
 	DBDown time.Duration
+	// NetworkLinks are the links network faults fall on, each as likely.
+	// Defaults to every link.
+	NetworkLinks []Link
 }
 
 // ProcessorFaults are the rates, 0 to 1, at which processord fails a
@@ -161,6 +164,9 @@ func Schedule(seed uint64, d time.Duration, f Faults, instances int, lease time.
 				e.Hold = 2*time.Second + time.Duration(rnd.Int64N(int64(2*time.Second)+1))
 			case Network:
 				e.Link, e.Toxic = Link(rnd.IntN(int(links))), Toxic(rnd.IntN(int(toxics)))
+				if n := len(f.NetworkLinks); n > 0 {
+					e.Link = f.NetworkLinks[int(e.Link)%n]
+				}
 				if e.Toxic == ToxicReset {
 					// Resets are short: every connection that carries data
 					// meanwhile dies.

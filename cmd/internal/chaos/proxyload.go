@@ -161,7 +161,10 @@ func proxyDocumented5xx(op *Op, a *Attempt) bool {
 // checkProxy audits the proxy workload against what the upstream saw:
 // on the hold and probe routes the upstream received each key at most
 // once (the policies' promise: no second forward once one may have
-// arrived); on every route it executed each key at most once; every 2xx
+// arrived); on every route it executed each key at most once, and each
+// operation at most once under any key (the retry policy's promise: a
+// retry goes out with the first forward's key, which the upstream
+// honours); every 2xx
 // is the upstream's answer to that key, the same on every attempt; every
 // acknowledged key was executed; and every operation has a final answer.
 func (h *harness) checkProxy(r *Report) {
@@ -187,6 +190,9 @@ func (h *harness) checkProxy(r *Report) {
 		}
 		if seen.Executions > 1 {
 			r.add(vDuplicated, op, fmt.Sprintf("the upstream executed the key %d times (%s route)", seen.Executions, op.Policy))
+		}
+		if ex := h.upstream.executed("Bearer "+op.token, op.ID); ex.Executions > 1 && slices.ContainsFunc(ex.Keys, func(k string) bool { return k != op.Key }) {
+			r.add(vDuplicated, op, fmt.Sprintf("the upstream executed the operation %d times, under the keys %q (%s route)", ex.Executions, ex.Keys, op.Policy))
 		}
 		if op.Policy != string(proxy.PolicyRetry) && seen.Forwards > 1 {
 			r.add(vDuplicated, op, fmt.Sprintf("the %s route forwarded the key %d times", op.Policy, seen.Forwards))

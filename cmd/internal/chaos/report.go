@@ -213,6 +213,10 @@ func writeReport(w io.Writer, d reportData) error {
 	bank := row{"bank total constant", "not checked (no transfers)", true}
 	if s.BankTotalOK != nil {
 		bank = row{"bank total constant", fmt.Sprintf("%t (%d samples, %d transfers, %d applied, %d insufficient funds)", *s.BankTotalOK, s.BankSamples, s.Transfers, s.TransfersApplied, s.InsufficientFunds), *s.BankTotalOK}
+		if s.BankSumOK != nil && *s.BankSumOK && !*s.BankTotalOK {
+			bank.Value = fmt.Sprintf("the total, but %d accounts wrong: %s (%d samples, %d transfers, %d applied, %d insufficient funds, %d of them moved money)",
+				len(s.OffendingAccounts), strings.Join(s.OffendingAccounts, "; "), s.BankSamples, s.Transfers, s.TransfersApplied, s.InsufficientFunds, s.InsufficientFundsMoved)
+		}
 	}
 	rows := []row{
 		{"lost", fmt.Sprint(s.Lost), s.Lost == 0},

@@ -54,11 +54,18 @@ type Summary struct {
 	// transfer operations, TransfersApplied those acknowledged and found
 	// once, InsufficientFunds those answered 402 (which must move nothing),
 	// and BankSamples the sums read during the run.
-	BankTotalOK       *bool `json:"bank_total_ok"`
+	BankTotalOK *bool `json:"bank_total_ok"`
+	// BankSumOK is the part of BankTotalOK about the sum alone: whether
+	// the balances summed to the opening total at every sample and at the
+	// end; null when the run had no transfers.
+	BankSumOK         *bool `json:"bank_sum_ok"`
 	Transfers         int   `json:"transfers"`
 	TransfersApplied  int   `json:"transfers_applied"`
 	InsufficientFunds int   `json:"insufficient_funds"`
-	BankSamples       int   `json:"bank_samples"`
+	// InsufficientFundsMoved counts the transfers answered 402 that have
+	// a stored transfer all the same: each a violation (counted lost).
+	InsufficientFundsMoved int `json:"insufficient_funds_moved"`
+	BankSamples            int `json:"bank_samples"`
 	// The queue, when the run sends commands to a broker: Queue is the
 	// broker (Config.Queue); QueuedPublished counts the commands
 	// published to it (copies included), QueuedResent the copies that
@@ -109,11 +116,17 @@ type Summary struct {
 	Workloads map[string]int `json:"workloads"`
 	Answers   map[string]int `json:"answers"`
 
-	Violations     int      `json:"violations"`
-	OffendingKeys  []string `json:"offending_keys,omitempty"`
-	ViolationsFile string   `json:"violations_file,omitempty"`
-	ReportFile     string   `json:"report_file,omitempty"`
-	LogDir         string   `json:"log_dir,omitempty"`
+	Violations    int      `json:"violations"`
+	OffendingKeys []string `json:"offending_keys,omitempty"`
+	// OffendingAccounts are the ledger's accounts whose balance breaks an
+	// invariant (negative, not what its stored transfers make, missing),
+	// tenant/id and why: a break of the bank's total that no key's
+	// record shows, such as a debit outside the key's transaction, is
+	// named here.
+	OffendingAccounts []string `json:"offending_accounts,omitempty"`
+	ViolationsFile    string   `json:"violations_file,omitempty"`
+	ReportFile        string   `json:"report_file,omitempty"`
+	LogDir            string   `json:"log_dir,omitempty"`
 }
 
 // maxListedKeys bounds the offending keys a summary lists; the
@@ -150,9 +163,14 @@ func (h *harness) summary(r *Report, took time.Duration) *Summary {
 		}
 	}
 	if b := r.bank; b != nil {
-		ok := b.TotalOK
-		s.BankTotalOK = &ok
+		ok, sumOK := b.TotalOK, b.SumOK
+		s.BankTotalOK, s.BankSumOK = &ok, &sumOK
 		s.Transfers, s.TransfersApplied, s.InsufficientFunds, s.BankSamples = b.Transfers, b.Applied, b.InsufficientFunds, b.Samples
+		s.InsufficientFundsMoved = b.MovedOn402
+		s.OffendingAccounts = b.Accounts
+		if len(s.OffendingAccounts) > maxListedKeys {
+			s.OffendingAccounts = s.OffendingAccounts[:maxListedKeys]
+		}
 	}
 	if q := h.queue; q != nil {
 		s.Queue = h.cfg.Queue
@@ -218,11 +236,19 @@ func (s *Summary) WriteText(w io.Writer) {
 		fmt.Fprintln(w, "  bank:       not checked (no transfers in the traffic)")
 	default:
 		verdict := "constant"
-		if !*s.BankTotalOK {
+		if s.BankSumOK != nil && !*s.BankSumOK {
 			verdict = "NOT constant"
 		}
-		fmt.Fprintf(w, "  bank:       %d transfers, %d applied once, %d insufficient funds (moved nothing); total %s over %d samples and at the end\n",
-			s.Transfers, s.TransfersApplied, s.InsufficientFunds, verdict, s.BankSamples)
+		moved := "moved nothing"
+		if s.InsufficientFundsMoved > 0 {
+			moved = fmt.Sprintf("%d of them moved money", s.InsufficientFundsMoved)
+		}
+		fmt.Fprintf(w, "  bank:       %d transfers, %d applied once, %d insufficient funds (%s); total %s over %d samples and at the end",
+			s.Transfers, s.TransfersApplied, s.InsufficientFunds, moved, verdict, s.BankSamples)
+		if !*s.BankTotalOK && len(s.OffendingAccounts) > 0 {
+			fmt.Fprintf(w, "; %d accounts wrong", len(s.OffendingAccounts))
+		}
+		fmt.Fprintln(w)
 	}
 	if s.QueuedPublished > 0 {
 		broker, resent := "JetStream", "re-sent past its duplicate window"
@@ -239,6 +265,9 @@ func (s *Summary) WriteText(w io.Writer) {
 	}
 	if len(s.OffendingKeys) > 0 {
 		fmt.Fprintf(w, "  offending keys: %s\n", strings.Join(s.OffendingKeys, " "))
+	}
+	if len(s.OffendingAccounts) > 0 {
+		fmt.Fprintf(w, "  offending accounts: %s\n", strings.Join(s.OffendingAccounts, "; "))
 	}
 	if s.ViolationsFile != "" {
 		fmt.Fprintf(w, "  history of the offending keys: %s\n", s.ViolationsFile)

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +37,21 @@ type upstream struct {
 	mu   sync.Mutex
 	n    uint64
 	keys map[scopeKey]*upstreamKey
+	// ops counts executions per operation, by client and the opHeader the
+	// harness sends, under whatever key the proxy forwarded.
+	ops map[scopeKey]*upstreamOp
+}
+
+// opHeader carries a proxy operation's id in the harness's requests; the
+// proxies pass it on, and the upstream counts executions per operation by
+// it, so that a proxy that forwards an operation under another key than
+// the client's is seen executing it twice.
+const opHeader = "X-Chaos-Op"
+
+// upstreamOp is what the upstream executed of one operation.
+type upstreamOp struct {
+	Executions int
+	Keys       []string // the keys it was executed under, in order
 }
 
 // upstreamKey is what the upstream saw of one client's key.
@@ -63,7 +80,7 @@ func startUpstream(seed uint64, timeout time.Duration) (*upstream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chaos: start the upstream: %w", err)
 	}
-	u := &upstream{addr: l.Addr().String(), seed: seed, timeout: timeout, keys: map[scopeKey]*upstreamKey{}}
+	u := &upstream{addr: l.Addr().String(), seed: seed, timeout: timeout, keys: map[scopeKey]*upstreamKey{}, ops: map[scopeKey]*upstreamOp{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+healthPath, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("POST /v1/{policy}/ops", u.operate)
@@ -125,6 +142,16 @@ func (u *upstream) operate(w http.ResponseWriter, r *http.Request) {
 	}
 	s.running = true
 	s.Executions++
+	if id := r.Header.Get(opHeader); id != "" {
+		ok := scopeKey{client: k.client, key: id}
+		o := u.ops[ok]
+		if o == nil {
+			o = &upstreamOp{}
+			u.ops[ok] = o
+		}
+		o.Executions++
+		o.Keys = append(o.Keys, k.key)
+	}
 	u.n++
 	answer := fmt.Sprintf(`{"id":"op_%d","key":%q,"amount":%d}`, u.n, k.key, in.Amount)
 	if s.Answer == "" {
@@ -189,6 +216,17 @@ func (u *upstream) seen(authorization, key string) upstreamKey {
 		return *s
 	}
 	return upstreamKey{}
+}
+
+// executed returns what the upstream executed of a client's operation,
+// under any key.
+func (u *upstream) executed(authorization string, op int) upstreamOp {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if o := u.ops[scopeKey{authorization, strconv.Itoa(op)}]; o != nil {
+		return upstreamOp{Executions: o.Executions, Keys: slices.Clone(o.Keys)}
+	}
+	return upstreamOp{}
 }
 
 // proxyPath is where an operation of the proxy workload goes.

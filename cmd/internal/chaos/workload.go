@@ -241,6 +241,9 @@ func (h *harness) send(ctx context.Context, op *Op, i int, phase string) *sentAt
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+op.token)
 	req.Header.Set(idem.HeaderKey, op.Key)
+	if op.Kind == kindProxy {
+		req.Header.Set(opHeader, strconv.Itoa(op.ID))
+	}
 	out := &sentAttempt{Attempt: a}
 	resp, err := h.client.Do(req)
 	var body []byte
