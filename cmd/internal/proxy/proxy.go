@@ -142,7 +142,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	for i, rt := range p.routes {
 		if rt.matches(r) {
-			a := &attempt{route: rt.label(), policy: rt.Policy, probe: p.probes[i], client: w}
+			a := &attempt{route: rt.label(), policy: rt.Policy, probe: p.probes[i], client: w,
+				key: strings.TrimSpace(r.Header.Get(idem.HeaderKey))}
 			p.guarded[rt.Policy].ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), attemptKey{}, a)))
 			return
 		}
