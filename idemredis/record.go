@@ -76,7 +76,8 @@ func encodeHeader(h http.Header) (string, error) {
 	}
 	b := make([]byte, 0, 256)
 	b = append(b, '{')
-	for i, name := range sortedKeys(h) {
+	var arr [16]string
+	for i, name := range sortedKeys(arr[:], h) {
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -112,7 +113,8 @@ func encodeState(r idemstore.Recovery) (string, error) {
 	}
 	b := make([]byte, 0, 128)
 	b = append(b, '{')
-	for i, name := range sortedKeys(r.State) {
+	var arr [8]string
+	for i, name := range sortedKeys(arr[:], r.State) {
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -128,8 +130,10 @@ func encodeState(r idemstore.Recovery) (string, error) {
 	return string(append(b, '}')), nil
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
+// sortedKeys returns the keys of m in order, in keys when it is long
+// enough.
+func sortedKeys[V any](keys []string, m map[string]V) []string {
+	keys = keys[:0]
 	for k := range m {
 		keys = append(keys, k)
 	}
