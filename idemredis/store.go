@@ -345,8 +345,8 @@ func (s *Store) ClaimAt(ctx context.Context, p idemstore.ClaimParams, at idemsto
 		}
 		return idemstore.ClaimResult{Record: rec}, nil
 	}
-	tok, err1 := strconv.ParseInt(fmt.Sprint(reply[1]), 10, 64)
-	created, err2 := strconv.ParseInt(fmt.Sprint(reply[2]), 10, 64)
+	tok, err1 := replyInt(reply[1])
+	created, err2 := replyInt(reply[2])
 	if err := errors.Join(err1, err2); err != nil {
 		return idemstore.ClaimResult{}, fmt.Errorf("idemredis: claim key: %w", err)
 	}
@@ -514,4 +514,16 @@ func (l *lease) Checkpoint(ctx context.Context, r idemstore.Recovery) error {
 		return unavailable("checkpoint", short)
 	}
 	return nil
+}
+
+// replyInt reads a number from a script's reply: the string it was given,
+// or an integer.
+func replyInt(v any) (int64, error) {
+	switch v := v.(type) {
+	case string:
+		return strconv.ParseInt(v, 10, 64)
+	case int64:
+		return v, nil
+	}
+	return 0, fmt.Errorf("reply %v (%T) is not a number", v, v)
 }
