@@ -61,7 +61,10 @@
 //     record is returned, and the middleware answers it: a replay, 422, or
 //     409 with Retry-After from its recorded lease expiry
 //     (idemstore.Record.LeaseEnd). A claim resent by go-redis after a lost
-//     answer finds its own nonce and gets its lease again.
+//     answer finds its own nonce and gets its lease again. [Store.ClaimAt]
+//     also saves a recovery point in a key the claim makes (new or past
+//     its retention), as the lease's first checkpoint would, in the same
+//     script; a key taken over keeps its point.
 //   - complete: the lease's token and nonce and status started (the
 //     lease's fence, as idemtest's memory store's held): the response is
 //     stored. Another holder's completed key is an *idemstore.CompletedError;
@@ -117,7 +120,8 @@
 // acknowledgements within [Config.ReplicaTimeout] is never a silent
 // success, and the store undoes the write on the primary, so that it
 // reports what it did: a claim gives the key back and fails (no lease:
-// the middleware answers 503, nothing ran); a checkpoint puts back the
+// the middleware answers 503, nothing ran; a key it made is deleted, with
+// the point ClaimAt saved in it); a checkpoint puts back the
 // recovery point it replaced and fails; a completion makes the key started
 // again, with no response, at the recovery point it had (which a
 // completion keeps, with MinReplicas, for that) and fails, its lease still

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -64,4 +65,101 @@ func decodeRecord(v []any) (*idemstore.Record, error) {
 		return nil, fmt.Errorf("decode key %q of %q: %w", rec.Scope.Key, rec.Scope.ClientID, err)
 	}
 	return rec, nil
+}
+
+// encodeHeader is the hash's hd field of h: JSON, as json.Marshal writes
+// it and json.Unmarshal reads it back ("null" for a nil header), without
+// reflection for the usual header of ASCII fields.
+func encodeHeader(h http.Header) (string, error) {
+	if h == nil {
+		return "null", nil
+	}
+	b := make([]byte, 0, 256)
+	b = append(b, '{')
+	var arr [16]string
+	for i, name := range sortedKeys(arr[:], h) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var ok bool
+		if b, ok = appendString(b, name); !ok {
+			return marshal(h)
+		}
+		b = append(b, ':')
+		vs := h[name]
+		if vs == nil {
+			b = append(b, "null"...)
+			continue
+		}
+		b = append(b, '[')
+		for j, v := range vs {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			if b, ok = appendString(b, v); !ok {
+				return marshal(h)
+			}
+		}
+		b = append(b, ']')
+	}
+	return string(append(b, '}')), nil
+}
+
+// encodeState is the hash's rs field of r: its state as JSON, as
+// encodeHeader writes it, "" for none.
+func encodeState(r idemstore.Recovery) (string, error) {
+	if len(r.State) == 0 {
+		return "", nil
+	}
+	b := make([]byte, 0, 128)
+	b = append(b, '{')
+	var arr [8]string
+	for i, name := range sortedKeys(arr[:], r.State) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var ok bool
+		if b, ok = appendString(b, name); ok {
+			b = append(b, ':')
+			b, ok = appendString(b, r.State[name])
+		}
+		if !ok {
+			return marshal(r.State)
+		}
+	}
+	return string(append(b, '}')), nil
+}
+
+// sortedKeys returns the keys of m in order, in keys when it is long
+// enough.
+func sortedKeys[V any](keys []string, m map[string]V) []string {
+	keys = keys[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func marshal(v any) (string, error) {
+	b, err := json.Marshal(v)
+	return string(b), err
+}
+
+// appendString appends s to b as a JSON string, and reports false, for
+// json.Marshal to write it, when s holds a control character or a byte
+// beyond ASCII (which json.Marshal escapes or checks as UTF-8).
+func appendString(b []byte, s string) ([]byte, bool) {
+	b = append(b, '"')
+	for i := range len(s) {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x80:
+			return b, false
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"'), true
 }

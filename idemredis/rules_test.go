@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"testing"
 	"time"
@@ -117,6 +118,79 @@ func TestMinReplicasUnmet(t *testing.T) {
 	if err := store.Ready(ctx); !errors.Is(err, idemstore.ErrUnavailable) {
 		t.Errorf("Ready without the replica MinReplicas needs = %v; want ErrUnavailable", err)
 	}
+}
+
+// TestClaimAtSavesThePointOfAKeyItMakes: ClaimAt saves its recovery
+// point in a key it makes, new or past its retention, as a Checkpoint
+// would; a key it takes over keeps the point it had; and with too few
+// replicas the key it made goes, point and all.
+func TestClaimAtSavesThePointOfAKeyItMakes(t *testing.T) {
+	rdb := singleServer(t)
+	store, err := idemredis.New(rdb, &idemredis.Config{Prefix: "claimat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	at := idemstore.Recovery{Point: "forwarded", State: map[string]string{"key": `"k"`, "policy": "hold"}}
+	pointAfterTakeover := func(t *testing.T, scope idemstore.Scope, now time.Time) idemstore.Recovery {
+		t.Helper()
+		res, err := store.ClaimAt(ctx, claimParams(scope, "a", now, time.Minute, time.Hour), idemstore.Recovery{Point: "other"})
+		if err != nil || res.Lease == nil || !res.Lease.Info().TakenOver {
+			t.Fatalf("claim after the lease: %+v, %v; want a takeover", res, err)
+		}
+		r, err := res.Lease.(idemstore.RecoveryLease).Recovery(ctx)
+		must(t, err)
+		return r
+	}
+	t.Run("NewKey", func(t *testing.T) {
+		scope := idemstore.Scope{ClientID: "alice", Key: "new"}
+		res, err := store.ClaimAt(ctx, claimParams(scope, "a", t0, time.Minute, time.Hour), at)
+		if err != nil || res.Lease == nil || res.Lease.Info().TakenOver {
+			t.Fatalf("ClaimAt of a new key = %+v, %v; want a new lease", res, err)
+		}
+		if got := pointAfterTakeover(t, scope, t0.Add(time.Minute)); got.Point != at.Point || !maps.Equal(got.State, at.State) {
+			t.Fatalf("the next holder read %+v; want %+v", got, at)
+		}
+	})
+	t.Run("ExpiredKey", func(t *testing.T) {
+		scope := idemstore.Scope{ClientID: "alice", Key: "expired"}
+		res, err := store.Claim(ctx, claimParams(scope, "a", t0, time.Minute, time.Hour))
+		must(t, err)
+		must(t, res.Lease.Complete(ctx, &idemstore.Response{StatusCode: 201}))
+		res, err = store.ClaimAt(ctx, claimParams(scope, "a", t0.Add(time.Hour), time.Minute, time.Hour), at)
+		if err != nil || res.Lease == nil || res.Lease.Info().TakenOver {
+			t.Fatalf("ClaimAt of a key past its retention = %+v, %v; want a new lease", res, err)
+		}
+		if got := pointAfterTakeover(t, scope, t0.Add(time.Hour+time.Minute)); got.Point != at.Point {
+			t.Fatalf("the next holder read %+v; want %+v", got, at)
+		}
+	})
+	t.Run("TakenOverKeepsItsPoint", func(t *testing.T) {
+		scope := idemstore.Scope{ClientID: "alice", Key: "taken"}
+		res, err := store.Claim(ctx, claimParams(scope, "a", t0, time.Minute, time.Hour))
+		must(t, err)
+		must(t, res.Lease.(idemstore.RecoveryLease).Checkpoint(ctx, idemstore.Recovery{Point: "not_processed"}))
+		res, err = store.ClaimAt(ctx, claimParams(scope, "a", t0.Add(time.Minute), time.Minute, time.Hour), at)
+		if err != nil || res.Lease == nil || !res.Lease.Info().TakenOver {
+			t.Fatalf("ClaimAt after the lease = %+v, %v; want a takeover", res, err)
+		}
+		r, err := res.Lease.(idemstore.RecoveryLease).Recovery(ctx)
+		if err != nil || r.Point != "not_processed" {
+			t.Fatalf("the taking claim read %+v, %v; want the point it had, not_processed", r, err)
+		}
+	})
+	t.Run("TooFewReplicas", func(t *testing.T) {
+		short, err := idemredis.New(rdb, &idemredis.Config{Prefix: "claimat", MinReplicas: 1, ReplicaTimeout: 50 * time.Millisecond})
+		must(t, err)
+		scope := idemstore.Scope{ClientID: "alice", Key: "short"}
+		res, err := short.ClaimAt(ctx, claimParams(scope, "a", t0, time.Minute, time.Hour), at)
+		if !errors.Is(err, idemstore.ErrUnavailable) || res.Lease != nil {
+			t.Fatalf("ClaimAt without the replica = %+v, %v; want an error wrapping ErrUnavailable", res, err)
+		}
+		if _, err := store.GetKey(ctx, scope); !errors.Is(err, idemstore.ErrKeyNotFound) {
+			t.Errorf("GetKey after the failed claim = %v; want the key given back, point and all", err)
+		}
+	})
 }
 
 // TestScopesDoNotCollide: a client or key holding the name's separator,

@@ -32,7 +32,9 @@ import "github.com/redis/go-redis/v9"
 // ARGV: 1 now, 2 retention (µs, 0 never expires), 3 lock timeout (µs),
 // 4 method, 5 path, 6 request hash, 7 request fields, 8 nonce, 9 lease
 // expiry ("" for none), 10 TTL (ms, 0 for none), 11 client, 12 key,
-// 13 trace context ("" for none).
+// 13 trace context ("" for none), 14 and 15 the recovery point and its
+// state that a key the claim makes starts at ("" for none; see
+// Store.ClaimAt).
 //
 // It returns {"new"|"takeover", token, created at} when the caller owns
 // the key, and {"exists", HGETALL without the body} otherwise.
@@ -45,11 +47,17 @@ local cur = redis.call('HMGET', h, 'st', 'ca', 'la', 'tok', 'rh', 'n', 'tk')
 
 local function create(tok)
 	redis.call('DEL', h)
-	redis.call('HSET', h, 'c', ARGV[11], 'k', ARGV[12], 'm', ARGV[4], 'p', ARGV[5],
+	local f = {'c', ARGV[11], 'k', ARGV[12], 'm', ARGV[4], 'p', ARGV[5],
 		'rh', ARGV[6], 'rf', ARGV[7], 'st', 'started', 'ca', ARGV[1], 'la', ARGV[1],
-		'tok', tok, 'n', ARGV[8], 'tk', '0')
-	if ARGV[9] ~= '' then redis.call('HSET', h, 'le', ARGV[9]) end
-	if ARGV[13] ~= '' then redis.call('HSET', h, 'tc', ARGV[13]) end
+		'tok', tok, 'n', ARGV[8], 'tk', '0'}
+	local function add(name, v)
+		if v and v ~= '' then f[#f+1] = name; f[#f+1] = v end
+	end
+	add('le', ARGV[9])
+	add('tc', ARGV[13])
+	add('rp', ARGV[14])
+	add('rs', ARGV[15])
+	redis.call('HSET', h, unpack(f))
 	if ARGV[10] ~= '0' then redis.call('PEXPIRE', h, ARGV[10]) end
 	return {'new', tok, ARGV[1]}
 end
@@ -121,10 +129,12 @@ return 'ok'
 
 // releaseScript frees the key of the lease ARGV[1], ARGV[2]: it deletes
 // a key that passed no recovery point and leaves one that passed one
-// without a holder. A lease that no longer holds the key changes nothing.
+// without a holder. ARGV[3] "made" deletes the key whatever its point: a
+// claim that made the key gives it back before anything ran under it. A
+// lease that no longer holds the key changes nothing.
 var releaseScript = redis.NewScript(held + `
 if not mine or cur[1] ~= 'started' then return 'gone' end
-if redis.call('HEXISTS', h, 'rp') == 1 then
+if ARGV[3] ~= 'made' and redis.call('HEXISTS', h, 'rp') == 1 then
 	redis.call('HDEL', h, 'la', 'le')
 	return 'kept'
 end

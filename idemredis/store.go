@@ -287,6 +287,20 @@ func (n *nodeClients) close() {
 // Claim implements [idemstore.Store]. It refuses a claim in ModeAtomic
 // with an error wrapping [ErrAtomicMode].
 func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
+	return s.ClaimAt(ctx, p, idemstore.Recovery{})
+}
+
+// ClaimAt claims as Claim does, and a key that the claim makes (a new key,
+// or one whose retention ran out) starts at the recovery point at, saved
+// with the claim in one script, under its WAIT with MinReplicas: a lease
+// that did not take the key over (LeaseInfo.TakenOver false) holds it at
+// that point, as if its first Checkpoint had saved it, at no round trip
+// of its own. A key taken over keeps the point it had, for the new holder
+// to read. An empty at.Point saves none, as Claim.
+//
+// A claim that fails gives the key back whole: with too few replicas, a
+// key it made is deleted, point and all, since nothing ran under it.
+func (s *Store) ClaimAt(ctx context.Context, p idemstore.ClaimParams, at idemstore.Recovery) (idemstore.ClaimResult, error) {
 	if !p.TwoPhase {
 		return idemstore.ClaimResult{}, fmt.Errorf("idemredis: claim key: %w", ErrAtomicMode)
 	}
@@ -305,10 +319,15 @@ func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.C
 	if p.Retention > 0 {
 		ttl = max(p.Retention.Milliseconds(), 1)
 	}
+	state, err := encodeState(at)
+	if err != nil {
+		return idemstore.ClaimResult{}, fmt.Errorf("idemredis: claim key: %w", err)
+	}
 	key := s.keyName(p.Scope)
 	raw, err := s.run(ctx, claimScript, key, true,
 		micros(p.Now), max(p.Retention.Microseconds(), 0), p.LockTimeout.Microseconds(),
-		p.Method, p.Path, p.RequestHash, p.RequestFields, nonce, leaseExp, ttl, p.Scope.ClientID, p.Scope.Key, p.TraceContext)
+		p.Method, p.Path, p.RequestHash, p.RequestFields, nonce, leaseExp, ttl, p.Scope.ClientID, p.Scope.Key, p.TraceContext,
+		at.Point, state)
 	var short errReplicas
 	if err != nil && !errors.As(err, &short) {
 		return idemstore.ClaimResult{}, unavailable("claim key", err)
@@ -326,8 +345,8 @@ func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.C
 		}
 		return idemstore.ClaimResult{Record: rec}, nil
 	}
-	tok, err1 := strconv.ParseInt(fmt.Sprint(reply[1]), 10, 64)
-	created, err2 := strconv.ParseInt(fmt.Sprint(reply[2]), 10, 64)
+	tok, err1 := replyInt(reply[1])
+	created, err2 := replyInt(reply[2])
 	if err := errors.Join(err1, err2); err != nil {
 		return idemstore.ClaimResult{}, fmt.Errorf("idemredis: claim key: %w", err)
 	}
@@ -337,9 +356,16 @@ func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.C
 		// The key is ours on the primary only: give it back, so that the
 		// client's retry does not wait out the lease. No lease was handed
 		// out, so nothing ran: an error wrapping ErrUnavailable, not
-		// ErrOutcomeUnknown. Should the give-back fail, the key waits out
-		// its lease, and still nothing ran.
-		_, _ = releaseScript.Run(context.WithoutCancel(ctx), s.rdb, []string{key}, l.token, l.nonce).Result()
+		// ErrOutcomeUnknown. A key the claim made goes, with the point
+		// ClaimAt saved in it; one taken over keeps the point it had.
+		// Should the give-back fail, the key waits out its lease, and
+		// still nothing ran; a retry that takes it over then finds at's
+		// point.
+		made := ""
+		if kind == "new" {
+			made = "made"
+		}
+		_, _ = releaseScript.Run(context.WithoutCancel(ctx), s.rdb, []string{key}, l.token, l.nonce, made).Result()
 		return idemstore.ClaimResult{}, unavailable("claim key", short)
 	}
 	return idemstore.ClaimResult{Lease: l}, nil
@@ -370,7 +396,7 @@ func (l *lease) Complete(ctx context.Context, resp *idemstore.Response) error {
 	if l.ended {
 		return fmt.Errorf("idemredis: complete key: %w", idemstore.ErrLeaseEnded)
 	}
-	hd, err := json.Marshal(resp.Header)
+	hd, err := encodeHeader(resp.Header)
 	if err != nil {
 		return fmt.Errorf("idemredis: complete key: %w", err)
 	}
@@ -420,7 +446,7 @@ func (l *lease) Release(ctx context.Context) error {
 	if l.ended {
 		return fmt.Errorf("idemredis: release key: %w", idemstore.ErrLeaseEnded)
 	}
-	if err := releaseScript.Run(ctx, l.store.rdb, []string{l.key}, l.token, l.nonce).Err(); err != nil {
+	if err := releaseScript.Run(ctx, l.store.rdb, []string{l.key}, l.token, l.nonce, "").Err(); err != nil {
 		return unavailable("release key", err)
 	}
 	l.ended = true
@@ -459,13 +485,9 @@ func (l *lease) Checkpoint(ctx context.Context, r idemstore.Recovery) error {
 	if l.ended {
 		return fmt.Errorf("idemredis: checkpoint: %w", idemstore.ErrLeaseEnded)
 	}
-	state := ""
-	if len(r.State) > 0 {
-		b, err := json.Marshal(r.State)
-		if err != nil {
-			return fmt.Errorf("idemredis: checkpoint: %w", err)
-		}
-		state = string(b)
+	state, err := encodeState(r)
+	if err != nil {
+		return fmt.Errorf("idemredis: checkpoint: %w", err)
 	}
 	raw, err := l.store.run(ctx, checkpointScript, l.key, true, l.token, l.nonce, r.Point, state)
 	var short errReplicas
@@ -492,4 +514,16 @@ func (l *lease) Checkpoint(ctx context.Context, r idemstore.Recovery) error {
 		return unavailable("checkpoint", short)
 	}
 	return nil
+}
+
+// replyInt reads a number from a script's reply: the string it was given,
+// or an integer.
+func replyInt(v any) (int64, error) {
+	switch v := v.(type) {
+	case string:
+		return strconv.ParseInt(v, 10, 64)
+	case int64:
+		return v, nil
+	}
+	return 0, fmt.Errorf("reply %v (%T) is not a number", v, v)
 }

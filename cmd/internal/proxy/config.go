@@ -19,6 +19,9 @@ const (
 	ProblemTypeBaseDefault = "/idemproxy/problems/"
 	MaxStoredBytesDefault  = 1 << 20
 	MaxPreferWaitDefault   = 10 * time.Second
+	// IdleConnsDefault is how many idle connections to the upstream the
+	// default Transport keeps.
+	IdleConnsDefault = 100
 )
 
 // NoPreferWait, as Config.Idem.MaxPreferWait, ignores Prefer: wait:
@@ -132,7 +135,10 @@ type Config struct {
 
 	// Transport sends requests upstream. It must not retry requests on its
 	// own. Defaults to a clone of http.DefaultTransport without
-	// compression.
+	// compression that keeps up to IdleConnsDefault idle connections to
+	// the upstream (http.DefaultTransport keeps 2 per host, so that a
+	// proxy with more requests in flight would dial and close a
+	// connection for most of them).
 	Transport http.RoundTripper
 
 	// Forwards receives the result of every forward of a key route.
@@ -175,6 +181,8 @@ func (c *Config) withDefaults() *Config {
 	if out.Transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.DisableCompression = true // pass bodies through byte for byte
+		t.MaxIdleConns = max(t.MaxIdleConns, IdleConnsDefault)
+		t.MaxIdleConnsPerHost = IdleConnsDefault
 		out.Transport = t
 	}
 	if out.Idem.Logger == nil {

@@ -85,7 +85,13 @@ type recordingStore struct {
 }
 
 func (s *recordingStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
-	res, err := s.Store.Claim(ctx, p)
+	return s.ClaimAt(ctx, p, idemstore.Recovery{})
+}
+
+// ClaimAt is the proxy's claim on hold routes (see keyStore); without it,
+// the embedded store's would hand out leases that record nothing.
+func (s *recordingStore) ClaimAt(ctx context.Context, p idemstore.ClaimParams, at idemstore.Recovery) (idemstore.ClaimResult, error) {
+	res, err := s.Store.ClaimAt(ctx, p, at)
 	if res.Lease != nil {
 		res.Lease = &recordingLease{res.Lease.(idemstore.RecoveryLease), p.Scope.Key, s.c}
 	}

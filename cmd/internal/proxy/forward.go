@@ -93,7 +93,7 @@ type attempt struct {
 	sent   atomic.Bool
 
 	prior  prior  // what the key's recovery point said when the claim took it
-	key    string // the Idempotency-Key field value forwarded: the first forward's
+	key    string // the Idempotency-Key field value forwarded: the request's, or the first forward's
 	point  string // the key's recovery point now
 	status int    // the outcome-unknown status saved with RecoveryOutcomeUnknown
 }
@@ -206,10 +206,13 @@ func (p *Proxy) forwarder(policy Policy) http.Handler {
 		a := attemptOf(r)
 		if policy != PolicyRetry {
 			// Before anything is sent: a later holder of the key must know
-			// that this forward may have reached the upstream.
-			if err := p.save(r.Context(), a, RecoveryForwarded); err != nil {
-				p.notForwarded(w, r, err)
-				return
+			// that this forward may have reached the upstream. The claim
+			// of a new key saved it already (see keyStore).
+			if !keyLeaseOf(r.Context()).forwarded {
+				if err := p.save(r.Context(), a, RecoveryForwarded); err != nil {
+					p.notForwarded(w, r, err)
+					return
+				}
 			}
 			a.point = RecoveryForwarded
 		}
@@ -237,7 +240,6 @@ func (p *Proxy) writeBound() time.Duration {
 func (p *Proxy) begin(w http.ResponseWriter, r *http.Request, policy Policy) bool {
 	ctx := r.Context()
 	a := attemptOf(r)
-	a.key = strings.TrimSpace(r.Header.Get(idem.HeaderKey))
 	pr, err := p.prior(ctx, keyLeaseOf(ctx))
 	if err != nil {
 		p.logger(r, policy).ErrorContext(ctx, "idemproxy: could not read the key's recovery point; nothing was sent", "err", err)

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"hash"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/idemkit/idem/internal/bearer"
 )
@@ -35,31 +37,38 @@ func CredentialIdentity(secret []byte) (Identity, error) {
 		return nil, errors.New("proxy: the identity secret must be at least 16 bytes")
 	}
 	secret = append([]byte(nil), secret...)
+	// HMACs keyed with secret, each reset for its next use: a reset one
+	// starts from its keyed state, without hashing the key again.
+	macs := &sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}
 	return func(r *http.Request) (string, bool) {
 		if len(r.Header.Values("Authorization")) != 1 {
 			return "", false // none, or two that the upstream might read differently
 		}
 		if token, err := bearer.FromHeader(r.Header); err == nil {
-			return "bearer:" + mac(secret, "bearer", token), true
+			return "bearer:" + mac(macs, "bearer", token), true
 		}
 		if user, pass, ok := r.BasicAuth(); ok && user != "" {
-			return "basic:" + mac(secret, "basic", user, pass), true
+			return "basic:" + mac(macs, "basic", user, pass), true
 		}
 		return "", false
 	}, nil
 }
 
-// mac is a hex HMAC-SHA256 of parts, each preceded by its length so that
-// different splits never collide, cut to 128 bits.
-func mac(secret []byte, parts ...string) string {
-	h := hmac.New(sha256.New, secret)
+// mac is a hex HMAC-SHA256 of parts, with an HMAC of macs, each part
+// preceded by its length so that different splits never collide, cut to
+// 128 bits.
+func mac(macs *sync.Pool, parts ...string) string {
+	h := macs.Get().(hash.Hash)
+	defer macs.Put(h)
+	h.Reset()
 	for _, p := range parts {
 		var n [4]byte
 		n[0], n[1], n[2], n[3] = byte(len(p)>>24), byte(len(p)>>16), byte(len(p)>>8), byte(len(p))
 		h.Write(n[:])
 		h.Write([]byte(p))
 	}
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:16])
 }
 
 // HeaderIdentity identifies a client by a header that a trusted gateway in

@@ -38,12 +38,36 @@ const (
 // middleware puts itself in the handler's context (the middleware builds
 // that context with Lease.Context), where the forwarder reads and saves
 // the key's recovery points.
+//
+// On hold and probe routes, whose forward saves RecoveryForwarded before
+// it sends, a store that can (pointClaimer) saves that point with the
+// claim that makes the key, so that a new key's forward costs the claim
+// and the completion, and no checkpoint between them: nothing happens
+// between the claim and the send but local work (the middleware runs the
+// forwarder at once, and begin and probeFirst forward a key that was not
+// taken over at once). A key taken over keeps its own point, for begin to
+// read.
 type keyStore struct{ idemstore.Store }
 
+// pointClaimer is a store that saves a key's first recovery point with
+// the claim that makes it (idemredis.Store.ClaimAt).
+type pointClaimer interface {
+	ClaimAt(ctx context.Context, p idemstore.ClaimParams, at idemstore.Recovery) (idemstore.ClaimResult, error)
+}
+
 func (s keyStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
-	res, err := s.Store.Claim(ctx, p)
+	a, _ := ctx.Value(attemptKey{}).(*attempt)
+	pc, ok := s.Store.(pointClaimer)
+	if a == nil || a.policy == PolicyRetry || !ok {
+		res, err := s.Store.Claim(ctx, p)
+		if res.Lease != nil {
+			res.Lease = &keyLease{Lease: res.Lease}
+		}
+		return res, err
+	}
+	res, err := pc.ClaimAt(ctx, p, a.recovery(RecoveryForwarded))
 	if res.Lease != nil {
-		res.Lease = &keyLease{Lease: res.Lease}
+		res.Lease = &keyLease{Lease: res.Lease, forwarded: !res.Lease.Info().TakenOver}
 	}
 	return res, err
 }
@@ -60,6 +84,9 @@ type keyLease struct {
 	// two-phase lease holds no transaction or connection between store
 	// calls, so the lease left unended holds nothing.
 	keep atomic.Bool
+	// forwarded is set when the claim saved RecoveryForwarded (see
+	// keyStore): the forward need not save it again.
+	forwarded bool
 }
 
 func (l *keyLease) Context(ctx context.Context) context.Context {
@@ -119,13 +146,20 @@ func (p *Proxy) prior(ctx context.Context, l *keyLease) (prior, error) {
 // forward's) and its route's policy, and extra state.
 func (p *Proxy) save(ctx context.Context, a *attempt, point string, extra ...string) error {
 	l := keyLeaseOf(ctx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idem.StoreTimeoutDefault)
+	defer cancel()
+	return l.recovery().Checkpoint(ctx, a.recovery(point, extra...))
+}
+
+// recovery is the recovery point point of the attempt's key: its state
+// holds the attempt's key (the first forward's) and its route's policy,
+// and extra state.
+func (a *attempt) recovery(point string, extra ...string) idemstore.Recovery {
 	st := idem.State{"key": a.key, "policy": string(a.policy)}
 	for i := 0; i+1 < len(extra); i += 2 {
 		st[extra[i]] = extra[i+1]
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idem.StoreTimeoutDefault)
-	defer cancel()
-	return l.recovery().Checkpoint(ctx, idemstore.Recovery{Point: point, State: st})
+	return idemstore.Recovery{Point: point, State: st}
 }
 
 // statusOf reads a saved outcome-unknown status: 502 or 504, else 502.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -142,7 +143,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	for i, rt := range p.routes {
 		if rt.matches(r) {
-			a := &attempt{route: rt.label(), policy: rt.Policy, probe: p.probes[i], client: w}
+			a := &attempt{route: rt.label(), policy: rt.Policy, probe: p.probes[i], client: w,
+				key: strings.TrimSpace(r.Header.Get(idem.HeaderKey))}
 			p.guarded[rt.Policy].ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), attemptKey{}, a)))
 			return
 		}
@@ -187,22 +189,23 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 
 // forwardedElement is this hop's element of an RFC 7239 Forwarded header.
 func forwardedElement(r *http.Request) string {
-	var b strings.Builder
+	b := make([]byte, 0, 64)
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		if strings.Contains(host, ":") {
 			host = "[" + host + "]"
 		}
-		fmt.Fprintf(&b, "for=%q;", host)
+		b = append(b, "for="...)
+		b = append(strconv.AppendQuote(b, host), ';')
 	}
 	if r.Host != "" && !strings.ContainsAny(r.Host, "\"\\") {
-		fmt.Fprintf(&b, "host=%q;", r.Host)
+		b = append(b, "host="...)
+		b = append(strconv.AppendQuote(b, r.Host), ';')
 	}
-	proto := "http"
+	b = append(b, "proto="...)
 	if r.TLS != nil {
-		proto = "https"
+		return string(append(b, "https"...))
 	}
-	b.WriteString("proto=" + proto)
-	return b.String()
+	return string(append(b, "http"...))
 }
 
 // problemPages serves idem's problem pages and the proxy's, each with the

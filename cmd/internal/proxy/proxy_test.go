@@ -2,6 +2,11 @@ package proxy
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -328,6 +333,24 @@ func TestIdentity(t *testing.T) {
 	if u1 == u2 {
 		t.Fatal("a Basic user with two passwords got one id")
 	}
+	// The ids are those that keys already stored carry, call after call:
+	// a hex HMAC-SHA256 of the length-prefixed parts, cut to 128 bits.
+	want := func(kind string, parts ...string) string {
+		h := hmac.New(sha256.New, []byte(testSecret))
+		for _, p := range append([]string{kind}, parts...) {
+			h.Write(binary.BigEndian.AppendUint32(nil, uint32(len(p))))
+			h.Write([]byte(p))
+		}
+		return kind + ":" + hex.EncodeToString(h.Sum(nil)[:16])
+	}
+	for range 3 {
+		if got, _ := id(req("Bearer tok_a")); got != want("bearer", "tok_a") {
+			t.Fatalf("bearer id %q, want %q", got, want("bearer", "tok_a"))
+		}
+		if got, _ := id(req("Basic YWxpY2U6czE=")); got != want("basic", "alice", "s1") {
+			t.Fatalf("basic id %q, want %q", got, want("basic", "alice", "s1"))
+		}
+	}
 	two := req("Bearer tok_a")
 	two.Header.Add("Authorization", "Bearer tok_b")
 	if got, ok := id(two); ok {
@@ -454,6 +477,32 @@ func TestUpstreamServerErrors(t *testing.T) {
 			}
 			if retry.status != http.StatusInternalServerError || retry.body != want || calls.Load() != wantCalls {
 				t.Fatalf("retry: %d %q after %d upstream calls; want %q after %d", retry.status, retry.body, calls.Load(), want, wantCalls)
+			}
+		})
+	}
+}
+
+func TestForwardedElement(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, remote, host string
+		tls                bool
+		want               string
+	}{
+		{"IPv4", "127.0.0.1:5000", "api.example", false, `for="127.0.0.1";host="api.example";proto=http`},
+		{"IPv6OverTLS", "[::1]:5000", "api.example:8443", true, `for="[::1]";host="api.example:8443";proto=https`},
+		{"HostWithAQuoteLeftOut", "10.0.0.1:1", `a"b`, false, `for="10.0.0.1";proto=http`},
+		{"NoAddress", "pipe", "", false, `proto=http`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := httptest.NewRequest("POST", "/v1/charges", nil)
+			r.RemoteAddr, r.Host = tc.remote, tc.host
+			if tc.tls {
+				r.TLS = &tls.ConnectionState{}
+			}
+			if got := forwardedElement(r); got != tc.want {
+				t.Errorf("forwardedElement = %s, want %s", got, tc.want)
 			}
 		})
 	}

@@ -46,7 +46,11 @@ var upstreamCosts = []time.Duration{2 * time.Millisecond, 20 * time.Millisecond}
 //
 // The route is the proxy's default, the hold policy: a new key costs a
 // claim, the "forwarded" recovery point and a completion, three store
-// round trips; a replay costs one claim. The Redis servers are the
+// round trips on PostgreSQL and two on Redis, whose claim saves the point
+// (idemredis.Store.ClaimAt); a replay costs one claim. The client, both
+// proxies and the upstream are this one process, on GOMAXPROCS cores
+// shared with the Redis servers: the CPU a proxy spends slows the client
+// and the upstream too. BenchmarkProxyRequest counts that CPU. The Redis servers are the
 // benchmark's own, without persistence; PostgreSQL is the shared server,
 // a database of the benchmark's own. Both proxies keep 64 idle
 // connections to the upstream.

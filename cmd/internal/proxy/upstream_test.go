@@ -153,8 +153,10 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/v1/reset":
 		if first {
-			resetConnection(w)
+			// The answer is the upstream's before the reset reaches the
+			// proxy, so that a retry never finds the key still in flight.
 			u.forget(ikey)
+			resetConnection(w)
 			return
 		}
 	case "/v1/slow":
