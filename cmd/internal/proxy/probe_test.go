@@ -148,7 +148,7 @@ func TestProbe(t *testing.T) {
 			counts := newResultCounts()
 			base := setup(t, kind, up, func(c *Config) {
 				probing("/v1/requests/{key}", counts)(c)
-				c.UpstreamTimeout, c.Idem.LockTimeout = 50*time.Millisecond, 20*time.Second
+				c.UpstreamTimeout, c.Idem.LockTimeout = time.Second, 20*time.Second
 			})
 			first := send(t, "POST", base+"/v1/slow", "probe-slow", `{"amount":1}`)
 			if first.status != http.StatusGatewayTimeout || first.problemCode(t) != string(idem.ProblemOutcomeUnknown) {
