@@ -83,3 +83,68 @@ func TestReplayHeaders(t *testing.T) {
 		})
 	}
 }
+
+// TestMismatchDetail checks what a 422 for a reused key tells the client
+// about the first request: its method and path when those differ, else the
+// media type when that differs, else the fields that differ, else that the
+// query string or body does.
+func TestMismatchDetail(t *testing.T) {
+	t.Parallel()
+	mw, err := idem.New(idemtest.NewMemoryStore(), &idem.Config{
+		ClientID: func(*http.Request) (string, bool) { return "client-1", true },
+		Logger:   quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	serve := func(key, target, contentType, body string) resp {
+		r := httptest.NewRequest(http.MethodPost, target, strings.NewReader(body))
+		r.Header.Set("Content-Type", contentType)
+		r.Header.Set(idem.HeaderKey, key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return resp{status: w.Code, header: w.Header(), body: w.Body.Bytes()}
+	}
+	const first = `{"amount":100,"currency":"usd"}`
+	tests := []struct {
+		name         string
+		target, body string
+		contentType  string
+		detail       string
+		fields       string
+		original     string
+	}{
+		{"OtherPath", "/v1/refunds?x=1", first, "application/json",
+			"This key was first used for POST /v1/payments.", "", "POST /v1/payments"},
+		{"OtherMediaType", "/v1/payments?x=1", "amount=100&currency=usd", "application/x-www-form-urlencoded",
+			"This key was first used with a JSON body, and this request has a form body (application/x-www-form-urlencoded): the media type differs. A retry must send the first request's media type and body.", "", ""},
+		{"OneField", "/v1/payments?x=1", `{"amount":200,"currency":"usd"}`, "application/json",
+			"This key was first used with a different request: /amount differs.", "/amount", ""},
+		{"TwoFields", "/v1/payments?x=1", `{"amount":200,"currency":"eur"}`, "application/json",
+			"This key was first used with a different request: /amount, /currency differ.", "/amount,/currency", ""},
+		{"OnlyTheQuery", "/v1/payments?x=2", first, "application/json",
+			"This key was first used with a different request: the query string or body differs.", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			key := `"` + tt.name + `"`
+			if r := serve(key, "/v1/payments?x=1", "application/json", first); r.status != http.StatusCreated {
+				t.Fatalf("first request: status %d, want 201", r.status)
+			}
+			r := serve(key, tt.target, tt.contentType, tt.body)
+			if r.status != http.StatusUnprocessableEntity {
+				t.Fatalf("status %d, want 422; body %s", r.status, r.body)
+			}
+			p := r.problem(t)
+			if p.Detail != tt.detail || strings.Join(p.Fields, ",") != tt.fields || p.OriginalRequest != tt.original {
+				t.Errorf("detail %q, fields %q, original request %q;\nwant %q, %q, %q",
+					p.Detail, p.Fields, p.OriginalRequest, tt.detail, tt.fields, tt.original)
+			}
+		})
+	}
+}
