@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
@@ -144,6 +146,91 @@ func TestMismatchDetail(t *testing.T) {
 			if p.Detail != tt.detail || strings.Join(p.Fields, ",") != tt.fields || p.OriginalRequest != tt.original {
 				t.Errorf("detail %q, fields %q, original request %q;\nwant %q, %q, %q",
 					p.Detail, p.Fields, p.OriginalRequest, tt.detail, tt.fields, tt.original)
+			}
+		})
+	}
+}
+
+// TestInFlightRetryAfter checks the Retry-After of the 409 for a key in
+// flight: in two-phase mode what is left of the holder's lease, rounded up
+// to a second and at most the lock timeout; 1 in atomic mode.
+func TestInFlightRetryAfter(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 12, 7, 6, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name    string
+		mode    idem.Mode
+		elapsed time.Duration // on the clock when the second request comes
+		want    string
+	}{
+		{"TwoPhaseWholeSecondsLeft", idem.ModeTwoPhase, 20 * time.Second, "10"},
+		{"TwoPhaseRoundsUp", idem.ModeTwoPhase, 20*time.Second + 500*time.Millisecond, "10"},
+		{"TwoPhaseJustStarted", idem.ModeTwoPhase, 0, "30"},
+		{"TwoPhaseHolderClockAhead", idem.ModeTwoPhase, -5 * time.Second, "30"},
+		{"TwoPhaseLastInstant", idem.ModeTwoPhase, 30*time.Second - time.Millisecond, "1"},
+		{"Atomic", idem.ModeAtomic, 20 * time.Second, "1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			now := start
+			mw, err := idem.New(idemtest.NewMemoryStore(), &idem.Config{
+				ClientID:    func(*http.Request) (string, bool) { return "client-1", true },
+				Logger:      quiet,
+				Mode:        tt.mode,
+				LockTimeout: 30 * time.Second,
+				Now: func() time.Time {
+					mu.Lock()
+					defer mu.Unlock()
+					return now
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			entered, release := make(chan struct{}), make(chan struct{})
+			h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				if r.Header.Get("X-First") != "" {
+					close(entered)
+					<-release
+				}
+				w.WriteHeader(http.StatusCreated)
+			}))
+			serve := func(first bool) *httptest.ResponseRecorder {
+				r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{"amount":100}`))
+				r.Header.Set("Content-Type", "application/json")
+				r.Header.Set(idem.HeaderKey, `"k"`)
+				if first {
+					r.Header.Set("X-First", "1")
+				}
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				return w
+			}
+			done := make(chan *httptest.ResponseRecorder, 1)
+			go func() { done <- serve(true) }()
+			select {
+			case <-entered:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the first request's handler did not start within 30 s")
+			}
+			mu.Lock()
+			now = start.Add(tt.elapsed)
+			mu.Unlock()
+			second := serve(false)
+			close(release)
+			if second.Code != http.StatusConflict || second.Header().Get("Retry-After") != tt.want {
+				t.Errorf("second request: %d Retry-After %q, want 409 Retry-After %s; body %s", second.Code, second.Header().Get("Retry-After"), tt.want, second.Body)
+			}
+			select {
+			case first := <-done:
+				if first.Code != http.StatusCreated {
+					t.Errorf("first request: %d, want 201", first.Code)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the first request did not finish within 30 s of its handler's release")
 			}
 		})
 	}
