@@ -142,6 +142,11 @@ func TestMismatchDetail(t *testing.T) {
 			if r.status != http.StatusUnprocessableEntity {
 				t.Fatalf("status %d, want 422; body %s", r.status, r.body)
 			}
+			// A 422 is final: the client must change the request or the
+			// key, so there is no Retry-After.
+			if ra := r.header.Values("Retry-After"); len(ra) != 0 {
+				t.Errorf("Retry-After %q on a 422, want none", ra)
+			}
 			p := r.problem(t)
 			if p.Detail != tt.detail || strings.Join(p.Fields, ",") != tt.fields || p.OriginalRequest != tt.original {
 				t.Errorf("detail %q, fields %q, original request %q;\nwant %q, %q, %q",
