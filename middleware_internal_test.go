@@ -100,3 +100,23 @@ func TestCopyFieldsManyValues(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyFieldsValuesFillTheRoom checks copyFields when the values fill
+// the slice it made at first (room for one value a field and the extra),
+// so that no room is left for the extra values.
+func TestCopyFieldsValuesFillTheRoom(t *testing.T) {
+	t.Parallel()
+	src := http.Header{"A": {"1", "2", "3"}}
+	dst := http.Header{}
+	rest := copyFields(dst, src, nil, 2)
+	if len(rest) != 0 || cap(rest) != 2 {
+		t.Fatalf("rest = %q (cap %d), want room for 2 more values", rest, cap(rest))
+	}
+	if !reflect.DeepEqual(dst, src) {
+		t.Fatalf("copied %v, want %v", dst, src)
+	}
+	_ = append(rest, "y", "z")
+	if !reflect.DeepEqual(dst, http.Header{"A": {"1", "2", "3"}}) {
+		t.Fatalf("appending to the rest wrote into a copied field: %v", dst)
+	}
+}

@@ -459,3 +459,48 @@ func TestResumerSurvivesAPanickingPhase(t *testing.T) {
 		t.Errorf("next pass = %+v; want the key completed", res)
 	}
 }
+
+// TestPhasesDeriveKeysPerClaimAfterTheFirstPoint checks which key
+// DeriveKey gives in each phase: in the first, the key of the client, the
+// key and the purpose alone, as the handler around the phases derives it;
+// from the second on, one that the creation of the key's row makes unique
+// to this claim.
+func TestPhasesDeriveKeysPerClaimAfterTheFirstPoint(t *testing.T) {
+	t.Parallel()
+	mw, err := idem.New(idemtest.NewMemoryStore(), &idem.Config{
+		ClientID: func(*http.Request) (string, bool) { return "alice", true },
+		Mode:     idem.ModeTwoPhase, Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handler, first, later string
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handler = idem.DeriveKey(r.Context(), "charge")
+		idem.Phases{
+			idemstore.RecoveryStarted: func(ctx context.Context, _ http.ResponseWriter, _ idem.State) (string, error) {
+				first = idem.DeriveKey(ctx, "charge")
+				return "created", nil
+			},
+			"created": func(ctx context.Context, w http.ResponseWriter, _ idem.State) (string, error) {
+				later = idem.DeriveKey(ctx, "charge")
+				w.WriteHeader(http.StatusCreated)
+				return idemstore.RecoveryFinished, nil
+			},
+		}.Run(r.Context(), w)
+	}))
+	r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{"amount":100}`))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set(idem.HeaderKey, `"k1"`)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusCreated {
+		t.Fatalf("status %d, want 201; body %s", w.Code, w.Body)
+	}
+	if handler == "" || first != handler {
+		t.Errorf("the first phase derived %q, want the handler's %q", first, handler)
+	}
+	if later == "" || later == handler {
+		t.Errorf("the second phase derived %q, want a key of this claim's, not the handler's %q", later, handler)
+	}
+}

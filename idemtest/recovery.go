@@ -232,7 +232,7 @@ func (s suite) listsUnfinishedKeys(t *testing.T) {
 	claim("nopoint-alive", now.Add(-lockTimeout+time.Second), "")
 	_, l = claim("completed", now.Add(-2*lockTimeout), "created")
 	complete(t, l, sampleResponse(`{}`))
-	claim("old", now.Add(-retention), "created")
+	old, _ := claim("old", now.Add(-retention), "created")
 
 	keys, err := rs.Unfinished(context.Background(), idemstore.UnfinishedParams{Now: now, LockTimeout: lockTimeout, Retention: retention, Limit: 10})
 	if err != nil {
@@ -259,6 +259,15 @@ func (s suite) listsUnfinishedKeys(t *testing.T) {
 	keys, err = rs.Unfinished(context.Background(), idemstore.UnfinishedParams{Now: now, LockTimeout: lockTimeout, Retention: retention, Limit: 0})
 	if err != nil || len(keys) != 0 {
 		t.Errorf("Unfinished with Limit 0 = %v, %v; want none", keys, err)
+	}
+	// Retention 0: keys never expire, and the old key is listed too.
+	keys, err = rs.Unfinished(context.Background(), idemstore.UnfinishedParams{Now: now, LockTimeout: lockTimeout, Limit: 10})
+	got = got[:0]
+	for _, k := range keys {
+		got = append(got, k.Scope)
+	}
+	if err != nil || len(got) != 3 || got[0] != old || got[1] != abandoned || got[2] != released {
+		t.Errorf("Unfinished with Retention 0 = %v, %v; want the old key, the abandoned one, the released one", got, err)
 	}
 
 	// Started lists the expired keys of its operations that passed no

@@ -49,6 +49,7 @@ func RunOutboxTests(t *testing.T, h OutboxHarness) {
 	t.Run("StoppedRelayLosesNothing", o.stoppedRelay)
 	t.Run("ReportsBacklogWhileBusy", o.reportsBacklogWhileBusy)
 	t.Run("PurgesDeliveredAfterRetention", o.purgesDelivered)
+	t.Run("PurgesInBatches", o.purgesInBatches)
 	t.Run("ListsOwnEventsNewestFirst", o.listsOwnEvents)
 	t.Run("RejectsNonPositiveLimits", o.rejectsNonPositiveLimits)
 }

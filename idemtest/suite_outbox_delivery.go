@@ -304,6 +304,29 @@ func (o outboxSuite) purgesDelivered(t *testing.T) {
 	}
 }
 
+// purgesInBatches checks that PurgeEvents goes on batch after batch until
+// a batch finds fewer events than its size: five delivered events purged
+// two at a time are all purged, the last batch short.
+func (o outboxSuite) purgesInBatches(t *testing.T) {
+	t.Parallel()
+	s := o.store(t)
+	clock := NewClock(time.Now())
+	const n = 5
+	enqueueCommitted(t, s, "client-a", n, clock.Now())
+	r, srv := newReceiver(t, func(string, int) int { return http.StatusOK })
+	relay := newRelay(t, s, r, srv, idemoutbox.RelayConfig{Now: clock.Now})
+	drain(t, relay)
+	clock.Advance(time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), outboxTimeout)
+	defer cancel()
+	if got, err := s.PurgeEvents(ctx, idemoutbox.PurgeParams{Before: clock.Now(), BatchSize: 2}); err != nil || got != n {
+		t.Fatalf("PurgeEvents(BatchSize 2) = %d, %v; want %d", got, err, n)
+	}
+	if got := listAll(t, s, "client-a"); len(got) != 0 {
+		t.Fatalf("%d delivered events left after the purge, want 0", len(got))
+	}
+}
+
 func (o outboxSuite) reportsBacklogWhileBusy(t *testing.T) {
 	t.Parallel()
 	s := o.store(t)

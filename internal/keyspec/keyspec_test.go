@@ -69,3 +69,273 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// The alphabets of the key and of RFC 9651's parameters, spelled out as
+// the documentation and the RFC give them, to check each byte against.
+const (
+	lcalpha   = "abcdefghijklmnopqrstuvwxyz"
+	ucalpha   = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	digits    = "0123456789"
+	bareChars = lcalpha + ucalpha + digits + "_-.:~/+="
+	// tchar (RFC 9110) with ":" and "/": the characters of an sf-token
+	// after its first.
+	tokenChars  = lcalpha + ucalpha + digits + "!#$%&'*+-.^_`|~:/"
+	base64Chars = lcalpha + ucalpha + digits + "+/="
+)
+
+// printable reports whether c is printable ASCII, from space to tilde.
+func printable(c byte) bool { return c >= ' ' && c <= '~' }
+
+func TestCharacterClasses(t *testing.T) {
+	t.Parallel()
+	for i := range 256 {
+		c := byte(i)
+		if got, want := IsStringChar(c), printable(c); got != want {
+			t.Errorf("IsStringChar(%q) = %v, want %v", c, got, want)
+		}
+		if got, want := IsBareChar(c), strings.IndexByte(bareChars, c) >= 0; got != want {
+			t.Errorf("IsBareChar(%q) = %v, want %v", c, got, want)
+		}
+		if err := Check("k" + string(c)); (err == nil) != printable(c) {
+			t.Errorf("Check(%q) = %v, want an error exactly when %q is not printable ASCII", "k"+string(c), err, c)
+		}
+		if err := CheckBare("k" + string(c)); (err == nil) != (strings.IndexByte(bareChars, c) >= 0) {
+			t.Errorf("CheckBare(%q) = %v, want an error exactly when %q is not a bare-key character", "k"+string(c), err, c)
+		}
+	}
+}
+
+func TestCheckLength(t *testing.T) {
+	t.Parallel()
+	if err := Check(strings.Repeat("k", MaxLength)); err != nil {
+		t.Errorf("Check(a key of %d characters) = %v, want nil", MaxLength, err)
+	}
+	var kerr *Error
+	if err := Check(strings.Repeat("k", MaxLength+1)); !errors.As(err, &kerr) || kerr.Kind != TooLong {
+		t.Errorf("Check(a key of %d characters) = %v, want a TooLong error", MaxLength+1, err)
+	}
+	if err := Check(""); !errors.As(err, &kerr) || kerr.Kind != Empty {
+		t.Errorf(`Check("") = %v, want an Empty error`, err)
+	}
+}
+
+// TestQuoteEveryKeyCharacter writes each one-character key as an
+// sf-string and reads it back.
+func TestQuoteEveryKeyCharacter(t *testing.T) {
+	t.Parallel()
+	for c := byte(' '); c <= '~'; c++ {
+		key := string(c)
+		want := `"` + key + `"`
+		if c == '"' || c == '\\' {
+			want = `"\` + key + `"`
+		}
+		got, err := Format(key, false)
+		if err != nil || got != want {
+			t.Fatalf("Format(%q, false) = %q, %v; want %q", key, got, err, want)
+		}
+		if back, err := Parse(got); err != nil || back != key {
+			t.Fatalf("Parse(%q) = %q, %v; want %q", got, back, err, key)
+		}
+	}
+}
+
+func TestParseAccepts(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("k", MaxLength)
+	tests := []struct {
+		name  string
+		field string
+		want  string
+	}{
+		{"Bare", "8e03978e-40d5-43e8-bc93-6894a57f9324", "8e03978e-40d5-43e8-bc93-6894a57f9324"},
+		{"BareEveryPunctuation", "a_b-c.d:e~f/g+h=", "a_b-c.d:e~f/g+h="},
+		{"BareOneCharacter", "k", "k"},
+		{"Quoted", `"order 42"`, "order 42"},
+		{"QuotedOneCharacter", `"k"`, "k"},
+		{"QuotedEscapes", `"a\"b\\c"`, `a"b\c`},
+		{"QuotedOnlyEscapes", `"\\\""`, `\"`},
+		{"QuotedTilde", `"~"`, "~"},
+		{"QuotedSpaceOnly", `" "`, " "},
+		{"TrimsSpaces", `   "abc"   `, "abc"},
+		{"TrimsTabs", "\t\"abc\"\t", "abc"},
+		{"TrimsAroundBare", " \t abc \t ", "abc"},
+		{"TrimsAroundParameters", ` "abc";x=1 `, "abc"},
+		{"BareAtLimit", long, long},
+		{"BareAtLimitWithSpaces", "  " + long + "\t", long},
+		{"QuotedAtLimit", `"` + long + `"`, long},
+		{"QuotedAtLimitAfterUnescaping", `"` + long[:MaxLength-1] + `\""`, long[:MaxLength-1] + `"`},
+		{"QuotedAtLimitWithParameter", `"` + long + `";x=1`, long},
+
+		{"ParameterBoolean", `"abc";retry`, "abc"},
+		{"ParameterBooleanThenAnother", `"abc";a;b=1`, "abc"},
+		{"ParameterSpaceAfterSemicolon", `"abc";  x=1`, "abc"},
+		{"ParameterNameEveryCharacter", `"abc";az09_-.*=1`, "abc"},
+		{"ParameterNameStar", `"abc";*=1`, "abc"},
+		{"ParameterNameZ", `"abc";z=1`, "abc"},
+		{"ParameterIntegers", `"abc";a=0;b=9;c=-1;d=1090;e=9.5`, "abc"},
+		{"ParameterString", `"abc";s="x\"y\\"`, "abc"},
+		{"ParameterLongString", `"abc";s="` + strings.Repeat("n", 300) + `"`, "abc"},
+		{"ParameterEmptyString", `"abc";s=""`, "abc"},
+		{"ParameterTokens", `"abc";a=a;b=z;c=A;d=Z;e=*;f=tok/en:1`, "abc"},
+		{"ParameterBooleans", `"abc";t=?1;f=?0`, "abc"},
+		{"ParameterByteSequences", `"abc";b=:AQID+/==:;e=::`, "abc"},
+		{"ParameterDates", `"abc";a=@0;b=@9;c=@-62135596800;d=@1659578233`, "abc"},
+		{"ParameterOneDigitDateLast", `"abc";d=@1`, "abc"},
+		{"ParameterDisplayString", `"abc";d=%"caf%c3%a9 ~"`, "abc"},
+		{"ParameterEmptyDisplayString", `"abc";d=%""`, "abc"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := Parse(tt.field)
+			if err != nil || got != tt.want {
+				t.Fatalf("Parse(%q) = %q, %v; want %q", tt.field, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("k", MaxLength+1)
+	tests := []struct {
+		name  string
+		field string
+		kind  Kind
+	}{
+		{"EmptyField", "", Empty},
+		{"OnlySpacesAndTabs", " \t \t ", Empty},
+		{"EmptyString", `""`, Empty},
+		{"EmptyStringWithParameter", `"";x=1`, Empty},
+
+		{"BareOverLimit", long, TooLong},
+		{"QuotedOverLimit", `"` + long + `"`, TooLong},
+		{"QuotedOverLimitAfterUnescaping", `"` + long[:MaxLength] + `\\"`, TooLong},
+		{"QuotedOverLimitUnterminated", `"` + long, TooLong},
+		{"QuotedFarOverLimit", `"` + strings.Repeat("k", 10000) + `"`, TooLong},
+		{"BareOverLimitAndMalformed", long + " x", Malformed},
+
+		{"OnlyOpeningQuote", `"`, Malformed},
+		{"Unterminated", `"abc`, Malformed},
+		{"UnterminatedAfterEscape", `"a\"bc`, Malformed},
+		{"EndsInsideEscape", `"abc\`, Malformed},
+		{"EscapedClosingQuote", `"abc\"`, Malformed},
+		{"BadEscape", `"a\nb"`, Malformed},
+		{"QuotedControlCharacter", "\"a\x01b\"", Malformed},
+		{"QuotedControlCharacterAfterEscape", "\"a\\\\\x01b\"", Malformed},
+		{"QuotedDEL", "\"a\x7fb\"", Malformed},
+		{"QuotedNonASCII", `"café"`, Malformed},
+		{"BareSpaceInside", "a b", Malformed},
+		{"BareComma", "a,b", Malformed},
+		{"BareWithParameter", "abc;x=1", Malformed},
+		{"BareControlCharacter", "a\x01b", Malformed},
+		{"BareNonASCII", "café", Malformed},
+		{"TrailingJunk", `"abc"x`, Malformed},
+		{"TrailingSecondString", `"abc""def"`, Malformed},
+		{"SpaceBeforeParameter", `"abc" ;x=1`, Malformed},
+		{"List", `"a", "b"`, Malformed},
+		{"Dictionary", `key="abc"`, Malformed},
+
+		{"ParameterEmpty", `"abc";`, Malformed},
+		{"ParameterOnlySpace", `"abc"; `, Malformed},
+		{"ParameterWithoutName", `"abc";=1`, Malformed},
+		{"ParameterTabBeforeName", "\"abc\";\tx=1", Malformed},
+		{"ParameterUppercaseName", `"abc";X=1`, Malformed},
+		{"ParameterNameStartsWithDigit", `"abc";1x=1`, Malformed},
+		{"ParameterNameStartsWithUnderscore", `"abc";_x=1`, Malformed},
+		{"ParameterSpaceBeforeEquals", `"abc";x =1`, Malformed},
+		{"ParameterEmptyValue", `"abc";x=`, Malformed},
+		{"ParameterEmptyValueThenAnother", `"abc";x=;y=1`, Malformed},
+		{"ParameterBadValue", `"abc";x=(1 2)`, Malformed},
+		{"ParameterBadBoolean", `"abc";x=?2`, Malformed},
+		{"ParameterTruncatedBoolean", `"abc";x=?`, Malformed},
+		{"ParameterUnterminatedByteSequence", `"abc";x=:AQID`, Malformed},
+		{"ParameterBadByteSequence", `"abc";x=:AQ!D:`, Malformed},
+		{"ParameterUnterminatedString", `"abc";x="y`, Malformed},
+		{"ParameterStringBadEscape", `"abc";x="\y"`, Malformed},
+		{"ParameterFollowedByJunk", `"abc";x=1"def"`, Malformed},
+		{"ParameterNumberFollowedByLetter", `"abc";x=12a`, Malformed},
+		{"ParameterTokenFollowedByJunk", `"abc";x=tok"en"`, Malformed},
+		{"ParameterDateWithoutInteger", `"abc";ts=@`, Malformed},
+		{"ParameterDateWithToken", `"abc";ts=@tok`, Malformed},
+		{"ParameterDateWithString", `"abc";ts=@"1"`, Malformed},
+		{"ParameterDisplayStringWithoutQuote", `"abc";d=%caf`, Malformed},
+		{"ParameterDisplayStringPercentOnly", `"abc";d=%`, Malformed},
+		{"ParameterUnterminatedDisplayString", `"abc";d=%"caf`, Malformed},
+		{"ParameterDisplayStringNonASCII", `"abc";d=%"café"`, Malformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := Parse(tt.field)
+			var kerr *Error
+			if !errors.As(err, &kerr) || kerr.Kind != tt.kind || got != "" {
+				t.Fatalf("Parse(%q) = %q, %v; want an error of kind %d", tt.field, got, err, tt.kind)
+			}
+			if kerr.Reason == "" {
+				t.Errorf("Parse(%q) error has no reason", tt.field)
+			}
+		})
+	}
+}
+
+// TestParseEveryByte puts each byte in each place of a field: a bare key,
+// a quoted key, a parameter's name, and each kind of parameter value, and
+// checks that Parse accepts the field exactly when the byte is allowed
+// there.
+func TestParseEveryByte(t *testing.T) {
+	t.Parallel()
+	in := func(set string) func(byte) bool {
+		return func(c byte) bool { return strings.IndexByte(set, c) >= 0 }
+	}
+	places := []struct {
+		name    string
+		field   func(c string) string
+		allowed func(c byte) bool
+	}{
+		{"BareKey", func(c string) string { return "k" + c + "k" }, in(bareChars)},
+		{"QuotedKey", func(c string) string { return `"k` + c + `k"` }, func(c byte) bool { return printable(c) && c != '"' && c != '\\' }},
+		{"EscapedInKey", func(c string) string { return `"k\` + c + `"` }, in(`"\`)},
+		{"ParameterNameFirst", func(c string) string { return `"k";` + c + `=1` }, in(lcalpha + "*")},
+		{"ParameterNameNext", func(c string) string { return `"k";a` + c + `=1` }, in(lcalpha + digits + "_-.*")},
+		{"TokenFirst", func(c string) string { return `"k";p=` + c + "a" }, func(c byte) bool {
+			// A digit or '-' starts a number, which a letter may not follow.
+			return in(lcalpha + ucalpha + "*")(c)
+		}},
+		// A parameter follows, so that a space is not trimmed as trailing.
+		{"TokenNext", func(c string) string { return `"k";p=a` + c + ";q" }, in(tokenChars)},
+		{"Number", func(c string) string { return `"k";p=1` + c + ";q" }, in(digits + ".")},
+		{"Boolean", func(c string) string { return `"k";p=?` + c }, in("01")},
+		{"ByteSequence", func(c string) string { return `"k";p=:` + c + `:` }, in(base64Chars)},
+		{"Date", func(c string) string { return `"k";p=@` + c + "1" }, in(digits + "-")},
+		{"DisplayString", func(c string) string { return `"k";p=%"` + c + `"` }, func(c byte) bool { return printable(c) && c != '"' }},
+		{"String", func(c string) string { return `"k";p="` + c + `"` }, func(c byte) bool { return printable(c) && c != '"' && c != '\\' }},
+	}
+	for _, p := range places {
+		t.Run(p.name, func(t *testing.T) {
+			t.Parallel()
+			for i := range 256 {
+				c := byte(i)
+				field := p.field(string(c))
+				_, err := Parse(field)
+				if allowed := p.allowed(c); (err == nil) != allowed {
+					t.Errorf("Parse(%q) = %v; the byte %q is allowed there: %v", field, err, c, allowed)
+				}
+			}
+		})
+	}
+}
+
+func TestNonIdempotent(t *testing.T) {
+	t.Parallel()
+	for _, m := range []string{"POST", "PATCH"} {
+		if !NonIdempotent(m) {
+			t.Errorf("NonIdempotent(%q) = false, want true", m)
+		}
+	}
+	for _, m := range []string{"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "post"} {
+		if NonIdempotent(m) {
+			t.Errorf("NonIdempotent(%q) = true, want false", m)
+		}
+	}
+}
