@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"time"
 
-
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
 	"github.com/idemkit/idem/idempg"
