@@ -233,6 +233,10 @@ func prefillPostgres(ctx context.Context, db *database.DB, cfg Config, out *Pref
 		}
 		first += s.n
 	}
+	if _, err := db.Pool.Exec(ctx, `ALTER TABLE idempotency_keys RESET (autovacuum_enabled);
+ALTER TABLE payments RESET (autovacuum_enabled)`); err != nil {
+		return fmt.Errorf("bench: prefill: %w", err)
+	}
 	if _, err := db.Pool.Exec(ctx, `VACUUM ANALYZE idempotency_keys, payments`); err != nil {
 		return fmt.Errorf("bench: prefill: vacuum: %w", err)
 	}
