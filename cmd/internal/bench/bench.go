@@ -76,6 +76,9 @@ type Config struct {
 	// that the purge lasts the whole run: the purge runs only while the
 	// third side is measured. Defaults to a quarter of Prefill.
 	PrefillBacklog int64
+	// PurgeBatch is the batch size of PrefillPurge's purge. Defaults to
+	// the store's (idemstore.PurgeBatchSizeDefault).
+	PurgeBatch int
 	// Drive runs the listed variants only, without bare, and Run returns
 	// no results: the run that Instructions counts under callgrind.
 	// Defaults to false.
@@ -217,7 +220,7 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 				g := rigs[sd.rig]
 				stop := func() error { return nil }
 				if sd.purge {
-					stop = fill.purgeDuring(ctx, g.db)
+					stop = fill.purgeDuring(ctx, g.db, cfg.PurgeBatch)
 				}
 				t, err := g.run(ctx, cfg, client, v)
 				err = errors.Join(err, stop())
