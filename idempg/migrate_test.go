@@ -20,7 +20,7 @@ func tableExists(t testing.TB, store *idempg.Store) bool {
 }
 
 // newestVersion is the number of the newest embedded migration.
-const newestVersion = 9
+const newestVersion = 10
 
 func schemaVersion(t testing.TB, store *idempg.Store) int {
 	t.Helper()

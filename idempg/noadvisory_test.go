@@ -3,12 +3,10 @@ package idempg_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/idempg"
 	"github.com/idemkit/idem/idemstore"
@@ -16,80 +14,12 @@ import (
 	"github.com/idemkit/idem/internal/pgtest"
 )
 
-// refusedRole is the role of the tests without advisory locks.
-const refusedRole = "idem_no_advisory"
-
-// noAdvisoryDatabase starts a throwaway cluster (REVOKE ... FROM PUBLIC is
-// cluster-wide: never on the shared server) on which every pg_advisory*
-// and pg_try_advisory* function is refused to refusedRole, the owner of
-// the returned database, and returns that database's connection string
-// for refusedRole. It checks that the role is refused.
-func noAdvisoryDatabase(t *testing.T) string {
-	t.Helper()
-	cluster := pgtest.StartCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, cluster.URL("postgres"))
-	if err != nil {
-		t.Fatalf("connect as postgres: %v", err)
-	}
-	defer conn.Close(context.Background())
-	for _, q := range []string{
-		`CREATE ROLE ` + refusedRole + ` LOGIN`,
-		`CREATE DATABASE idem_no_advisory OWNER ` + refusedRole,
-	} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	// Functions are granted per database, in its pg_proc.
-	db, err := pgx.Connect(ctx, cluster.URL("idem_no_advisory"))
-	if err != nil {
-		t.Fatalf("connect as postgres: %v", err)
-	}
-	defer db.Close(context.Background())
-	for _, q := range []string{
-		`DO $$
-DECLARE f regprocedure;
-BEGIN
-    FOR f IN SELECT oid::regprocedure FROM pg_proc
-             WHERE proname LIKE 'pg\_advisory%' OR proname LIKE 'pg\_try\_advisory%'
-    LOOP
-        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
-    END LOOP;
-END
-$$`,
-	} {
-		if _, err := db.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	var revoked int
-	err = db.QueryRow(ctx, `SELECT count(*) FROM pg_proc
-WHERE (proname LIKE 'pg\_advisory%' OR proname LIKE 'pg\_try\_advisory%')
-  AND NOT has_function_privilege($1, oid, 'EXECUTE')`, refusedRole).Scan(&revoked)
-	if err != nil || revoked < 20 {
-		t.Fatalf("%d advisory lock functions refused to %s (%v); want them all (PostgreSQL has 24)", revoked, refusedRole, err)
-	}
-	url := strings.Replace(cluster.URL("idem_no_advisory"), "://postgres@", "://"+refusedRole+"@", 1)
-	user, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatalf("connect as %s: %v", refusedRole, err)
-	}
-	defer user.Close(context.Background())
-	var pgErr *pgconn.PgError
-	if _, err := user.Exec(ctx, `SELECT pg_try_advisory_lock(1)`); !errors.As(err, &pgErr) || pgErr.Code != "42501" {
-		t.Fatalf("pg_try_advisory_lock as %s: %v; want SQLSTATE 42501 (insufficient privilege)", refusedRole, err)
-	}
-	return url
-}
-
 // TestConformanceWithoutAdvisoryLocks runs the whole conformance suite
 // with Config.NoAdvisoryLocks, as a role refused every advisory lock
 // function, at the server's default isolation and at SERIALIZABLE.
 func TestConformanceWithoutAdvisoryLocks(t *testing.T) {
 	t.Parallel()
-	connString := noAdvisoryDatabase(t)
+	connString := pgtest.NoAdvisoryDatabase(t)
 	admin := newPool(t, connString, 2)
 	for _, tt := range []struct {
 		name string
@@ -130,7 +60,7 @@ func TestConformanceWithoutAdvisoryLocks(t *testing.T) {
 // response or 409 "in flight".
 func TestStormWithoutAdvisoryLocks(t *testing.T) {
 	t.Parallel()
-	connString := noAdvisoryDatabase(t)
+	connString := pgtest.NoAdvisoryDatabase(t)
 	cfg := &idempg.Config{NoAdvisoryLocks: true, AcquireTimeout: testTimeout}
 	stores := make([]*idempg.Store, 3)
 	for i := range stores {
@@ -160,7 +90,7 @@ func TestStormWithoutAdvisoryLocks(t *testing.T) {
 // a holder that never renews loses it once Config.LeaderLease passed.
 func TestLeaderLeaseWithoutAdvisoryLocks(t *testing.T) {
 	t.Parallel()
-	connString := noAdvisoryDatabase(t)
+	connString := pgtest.NoAdvisoryDatabase(t)
 	cfg := &idempg.Config{NoAdvisoryLocks: true, LeaderLease: time.Second}
 	a := setupOn(t, newPool(t, connString, 4), cfg)
 	c := *cfg

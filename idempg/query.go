@@ -157,10 +157,14 @@ SELECT guard.acquired, taken.lease_token, taken.ctid, taken.created_at FROM guar
 	// claimed ($8, its created_at), and idem_lease_held raises SQLSTATE
 	// IDEM1 otherwise, which aborts the transaction. The created_at tells
 	// the row from one made anew after it was deleted (purged, or by an
-	// operator), whose tokens start again at 1.
+	// operator), whose tokens start again at 1. A completed key keeps no
+	// recovery point: the completer lists none, and a key that passed no
+	// recovery point changes no indexed column (migration 010), so its
+	// completion can be a HOT update.
 	queryCompleteKey = `WITH done AS (
     UPDATE idempotency_keys
-    SET status = 'completed', response_status = $4, response_headers = $5, response_body = $6, completed_at = $7
+    SET status = 'completed', response_status = $4, response_headers = $5, response_body = $6, completed_at = $7,
+        recovery_point = NULL, recovery_state = NULL
     WHERE client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
       AND created_at = $8::timestamptz
     RETURNING 1
@@ -174,7 +178,8 @@ SELECT idem_lease_held(count(*)) FROM done`
 	// SERIALIZABLE would make requests for unrelated keys fail each other.
 	queryCompleteOwnKey = `WITH done AS (
     UPDATE idempotency_keys
-    SET status = 'completed', response_status = $4, response_headers = $5, response_body = $6, completed_at = $7
+    SET status = 'completed', response_status = $4, response_headers = $5, response_body = $6, completed_at = $7,
+        recovery_point = NULL, recovery_state = NULL
     WHERE ctid = $8::tid AND client_id = $1 AND idempotency_key = $2 AND status = 'started' AND lease_token = $3
     RETURNING 1
 )

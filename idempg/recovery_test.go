@@ -282,3 +282,55 @@ func testTryLead(t *testing.T, pooling bool) {
 	}
 	unlockB()
 }
+
+// TestTwoPhaseCompletionIsHOT completes two-phase keys on a table with
+// room on its page, and checks that PostgreSQL made each completion a HOT
+// update (migration 010: no index names a column that a completion of a
+// key without a recovery point changes), and that a key completed after a
+// recovery point keeps none, so the completer's index drops it.
+func TestTwoPhaseCompletionIsHOT(t *testing.T) {
+	t.Parallel()
+	const keys = 5 // their started and completed rows fit one page
+	connString := pgtest.NewDatabase(t)
+	pool := newPool(t, connString, 2)
+	store := setupOn(t, pool, nil)
+	ctx := context.Background()
+	for range keys {
+		l := mustLease(t, store, params(idem.ModeTwoPhase, newScope("alice"), "a", epoch))
+		complete(t, l, `{"id":"pay_1"}`)
+	}
+	pool.Close() // the backends report their counters as they exit
+
+	check := newPool(t, connString, 1)
+	var upd, hot int64
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := check.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'idempotency_keys'`).Scan(&upd, &hot)
+		if err != nil {
+			t.Fatalf("read the table's statistics: %v", err)
+		}
+		if upd >= keys {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the statistics counted %d updates after 30 s; want the %d completions", upd, keys)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if upd != keys || hot != keys {
+		t.Errorf("%d updates, %d of them HOT; want %d completions, all HOT", upd, hot, keys)
+	}
+
+	phased := setupOn(t, newPool(t, pgtest.NewDatabase(t), 2), nil)
+	scope := newScope("alice")
+	l := mustLease(t, phased, params(idem.ModeTwoPhase, scope, "a", epoch)).(idemstore.RecoveryLease)
+	if err := l.Checkpoint(ctx, idemstore.Recovery{Point: "payment_created", State: idem.State{"payment": "pay_1"}}); err != nil {
+		t.Fatalf("Checkpoint: %v", err)
+	}
+	complete(t, l, `{"id":"pay_1"}`)
+	var indexed int
+	err := phased.Pool().QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE recovery_point IS NOT NULL OR recovery_state IS NOT NULL`).Scan(&indexed)
+	if err != nil || indexed != 0 {
+		t.Errorf("%d completed keys keep a recovery point or state (%v); want none", indexed, err)
+	}
+}

@@ -69,20 +69,22 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 	}
 	env := c.env()
 	var (
-		db           = dbFlag(fs, env, "database `URL`: postgres://..., mysql://... or sqlite:PATH (required; env DATABASE_URL)")
-		duration     = fs.Duration("duration", env.Duration("IDEM_BENCH_DURATION", 0), "`time` each variant runs per round (default 3s; env IDEM_BENCH_DURATION)")
-		requests     = fs.Int("requests", env.Int("IDEM_BENCH_REQUESTS", 0), "`number` of requests each variant sends per round, in place of --duration (env IDEM_BENCH_REQUESTS)")
-		rounds       = fs.Int("rounds", env.Int("IDEM_BENCH_ROUNDS", 0), "`number` of interleaved rounds (default 3; env IDEM_BENCH_ROUNDS)")
-		concurrency  = fs.Int("concurrency", env.Int("IDEM_BENCH_CONCURRENCY", 0), "`number` of clients sending at once (default 8; env IDEM_BENCH_CONCURRENCY)")
-		variants     = fs.String("variants", env.String("IDEM_BENCH_VARIANTS", strings.Join(bench.AllVariants, ",")), "comma-separated `list` of variants; bare always runs (env IDEM_BENCH_VARIANTS)")
-		bouncer      = fs.String("pgbouncer", env.String("IDEM_BENCH_PGBOUNCER", ""), "`URL` of the same database through PgBouncer in pool_mode = transaction, for the variants bare-pgbouncer and atomic-pgbouncer (env IDEM_BENCH_PGBOUNCER)")
-		asJSON       = fs.Bool("json", false, "print the figures as one JSON object instead of a table (fields in docs/benchmarks.md)")
-		plotFile     = fs.String("plot", "", "also draw the run as an SVG image, throughput ratios with the floors marked and p50/p99 latencies, to `file`")
-		cpuProfile   = fs.String("cpuprofile", "", "write a CPU profile of the whole run, for go tool pprof, to `file`; each variant's requests carry the label variant=NAME (pprof -tagfocus)")
-		instr        = fs.Bool("instructions", false, "count this process's instructions per request of each of --variants (default atomic, two-phase, replay, floor-2rt-read) under valgrind --tool=callgrind, by package, from two runs of --requests (default 300) and twice as many requests, one at a time (PostgreSQL, MySQL or MariaDB)")
-		prefillN     = fs.Int64("prefill", 0, "fill the key table with `number` completed keys (and their payments), spread over 1,000 clients and the last 23 hours, by COPY on PostgreSQL, before measuring, and measure the same variants on an empty key table in the same rounds; on PostgreSQL in the schemas bench_prefill and bench_empty, dropped and made anew; on SQLite in PATH and PATH-empty, removed first")
-		prefillPurge = fs.Bool("prefill-purge", false, "with --prefill, add an expired backlog of a quarter as many keys and run the purge while the prefilled table is measured")
-		drive        = fs.Bool("drive", false, "send --requests requests of --variants one at a time, without bare, and print nothing: what --instructions runs under callgrind")
+		db             = dbFlag(fs, env, "database `URL`: postgres://..., mysql://... or sqlite:PATH (required; env DATABASE_URL)")
+		duration       = fs.Duration("duration", env.Duration("IDEM_BENCH_DURATION", 0), "`time` each variant runs per round (default 3s; env IDEM_BENCH_DURATION)")
+		requests       = fs.Int("requests", env.Int("IDEM_BENCH_REQUESTS", 0), "`number` of requests each variant sends per round, in place of --duration (env IDEM_BENCH_REQUESTS)")
+		rounds         = fs.Int("rounds", env.Int("IDEM_BENCH_ROUNDS", 0), "`number` of interleaved rounds (default 3; env IDEM_BENCH_ROUNDS)")
+		concurrency    = fs.Int("concurrency", env.Int("IDEM_BENCH_CONCURRENCY", 0), "`number` of clients sending at once (default 8; env IDEM_BENCH_CONCURRENCY)")
+		variants       = fs.String("variants", env.String("IDEM_BENCH_VARIANTS", strings.Join(bench.AllVariants, ",")), "comma-separated `list` of variants; bare always runs (env IDEM_BENCH_VARIANTS)")
+		bouncer        = fs.String("pgbouncer", env.String("IDEM_BENCH_PGBOUNCER", ""), "`URL` of the same database through PgBouncer in pool_mode = transaction, for the variants bare-pgbouncer and atomic-pgbouncer (env IDEM_BENCH_PGBOUNCER)")
+		asJSON         = fs.Bool("json", false, "print the figures as one JSON object instead of a table (fields in docs/benchmarks.md)")
+		plotFile       = fs.String("plot", "", "also draw the run as an SVG image, throughput ratios with the floors marked and p50/p99 latencies, to `file`")
+		cpuProfile     = fs.String("cpuprofile", "", "write a CPU profile of the whole run, for go tool pprof, to `file`; each variant's requests carry the label variant=NAME (pprof -tagfocus)")
+		instr          = fs.Bool("instructions", false, "count this process's instructions per request of each of --variants (default atomic, two-phase, replay, floor-2rt-read) under valgrind --tool=callgrind, by package, from two runs of --requests (default 300) and twice as many requests, one at a time (PostgreSQL, MySQL or MariaDB)")
+		prefillN       = fs.Int64("prefill", 0, "fill the key table with `number` completed keys (and their payments), spread over 1,000 clients and the last 23 hours, by statements the server fills itself on PostgreSQL, before measuring, and measure the same variants on an empty key table in the same rounds; on PostgreSQL in the schemas bench_prefill and bench_empty, dropped and made anew; on SQLite in PATH and PATH-empty, removed first")
+		prefillPurge   = fs.Bool("prefill-purge", false, "with --prefill, add an expired backlog of --prefill-backlog keys and measure each variant a third time in every round, on the prefilled table while the purge deletes the backlog")
+		purgeBatch     = fs.Int("purge-batch", 0, "with --prefill-purge, the purge's batch size, in keys (default the store's, 5000)")
+		prefillBacklog = fs.Int64("prefill-backlog", 0, "with --prefill-purge, the `number` of expired keys (default a quarter of --prefill); size it so that the purge lasts the whole run")
+		drive          = fs.Bool("drive", false, "send --requests requests of --variants one at a time, without bare, and print nothing: what --instructions runs under callgrind")
 	)
 	if env.Err() != nil {
 		fmt.Fprintf(c.stderr, "idem bench: %v\n", env.Err())
@@ -128,7 +130,7 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 	}
 	outcome, err := bench.RunAll(ctx, bench.Config{
 		DatabaseURL: *db, Duration: *duration, Requests: int64(*requests), BouncerURL: *bouncer, Rounds: *rounds, Concurrency: *concurrency,
-		Variants: strings.Split(*variants, ","), Progress: c.stderr, Prefill: *prefillN, PrefillPurge: *prefillPurge,
+		Variants: strings.Split(*variants, ","), Progress: c.stderr, Prefill: *prefillN, PrefillPurge: *prefillPurge, PrefillBacklog: *prefillBacklog, PurgeBatch: *purgeBatch,
 	})
 	if err != nil {
 		fmt.Fprintf(c.stderr, "idem bench: %v\n", err)

@@ -86,6 +86,9 @@ type options struct {
 	// transactionPooling: PostgreSQL is reached through a pooler in
 	// transaction mode.
 	transactionPooling bool
+	// noAdvisoryLocks: idempg without advisory locks
+	// (idempg.Config.NoAdvisoryLocks), for databases that lack them.
+	noAdvisoryLocks bool
 	// idem is the service's one idempotency configuration: the flags
 	// below fill its retention, lease, purge and resumer settings.
 	idem           idem.Config
@@ -126,6 +129,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.tokens, "tokens", "", "bearer tokens as token=client,token=client (env PAYMENTSD_TOKENS; default: the development tokens of clients alice and bob, with a warning)")
 	fs.BoolVar(&o.migrate, "migrate", env.Bool("PAYMENTSD_MIGRATE", true), "apply database migrations at start; safe with several instances (env PAYMENTSD_MIGRATE)")
 	fs.BoolVar(&o.transactionPooling, "transaction-pooling", env.Bool("PAYMENTSD_TRANSACTION_POOLING", false), "PostgreSQL is reached through a pooler in transaction mode, such as PgBouncer's pool_mode=transaction (env PAYMENTSD_TRANSACTION_POOLING)")
+	fs.BoolVar(&o.noAdvisoryLocks, "no-advisory-locks", env.Bool("PAYMENTSD_NO_ADVISORY_LOCKS", false), "take no PostgreSQL advisory lock: claims by key rows, the purge and resumer leaders by lease rows, migrations and tables made under a table lock; for databases without advisory locks, see docs/scale-out.md (env PAYMENTSD_NO_ADVISORY_LOCKS)")
 	fs.DurationVar(&o.idem.Retention, "retention", env.Duration("PAYMENTSD_RETENTION", idem.RetentionDefault), "how long keys are kept (env PAYMENTSD_RETENTION)")
 	fs.DurationVar(&o.idem.LockTimeout, "lock-timeout", env.Duration("PAYMENTSD_LOCK_TIMEOUT", idem.LockTimeoutDefault), "two-phase lease length before takeover (env PAYMENTSD_LOCK_TIMEOUT)")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", env.Duration("PAYMENTSD_SHUTDOWN_TIMEOUT", 30*time.Second), "how long in-flight requests may finish on SIGINT/SIGTERM (env PAYMENTSD_SHUTDOWN_TIMEOUT)")
@@ -200,7 +204,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	db, err := database.Open(ctx, o.db, &database.Config{
-		Migrate: o.migrate, TransactionPooling: o.transactionPooling, Logger: logger,
+		Migrate: o.migrate, TransactionPooling: o.transactionPooling, NoAdvisoryLocks: o.noAdvisoryLocks, Logger: logger,
 	})
 	if err != nil {
 		return err

@@ -66,11 +66,19 @@ type Config struct {
 	// and bench_empty of the database, which it drops and creates anew; on
 	// SQLite in PATH and PATH-empty, which it removes first. Defaults to 0.
 	Prefill int64
-	// PrefillPurge adds an expired backlog of a quarter of Prefill keys
-	// (created 24 to 48 hours ago, past the default retention) and runs
-	// the purge without pause while the prefilled table is measured.
-	// Defaults to false.
+	// PrefillPurge adds an expired backlog of PrefillBacklog keys
+	// (created 25 to 48 hours ago, past the default retention) and
+	// measures each variant a third time in every round, on the prefilled
+	// table while the store's purge deletes the backlog (in its batches
+	// and pauses, as the purge service does). Defaults to false.
 	PrefillPurge bool
+	// PrefillBacklog is the size of PrefillPurge's backlog. Size it so
+	// that the purge lasts the whole run: the purge runs only while the
+	// third side is measured. Defaults to a quarter of Prefill.
+	PrefillBacklog int64
+	// PurgeBatch is the batch size of PrefillPurge's purge. Defaults to
+	// the store's (idemstore.PurgeBatchSizeDefault).
+	PurgeBatch int
 	// Drive runs the listed variants only, without bare, and Run returns
 	// no results: the run that Instructions counts under callgrind.
 	// Defaults to false.
@@ -158,7 +166,7 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}}
 	var (
 		rigs  []*rig
-		names []string
+		sides []side
 		fill  *PrefillOutcome
 	)
 	defer func() {
@@ -171,18 +179,22 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 		if err != nil {
 			return nil, err
 		}
-		rigs, names = append(rigs, g), append(names, "")
+		rigs, sides = append(rigs, g), append(sides, side{})
 	} else {
 		urls, err := prefillURLs(ctx, cfg.DatabaseURL)
 		if err != nil {
 			return nil, err
 		}
-		for i, url := range urls {
+		for _, url := range urls {
 			g, err := newRig(ctx, cfg, url, client)
 			if err != nil {
 				return nil, err
 			}
-			rigs, names = append(rigs, g), append(names, []string{"prefill", "empty"}[i])
+			rigs = append(rigs, g)
+		}
+		sides = append(sides, side{name: "prefill"}, side{rig: 1, name: "empty"})
+		if cfg.PrefillPurge {
+			sides = append(sides, side{name: "purging", purge: true})
 		}
 		if fill, err = prefill(ctx, cfg, rigs[0].db); err != nil {
 			return nil, err
@@ -194,8 +206,8 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 		}
 	}
 
-	totals := make([]map[string]*tally, len(rigs))
-	for i := range rigs {
+	totals := make([]map[string]*tally, len(sides))
+	for i := range sides {
 		totals[i] = map[string]*tally{}
 		for _, v := range cfg.Variants {
 			totals[i][v] = &tally{}
@@ -204,20 +216,21 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 	width := nameWidth(cfg.Variants)
 	for round := 1; round <= cfg.Rounds; round++ {
 		for _, v := range cfg.Variants {
-			for i, g := range rigs {
-				stop := func() {}
-				if i == 0 && fill != nil && cfg.PrefillPurge {
-					stop = fill.purgeDuring(ctx, g.db)
+			for i, sd := range sides {
+				g := rigs[sd.rig]
+				stop := func() error { return nil }
+				if sd.purge {
+					stop = fill.purgeDuring(ctx, g.db, cfg.PurgeBatch)
 				}
 				t, err := g.run(ctx, cfg, client, v)
-				stop()
+				err = errors.Join(err, stop())
 				if err != nil {
 					return nil, err
 				}
 				totals[i][v].add(t)
 				label := v
-				if names[i] != "" {
-					label = names[i] + " " + v
+				if sd.name != "" {
+					label = sd.name + " " + v
 				}
 				fmt.Fprintf(cfg.Progress, "round %d %-*s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n",
 					round, width+8, label, float64(t.n)/t.elapsed.Seconds(), ms(t.quantile(0.50)), ms(t.quantile(0.99)), t.errors)
@@ -237,8 +250,21 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 	out := &Outcome{Results: results(cfg, totals[0]), Prefill: fill}
 	if fill != nil {
 		fill.Empty = results(cfg, totals[1])
+		if cfg.PrefillPurge {
+			fill.Purging = results(cfg, totals[2])
+		}
 	}
 	return out, nil
+}
+
+// side is one of the tables a run measures each variant on, one after the
+// other in every round: the run's only one; or, with Config.Prefill, the
+// prefilled key table, the empty one, and with Config.PrefillPurge the
+// prefilled one while the purge runs.
+type side struct {
+	rig   int    // index of the rig in RunAll's rigs
+	name  string // in the progress lines
+	purge bool   // the purge runs while the side is measured
 }
 
 // results are the Results of one side of a run.

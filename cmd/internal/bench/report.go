@@ -24,6 +24,10 @@ type Report struct {
 	// Empty maps each variant's name to its figures on an empty key table
 	// in the same run, rounds interleaved; absent without --prefill.
 	Empty map[string]VariantReport `json:"empty,omitempty"`
+	// Purging maps each variant's name to its figures on the prefilled
+	// key table while the purge ran, in the same run; absent without
+	// --prefill-purge.
+	Purging map[string]VariantReport `json:"purging,omitempty"`
 }
 
 // PrefillReport is the prefilled key table of a Report.
@@ -36,13 +40,19 @@ type PrefillReport struct {
 	TableBytesPerKey float64 `json:"table_bytes_per_key"`
 	IndexBytesPerKey float64 `json:"index_bytes_per_key"`
 	ToastBytesPerKey float64 `json:"toast_bytes_per_key"`
-	// PurgeRowsPerS is the purge's deleted keys per second while it ran
-	// during the measurement (--prefill-purge); 0 without it.
+	// PurgeRows is how many keys the purge deleted while the purging side
+	// was measured (--prefill-purge), in PurgeS seconds, at PurgeRowsPerS;
+	// 0 without it. PurgeS is less than the purging side's time when the
+	// backlog ran out.
 	PurgeRows     int64   `json:"purge_rows"`
+	PurgeS        float64 `json:"purge_s"`
 	PurgeRowsPerS float64 `json:"purge_rows_per_s"`
 	// Ratios maps each variant to its figures on the prefilled table over
 	// the empty one's: throughput and p99.
 	Ratios map[string]PrefillRatio `json:"ratios"`
+	// PurgingRatios are the same for the prefilled table while the purge
+	// ran; absent without --prefill-purge.
+	PurgingRatios map[string]PrefillRatio `json:"purging_ratios,omitempty"`
 }
 
 // PrefillRatio compares a variant on the prefilled and the empty table.
@@ -66,21 +76,31 @@ func NewOutcomeReport(out *Outcome) Report {
 		Keys: p.Keys, Backlog: p.Backlog, FillS: round(p.Fill.Seconds()),
 		TableBytesPerKey: round(float64(p.Size.Table) / n), IndexBytesPerKey: round(float64(p.Size.Indexes) / n),
 		ToastBytesPerKey: round(float64(p.Size.Toast) / n),
-		PurgeRows:        p.PurgeRows, Ratios: map[string]PrefillRatio{},
+		PurgeRows:        p.PurgeRows,
 	}
 	if p.PurgeTime > 0 {
+		pr.PurgeS = round(p.PurgeTime.Seconds())
 		pr.PurgeRowsPerS = round(float64(p.PurgeRows) / p.PurgeTime.Seconds())
 	}
-	for v, full := range rep.Variants {
-		e := empty.Variants[v]
-		var r PrefillRatio
-		if e.RPS > 0 {
-			r.RPS = round(full.RPS / e.RPS)
+	ratios := func(side map[string]VariantReport) map[string]PrefillRatio {
+		out := map[string]PrefillRatio{}
+		for v, full := range side {
+			e := empty.Variants[v]
+			var r PrefillRatio
+			if e.RPS > 0 {
+				r.RPS = round(full.RPS / e.RPS)
+			}
+			if e.P99 > 0 {
+				r.P99 = round(full.P99 / e.P99)
+			}
+			out[v] = r
 		}
-		if e.P99 > 0 {
-			r.P99 = round(full.P99 / e.P99)
-		}
-		pr.Ratios[v] = r
+		return out
+	}
+	pr.Ratios = ratios(rep.Variants)
+	if p.Purging != nil {
+		rep.Purging = NewReport(p.Purging).Variants
+		pr.PurgingRatios = ratios(rep.Purging)
 	}
 	rep.Prefill = pr
 	return rep
@@ -105,15 +125,33 @@ func WriteOutcome(w io.Writer, out *Outcome) {
 	p := rep.Prefill
 	fmt.Fprintf(w, "\nthe same on an empty key table, in the same rounds:\n")
 	WriteTable(w, out.Prefill.Empty)
+	if out.Prefill.Purging != nil {
+		fmt.Fprintf(w, "\nthe same on the prefilled key table while the purge ran, in the same rounds:\n")
+		WriteTable(w, out.Prefill.Purging)
+	}
 	fmt.Fprintf(w, "\nprefilled with %d keys (and %d expired) in %.0f s: bytes per key: table %.0f, indexes %.0f, TOAST %.0f\n",
 		p.Keys, p.Backlog, p.FillS, p.TableBytesPerKey, p.IndexBytesPerKey, p.ToastBytesPerKey)
-	if p.PurgeRows > 0 {
-		fmt.Fprintf(w, "purge during the prefilled rounds: %d keys, %.0f keys/s\n", p.PurgeRows, p.PurgeRowsPerS)
+	if out.Prefill.Purging != nil {
+		var measured float64
+		for _, r := range out.Prefill.Purging {
+			measured += r.Elapsed.Seconds()
+		}
+		fmt.Fprintf(w, "purge while the purging side ran: %d keys in %.1f s of its %.1f s, %.0f keys/s\n",
+			p.PurgeRows, p.PurgeS, measured, p.PurgeRowsPerS)
 	}
-	fmt.Fprintf(w, "%-14s %12s %12s\n", "prefill/empty", "req/s", "p99")
+	fmt.Fprintf(w, "%-14s %12s %12s", "over empty", "req/s", "p99")
+	if p.PurgingRatios != nil {
+		fmt.Fprintf(w, " %14s %12s", "purging req/s", "p99")
+	}
+	fmt.Fprintln(w)
 	for _, v := range rep.Order {
 		r := p.Ratios[v]
-		fmt.Fprintf(w, "%-14s %11.2fx %11.2fx\n", v, r.RPS, r.P99)
+		fmt.Fprintf(w, "%-14s %11.2fx %11.2fx", v, r.RPS, r.P99)
+		if p.PurgingRatios != nil {
+			q := p.PurgingRatios[v]
+			fmt.Fprintf(w, " %13.2fx %11.2fx", q.RPS, q.P99)
+		}
+		fmt.Fprintln(w)
 	}
 }
 

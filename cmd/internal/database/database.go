@@ -61,6 +61,10 @@ type DB struct {
 	// Postgres is the store on postgres://..., and Pool its connections.
 	Postgres *idempg.Store
 	Pool     *pgxpool.Pool
+	// NoAdvisoryLocks is Config.NoAdvisoryLocks on PostgreSQL: the
+	// application's own schema creation must not take advisory locks
+	// either.
+	NoAdvisoryLocks bool
 	// MySQL is the store on mysql://... (MySQL or MariaDB).
 	MySQL *idemmysql.Store
 	// Redis is the store on redis:// or redis-cluster:// (with
@@ -151,7 +155,7 @@ func openPostgres(ctx context.Context, url string, c Config) (*DB, error) {
 	}
 	return &DB{
 		Name:     fmt.Sprintf("postgres://%s:%d/%s", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database),
-		Postgres: store, Pool: pool,
+		Postgres: store, Pool: pool, NoAdvisoryLocks: c.NoAdvisoryLocks,
 	}, nil
 }
 

@@ -84,7 +84,7 @@ func NewLedgerRepo(ctx context.Context, db *database.DB) (LedgerRepo, error) {
 	case db.MySQL != nil:
 		return NewMySQLLedger(ctx, db.MySQL)
 	}
-	return NewPostgresLedger(ctx, db.Pool)
+	return NewPostgresLedger(ctx, db.Pool, db.NoAdvisoryLocks)
 }
 
 // Errors of the ledger.

@@ -67,16 +67,10 @@ VALUES ($2, $1, $3, $4, $5, $6, $7, $8)`
 	postgresTransfersByKey  = `SELECT ` + postgresTransferColumns + ` FROM transfers WHERE client_id = $1 AND idempotency_key = $2 ORDER BY id`
 )
 
-// NewPostgresLedger creates the accounts and transfers tables if needed.
-func NewPostgresLedger(ctx context.Context, pool *pgxpool.Pool) (*PostgresLedger, error) {
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, postgresSchemaLock); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, postgresLedgerSchema)
-		return err
-	})
-	if err != nil {
+// NewPostgresLedger creates the accounts and transfers tables if needed;
+// without advisory locks when noAdvisoryLocks is set.
+func NewPostgresLedger(ctx context.Context, pool *pgxpool.Pool, noAdvisoryLocks bool) (*PostgresLedger, error) {
+	if err := createPostgresSchema(ctx, pool, noAdvisoryLocks, postgresLedgerSchema); err != nil {
 		return nil, fmt.Errorf("payments: create ledger tables: %w", err)
 	}
 	return &PostgresLedger{pool: pool}, nil

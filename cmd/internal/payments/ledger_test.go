@@ -110,8 +110,8 @@ func setupLedger(t *testing.T, kind string, o ledgerOpts) *ledgerFixture {
 			t.Fatal(err)
 		}
 		store, outbox = s, s
-		repo = must(payments.NewPostgresRepo(ctx, pool))
-		ledger = must(payments.NewPostgresLedger(ctx, pool))
+		repo = must(payments.NewPostgresRepo(ctx, pool, false))
+		ledger = must(payments.NewPostgresLedger(ctx, pool, false))
 	case "mysql":
 		db, err := database.Open(ctx, mysqltest.NewDatabase(t), &database.Config{Migrate: true, Logger: quiet})
 		if err != nil {

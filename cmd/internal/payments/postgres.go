@@ -43,19 +43,36 @@ const PostgresInsert = `INSERT INTO payments
     (id, client_id, amount, currency, customer, description, status, created, idempotency_key)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
-// NewPostgresRepo creates the payments table if needed.
-func NewPostgresRepo(ctx context.Context, pool *pgxpool.Pool) (*PostgresRepo, error) {
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, postgresSchemaLock); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, postgresSchema)
-		return err
-	})
-	if err != nil {
+// NewPostgresRepo creates the payments table if needed; without advisory
+// locks (idempg.Config.NoAdvisoryLocks) when noAdvisoryLocks is set.
+func NewPostgresRepo(ctx context.Context, pool *pgxpool.Pool, noAdvisoryLocks bool) (*PostgresRepo, error) {
+	if err := createPostgresSchema(ctx, pool, noAdvisoryLocks, postgresSchema); err != nil {
 		return nil, fmt.Errorf("payments: create table: %w", err)
 	}
 	return &PostgresRepo{pool: pool}, nil
+}
+
+// createPostgresSchema runs schema, statements of CREATE ... IF NOT
+// EXISTS, in a transaction that first takes a lock that serialises schema
+// creation across instances starting at once (concurrent CREATE TABLE IF
+// NOT EXISTS can fail on the catalog's unique index): the advisory lock
+// postgresSchemaLock, or, with noAdvisoryLocks, the lock on idempg's
+// version table that its migrations take without advisory locks (the
+// store is migrated before the application's tables are made).
+func createPostgresSchema(ctx context.Context, pool *pgxpool.Pool, noAdvisoryLocks bool, schema string) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		if noAdvisoryLocks {
+			_, err = tx.Exec(ctx, `LOCK TABLE idem_schema_migrations IN EXCLUSIVE MODE`)
+		} else {
+			_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, postgresSchemaLock)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, schema)
+		return err
+	})
 }
 
 // Insert records p in the request's idempotency transaction, or on its own

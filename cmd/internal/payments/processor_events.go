@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
 	"github.com/idemkit/idem/idempg"
@@ -77,14 +75,7 @@ func NewProcessorEvents(ctx context.Context, cfg ProcessorEventsConfig) (http.Ha
 		}
 		rec = sqliteChargeRecorder{cfg.DB.SQLite}
 	case cfg.DB.Postgres != nil:
-		err := pgx.BeginFunc(ctx, cfg.DB.Pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, postgresSchemaLock); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, postgresProcessorChargesSchema)
-			return err
-		})
-		if err != nil {
+		if err := createPostgresSchema(ctx, cfg.DB.Pool, cfg.DB.NoAdvisoryLocks, postgresProcessorChargesSchema); err != nil {
 			return nil, fmt.Errorf("payments: create processor_charges: %w", err)
 		}
 		rec = pgChargeRecorder{cfg.DB.Postgres}

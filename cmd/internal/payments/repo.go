@@ -26,5 +26,5 @@ func NewRepo(ctx context.Context, db *database.DB) (Repo, error) {
 	case db.MySQL != nil:
 		return NewMySQLRepo(ctx, db.MySQL)
 	}
-	return NewPostgresRepo(ctx, db.Pool)
+	return NewPostgresRepo(ctx, db.Pool, db.NoAdvisoryLocks)
 }
