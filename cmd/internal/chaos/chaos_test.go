@@ -123,23 +123,11 @@ func setupRun(t *testing.T) string {
 func TestRun(t *testing.T) {
 	t.Parallel()
 	src := setupRun(t)
-	sum, err := Run(context.Background(), Config{
+	sum := runClean(t, Config{
 		Duration: 60 * time.Second, Seed: 20261201, SourceDir: src,
-		Faults:         Faults{DBRestartEvery: 20 * time.Second, FailoverEvery: 25 * time.Second, DiskFullEvery: 20 * time.Second},
-		Replication:    ReplicationSync,
-		ViolationsFile: filepath.Join(t.TempDir(), "violations.jsonl"),
-		Progress:       testWriter{t},
+		Faults:      Faults{DBRestartEvery: 20 * time.Second, FailoverEvery: 25 * time.Second, DiskFullEvery: 20 * time.Second},
+		Replication: ReplicationSync,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var text strings.Builder
-	sum.WriteText(&text)
-	t.Log("\n" + text.String())
-	if sum.Violations > 0 {
-		b, _ := os.ReadFile(sum.ViolationsFile)
-		t.Fatalf("%d violations; history of the offending keys:\n%.8000s", sum.Violations, b)
-	}
 	if sum.Acknowledged == 0 || sum.Kills == 0 || sum.Pauses == 0 || sum.DBRestarts == 0 || sum.CommitCuts == 0 || sum.ClockSkews == 0 || sum.NetworkFaults == 0 || sum.Failovers == 0 || sum.DiskFull == 0 && os.Geteuid() == 0 {
 		t.Errorf("a run that proves nothing: %d acknowledged, %d kills, %d pauses, %d PostgreSQL restarts, %d commit cuts, %d clock skews, %d network faults, %d failovers, %d full disks",
 			sum.Acknowledged, sum.Kills, sum.Pauses, sum.DBRestarts, sum.CommitCuts, sum.ClockSkews, sum.NetworkFaults, sum.Failovers, sum.DiskFull)
@@ -169,21 +157,9 @@ func TestRun(t *testing.T) {
 func TestRunSQLite(t *testing.T) {
 	t.Parallel()
 	src := setupRun(t)
-	sum, err := Run(context.Background(), Config{
+	sum := runClean(t, Config{
 		Duration: 30 * time.Second, Seed: 20261202, SourceDir: src, Store: StoreSQLite, Instances: 1, Clients: 8,
-		ViolationsFile: filepath.Join(t.TempDir(), "violations.jsonl"),
-		Progress:       testWriter{t},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var text strings.Builder
-	sum.WriteText(&text)
-	t.Log("\n" + text.String())
-	if sum.Violations > 0 {
-		b, _ := os.ReadFile(sum.ViolationsFile)
-		t.Fatalf("%d violations; history of the offending keys:\n%.8000s", sum.Violations, b)
-	}
 	if sum.Acknowledged == 0 || sum.Kills == 0 || sum.BankTotalOK == nil || !*sum.BankTotalOK || sum.TransfersApplied == 0 {
 		t.Errorf("a run that proves nothing: %d acknowledged, %d kills, bank_total_ok %v, %d transfers applied",
 			sum.Acknowledged, sum.Kills, sum.BankTotalOK, sum.TransfersApplied)
@@ -208,22 +184,10 @@ func TestRunMySQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum, err := Run(context.Background(), Config{
+	sum := runClean(t, Config{
 		Duration: 45 * time.Second, Seed: 20261226, SourceDir: src, Store: StoreMySQL,
-		Faults:         Faults{DBRestartEvery: 15 * time.Second},
-		ViolationsFile: filepath.Join(t.TempDir(), "violations.jsonl"),
-		Progress:       testWriter{t},
+		Faults: Faults{DBRestartEvery: 15 * time.Second},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var text strings.Builder
-	sum.WriteText(&text)
-	t.Log("\n" + text.String())
-	if sum.Violations > 0 {
-		b, _ := os.ReadFile(sum.ViolationsFile)
-		t.Fatalf("%d violations; history of the offending keys:\n%.8000s", sum.Violations, b)
-	}
 	if sum.Acknowledged == 0 || sum.Kills == 0 || sum.DBRestarts == 0 || sum.BankTotalOK == nil || !*sum.BankTotalOK || sum.TransfersApplied == 0 {
 		t.Errorf("a run that proves nothing: %d acknowledged, %d kills, %d MariaDB restarts, bank_total_ok %v, %d transfers applied",
 			sum.Acknowledged, sum.Kills, sum.DBRestarts, sum.BankTotalOK, sum.TransfersApplied)
@@ -377,4 +341,25 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// runClean runs cfg with the test's progress and a violations file of its
+// own, logs the summary, and fails with the offending keys' history on any
+// violation.
+func runClean(t *testing.T, cfg Config) *Summary {
+	t.Helper()
+	cfg.ViolationsFile = filepath.Join(t.TempDir(), "violations.jsonl")
+	cfg.Progress = testWriter{t}
+	sum, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	sum.WriteText(&text)
+	t.Log("\n" + text.String())
+	if sum.Violations > 0 {
+		b, _ := os.ReadFile(sum.ViolationsFile)
+		t.Fatalf("%d violations; history of the offending keys:\n%.8000s", sum.Violations, b)
+	}
+	return sum
 }

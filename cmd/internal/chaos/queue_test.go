@@ -1,11 +1,7 @@
 package chaos
 
 import (
-	"context"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,22 +17,10 @@ func TestRunQueue(t *testing.T) {
 	if _, err := exec.LookPath("nats-server"); err != nil {
 		t.Skip("no nats-server on the PATH")
 	}
-	sum, err := Run(context.Background(), Config{
+	sum := runClean(t, Config{
 		Duration: 30 * time.Second, Seed: 20261203, SourceDir: src,
-		Workloads:      append(DefaultWorkloads(), Weighted{QueuedTransfer{}, 3}),
-		ViolationsFile: filepath.Join(t.TempDir(), "violations.jsonl"),
-		Progress:       testWriter{t},
+		Workloads: append(DefaultWorkloads(), Weighted{QueuedTransfer{}, 3}),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var text strings.Builder
-	sum.WriteText(&text)
-	t.Log("\n" + text.String())
-	if sum.Violations > 0 {
-		b, _ := os.ReadFile(sum.ViolationsFile)
-		t.Fatalf("%d violations; history of the offending keys:\n%.8000s", sum.Violations, b)
-	}
 	if sum.QueuedLost != 0 || sum.QueuedPublished == 0 || sum.QueuedResent == 0 || sum.BrokerKills == 0 || sum.Workloads["queued-transfer"] == 0 {
 		t.Errorf("a queue run that proves nothing: %d published, %d re-sent, %d broker kills, %d lost",
 			sum.QueuedPublished, sum.QueuedResent, sum.BrokerKills, sum.QueuedLost)
@@ -59,23 +43,11 @@ func TestRunQueueRabbitMQ(t *testing.T) {
 		t.Skip(err)
 	}
 	const commands = 300
-	sum, err := Run(context.Background(), Config{
+	sum := runClean(t, Config{
 		Duration: 30 * time.Second, Seed: 20261207, SourceDir: src,
 		Queue: QueueRabbitMQ, QueueCommands: commands, Proxies: -1,
-		Workloads:      []Weighted{},
-		ViolationsFile: filepath.Join(t.TempDir(), "violations.jsonl"),
-		Progress:       testWriter{t},
+		Workloads: []Weighted{},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var text strings.Builder
-	sum.WriteText(&text)
-	t.Log("\n" + text.String())
-	if sum.Violations > 0 {
-		b, _ := os.ReadFile(sum.ViolationsFile)
-		t.Fatalf("%d violations; history of the offending keys:\n%.8000s", sum.Violations, b)
-	}
 	if sum.Queue != QueueRabbitMQ || sum.Workloads["queued-command"] != commands ||
 		sum.QueuedResent < commands/10 || sum.QueuedPublished < commands+commands/10 || sum.Kills == 0 || sum.BrokerLinkFaults == 0 {
 		t.Errorf("a queue run that proves nothing: queue %q, workloads %v, %d published, %d published twice, %d kills, %d broker link faults",
