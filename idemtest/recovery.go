@@ -229,6 +229,9 @@ func (s suite) listsUnfinishedKeys(t *testing.T) {
 	release(t, l)
 	claim("alive", now.Add(-lockTimeout+time.Second), "created")
 	nopoint, _ := claim("nopoint", now.Add(-2*lockTimeout), "")
+	// Past retention, and no recovery point: listed by Started only when
+	// Retention is 0, since StartedAfter (zero below) does not bound it.
+	nopointOld, _ := claim("nopoint-old", now.Add(-retention-time.Second), "")
 	claim("nopoint-alive", now.Add(-lockTimeout+time.Second), "")
 	_, l = claim("completed", now.Add(-2*lockTimeout), "created")
 	complete(t, l, sampleResponse(`{}`))
@@ -273,36 +276,42 @@ func (s suite) listsUnfinishedKeys(t *testing.T) {
 	// Started lists the expired keys of its operations that passed no
 	// recovery point too; other operations' stay unlisted.
 	// StartedAfter bounds them by creation time; CreatedUntil bounds the
-	// whole listing.
+	// whole listing; Retention bounds them as it bounds the others, and
+	// 0 lists them however old.
 	for _, tt := range []struct {
-		started []string
-		after   time.Time
-		until   time.Time
-		limit   int
-		want    []idemstore.Scope
+		started   []string
+		after     time.Time
+		until     time.Time
+		retention time.Duration
+		limit     int
+		want      []idemstore.Scope
 	}{
-		{[]string{"POST /v1/refunds", "POST /v1/payments"}, time.Time{}, time.Time{}, 10, []idemstore.Scope{nopoint, abandoned, released}},
-		{[]string{"POST /v1/payments"}, time.Time{}, time.Time{}, 2, []idemstore.Scope{nopoint, abandoned}},
-		{[]string{"POST /v1/payments"}, now.Add(-2*lockTimeout - time.Second), time.Time{}, 10, []idemstore.Scope{nopoint, abandoned, released}},
-		{[]string{"POST /v1/payments"}, now.Add(-2 * lockTimeout), time.Time{}, 10, []idemstore.Scope{abandoned, released}},
-		{[]string{"POST /v1/refunds", "GET /v1/payments"}, time.Time{}, time.Time{}, 10, []idemstore.Scope{abandoned, released}},
-		{[]string{"POST /v1/payments"}, time.Time{}, now.Add(-2 * lockTimeout), 10, []idemstore.Scope{nopoint}},
-		{[]string{"POST /v1/payments"}, time.Time{}, now.Add(-lockTimeout), 10, []idemstore.Scope{nopoint, abandoned}},
-		{nil, time.Time{}, now.Add(-lockTimeout - time.Second), 10, nil},
+		{[]string{"POST /v1/refunds", "POST /v1/payments"}, time.Time{}, time.Time{}, retention, 10, []idemstore.Scope{nopoint, abandoned, released}},
+		{[]string{"POST /v1/payments"}, time.Time{}, time.Time{}, retention, 2, []idemstore.Scope{nopoint, abandoned}},
+		{[]string{"POST /v1/payments"}, now.Add(-2*lockTimeout - time.Second), time.Time{}, retention, 10, []idemstore.Scope{nopoint, abandoned, released}},
+		{[]string{"POST /v1/payments"}, now.Add(-2 * lockTimeout), time.Time{}, retention, 10, []idemstore.Scope{abandoned, released}},
+		{[]string{"POST /v1/refunds", "GET /v1/payments"}, time.Time{}, time.Time{}, retention, 10, []idemstore.Scope{abandoned, released}},
+		{[]string{"POST /v1/payments"}, time.Time{}, now.Add(-2 * lockTimeout), retention, 10, []idemstore.Scope{nopoint}},
+		{[]string{"POST /v1/payments"}, time.Time{}, now.Add(-lockTimeout), retention, 10, []idemstore.Scope{nopoint, abandoned}},
+		{nil, time.Time{}, now.Add(-lockTimeout - time.Second), retention, 10, nil},
+		{[]string{"POST /v1/payments"}, time.Time{}, time.Time{}, 0, 10, []idemstore.Scope{nopointOld, old, nopoint, abandoned, released}},
+		{[]string{"POST /v1/payments"}, now.Add(-retention - 2*time.Second), time.Time{}, 0, 10, []idemstore.Scope{nopointOld, old, nopoint, abandoned, released}},
+		{[]string{"POST /v1/payments"}, now.Add(-retention - time.Second), time.Time{}, 0, 10, []idemstore.Scope{old, nopoint, abandoned, released}},
 	} {
 		keys, err := rs.Unfinished(context.Background(), idemstore.UnfinishedParams{
-			Now: now, LockTimeout: lockTimeout, Retention: retention, Limit: tt.limit, Started: tt.started, StartedAfter: tt.after,
+			Now: now, LockTimeout: lockTimeout, Retention: tt.retention, Limit: tt.limit, Started: tt.started, StartedAfter: tt.after,
 			CreatedUntil: tt.until,
 		})
 		if err != nil {
-			t.Fatalf("Unfinished with Started %q after %v until %v: %v", tt.started, tt.after, tt.until, err)
+			t.Fatalf("Unfinished with Started %q after %v until %v, retention %v: %v", tt.started, tt.after, tt.until, tt.retention, err)
 		}
 		var got []idemstore.Scope
 		for _, k := range keys {
 			got = append(got, k.Scope)
 		}
 		if !slices.Equal(got, tt.want) {
-			t.Errorf("Unfinished with Started %q after %v until %v, limit %d = %v; want %v", tt.started, tt.after, tt.until, tt.limit, got, tt.want)
+			t.Errorf("Unfinished with Started %q after %v until %v, retention %v, limit %d = %v; want %v",
+				tt.started, tt.after, tt.until, tt.retention, tt.limit, got, tt.want)
 		}
 	}
 }
