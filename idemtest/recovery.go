@@ -25,6 +25,7 @@ func runRecoveryTests(t *testing.T, h Harness) {
 		t.Run("NewKeyIsAtStarted", s.newKeyIsAtStarted)
 		t.Run("RetryResumesAfterRelease", s.retryResumesAfterRelease)
 		t.Run("TakeoverResumes", s.takeoverResumes)
+		t.Run("RecoveryIsTheLastCheckpoint", s.recoveryIsTheLastCheckpoint)
 		t.Run("StaleHolderFencedOutOfCheckpoint", s.staleHolderFencedOutOfCheckpoint)
 		t.Run("EachPhaseCommitsItsWrites", s.eachPhaseCommitsItsWrites)
 		t.Run("ReplacedKeyStartsOver", s.replacedKeyStartsOver)
@@ -137,6 +138,27 @@ func (s suite) takeoverResumes(t *testing.T) {
 		t.Errorf("takeover's lease = %+v; want taken over with token 2", info)
 	}
 	wantRecovery(t, taken, "charged", idem.State{"payment_id": "pay_1", "charge_id": "ch_1"})
+	complete(t, taken, sampleResponse(`{"id":"pay_1"}`))
+}
+
+// recoveryIsTheLastCheckpoint: Recovery returns the key's last committed
+// point, the lease's own checkpoints included, and a point saved without
+// state comes back without state, to the lease and to a takeover.
+func (s suite) recoveryIsTheLastCheckpoint(t *testing.T) {
+	store := s.h.NewStore(t)
+	scope := newScope("alice")
+	l := s.recoveryLease(t, store, s.params(scope, "a", epoch))
+	wantRecovery(t, l, idemstore.RecoveryStarted, nil)
+	checkpoint(t, l, "created", idem.State{"payment_id": "pay_1"})
+	wantRecovery(t, l, "created", idem.State{"payment_id": "pay_1"})
+	checkpoint(t, l, "accepted", nil)
+	wantRecovery(t, l, "accepted", nil)
+	// The holder dies: the takeover reads the point from the store.
+	taken := s.recoveryLease(t, store, s.params(scope, "a", epoch.Add(lockTimeout)))
+	if info := taken.Info(); !info.TakenOver {
+		t.Fatalf("takeover's lease = %+v; want taken over", info)
+	}
+	wantRecovery(t, taken, "accepted", nil)
 	complete(t, taken, sampleResponse(`{"id":"pay_1"}`))
 }
 
