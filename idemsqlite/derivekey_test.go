@@ -116,9 +116,14 @@ func setupDerived(t *testing.T, storeName string) *derivedEnv {
 	return e
 }
 
+// post sends a payment with key. The request ends at waitDeadline, so
+// that a phase stuck waiting for the store fails the test instead of
+// hanging it.
 func (e *derivedEnv) post(t *testing.T, key string) int {
 	t.Helper()
-	r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{"amount":100}`))
+	ctx, cancel := context.WithTimeout(context.Background(), waitDeadline)
+	defer cancel()
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/payments", strings.NewReader(`{"amount":100}`))
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set(idem.HeaderKey, key)
 	w := httptest.NewRecorder()

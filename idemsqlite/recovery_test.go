@@ -109,8 +109,13 @@ func (p *payments) handler(t *testing.T) http.Handler {
 	}))
 }
 
+// post sends a payment with key. The request ends at waitDeadline, so
+// that a phase stuck waiting for the store ends the request, and the test
+// fails on its answer, instead of hanging.
 func (p *payments) post(h http.Handler, key string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{"amount":4200}`))
+	ctx, cancel := context.WithTimeout(context.Background(), waitDeadline)
+	defer cancel()
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/payments", strings.NewReader(`{"amount":4200}`))
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set(idem.HeaderKey, key)
 	w := httptest.NewRecorder()
