@@ -50,14 +50,18 @@ func (s suite) recoveryLease(t *testing.T, store idemstore.Store, p idemstore.Cl
 
 func checkpoint(t testing.TB, l idemstore.RecoveryLease, point string, state idem.State) {
 	t.Helper()
-	if err := l.Checkpoint(context.Background(), idemstore.Recovery{Point: point, State: state}); err != nil {
+	ctx, cancel := callContext()
+	defer cancel()
+	if err := l.Checkpoint(ctx, idemstore.Recovery{Point: point, State: state}); err != nil {
 		t.Fatalf("Checkpoint(%q): %v", point, err)
 	}
 }
 
 func wantRecovery(t testing.TB, l idemstore.RecoveryLease, point string, state idem.State) {
 	t.Helper()
-	r, err := l.Recovery(context.Background())
+	ctx, cancel := callContext()
+	defer cancel()
+	r, err := l.Recovery(ctx)
 	if err != nil {
 		t.Fatalf("Recovery: %v", err)
 	}
@@ -73,7 +77,9 @@ func (s suite) write(t testing.TB, l idemstore.Lease, store idemstore.Store, val
 	if s.h.Write == nil {
 		return
 	}
-	if err := s.h.Write(l.Context(context.Background()), store, value); err != nil {
+	ctx, cancel := callContext()
+	defer cancel()
+	if err := s.h.Write(l.Context(ctx), store, value); err != nil {
 		t.Fatalf("write %q: %v", value, err)
 	}
 }
@@ -172,14 +178,16 @@ func (s suite) staleHolderFencedOutOfCheckpoint(t *testing.T) {
 	// The stale holder wakes up and tries to commit its next phase: the
 	// fence rolls its writes back and keeps the recovery point.
 	s.write(t, old, store, scope.Key+"-old")
-	err := old.Checkpoint(context.Background(), idemstore.Recovery{Point: "charged", State: idem.State{"charge_id": "ch_old"}})
+	ctx, cancel := callContext()
+	defer cancel()
+	err := old.Checkpoint(ctx, idemstore.Recovery{Point: "charged", State: idem.State{"charge_id": "ch_old"}})
 	if !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Fatalf("stale holder's Checkpoint = %v; want ErrLeaseLost", err)
 	}
 	s.wantRows(t, store, scope.Key+"-old", 0)
 	wantRecovery(t, taken, "created", idem.State{"payment_id": "pay_1"})
 	// Its Release frees nothing of the new holder's.
-	if err := old.Release(context.Background()); err != nil {
+	if err := old.Release(ctx); err != nil {
 		t.Fatalf("stale holder's Release: %v", err)
 	}
 	s.write(t, taken, store, scope.Key+"-new")
