@@ -1,8 +1,10 @@
 package fingerprint
 
 // The fingerprint as it was computed before the middleware's hot path was
-// made to allocate less: a reference that the faster code must match byte
-// for byte, hash and stored field digests alike, because stores keep both.
+// made to allocate less, over the canonical JSON as it was before the
+// one-pass fingerprint (refjcs_test.go): a reference that the faster code
+// must match byte for byte, hash and stored field digests alike, because
+// stores keep both, and error for error.
 
 import (
 	"bytes"
@@ -20,8 +22,6 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
-
-	"github.com/idemkit/idem/internal/jcs"
 )
 
 // refFingerprintOf computes the fingerprint of a request, as [Encoded]
@@ -112,11 +112,11 @@ func refCanonicalBody(p Params, sortValues bool) (kind string, body []byte, fiel
 }
 
 // refCanonicalForm is the canonical form the reference used.
-var refCanonicalForm = jcs.Options{ExactNumbers: true}
+var refCanonicalForm = rjOptions{ExactNumbers: true}
 
 func refCanonicalJSON(src []byte, exclude []string) ([]byte, []fieldDigest, error) {
 	members, err := refCanonicalForm.Members(src)
-	if errors.Is(err, jcs.ErrNotObject) {
+	if errors.Is(err, rjErrNotObject) {
 		out, err := refCanonicalForm.Canonicalize(src)
 		if err != nil {
 			return nil, nil, refJsonError(err)
@@ -153,17 +153,17 @@ func refCanonicalJSON(src []byte, exclude []string) ([]byte, []fieldDigest, erro
 }
 
 func refJsonError(err error) error {
-	var dup *jcs.DuplicateMemberError
+	var dup *rjDuplicateMemberError
 	if errors.As(err, &dup) {
 		return &BodyError{err: ErrDuplicateMember, reason: fmt.Sprintf("the JSON body names %s more than once", dup.Pointer)}
 	}
-	if errors.Is(err, jcs.ErrTooDeep) {
+	if errors.Is(err, rjErrTooDeep) {
 		return &BodyError{err: ErrMalformedBody, reason: "the JSON body is nested too deeply"}
 	}
-	if errors.Is(err, jcs.ErrNumber) {
+	if errors.Is(err, rjErrNumber) {
 		return &BodyError{err: ErrMalformedBody, reason: "the JSON body has a number out of range"}
 	}
-	var syn *jcs.SyntaxError
+	var syn *rjSyntaxError
 	if errors.As(err, &syn) {
 		return &BodyError{err: ErrMalformedBody, reason: fmt.Sprintf("the body is not valid JSON (offset %d: %s)", syn.Offset, syn.Msg)}
 	}
