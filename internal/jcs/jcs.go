@@ -1,5 +1,10 @@
 package jcs
 
+import (
+	"bytes"
+	"sync"
+)
+
 // MaxDepth is the deepest nesting of arrays and objects that [Canonicalize]
 // and [Members] accept; a top-level object or array is at depth 1. Deeper
 // input fails with [ErrTooDeep].
@@ -44,9 +49,27 @@ func Canonicalize(src []byte) ([]byte, error) { return Options{}.Canonicalize(sr
 // otherwise with the errors of [Canonicalize].
 func Members(src []byte) ([]Member, error) { return Options{}.Members(src) }
 
+// encoderPool holds the Encoders of Options' methods, whose buffers are
+// reused.
+var encoderPool = sync.Pool{New: func() any { return new(Encoder) }}
+
+// encoder returns an Encoder with the options o, from the pool.
+func (o Options) encoder() *Encoder {
+	e := encoderPool.Get().(*Encoder)
+	e.Options = o
+	return e
+}
+
+// release returns e to the pool.
+func (e *Encoder) release() {
+	e.Release()
+	encoderPool.Put(e)
+}
+
 // Canonicalize is [Canonicalize] with the options o.
 func (o Options) Canonicalize(src []byte) ([]byte, error) {
-	e := Encoder{Options: o}
+	e := o.encoder()
+	defer e.release()
 	c, err := e.Append(make([]byte, 0, len(src)), src)
 	if err != nil {
 		return nil, err
@@ -56,7 +79,8 @@ func (o Options) Canonicalize(src []byte) ([]byte, error) {
 
 // Members is [Members] with the options o.
 func (o Options) Members(src []byte) ([]Member, error) {
-	e := Encoder{Options: o}
+	e := o.encoder()
+	defer e.release()
 	c, err := e.Append(make([]byte, 0, len(src)), src)
 	if err != nil {
 		return nil, err
@@ -103,15 +127,18 @@ type Canonical struct {
 // spans of its members to members. It fails with the errors of
 // Canonicalize.
 func (o Options) Append(dst, src []byte, members []MemberSpan) (Canonical, error) {
-	e := Encoder{Options: o}
+	e := o.encoder()
+	defer e.release()
 	c, err := e.Append(dst, src)
 	if err != nil {
 		return Canonical{}, err
 	}
 	if c.IsObject {
-		// e is this call's own: the names its members share stay as they are.
 		for i := range e.Len() {
 			name, start, valueStart, end := e.Member(i)
+			if e.p.members[i].name.escaped {
+				name = bytes.Clone(name) // e's buffer goes back to the pool
+			}
 			members = append(members, MemberSpan{Name: name, Start: start, ValueStart: valueStart, End: end})
 		}
 		c.Members = members
