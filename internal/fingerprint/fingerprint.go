@@ -127,9 +127,7 @@ func (s *scratch) fingerprint(p *Params) (Fingerprint, error) {
 	head = appendPart(head, p.Path)
 	head = appendPart(head, query)
 	head = appendPart(head, kind)
-	f := Fingerprint{Kind: kind}
-	s.sum(&f.Sum, head, body)
-	return f, nil
+	return Fingerprint{Sum: [32]byte(s.sum(head, body)), Kind: kind}, nil
 }
 
 // fingerprintHead is the first part of a fingerprint's input, as

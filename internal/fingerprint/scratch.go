@@ -68,14 +68,16 @@ func (s *scratch) release() {
 	scratchPool.Put(s)
 }
 
-// sum writes to dst the SHA-256 of head followed by the length-prefixed
-// tail: the parts of [WritePart], with the last one written in place.
-func (s *scratch) sum(dst *[32]byte, head, tail []byte) {
+// sum returns the SHA-256 of head followed by the length-prefixed tail:
+// the parts of [WritePart], with the last one written in place. The sum is
+// in s's buffer, until the next call.
+func (s *scratch) sum(head, tail []byte) []byte {
 	s.head = binary.AppendUvarint(head, uint64(len(tail)))
 	s.h.Reset()
 	s.h.Write(s.head)
 	s.h.Write(tail)
-	copy(dst[:], s.h.Sum(s.sums[:0]))
+	s.sums = s.h.Sum(s.sums[:0])
+	return s.sums
 }
 
 // WritePart writes b to h with its length before it, so that no two lists
@@ -101,9 +103,7 @@ const fieldHead = "\x0d" + "idem-field-v1"
 func (s *scratch) digestField(ptr, value []byte) {
 	head := append(s.head[:0], fieldHead...)
 	head = appendPart(head, ptr)
-	var sum [32]byte
-	s.sum(&sum, head, value)
-	s.digests = append(s.digests, [16]byte(sum[:16]))
+	s.digests = append(s.digests, [16]byte(s.sum(head, value)))
 }
 
 // addPointer appends the JSON pointer of the top-level field name to s's
@@ -112,14 +112,11 @@ func (s *scratch) digestField(ptr, value []byte) {
 // the name (see scratch.unordered).
 func addPointer(s *scratch, name []byte) []byte {
 	start := len(s.pointers)
-	plain := true
+	var odd byte // a byte of the name that pointerAsIs does not mark, or 0
 	for _, c := range name {
-		if !pointerAsIs[c] {
-			plain = false
-			break
-		}
+		odd |= pointerOdd[c]
 	}
-	if plain {
+	if odd == 0 {
 		// Most names: printable ASCII without '~' or '/'.
 		s.pointers = append(append(s.pointers, '/'), name...)
 	} else {
@@ -144,12 +141,15 @@ func addPointer(s *scratch, name []byte) []byte {
 	return s.pointers[start:]
 }
 
-// pointerAsIs marks the bytes that a field's pointer holds as its name
-// does, and encoded fields as the pointer does: those of jsonAsIs but '~'
-// and '/'.
-var pointerAsIs = func() (t [256]bool) {
-	t = jsonAsIs
-	t['~'], t['/'] = false, false
+// pointerOdd is 1 for the bytes that a field's pointer does not hold as
+// its name does, or that encoded fields do not hold as the pointer does,
+// and 0 for the others: those of jsonAsIs but '~' and '/'.
+var pointerOdd = func() (t [256]byte) {
+	for c := range t {
+		if !jsonAsIs[c] || c == '~' || c == '/' {
+			t[c] = 1
+		}
+	}
 	return t
 }()
 
