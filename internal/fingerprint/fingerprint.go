@@ -2,6 +2,24 @@
 // identifies it for its key: the middleware's, with its field digests kept
 // encoded and its buffers reused, under the one that package
 // idemfingerprint publishes for code that claims keys itself.
+//
+// A JSON body is read once: the scratch's [jcs.Encoder] writes its
+// canonical form into a buffer as it reads it, copying what is already
+// canonical (strings without escapes, short integers, objects whose members
+// come in order) and sorting only the objects whose members do not, and
+// leaves the top-level members' spans in that buffer. Each member's digest
+// is then taken over its span, and the body's over the whole buffer: no
+// tree, no sorted copy, and no allocation but the encoded field digests
+// that [Encoded] returns. The digests' inputs need each part's length
+// before the part, so a digest cannot start before its value has been read
+// to its end; the canonical buffer is what lets the one pass serve both.
+//
+// What a fingerprint is must never change: stores keep its sum and its
+// encoded field digests, and compare a retry's with them byte for byte.
+// ref_test.go holds the implementation of before the one-pass reading, with
+// the canonical JSON of then (refjcs_test.go), and
+// FuzzFingerprintMatchesReference holds this one to it, digest for digest
+// and error for error.
 package fingerprint
 
 import (
@@ -222,7 +240,10 @@ var canonicalForm = jcs.Options{ExactNumbers: true}
 
 // canonicalJSON returns the canonical form of a JSON body without the
 // excluded top-level fields, and leaves the digests of the others in s
-// when the body is an object. The canonical form is in s's buffers.
+// when the body is an object. The canonical form is in s's buffers: the
+// encoder's text, which holds each member's value where its digest reads
+// it, or, when a field is excluded, the members that are not copied after
+// one another.
 func (s *scratch) canonicalJSON(src []byte, exclude []string) ([]byte, error) {
 	c, err := s.enc.Append(s.text[:0], src)
 	if err != nil {
