@@ -107,7 +107,8 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 			if len(p.members) > mark {
 				c := 0
 				if len(last) > 0 && len(name) > 0 && last[0] != name[0] && last[0]|name[0] < utf8.RuneSelf {
-					// Two ASCII letters that differ: one code unit each.
+					// First bytes that differ and are ASCII, one code
+					// unit each, decide.
 					c = int(last[0]) - int(name[0])
 				} else {
 					c = compareUTF16(last, name)
