@@ -181,7 +181,11 @@ func (p *parser) sortMembers(ms []member) {
 
 // compareNames orders member names by their UTF-16 code units.
 func (p *parser) compareNames(a, b nameRef) int {
-	return compareUTF16(p.nameOf(a), p.nameOf(b))
+	x, y := p.nameOf(a), p.nameOf(b)
+	if len(x) > 0 && len(y) > 0 && x[0] != y[0] && x[0]|y[0] < utf8.RuneSelf {
+		return int(x[0]) - int(y[0]) // as in object
+	}
+	return compareUTF16(x, y)
 }
 
 // rewrite rewrites the object that starts at dst[base] with its members in
