@@ -49,11 +49,17 @@ func (c *resultCounts) forward(r ForwardResult) int {
 	return c.forwards[r]
 }
 
+// probeTimeout bounds the tests' probes: generous, as a probe that a
+// loaded machine delays past it fails, and the retry that made it is
+// answered as if the status URL had not answered.
+const probeTimeout = 20 * time.Second
+
 // probing makes every POST under /v1/ a probe route with the status URL
-// tmpl, and counts into counts.
+// tmpl, with probeTimeout, and counts into counts.
 func probing(tmpl string, counts *resultCounts) func(*Config) {
 	return func(c *Config) {
 		c.Routes = []Route{{Method: "POST", Path: "/v1/*", Policy: PolicyProbe, ProbeURL: tmpl}}
+		c.ProbeTimeout = probeTimeout
 		c.Forwards, c.Probes = counts, counts
 	}
 }
@@ -148,7 +154,7 @@ func TestProbe(t *testing.T) {
 			counts := newResultCounts()
 			base := setup(t, kind, up, func(c *Config) {
 				probing("/v1/requests/{key}", counts)(c)
-				c.UpstreamTimeout, c.Idem.LockTimeout = time.Second, 20*time.Second
+				c.UpstreamTimeout, c.Idem.LockTimeout = time.Second, time.Second+probeTimeout+10*time.Second
 			})
 			first := send(t, "POST", base+"/v1/slow", "probe-slow", `{"amount":1}`)
 			if first.status != http.StatusGatewayTimeout || first.problemCode(t) != string(idem.ProblemOutcomeUnknown) {
@@ -349,7 +355,7 @@ func TestProbeAfterTakeover(t *testing.T) {
 			const lease = time.Minute
 			quick := setupOn(t, store, up, func(c *Config) {
 				probing("/v1/requests/{key}", counts)(c)
-				c.UpstreamTimeout, c.ProbeTimeout, c.Idem.LockTimeout = 20*time.Second, 20*time.Second, lease
+				c.UpstreamTimeout, c.Idem.LockTimeout = 20*time.Second, lease
 				c.Idem.Now = func() time.Time { return time.Now().Add(2 * lease) }
 			})
 			t.Cleanup(up.releaseSlow) // before the proxies close, which waits for their requests
