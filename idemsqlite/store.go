@@ -229,17 +229,37 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 // PurgeParams are the inputs of [Store.Purge]; see [idemstore.PurgeParams].
 type PurgeParams = idemstore.PurgeParams
 
-// Purge deletes keys created before p.Before, in batches of p.BatchSize,
-// each in its own short transaction so that requests interleave. It
-// returns the number of keys deleted, also when it fails part way. A p
-// that [idemstore.PurgeParams.Validate] refuses is an error and deletes nothing.
+// PurgeBatchSizeDefault is the store's purge batch size, where none is
+// configured: of keys for [Store.Purge] and the purge lock's batches (the
+// store is an [idemstore.PurgeBatchSizer]), and of events for
+// [Store.PurgeEvents]. It is smaller than idemstore.PurgeBatchSizeDefault
+// since SQLite has one writer for the whole file, which each batch holds
+// while it deletes from random places of the primary key: a batch of 5,000
+// held it about 1.8 s at 1M keys on a loaded machine, a batch of 50 about
+// 27 ms (docs/benchmarks.md, "A paced purge").
+const PurgeBatchSizeDefault = 100
+
+var _ idemstore.PurgeBatchSizer = (*Store)(nil)
+
+// PurgeBatchSize implements [idemstore.PurgeBatchSizer]: PurgeBatchSizeDefault.
+func (s *Store) PurgeBatchSize() int { return PurgeBatchSizeDefault }
+
+// Purge deletes keys created before p.Before, in batches of p.BatchSize
+// (PurgeBatchSizeDefault when 0), each in its own short transaction, with
+// a pause after each that leaves requests the writer for all but p.Share
+// of the time ([idemstore.PurgePause]). It returns the number of keys
+// deleted, also when it fails part way. A p that
+// [idemstore.PurgeParams.Validate] refuses is an error and deletes nothing.
 func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("idemsqlite: purge: %w", err)
 	}
-	p = p.WithDefaults()
+	if p.BatchSize == 0 {
+		p.BatchSize = PurgeBatchSizeDefault
+	}
 	var total int64
 	for {
+		start := time.Now()
 		res, err := s.write.ExecContext(ctx, queryPurgeBatch, p.Before.UnixMicro(), p.BatchSize)
 		if err != nil {
 			return total, fmt.Errorf("idemsqlite: purge: %w", unavailable(err))
@@ -248,6 +268,9 @@ func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 		total += n
 		if n < int64(p.BatchSize) {
 			return total, nil
+		}
+		if err := idemstore.PurgeWait(ctx, time.Since(start), p.Share); err != nil {
+			return total, fmt.Errorf("idemsqlite: purge: %w", err)
 		}
 	}
 }
