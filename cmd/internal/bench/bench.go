@@ -21,7 +21,25 @@ import (
 
 	"github.com/idemkit/idem/cmd/internal/database"
 	"github.com/idemkit/idem/cmd/internal/payments"
+	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 )
+
+// purgePace returns the batch size and share that the purging side's purge
+// runs with on db: cfg's, or the store's defaults.
+func purgePace(cfg Config, db *database.DB) (batch int, share float64) {
+	batch, share = cfg.PurgeBatch, cfg.PurgeShare
+	if batch == 0 {
+		batch = idemstore.PurgeBatchSizeDefault
+		if db.SQLite != nil {
+			batch = idemsqlite.PurgeBatchSizeDefault
+		}
+	}
+	if share == 0 {
+		share = idemstore.PurgeShareDefault
+	}
+	return batch, share
+}
 
 // Variants, in the order they run in each round.
 const (
@@ -77,8 +95,13 @@ type Config struct {
 	// third side is measured. Defaults to a quarter of Prefill.
 	PrefillBacklog int64
 	// PurgeBatch is the batch size of PrefillPurge's purge. Defaults to
-	// the store's (idemstore.PurgeBatchSizeDefault).
+	// the store's (idemsqlite.PurgeBatchSizeDefault on SQLite, else
+	// idemstore.PurgeBatchSizeDefault).
 	PurgeBatch int
+	// PurgeShare is the most of its time PrefillPurge's purge spends in
+	// its batches (idemstore.PurgeParams.Share). Defaults to
+	// idemstore.PurgeShareDefault (0.2); 1 sends them back to back.
+	PurgeShare float64
 	// Drive runs the listed variants only, without bare, and Run returns
 	// no results: the run that Instructions counts under callgrind.
 	// Defaults to false.
@@ -162,6 +185,9 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 	if cfg.Prefill > 0 && slices.ContainsFunc(cfg.Variants, func(v string) bool { return slices.Contains(BouncerVariants, v) }) {
 		return nil, errors.New("bench: --prefill does not run the PgBouncer variants")
 	}
+	if cfg.PurgeBatch < 0 || !idemstore.ValidPurgeShare(cfg.PurgeShare) {
+		return nil, errors.New("bench: the purge's batch size must not be negative, and its share must be from 0 to 1")
+	}
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}}
 	var (
@@ -199,6 +225,9 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 		if fill, err = prefill(ctx, cfg, rigs[0].db); err != nil {
 			return nil, err
 		}
+		if cfg.PrefillPurge {
+			fill.PurgeBatch, fill.PurgeShare = purgePace(cfg, rigs[0].db)
+		}
 	}
 	for _, g := range rigs {
 		if err := g.prepare(ctx, cfg, client); err != nil {
@@ -220,7 +249,7 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 				g := rigs[sd.rig]
 				stop := func() error { return nil }
 				if sd.purge {
-					stop = fill.purgeDuring(ctx, g.db, cfg.PurgeBatch)
+					stop = fill.purgeDuring(ctx, g.db, database.PurgeParams{BatchSize: cfg.PurgeBatch, Share: cfg.PurgeShare})
 				}
 				t, err := g.run(ctx, cfg, client, v)
 				err = errors.Join(err, stop())
