@@ -75,7 +75,7 @@ func NewPurger(store idemstore.PurgeStore, cfg *Config) (*Purger, error) {
 		batchSize: c.Purge.BatchSize}
 	if p.batchSize == 0 {
 		p.batchSize = idemstore.PurgeBatchSizeDefault
-		if s, ok := store.(idemstore.PurgeBatchSizer); ok {
+		if s, ok := store.(idemstore.PurgeBatchSizer); ok && s.PurgeBatchSize() > 0 {
 			p.batchSize = s.PurgeBatchSize()
 		}
 	}
