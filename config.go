@@ -25,8 +25,9 @@ const (
 	PurgeIntervalDefault = time.Minute
 	// PurgePauseDefault is the default of [PurgeOpts.Pause].
 	PurgePauseDefault = 10 * time.Millisecond
-	// PurgeShareDefault is the default of [PurgeOpts.Share]: the purge's
-	// batches take at most a fifth of its time.
+	// PurgeShareDefault is the default of [PurgeOpts.Share] on a store
+	// that names none of its own: the purge's batches take at most a
+	// fifth of its time.
 	PurgeShareDefault = idemstore.PurgeShareDefault
 	// PurgeBatchTimeoutDefault is the default of [PurgeOpts.BatchTimeout].
 	PurgeBatchTimeoutDefault = 30 * time.Second
@@ -164,7 +165,7 @@ type PurgeOpts struct {
 
 	// BatchSize is the number of keys each batch deletes. Defaults to
 	// the store's: its PurgeBatchSize when it is an
-	// idemstore.PurgeBatchSizer (idemsqlite: 100), else
+	// idemstore.PurgePacer (idemsqlite: 100), else
 	// idemstore.PurgeBatchSizeDefault (5000).
 	BatchSize int
 
@@ -173,7 +174,9 @@ type PurgeOpts struct {
 	// (idemstore.PurgePause) before the next, so that requests get the
 	// database for the rest, however long a batch takes on a large table
 	// or a busy machine. From 0 to 1; 1 paces by Pause alone. Defaults to
-	// PurgeShareDefault (0.2).
+	// the store's: its PurgeShare when it is an idemstore.PurgePacer
+	// (idemsqlite: 0.1, since requests that write wait for its one
+	// writer), else PurgeShareDefault (0.2).
 	Share float64
 
 	// Pause is the least mean pause between two batches of one run,
@@ -261,9 +264,6 @@ func (c *Config) withDefaults() *Config {
 	}
 	if out.Purge.Interval == 0 {
 		out.Purge.Interval = PurgeIntervalDefault
-	}
-	if out.Purge.Share == 0 {
-		out.Purge.Share = PurgeShareDefault
 	}
 	if out.Purge.Pause == 0 {
 		out.Purge.Pause = PurgePauseDefault

@@ -45,8 +45,9 @@ type Purger struct {
 	store   idemstore.PurgeStore
 	cfg     *Config
 	metrics PurgeMetrics
-	// batchSize is Config.Purge.BatchSize, or the store's default.
+	// batchSize and share are Config.Purge's, or the store's defaults.
 	batchSize int
+	share     float64
 
 	// stats and statsMetrics are set when the store counts its keys and
 	// the metrics report the counts.
@@ -72,11 +73,18 @@ func NewPurger(store idemstore.PurgeStore, cfg *Config) (*Purger, error) {
 		return nil, err
 	}
 	p := &Purger{store: store, cfg: c, metrics: noPurgeMetrics{}, tracing: tracing{c.Tracer},
-		batchSize: c.Purge.BatchSize}
+		batchSize: c.Purge.BatchSize, share: c.Purge.Share}
+	pacer, _ := store.(idemstore.PurgePacer)
 	if p.batchSize == 0 {
 		p.batchSize = idemstore.PurgeBatchSizeDefault
-		if s, ok := store.(idemstore.PurgeBatchSizer); ok && s.PurgeBatchSize() > 0 {
-			p.batchSize = s.PurgeBatchSize()
+		if pacer != nil && pacer.PurgeBatchSize() > 0 {
+			p.batchSize = pacer.PurgeBatchSize()
+		}
+	}
+	if p.share == 0 {
+		p.share = idemstore.PurgeShareDefault
+		if pacer != nil && pacer.PurgeShare() > 0 && pacer.PurgeShare() <= 1 {
+			p.share = pacer.PurgeShare()
 		}
 	}
 	if m, ok := c.Metrics.(PurgeMetrics); ok {
@@ -209,7 +217,7 @@ func (p *Purger) batch(ctx context.Context, lock idemstore.PurgeLock, params ide
 // pause is the pause after a batch that took took: the longer of the
 // share's (idemstore.PurgePause) and the jittered Pause.
 func (p *Purger) pause(took time.Duration) time.Duration {
-	return max(idemstore.PurgePause(took, p.cfg.Purge.Share), jitter(p.cfg.Purge.Pause))
+	return max(idemstore.PurgePause(took, p.share), jitter(p.cfg.Purge.Pause))
 }
 
 // jitter returns a random duration from d/2 to 3d/2, of mean d.

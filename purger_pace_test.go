@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -44,10 +45,15 @@ func (s *slowStore) snapshot() (starts []time.Time, sizes []int) {
 	return slices.Clone(s.starts), slices.Clone(s.sizes)
 }
 
-// sizedStore is a slowStore that is an idemstore.PurgeBatchSizer.
-type sizedStore struct{ *slowStore }
+// pacedStore is a slowStore that is an idemstore.PurgePacer, of its size
+// and share.
+type pacedStore struct {
+	*slowStore
+	share float64
+}
 
-func (s sizedStore) PurgeBatchSize() int { return s.size }
+func (s pacedStore) PurgeBatchSize() int { return s.size }
+func (s pacedStore) PurgeShare() float64 { return s.share }
 
 type slowLock struct {
 	idemstore.PurgeLock
@@ -154,27 +160,37 @@ func TestPurgerPacing(t *testing.T) {
 		})
 	})
 
-	t.Run("BatchSizeIsTheStores", func(t *testing.T) {
+	t.Run("PaceIsTheStores", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			store := &slowStore{MemoryStore: idemtest.NewMemoryStore(), took: took, size: 3}
 			storeKeys(t, store.MemoryStore, 7, purgeEpoch)
-			runPurgerOnce(t, sizedStore{store}, idem.PurgeOpts{})
-			if _, sizes := store.snapshot(); !slices.Equal(sizes, []int{3, 3, 3}) {
+			runPurgerOnce(t, pacedStore{store, 0.5}, idem.PurgeOpts{})
+			starts, sizes := store.snapshot()
+			if !slices.Equal(sizes, []int{3, 3, 3}) {
 				t.Errorf("batch sizes %v, want the store's 3 three times (3, 3, 1 deleted)", sizes)
 			}
 			if n := store.Len(); n != 0 {
 				t.Errorf("%d keys left, want 0", n)
 			}
+			for i, d := range gaps(starts) {
+				if d != 2*took {
+					t.Errorf("batch %d started %s after the one before, want %s: the store's share, 0.5", i+1, d, 2*took)
+				}
+			}
 		})
 	})
 
-	t.Run("BatchSizeConfiguredOverTheStores", func(t *testing.T) {
+	t.Run("PaceConfiguredOverTheStores", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			store := &slowStore{MemoryStore: idemtest.NewMemoryStore(), took: took, size: 3}
 			storeKeys(t, store.MemoryStore, 7, purgeEpoch)
-			runPurgerOnce(t, sizedStore{store}, idem.PurgeOpts{BatchSize: 5})
-			if _, sizes := store.snapshot(); !slices.Equal(sizes, []int{5, 5}) {
+			runPurgerOnce(t, pacedStore{store, 0.5}, idem.PurgeOpts{BatchSize: 5, Share: 0.2})
+			starts, sizes := store.snapshot()
+			if !slices.Equal(sizes, []int{5, 5}) {
 				t.Errorf("batch sizes %v, want the configured 5 twice", sizes)
+			}
+			if g := gaps(starts); len(g) != 1 || g[0] != 5*took {
+				t.Errorf("batches started %v apart, want [%s]: the configured share, 0.2", g, 5*took)
 			}
 		})
 	})
@@ -209,7 +225,7 @@ func TestPurgerJitter(t *testing.T) {
 func TestPurgerRefusesShareOutOfRange(t *testing.T) {
 	t.Parallel()
 	store := idemtest.NewMemoryStore()
-	for _, share := range []float64{-0.1, 1.01} {
+	for _, share := range []float64{-0.1, 1.01, math.NaN()} {
 		if _, err := idem.NewPurger(store, &idem.Config{Purge: idem.PurgeOpts{Share: share}}); err == nil {
 			t.Errorf("NewPurger with Share %v succeeded; want an error", share)
 		}

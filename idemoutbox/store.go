@@ -71,9 +71,10 @@ type PurgeParams struct {
 	BatchSize int
 	// Share is the most of its time the purge spends in its batches, as
 	// idemstore.PurgeParams.Share: after each batch it pauses
-	// idemstore.PurgePause of the batch's duration. 0 means
-	// idemstore.PurgeShareDefault (0.2); 1 sends the batches back to
-	// back; outside [0, 1] is an error.
+	// idemstore.PurgePause of the batch's duration. 0 means the store's
+	// default, idemstore.PurgeShareDefault (0.2) unless it names a lower
+	// one (idemsqlite); 1 sends the batches back to back; outside [0, 1]
+	// is an error.
 	Share float64
 }
 

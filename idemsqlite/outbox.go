@@ -112,13 +112,17 @@ func (s *Store) dueEvents(ctx context.Context, p idemoutbox.BatchParams) ([]idem
 
 // PurgeEvents implements idemoutbox.Store: batched deletes of delivered
 // events (PurgeBatchSizeDefault when p.BatchSize is 0), each in its own
-// short transaction, paced by p.Share as [Store.Purge] is.
+// short transaction, paced by p.Share (PurgeShareDefault when 0) as
+// [Store.Purge] is.
 func (s *Store) PurgeEvents(ctx context.Context, p idemoutbox.PurgeParams) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("idemsqlite: purge events: %w", err)
 	}
 	if p.BatchSize == 0 {
 		p.BatchSize = PurgeBatchSizeDefault
+	}
+	if p.Share == 0 {
+		p.Share = PurgeShareDefault
 	}
 	var total int64
 	for {

@@ -60,24 +60,29 @@ type KeyStatsStore interface {
 
 // PurgeBatchSizeDefault is the default of [PurgeParams.BatchSize], for
 // the service's purger and a one-off purge alike, on a store that does not
-// name a size of its own ([PurgeBatchSizer]): fewer, larger batches delete
+// name a size of its own ([PurgePacer]): fewer, larger batches delete
 // faster for the same effect on the requests that run meanwhile
 // (docs/benchmarks.md, "Purge").
 const PurgeBatchSizeDefault = 5000
 
-// PurgeShareDefault is the default of [PurgeParams.Share]: a purge's
-// batches hold the database at most a fifth of the purge's time. At 300
+// PurgeShareDefault is the default of [PurgeParams.Share], on a store that
+// does not name a share of its own ([PurgePacer]): a purge's batches hold
+// the database at most a fifth of the purge's time. At 300
 // requests a second and 24 hours of retention a steady purge deletes 300
 // keys a second, a small part of what a fifth of the database's time
 // deletes (docs/benchmarks.md, "A paced purge").
 const PurgeShareDefault = 0.2
 
-// PurgeBatchSizer is a [PurgeStore] whose purge batches have a size of
-// their own, used where no size is configured: idemsqlite's are smaller
-// than PurgeBatchSizeDefault, since each batch holds SQLite's one writer.
-type PurgeBatchSizer interface {
+// PurgePacer is a [PurgeStore] with a pace of its own, used where none is
+// configured: idemsqlite's batches are smaller than PurgeBatchSizeDefault
+// and its share lower than PurgeShareDefault, since each batch holds
+// SQLite's one writer, which every request that writes waits for.
+type PurgePacer interface {
 	// PurgeBatchSize returns the store's default batch size, in keys.
 	PurgeBatchSize() int
+	// PurgeShare returns the store's default share of time, from above
+	// 0 to 1 (PurgePause).
+	PurgeShare() float64
 }
 
 // PurgePause is the pacing of every purge (idem.Purger, the stores' Purge
@@ -131,13 +136,14 @@ type PurgeParams struct {
 
 	// BatchSize is the number of keys deleted per statement. 0 means the
 	// store's default: PurgeBatchSizeDefault (5000), or its
-	// PurgeBatchSizer's; a negative size is an error.
+	// PurgePacer's; a negative size is an error.
 	BatchSize int
 
 	// Share is the most of its time that a purge of several batches (a
 	// store's Purge) spends in its batches: after each, it pauses
-	// PurgePause of the batch's duration. 0 means PurgeShareDefault
-	// (0.2); 1 sends the batches back to back; outside [0, 1] is an error.
+	// PurgePause of the batch's duration. 0 means the store's default:
+	// PurgeShareDefault (0.2), or its PurgePacer's; 1 sends the batches
+	// back to back; outside [0, 1] is an error.
 	// One batch (PurgeLock.PurgeBatch) does not read it.
 	Share float64
 }
