@@ -37,6 +37,9 @@ func purgePace(cfg Config, db *database.DB) (batch int, share float64) {
 	}
 	if share == 0 {
 		share = idemstore.PurgeShareDefault
+		if db.SQLite != nil {
+			share = idemsqlite.PurgeShareDefault
+		}
 	}
 	return batch, share
 }
@@ -99,8 +102,9 @@ type Config struct {
 	// idemstore.PurgeBatchSizeDefault).
 	PurgeBatch int
 	// PurgeShare is the most of its time PrefillPurge's purge spends in
-	// its batches (idemstore.PurgeParams.Share). Defaults to
-	// idemstore.PurgeShareDefault (0.2); 1 sends them back to back.
+	// its batches (idemstore.PurgeParams.Share). Defaults to the store's
+	// (idemsqlite.PurgeShareDefault on SQLite, else
+	// idemstore.PurgeShareDefault); 1 sends them back to back.
 	PurgeShare float64
 	// Drive runs the listed variants only, without bare, and Run returns
 	// no results: the run that Instructions counts under callgrind.

@@ -81,7 +81,7 @@ type PurgeParams struct {
 	// BatchSize is the store's batch size; 0 is the store's default.
 	BatchSize int
 	// Share is the most of its time the purge spends in its batches
-	// (idemstore.PurgeParams.Share); 0 is idemstore.PurgeShareDefault.
+	// (idemstore.PurgeParams.Share); 0 is the store's default.
 	Share float64
 }
 
