@@ -13,8 +13,8 @@ import (
 // TestPurgeLeavesWritersTheirShare purges a backlog of expired keys, in
 // batches of 5,000 as the shared default was, while a writer claims and
 // completes new keys as fast as it can. SQLite has one writer, which each
-// purge batch holds; paced at its default share (a fifth), the purge
-// leaves the writer four times each batch's time after it, and the writer
+// purge batch holds; paced at the store's default share (a tenth), the
+// purge leaves the writer nine times each batch's time after it, and the writer
 // finishes its fixed count of writes before the purge ends. The test
 // assumes no speed, only that a batch of 5,000 deletes is slower than a
 // small write transaction. With the batches sent back to back (Share 1)
