@@ -195,9 +195,10 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}}
 	var (
-		rigs  []*rig
-		sides []side
-		fill  *PrefillOutcome
+		rigs    []*rig
+		sides   []side
+		fill    *PrefillOutcome
+		expired int64 // the backlog before the purging side's first pass
 	)
 	defer func() {
 		for _, g := range rigs {
@@ -231,6 +232,9 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 		}
 		if cfg.PrefillPurge {
 			fill.PurgeBatch, fill.PurgeShare = purgePace(cfg, rigs[0].db)
+			if expired, err = rigs[0].db.PurgeCount(ctx, database.PurgeParams{Before: time.Now().Add(-24 * time.Hour)}); err != nil {
+				return nil, fmt.Errorf("bench: count the backlog: %w", err)
+			}
 		}
 	}
 	for _, g := range rigs {
@@ -279,6 +283,13 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 
 	if cfg.Drive {
 		return nil, nil
+	}
+	if fill != nil && cfg.PrefillPurge {
+		left, err := rigs[0].db.PurgeCount(ctx, database.PurgeParams{Before: time.Now().Add(-24 * time.Hour)})
+		if err != nil {
+			return nil, fmt.Errorf("bench: count the backlog left: %w", err)
+		}
+		fill.PurgeRows = expired - left
 	}
 	out := &Outcome{Results: results(cfg, totals[0]), Prefill: fill}
 	if fill != nil {
