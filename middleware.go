@@ -391,7 +391,7 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease, attempt int) *recor
 	if m.cfg.Mode == ModeTwoPhase {
 		// Phases.Run finds the lease in the context and reports an
 		// unfinished operation back.
-		x.phases = phaseHost{lease: lease, base: m.cfg.ProblemTypeBase}
+		x.phases = phaseHost{lease: lease, base: m.cfg.ProblemTypeBase, storeTimeout: m.cfg.StoreTimeout}
 		rec.phases, x.ctx.phases = &x.phases, &x.phases
 	}
 	req := c.r.WithContext(&x.ctx)

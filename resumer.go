@@ -262,7 +262,7 @@ func (c *Resumer) complete(ctx context.Context, rec *idemstore.Record, now time.
 	// The calls that end the lease run even when the operation used up
 	// ctx's deadline, each under a StoreTimeout of its own.
 	finish := context.WithoutCancel(ctx)
-	host := &phaseHost{lease: lease, base: ProblemTypeBaseDefault}
+	host := &phaseHost{lease: lease, base: ProblemTypeBaseDefault, storeTimeout: c.cfg.StoreTimeout}
 	kctx := contextWithPhaseHost(ContextWithScope(lease.Context(ctx), rec.Scope), host)
 	if rl, ok := lease.(idemstore.RecoveryLease); ok {
 		if at, err := rl.Recovery(kctx); err == nil && at.Point == idemstore.RecoveryStarted {

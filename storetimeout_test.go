@@ -3,6 +3,9 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -13,7 +16,7 @@ import (
 )
 
 // finishStallingStore is the memory store whose leases never answer the
-// call named by stall ("Complete" or "Release"): it waits until its
+// call named by stall ("Complete", "Release" or "Checkpoint"): it waits until its
 // context ends, notes how long that took, and returns the context's
 // error, as a store whose database stopped answering does.
 type finishStallingStore struct {
@@ -47,6 +50,13 @@ func (l *finishStallingLease) Complete(ctx context.Context, resp *idemstore.Resp
 		return l.store.wait(ctx)
 	}
 	return l.RecoveryLease.Complete(ctx, resp)
+}
+
+func (l *finishStallingLease) Checkpoint(ctx context.Context, r idemstore.Recovery) error {
+	if l.store.stall == "Checkpoint" {
+		return l.store.wait(ctx)
+	}
+	return l.RecoveryLease.Checkpoint(ctx, r)
 }
 
 func (l *finishStallingLease) Release(ctx context.Context) error {
@@ -105,4 +115,37 @@ func TestResumerStoreTimeoutBoundsFinish(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestPhasesStoreTimeoutBoundsCheckpoint: a checkpoint that the store
+// never answers ends at Config.StoreTimeout, and the client gets the 503
+// that says the operation is unfinished, to retry with the same key.
+func TestPhasesStoreTimeoutBoundsCheckpoint(t *testing.T) {
+	t.Parallel()
+	const timeout = 3 * time.Second
+	synctest.Test(t, func(t *testing.T) {
+		e := setupPhased(t, nil)
+		store := &finishStallingStore{MemoryStore: e.store, stall: "Checkpoint"}
+		mw, err := idem.New(store, &idem.Config{
+			ClientID: func(*http.Request) (string, bool) { return "alice", true },
+			Mode:     idem.ModeTwoPhase, Logger: quiet, Now: e.clock.Now, StoreTimeout: timeout,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_ = e.op.all("pay_1").Run(r.Context(), w)
+		}))
+		r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{"amount":100}`))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set(idem.HeaderKey, "k1")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "operation-unfinished") {
+			t.Errorf("answer = %d %s; want 503 operation-unfinished", w.Code, w.Body)
+		}
+		if store.waited != timeout {
+			t.Errorf("the stalled Checkpoint waited %s, want StoreTimeout (%s)", store.waited, timeout)
+		}
+	})
 }
