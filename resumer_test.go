@@ -582,3 +582,34 @@ func TestResumerLogsAFailedRelease(t *testing.T) {
 		})
 	}
 }
+
+// TestResumerSkipsKeysOfOtherOperations: a key past a recovery point is
+// listed whatever its operation; one of an operation the resumer does not
+// drive is counted as skipped, on every pass, and left as it is.
+func TestResumerSkipsKeysOfOtherOperations(t *testing.T) {
+	t.Parallel()
+	e := setupPhased(t, nil)
+	ctx := context.Background()
+	res, err := e.store.Claim(ctx, idemstore.ClaimParams{
+		Scope: idemstore.Scope{ClientID: "alice", Key: "k-refund"}, Method: http.MethodPost, Path: "/v1/refunds",
+		RequestHash: []byte("h"), TwoPhase: true, Now: e.clock.Now(), LockTimeout: idem.LockTimeoutDefault, Retention: idem.RetentionDefault,
+	})
+	if err != nil || res.Lease == nil {
+		t.Fatalf("Claim = %+v, %v", res, err)
+	}
+	if err := res.Lease.(idemstore.RecoveryLease).Checkpoint(ctx, idemstore.Recovery{Point: "refunded"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := e.resumer(t, nil)
+	for pass := 1; pass <= 2; pass++ {
+		if res := runOnce(t, c); res.Skipped != 1 || res.Completed+res.Released+res.Failed+res.GaveUp != 0 {
+			t.Fatalf("pass %d = %+v; want the other operation's key skipped", pass, res)
+		}
+	}
+	if rec, found := e.point(t, "k-refund"); !found || rec.Status != idemstore.StatusInFlight {
+		t.Errorf("other operation's key = %+v, %v; want it left started", rec, found)
+	}
+}
