@@ -206,7 +206,8 @@ type ResumeOpts struct {
 	Interval time.Duration
 
 	// BatchSize is the most keys each of a pass's two listings returns
-	// (recent keys, and a span of older ones). Defaults to
+	// (recent keys, and a span of older ones), besides the keys the
+	// resumer gave up on, which stay listed and are not run. Defaults to
 	// ResumeBatchSizeDefault (100).
 	BatchSize int
 
