@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemstore"
@@ -256,6 +258,57 @@ func TestConflictReruns(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConflictRerunPauses checks the pause before each rerun after a
+// transaction conflict, on a fake clock (testing/synctest): 10 ms times
+// the runs so far, plus up to 10 ms of jitter; and that each rerun is
+// logged with its number.
+func TestConflictRerunPauses(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const reruns = 3
+		store := &faultyStore{inner: idemtest.NewMemoryStore(), conflict: true}
+		log := &lockedBuffer{}
+		mw, err := idem.New(store, &idem.Config{
+			ClientID:           func(*http.Request) (string, bool) { return "alice", true },
+			Logger:             slog.New(slog.NewTextHandler(log, nil)),
+			MaxConflictRetries: reruns,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var starts, ends []time.Time
+		h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			starts = append(starts, time.Now())
+			w.WriteHeader(http.StatusCreated)
+			ends = append(ends, time.Now())
+		}))
+		r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(payment))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set(idem.HeaderKey, `"k"`)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusCreated || len(starts) != 1+reruns {
+			t.Fatalf("status %d after %d runs, want 201 after %d", w.Code, len(starts), 1+reruns)
+		}
+		for i := 1; i < len(starts); i++ {
+			pause, least := starts[i].Sub(ends[i-1]), time.Duration(i)*10*time.Millisecond
+			if pause < least || pause >= least+10*time.Millisecond {
+				t.Errorf("pause before rerun %d: %s, want at least %s and less than %s", i, pause, least, least+10*time.Millisecond)
+			}
+		}
+		var attempts []string
+		for _, line := range strings.Split(log.String(), "\n") {
+			if strings.Contains(line, "running the request again") {
+				_, n, _ := strings.Cut(line, " attempt=")
+				attempts = append(attempts, n)
+			}
+		}
+		if got := strings.Join(attempts, ","); got != "1,2,3" {
+			t.Errorf("reruns logged as attempts %q, want 1,2,3:\n%s", got, log)
+		}
+	})
 }
 
 func TestConflictRerunsValidated(t *testing.T) {
