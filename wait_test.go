@@ -23,7 +23,8 @@ func (c *claimCounter) Claim(context.Context, time.Duration, error) { c.claims.A
 
 // waitServer serves a handler that holds its key until release is closed,
 // answering with status, behind the middleware with MaxPreferWait limit.
-func waitServer(t *testing.T, limit time.Duration, status int) (post func(prefer string) *http.Response, release chan struct{}, runs, claims func() int64) {
+// post sends the key with the body {"amount":1}, or another if given.
+func waitServer(t *testing.T, limit time.Duration, status int) (post func(prefer string, body ...string) *http.Response, release chan struct{}, runs, claims func() int64) {
 	t.Helper()
 	release = make(chan struct{})
 	var ran atomic.Int64
@@ -44,8 +45,12 @@ func waitServer(t *testing.T, limit time.Duration, status int) (post func(prefer
 		fmt.Fprintf(w, "run %d", n)
 	})))
 	t.Cleanup(srv.Close)
-	post = func(prefer string) *http.Response {
-		req, _ := http.NewRequest("POST", srv.URL+"/v1/charges", strings.NewReader(`{"amount":1}`))
+	post = func(prefer string, body ...string) *http.Response {
+		b := `{"amount":1}`
+		if len(body) > 0 {
+			b = body[0]
+		}
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/charges", strings.NewReader(b))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", "k")
 		if prefer != "" {
@@ -118,6 +123,19 @@ func TestPreferWait(t *testing.T) {
 		resp := post("wait=5")
 		if resp.StatusCode != http.StatusConflict || resp.Header.Get(idem.HeaderPreferenceApplied) != "" || claims() != 2 {
 			t.Fatalf("%d %v after %d claims, want an immediate 409", resp.StatusCode, resp.Header, claims())
+		}
+	})
+	t.Run("AnotherRequestIsNotWaitedFor", func(t *testing.T) {
+		t.Parallel()
+		post, release, runs, claims := waitServer(t, 30*time.Second, http.StatusCreated)
+		defer close(release)
+		go post("")
+		awaitClaims(t, claims, 1)
+		// The key was first used with another body: waiting cannot change
+		// the answer, a 422 at once.
+		resp := post("wait=1", `{"amount":2}`)
+		if resp.StatusCode != http.StatusUnprocessableEntity || resp.Header.Get(idem.HeaderPreferenceApplied) != "" || claims() != 2 || runs() != 1 {
+			t.Fatalf("%d %v after %d claims and %d runs, want an immediate 422 after 2 claims and 1 run", resp.StatusCode, resp.Header, claims(), runs())
 		}
 	})
 	t.Run("RunsWhenTheHolderReleases", func(t *testing.T) {
