@@ -34,10 +34,11 @@ func TestOriginalTraceID(t *testing.T) {
 }
 
 // spanRecorder is a Tracer that keeps every span it starts and how each
-// ended, in the order they started.
+// ended, in the order they started. Its TraceContext is traceContext.
 type spanRecorder struct {
-	mu    sync.Mutex
-	spans []*recordedSpan
+	mu           sync.Mutex
+	spans        []*recordedSpan
+	traceContext string
 }
 
 type recordedSpan struct {
@@ -54,7 +55,7 @@ func (r *spanRecorder) Start(ctx context.Context, s idem.SpanStart) (context.Con
 	return ctx, span
 }
 
-func (*spanRecorder) TraceContext(context.Context) string { return "" }
+func (r *spanRecorder) TraceContext(context.Context) string { return r.traceContext }
 
 func (s *recordedSpan) End(e idem.SpanEnd) {
 	s.rec.mu.Lock()
@@ -149,10 +150,65 @@ func TestRequestResultIsNoted(t *testing.T) {
 			if ends[0].Result != idem.ResultExecuted {
 				t.Errorf("the request's span ended with result %q, want executed", ends[0].Result)
 			}
+			_, digest, _ := info.Notes()
+			for i, span := range tracer.spans {
+				if span.start.KeyDigest != digest {
+					t.Errorf("span %s has key digest %q, want the log line's %q", steps[i], span.start.KeyDigest, digest)
+				}
+			}
 			for i, step := range steps {
 				if strings.HasPrefix(step, "idem.claim/") && (ends[i].Token == 0 || ends[i].Token != tracer.spans[i+1].start.Token) {
 					t.Errorf("claim span %d ended with token %d, the run after it holds %d", i, ends[i].Token, tracer.spans[i+1].start.Token)
 				}
+			}
+		})
+	}
+}
+
+// TestTraceContextStoredWithKey checks that the request's trace context is
+// stored with its key when it is at most 512 bytes long, and not when it
+// is longer: the replay's span links to it, or to nothing.
+func TestTraceContextStoredWithKey(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{55, 512, 513} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			t.Parallel()
+			tracer := &spanRecorder{traceContext: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+			tracer.traceContext += strings.Repeat("x", n-len(tracer.traceContext))
+			mw, err := idem.New(idemtest.NewMemoryStore(), &idem.Config{
+				ClientID: func(*http.Request) (string, bool) { return "client-1", true },
+				Logger:   quiet,
+				Tracer:   tracer,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusCreated)
+			}))
+			for range 2 {
+				r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{"amount":1}`))
+				r.Header.Set("Content-Type", "application/json")
+				r.Header.Set(idem.HeaderKey, `"k"`)
+				h.ServeHTTP(httptest.NewRecorder(), r)
+			}
+			want := tracer.traceContext
+			if n > 512 {
+				want = ""
+			}
+			steps, _ := tracer.check(t)
+			var links []string
+			for i, step := range steps {
+				if strings.HasPrefix(step, string(idem.StepReplay)+"/") {
+					links = append(links, tracer.spans[i].start.Link)
+				}
+			}
+			if len(links) != 1 || links[0] != want {
+				var lengths []int
+				for _, l := range links {
+					lengths = append(lengths, len(l))
+				}
+				t.Errorf("replay spans linked to trace contexts of %v bytes, want one of %d bytes, the request's, or none", lengths, len(want))
 			}
 		})
 	}
