@@ -138,9 +138,14 @@ func setupFaulty(t *testing.T, cfg idem.Config) *faultyEnv {
 	return e
 }
 
+// post sends a payment with the key, and a status for the handler to
+// answer. It waits 30 s at most for the answer: a request the middleware
+// runs again and again fails the test, and its context's end stops it.
 func (e *faultyEnv) post(t *testing.T, key string, status int) resp {
 	t.Helper()
-	r, err := http.NewRequest(http.MethodPost, e.url+"/v1/payments", strings.NewReader(payment))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/v1/payments", strings.NewReader(payment))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +156,7 @@ func (e *faultyEnv) post(t *testing.T, key string, status int) resp {
 	}
 	res, err := http.DefaultClient.Do(r)
 	if err != nil {
-		t.Fatalf("POST: %v", err)
+		t.Fatalf("POST with key %q, waiting 30 s at most for the answer: %v (runs so far: %d)", key, err, e.runs.Load())
 	}
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
@@ -295,12 +300,19 @@ func TestConflictRerunPauses(t *testing.T) {
 			t.Fatal(err)
 		}
 		var starts, ends []time.Time
+		// A run past the last rerun ends the request's context, which ends
+		// the middleware's reruns: the test then fails instead of hanging.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
 		h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			starts = append(starts, time.Now())
+			if len(starts) > 1+reruns {
+				cancel()
+			}
 			w.WriteHeader(http.StatusCreated)
 			ends = append(ends, time.Now())
 		}))
-		r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(payment))
+		r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/payments", strings.NewReader(payment))
 		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set(idem.HeaderKey, `"k"`)
 		w := httptest.NewRecorder()
