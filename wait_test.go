@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,12 +22,16 @@ type claimCounter struct{ claims atomic.Int64 }
 func (*claimCounter) Request(context.Context, idem.Result)          {}
 func (c *claimCounter) Claim(context.Context, time.Duration, error) { c.claims.Add(1) }
 
-// waitServer serves a handler that holds its key until release is closed,
-// answering with status, behind the middleware with MaxPreferWait limit.
-// post sends the key with the body {"amount":1}, or another if given.
-func waitServer(t *testing.T, limit time.Duration, status int) (post func(prefer string, body ...string) *http.Response, release chan struct{}, runs, claims func() int64) {
+// waitServer serves a handler whose first run holds its key until release
+// is called, answering with status, behind the middleware with
+// MaxPreferWait limit. post sends the key with the body {"amount":1}, or
+// another if given. The test's end releases the key if the test did not,
+// so that a test that fails while the key is held ends, and says why,
+// instead of waiting for its server's handler forever.
+func waitServer(t *testing.T, limit time.Duration, status int) (post func(prefer string, body ...string) *http.Response, release func(), runs, claims func() int64) {
 	t.Helper()
-	release = make(chan struct{})
+	held := make(chan struct{})
+	release = sync.OnceFunc(func() { close(held) })
 	var ran atomic.Int64
 	counter := &claimCounter{}
 	mw, err := idem.New(idemtest.NewMemoryStore(), &idem.Config{
@@ -39,12 +44,13 @@ func waitServer(t *testing.T, limit time.Duration, status int) (post func(prefer
 	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := ran.Add(1)
 		if n == 1 {
-			<-release
+			<-held
 		}
 		w.WriteHeader(status)
 		fmt.Fprintf(w, "run %d", n)
 	})))
 	t.Cleanup(srv.Close)
+	t.Cleanup(release) // before srv.Close, which waits for the handler
 	post = func(prefer string, body ...string) *http.Response {
 		b := `{"amount":1}`
 		if len(body) > 0 {
@@ -67,6 +73,22 @@ func waitServer(t *testing.T, limit time.Duration, status int) (post func(prefer
 	return post, release, ran.Load, counter.claims.Load
 }
 
+// awaitAnswer returns the answer that the channel brings, waiting 30 s at
+// most for it.
+func awaitAnswer(t *testing.T, answers <-chan *http.Response, which string) *http.Response {
+	t.Helper()
+	select {
+	case resp := <-answers:
+		if resp == nil {
+			t.Fatalf("%s: no answer", which)
+		}
+		return resp
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: no answer within 30 s", which)
+		return nil
+	}
+}
+
 // awaitClaims polls until at least n claims were made, for at most 10 s.
 func awaitClaims(t *testing.T, claims func() int64, n int64) {
 	t.Helper()
@@ -84,17 +106,17 @@ func TestPreferWait(t *testing.T) {
 	t.Run("DuplicateGetsTheReplay", func(t *testing.T) {
 		t.Parallel()
 		post, release, runs, claims := waitServer(t, 30*time.Second, http.StatusCreated)
-		first := make(chan *http.Response)
+		first := make(chan *http.Response, 1)
 		go func() { first <- post("") }()
 		awaitClaims(t, claims, 1)
-		dup := make(chan *http.Response)
+		dup := make(chan *http.Response, 1)
 		go func() { dup <- post("respond-async, wait=30") }()
 		awaitClaims(t, claims, 3) // the duplicate found the key in flight and claimed again
-		close(release)
-		if resp := <-first; resp.StatusCode != http.StatusCreated {
+		release()
+		if resp := awaitAnswer(t, first, "first"); resp.StatusCode != http.StatusCreated {
 			t.Fatalf("first: %d", resp.StatusCode)
 		}
-		resp := <-dup
+		resp := awaitAnswer(t, dup, "duplicate")
 		body, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != http.StatusCreated || string(body) != "run 1" || resp.Header.Get(idem.HeaderReplayed) != "true" || resp.Header.Get(idem.HeaderPreferenceApplied) != "wait=30" {
 			t.Fatalf("duplicate: %d %v %q, want the replay with Preference-Applied: wait=30", resp.StatusCode, resp.Header, body)
@@ -106,7 +128,7 @@ func TestPreferWait(t *testing.T) {
 	t.Run("CappedAtTheMaximum", func(t *testing.T) {
 		t.Parallel()
 		post, release, _, claims := waitServer(t, 2*time.Second, http.StatusCreated)
-		defer close(release)
+		defer release()
 		go post("")
 		awaitClaims(t, claims, 1)
 		resp := post("wait=100") // waits 2 s for a holder that never finishes
@@ -117,7 +139,7 @@ func TestPreferWait(t *testing.T) {
 	t.Run("IgnoredUnlessConfigured", func(t *testing.T) {
 		t.Parallel()
 		post, release, _, claims := waitServer(t, 0, http.StatusCreated)
-		defer close(release)
+		defer release()
 		go post("")
 		awaitClaims(t, claims, 1)
 		resp := post("wait=5")
@@ -128,7 +150,7 @@ func TestPreferWait(t *testing.T) {
 	t.Run("AnotherRequestIsNotWaitedFor", func(t *testing.T) {
 		t.Parallel()
 		post, release, runs, claims := waitServer(t, 30*time.Second, http.StatusCreated)
-		defer close(release)
+		defer release()
 		go post("")
 		awaitClaims(t, claims, 1)
 		// The key was first used with another body: waiting cannot change
@@ -143,11 +165,11 @@ func TestPreferWait(t *testing.T) {
 		post, release, runs, claims := waitServer(t, 30*time.Second, http.StatusServiceUnavailable)
 		go post("")
 		awaitClaims(t, claims, 1)
-		dup := make(chan *http.Response)
+		dup := make(chan *http.Response, 1)
 		go func() { dup <- post("wait=30") }()
 		awaitClaims(t, claims, 3)
-		close(release) // the first answers 503: the key is released
-		resp := <-dup
+		release() // the first answers 503: the key is released
+		resp := awaitAnswer(t, dup, "duplicate")
 		body, _ := io.ReadAll(resp.Body)
 		if string(body) != "run 2" || resp.Header.Get(idem.HeaderReplayed) != "" || runs() != 2 {
 			t.Fatalf("duplicate: %d %q after %d runs, want its own run", resp.StatusCode, body, runs())
