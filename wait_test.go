@@ -49,22 +49,29 @@ func waitServer(t *testing.T, limit time.Duration, status int) (post func(prefer
 		w.WriteHeader(status)
 		fmt.Fprintf(w, "run %d", n)
 	})))
-	t.Cleanup(srv.Close)
-	t.Cleanup(release) // before srv.Close, which waits for the handler
+	// A client waits 30 s at most, and the test's end ends every request:
+	// either ends a middleware that would claim or run a request forever.
+	client := &http.Client{Timeout: 30 * time.Second}
+	clients, endClients := context.WithCancel(context.Background())
+	t.Cleanup(srv.Close) // which waits for the handlers, so last
+	t.Cleanup(endClients)
+	t.Cleanup(release)
 	post = func(prefer string, body ...string) *http.Response {
 		b := `{"amount":1}`
 		if len(body) > 0 {
 			b = body[0]
 		}
-		req, _ := http.NewRequest("POST", srv.URL+"/v1/charges", strings.NewReader(b))
+		req, _ := http.NewRequestWithContext(clients, "POST", srv.URL+"/v1/charges", strings.NewReader(b))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", "k")
 		if prefer != "" {
 			req.Header.Set("Prefer", prefer)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
-			t.Error(err)
+			if clients.Err() == nil { // else the test has ended
+				t.Errorf("POST, waiting 30 s at most for the answer: %v", err)
+			}
 			return nil
 		}
 		t.Cleanup(func() { resp.Body.Close() })
