@@ -25,6 +25,10 @@ const (
 	PurgeIntervalDefault = time.Minute
 	// PurgePauseDefault is the default of [PurgeOpts.Pause].
 	PurgePauseDefault = 10 * time.Millisecond
+	// PurgeShareDefault is the default of [PurgeOpts.Share] on a store
+	// that names none of its own: the purge's batches take at most a
+	// fifth of its time.
+	PurgeShareDefault = idemstore.PurgeShareDefault
 	// PurgeBatchTimeoutDefault is the default of [PurgeOpts.BatchTimeout].
 	PurgeBatchTimeoutDefault = 30 * time.Second
 
@@ -160,12 +164,24 @@ type PurgeOpts struct {
 	Interval time.Duration
 
 	// BatchSize is the number of keys each batch deletes. Defaults to
+	// the store's: its PurgeBatchSize when it is an
+	// idemstore.PurgePacer (idemsqlite: 100), else
 	// idemstore.PurgeBatchSizeDefault (5000).
 	BatchSize int
 
-	// Pause is the mean pause between two batches of one run, jittered by
-	// half either way, so that requests get the table in between. Defaults
-	// to PurgePauseDefault (10 ms).
+	// Share is the most of the run's time that its batches take: after a
+	// batch that took d, the run pauses d × (1 − Share) / Share
+	// (idemstore.PurgePause) before the next, so that requests get the
+	// database for the rest, however long a batch takes on a large table
+	// or a busy machine. From 0 to 1; 1 paces by Pause alone. Defaults to
+	// the store's: its PurgeShare when it is an idemstore.PurgePacer
+	// (idemsqlite: 0.1, since requests that write wait for its one
+	// writer), else PurgeShareDefault (0.2).
+	Share float64
+
+	// Pause is the least mean pause between two batches of one run,
+	// jittered by half either way; the run pauses the longer of it and
+	// Share's pause. Defaults to PurgePauseDefault (10 ms).
 	Pause time.Duration
 
 	// BatchTimeout bounds each batch. Defaults to PurgeBatchTimeoutDefault
@@ -249,9 +265,6 @@ func (c *Config) withDefaults() *Config {
 	if out.Purge.Interval == 0 {
 		out.Purge.Interval = PurgeIntervalDefault
 	}
-	if out.Purge.BatchSize == 0 {
-		out.Purge.BatchSize = idemstore.PurgeBatchSizeDefault
-	}
 	if out.Purge.Pause == 0 {
 		out.Purge.Pause = PurgePauseDefault
 	}
@@ -279,6 +292,9 @@ func (c *Config) validate() error {
 		c.Purge.Interval < 0 || c.Purge.BatchSize < 0 || c.Purge.Pause < 0 || c.Purge.BatchTimeout < 0 ||
 		c.Resume.Interval < 0 || c.Resume.BatchSize < 0 {
 		return errors.New("idem: durations and sizes in Config must not be negative")
+	}
+	if !idemstore.ValidPurgeShare(c.Purge.Share) {
+		return fmt.Errorf("idem: Config.Purge.Share %v must be from 0 to 1", c.Purge.Share)
 	}
 	if c.MaxConflictRetries < NoConflictRetries {
 		return fmt.Errorf("idem: Config.MaxConflictRetries %d is invalid; use NoConflictRetries to turn reruns off", c.MaxConflictRetries)

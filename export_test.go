@@ -19,3 +19,6 @@ type KeyError = invalidKeyError
 
 // BodyBuffer is bodybuf.Get, for the tests of body buffer reuse.
 var BodyBuffer = bodybuf.Get
+
+// Jitter is the Purger's jitter of its least pause, for its tests.
+var Jitter = jitter

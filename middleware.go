@@ -10,7 +10,6 @@ import (
 
 	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/bodybuf"
-	"github.com/idemkit/idem/internal/deadline"
 	"github.com/idemkit/idem/internal/fingerprint"
 	"github.com/idemkit/idem/internal/keyspec"
 	"github.com/idemkit/idem/internal/recent"
@@ -75,23 +74,10 @@ type call struct {
 	traceContext string
 	digest       string // the key's digest, for spans; see spanStart
 
-	// The first claim's and the first run's contexts and execution, in the
-	// call's allocation; a rerun or a wait's next claim allocates its own.
+	// The first run's execution, in the call's allocation; a rerun
+	// allocates its own.
 	first     execution
-	claimCtx  deadline.Context
-	finishCtx deadline.Context
-	used      struct{ first, claimCtx, finishCtx bool }
-}
-
-// storeContext returns a context for a store call that parent's
-// cancellation and the deadline end: c's own ctx the first time, which
-// is then used, a new one after.
-func storeContext(own *deadline.Context, used *bool, parent context.Context, d time.Time) *deadline.Context {
-	if *used {
-		return deadline.New(parent, d)
-	}
-	*used = true
-	return own.Start(parent, d)
+	firstUsed bool
 }
 
 // spanStart describes a step of c's for a span.
@@ -239,10 +225,10 @@ func (m *Middleware) mayRerun(attempt int) bool {
 
 // finishContext bounds a call that finishes a lease. It does not depend on
 // the client staying connected: a handler that finished its work commits
-// it, and the client's retry gets the replay. Stop it when the call
+// it, and the client's retry gets the replay. Cancel it when the call
 // returns.
-func (m *Middleware) finishContext(c *call) *deadline.Context {
-	return storeContext(&c.finishCtx, &c.used.finishCtx, context.WithoutCancel(c.r.Context()), time.Now().Add(m.cfg.StoreTimeout))
+func (m *Middleware) finishContext(c *call) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(c.r.Context()), m.cfg.StoreTimeout)
 }
 
 // run runs the handler under the lease, then stores its response or
@@ -254,8 +240,8 @@ func (m *Middleware) run(c *call, lease idemstore.Lease, attempt int) runOutcome
 		c.w = &discardWriter{} // the client has the response; see StreamResponse
 		defer rec.abortIfBroken()
 	}
-	ctx := m.finishContext(c)
-	defer ctx.Stop()
+	ctx, cancel := m.finishContext(c)
+	defer cancel()
 	rerun := func() bool { return m.mayRerun(attempt) && reportsConflict(lease) }
 	switch {
 	case rerun():
@@ -386,8 +372,8 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease, attempt int) *recor
 			return
 		}
 		span.End(SpanEnd{Err: errHandlerPanicked})
-		ctx := m.finishContext(c)
-		defer ctx.Stop()
+		ctx, cancel := m.finishContext(c)
+		defer cancel()
 		m.cfg.Metrics.Request(ctx, ResultReleased)
 		var exists *idemstore.ExistsError
 		if err := lease.Release(ctx); err != nil && !errors.As(err, &exists) {
@@ -395,17 +381,17 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease, attempt int) *recor
 		}
 	}()
 	x := &c.first
-	if c.used.first {
+	if c.firstUsed {
 		x = &execution{}
 	}
-	c.used.first = true
+	c.firstUsed = true
 	x.rec.header = make(http.Header)
 	x.ctx = scopeContext{Context: lease.Context(base), scope: &c.scope}
 	rec := &x.rec
 	if m.cfg.Mode == ModeTwoPhase {
 		// Phases.Run finds the lease in the context and reports an
 		// unfinished operation back.
-		x.phases = phaseHost{lease: lease, base: m.cfg.ProblemTypeBase}
+		x.phases = phaseHost{lease: lease, base: m.cfg.ProblemTypeBase, storeTimeout: m.cfg.StoreTimeout}
 		rec.phases, x.ctx.phases = &x.phases, &x.phases
 	}
 	req := c.r.WithContext(&x.ctx)

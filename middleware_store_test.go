@@ -651,3 +651,80 @@ func TestBodyOfHandlerIsReused(t *testing.T) {
 type writerFunc func(p []byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// stallingStore wraps the memory store. The call named by stall waits
+// until its context ends, notes how long that took, and returns the
+// context's error, as a store whose database stopped answering does.
+type stallingStore struct {
+	inner  *idemtest.MemoryStore
+	stall  string // "Claim" or "Complete"
+	waited time.Duration
+}
+
+func (s *stallingStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
+	if s.stall == "Claim" {
+		return idemstore.ClaimResult{}, s.wait(ctx)
+	}
+	res, err := s.inner.Claim(ctx, p)
+	if res.Lease != nil {
+		res.Lease = &stallingLease{Lease: res.Lease, store: s}
+	}
+	return res, err
+}
+
+func (s *stallingStore) wait(ctx context.Context) error {
+	start := time.Now()
+	<-ctx.Done()
+	s.waited = time.Since(start)
+	return ctx.Err()
+}
+
+type stallingLease struct {
+	idemstore.Lease
+	store *stallingStore
+}
+
+func (l *stallingLease) Complete(ctx context.Context, resp *idemstore.Response) error {
+	if l.store.stall == "Complete" {
+		return l.store.wait(ctx)
+	}
+	return l.Lease.Complete(ctx, resp)
+}
+
+// TestStoreTimeoutBoundsStoreCalls: a claim, and the call that stores the
+// response, that the store never answers end at Config.StoreTimeout, and
+// the client gets a 503.
+func TestStoreTimeoutBoundsStoreCalls(t *testing.T) {
+	t.Parallel()
+	const timeout = 3 * time.Second
+	for _, stall := range []string{"Claim", "Complete"} {
+		t.Run("Stalled"+stall, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				store := &stallingStore{inner: idemtest.NewMemoryStore(), stall: stall}
+				mw, err := idem.New(store, &idem.Config{
+					StoreTimeout: timeout,
+					ClientID:     func(*http.Request) (string, bool) { return "alice", true },
+					Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+				})
+				if err != nil {
+					t.Fatalf("idem.New: %v", err)
+				}
+				h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.WriteHeader(http.StatusCreated)
+				}))
+				req := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(payment))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set(idem.HeaderKey, "k-stall")
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != http.StatusServiceUnavailable {
+					t.Errorf("status = %d, want 503", rec.Code)
+				}
+				if store.waited != timeout {
+					t.Errorf("the stalled %s waited %s, want StoreTimeout (%s)", stall, store.waited, timeout)
+				}
+			})
+		})
+	}
+}

@@ -97,7 +97,7 @@ func (ph Phases) run(ctx context.Context, host *phaseHost, w http.ResponseWriter
 	if !ok {
 		return fmt.Errorf("idem: run phases: the store's lease (%T) does not keep recovery points: %w", host.lease, idemstore.ErrNoRecovery)
 	}
-	at, err := lease.Recovery(ctx)
+	at, err := host.recovery(ctx, lease)
 	if err != nil {
 		return fmt.Errorf("idem: run phases: read the recovery point: %w", err)
 	}
@@ -137,7 +137,7 @@ func (ph Phases) run(ctx context.Context, host *phaseHost, w http.ResponseWriter
 			}
 			saved[stateClaimCreated] = created
 		}
-		if err := lease.Checkpoint(ctx, idemstore.Recovery{Point: next, State: saved}); err != nil {
+		if err := host.checkpoint(ctx, lease, idemstore.Recovery{Point: next, State: saved}); err != nil {
 			return fmt.Errorf("idem: run phases: checkpoint %q: %w", next, err)
 		}
 		point = next
@@ -174,9 +174,33 @@ type phaseHostKey struct{}
 type phaseHost struct {
 	lease idemstore.Lease
 	base  string // ProblemTypeBase
+	// storeTimeout bounds each store call Run makes (Config.StoreTimeout):
+	// reading the recovery point and each checkpoint.
+	storeTimeout time.Duration
 	// unfinished is set when Run returned an error: the holder releases the
 	// key, keeping its recovery point, whatever the response's status.
 	unfinished bool
+}
+
+// recovery reads the lease's recovery point under the store's timeout.
+func (h *phaseHost) recovery(ctx context.Context, lease idemstore.RecoveryLease) (idemstore.Recovery, error) {
+	ctx, cancel := h.storeContext(ctx)
+	defer cancel()
+	return lease.Recovery(ctx)
+}
+
+// checkpoint commits a recovery point under the store's timeout.
+func (h *phaseHost) checkpoint(ctx context.Context, lease idemstore.RecoveryLease, at idemstore.Recovery) error {
+	ctx, cancel := h.storeContext(ctx)
+	defer cancel()
+	return lease.Checkpoint(ctx, at)
+}
+
+func (h *phaseHost) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if h.storeTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, h.storeTimeout)
 }
 
 func contextWithPhaseHost(ctx context.Context, h *phaseHost) context.Context {

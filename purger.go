@@ -36,13 +36,18 @@ type KeyStatsMetrics interface {
 // the lock within an Interval.
 //
 // A run deletes keys in batches of BatchSize, each under BatchTimeout,
-// with a Pause between them, until a batch is not full; the next run starts
-// an Interval later. Keys past retention are already treated as unused by
-// every claim: the purge only keeps the table from growing without bound.
+// until a batch is not full; the next run starts an Interval later. After
+// each batch it pauses long enough that its batches take at most Share of
+// its time, and at least about Pause ([PurgeOpts]). Keys past retention
+// are already treated as unused by every claim: the purge only keeps the
+// table from growing without bound.
 type Purger struct {
 	store   idemstore.PurgeStore
 	cfg     *Config
 	metrics PurgeMetrics
+	// batchSize and share are Config.Purge's, or the store's defaults.
+	batchSize int
+	share     float64
 
 	// stats and statsMetrics are set when the store counts its keys and
 	// the metrics report the counts.
@@ -67,7 +72,21 @@ func NewPurger(store idemstore.PurgeStore, cfg *Config) (*Purger, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Purger{store: store, cfg: c, metrics: noPurgeMetrics{}, tracing: tracing{c.Tracer}}
+	p := &Purger{store: store, cfg: c, metrics: noPurgeMetrics{}, tracing: tracing{c.Tracer},
+		batchSize: c.Purge.BatchSize, share: c.Purge.Share}
+	pacer, _ := store.(idemstore.PurgePacer)
+	if p.batchSize == 0 {
+		p.batchSize = idemstore.PurgeBatchSizeDefault
+		if pacer != nil && pacer.PurgeBatchSize() > 0 {
+			p.batchSize = pacer.PurgeBatchSize()
+		}
+	}
+	if p.share == 0 {
+		p.share = idemstore.PurgeShareDefault
+		if pacer != nil && pacer.PurgeShare() > 0 && pacer.PurgeShare() <= 1 {
+			p.share = pacer.PurgeShare()
+		}
+	}
 	if m, ok := c.Metrics.(PurgeMetrics); ok {
 		p.metrics = m
 	}
@@ -145,19 +164,19 @@ func (p *Purger) unlock(ctx context.Context, lock idemstore.PurgeLock) {
 
 // run deletes batches until one is not full.
 func (p *Purger) run(ctx context.Context, lock idemstore.PurgeLock) (purgeResult, error) {
-	params := idemstore.PurgeParams{Before: p.cfg.Now().Add(-p.cfg.Retention), BatchSize: p.cfg.Purge.BatchSize}
+	params := idemstore.PurgeParams{Before: p.cfg.Now().Add(-p.cfg.Retention), BatchSize: p.batchSize}
 	var res purgeResult
 	ctx, span := p.tracing.start(ctx, SpanStart{Step: StepPurge})
 	start := time.Now()
 	err := func() error {
 		for {
-			n, err := p.batch(ctx, lock, params)
+			n, took, err := p.batch(ctx, lock, params)
 			res.Deleted += n
 			res.Batches++
 			if err != nil || n < int64(params.BatchSize) {
 				return err
 			}
-			pause := time.NewTimer(p.cfg.Purge.Pause/2 + rand.N(p.cfg.Purge.Pause+1))
+			pause := time.NewTimer(p.pause(took))
 			select {
 			case <-ctx.Done():
 				pause.Stop()
@@ -184,13 +203,26 @@ func (p *Purger) run(ctx context.Context, lock idemstore.PurgeLock) (purgeResult
 	return res, err
 }
 
-func (p *Purger) batch(ctx context.Context, lock idemstore.PurgeLock, params idemstore.PurgeParams) (int64, error) {
+// batch runs one batch and returns what it deleted and how long it took.
+func (p *Purger) batch(ctx context.Context, lock idemstore.PurgeLock, params idemstore.PurgeParams) (int64, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Purge.BatchTimeout)
 	defer cancel()
 	start := time.Now()
 	n, err := lock.PurgeBatch(ctx, params)
-	p.metrics.PurgeBatch(ctx, n, time.Since(start), err)
-	return n, err
+	took := time.Since(start)
+	p.metrics.PurgeBatch(ctx, n, took, err)
+	return n, took, err
+}
+
+// pause is the pause after a batch that took took: the longer of the
+// share's (idemstore.PurgePause) and the jittered Pause.
+func (p *Purger) pause(took time.Duration) time.Duration {
+	return max(idemstore.PurgePause(took, p.share), jitter(p.cfg.Purge.Pause))
+}
+
+// jitter returns a random duration from d/2 to 3d/2, of mean d.
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d+1)
 }
 
 // readStats reports the store's KeyStats, when both sides support them.

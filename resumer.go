@@ -259,15 +259,17 @@ func (c *Resumer) complete(ctx context.Context, rec *idemstore.Record, now time.
 	}
 	lease := claimed.Lease
 	end.Token = lease.Info().Token
+	// The calls that end the lease run even when the operation used up
+	// ctx's deadline, each under a StoreTimeout of its own.
 	finish := context.WithoutCancel(ctx)
-	host := &phaseHost{lease: lease, base: ProblemTypeBaseDefault}
+	host := &phaseHost{lease: lease, base: ProblemTypeBaseDefault, storeTimeout: c.cfg.StoreTimeout}
 	kctx := contextWithPhaseHost(ContextWithScope(lease.Context(ctx), rec.Scope), host)
 	if rl, ok := lease.(idemstore.RecoveryLease); ok {
 		if at, err := rl.Recovery(kctx); err == nil && at.Point == idemstore.RecoveryStarted {
 			// Nothing committed: release the key, which deletes it. A key
 			// that went between the listing and the claim, for which the
 			// claim made a new one, is no takeover.
-			if err := lease.Release(finish); err != nil {
+			if err := c.release(finish, lease); err != nil {
 				log.WarnContext(ctx, "idem: resumer: release failed; the key is free when its lease expires", "err", err)
 				return keyFailed
 			}
@@ -282,20 +284,23 @@ func (c *Resumer) complete(ctx context.Context, rec *idemstore.Record, now time.
 	if err := runPhases(kctx, ops, out); err != nil {
 		log.WarnContext(ctx, "idem: resumer: the operation is still unfinished", "err", err)
 		end.Err = err
-		c.release(finish, log, lease)
+		c.releaseLogged(finish, log, lease)
 		return c.failed(ctx, log, rec)
 	}
 	if c.cfg.Outcome(out.statusCode()) == OutcomeRelease {
 		log.WarnContext(ctx, "idem: resumer: the final response is not to be stored; the key stays unfinished", "status", out.statusCode())
 		end.Status = out.statusCode()
-		c.release(finish, log, lease)
+		c.releaseLogged(finish, log, lease)
 		return c.failed(ctx, log, rec)
 	}
-	if err := lease.Complete(finish, c.replay.response(out)); err != nil {
+	cctx, cancelComplete := context.WithTimeout(finish, c.cfg.StoreTimeout)
+	err = lease.Complete(cctx, c.replay.response(out))
+	cancelComplete()
+	if err != nil {
 		log.WarnContext(ctx, "idem: resumer: storing the response failed", "err", err)
 		end.Err = err
 		if !errors.Is(err, idemstore.ErrLeaseLost) {
-			c.release(finish, log, lease)
+			c.releaseLogged(finish, log, lease)
 		}
 		return keyFailed
 	}
@@ -326,9 +331,17 @@ func runPhases(ctx context.Context, ops Phases, w http.ResponseWriter) (err erro
 	return ops.Run(ctx, w)
 }
 
-// release frees the key, which keeps its recovery point.
-func (c *Resumer) release(ctx context.Context, log *slog.Logger, lease idemstore.Lease) {
-	if err := lease.Release(ctx); err != nil {
+// release frees the key, which keeps its recovery point, under a
+// StoreTimeout of its own: ctx carries no deadline (see complete).
+func (c *Resumer) release(ctx context.Context, lease idemstore.Lease) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	defer cancel()
+	return lease.Release(ctx)
+}
+
+// releaseLogged releases the key and logs a failure.
+func (c *Resumer) releaseLogged(ctx context.Context, log *slog.Logger, lease idemstore.Lease) {
+	if err := c.release(ctx, lease); err != nil {
 		log.WarnContext(ctx, "idem: resumer: release failed; the key is free when its lease expires", "err", err)
 	}
 }

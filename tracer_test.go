@@ -37,11 +37,11 @@ func TestOriginalTraceID(t *testing.T) {
 // ended, in the order they started. Its TraceContext is traceContext.
 type spanRecorder struct {
 	mu           sync.Mutex
-	spans        []*recordedSpan
+	spans        []*keptSpan
 	traceContext string
 }
 
-type recordedSpan struct {
+type keptSpan struct {
 	rec   *spanRecorder
 	start idem.SpanStart
 	ends  []idem.SpanEnd
@@ -50,14 +50,14 @@ type recordedSpan struct {
 func (r *spanRecorder) Start(ctx context.Context, s idem.SpanStart) (context.Context, idem.Span) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	span := &recordedSpan{rec: r, start: s}
+	span := &keptSpan{rec: r, start: s}
 	r.spans = append(r.spans, span)
 	return ctx, span
 }
 
 func (r *spanRecorder) TraceContext(context.Context) string { return r.traceContext }
 
-func (s *recordedSpan) End(e idem.SpanEnd) {
+func (s *keptSpan) End(e idem.SpanEnd) {
 	s.rec.mu.Lock()
 	defer s.rec.mu.Unlock()
 	s.ends = append(s.ends, e)

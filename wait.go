@@ -2,6 +2,7 @@ package idem
 
 import (
 	"bytes"
+	"context"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -27,14 +28,14 @@ func (m *Middleware) claimOnce(c *call) (idemstore.ClaimResult, error) {
 	now := m.cfg.Now()
 	started := time.Now()
 	sctx, span := m.startSpan(ctx, c, StepClaim, 0, nil)
-	claimCtx := storeContext(&c.claimCtx, &c.used.claimCtx, sctx, started.Add(m.cfg.StoreTimeout))
+	claimCtx, cancel := context.WithDeadline(sctx, started.Add(m.cfg.StoreTimeout))
 	res, err := m.store.Claim(claimCtx, idemstore.ClaimParams{
 		Scope: c.scope, Method: c.r.Method, Path: c.path,
 		RequestHash: c.fp.Sum[:], RequestFields: c.fields,
 		TwoPhase: m.cfg.Mode == ModeTwoPhase, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
 		Speculative: m.speculative(c), TraceContext: c.traceContext,
 	})
-	claimCtx.Stop()
+	cancel()
 	if m.tracing.tracer != nil {
 		end := SpanEnd{Err: err}
 		if err == nil && res.Lease != nil {

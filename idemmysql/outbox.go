@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemoutbox"
+	"github.com/idemkit/idem/idemstore"
 )
 
 var _ idemoutbox.Store = (*Store)(nil)
@@ -166,7 +167,8 @@ func scanEvent(scan func(...any) error) (idemoutbox.Event, error) {
 }
 
 // PurgeEvents implements idemoutbox.Store: batched deletes of delivered
-// events, each in its own short transaction, skipping locked rows.
+// events, each in its own short transaction, skipping locked rows, paced
+// by p.Share as [Store.Purge] is.
 func (s *Store) PurgeEvents(ctx context.Context, p idemoutbox.PurgeParams) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("idemmysql: purge events: %w", err)
@@ -174,6 +176,7 @@ func (s *Store) PurgeEvents(ctx context.Context, p idemoutbox.PurgeParams) (int6
 	p = p.WithDefaults()
 	var total int64
 	for {
+		start := time.Now()
 		n, err := s.purgeEventsBatch(ctx, p)
 		total += n
 		if err != nil {
@@ -181,6 +184,9 @@ func (s *Store) PurgeEvents(ctx context.Context, p idemoutbox.PurgeParams) (int6
 		}
 		if n < int64(p.BatchSize) {
 			return total, nil
+		}
+		if err := idemstore.PurgeWait(ctx, time.Since(start), p.Share); err != nil {
+			return total, fmt.Errorf("idemmysql: purge events: %w", err)
 		}
 	}
 }

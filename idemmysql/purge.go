@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/idemkit/idem/idemstore"
 )
@@ -22,7 +23,9 @@ type PurgeParams = idemstore.PurgeParams
 const purgeLockName = `CONCAT('idem:purge:', SHA1(DATABASE()))`
 
 // Purge deletes keys created before p.Before, in batches of p.BatchSize,
-// each in its own short transaction so that requests interleave. It
+// each in its own short transaction so that requests interleave, with a
+// pause after each that leaves requests the database for all but p.Share
+// of the time ([idemstore.PurgePause]). It
 // returns the number of keys deleted, also when it fails part way. A p
 // that [idemstore.PurgeParams.Validate] refuses is an error and deletes
 // nothing.
@@ -33,6 +36,7 @@ func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	p = p.WithDefaults()
 	var total int64
 	for {
+		start := time.Now()
 		n, err := s.purgeBatch(ctx, nil, p)
 		total += n
 		if err != nil {
@@ -40,6 +44,9 @@ func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 		}
 		if n < int64(p.BatchSize) {
 			return total, nil
+		}
+		if err := idemstore.PurgeWait(ctx, time.Since(start), p.Share); err != nil {
+			return total, fmt.Errorf("idemmysql: purge: %w", err)
 		}
 	}
 }

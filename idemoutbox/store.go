@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Store keeps the outbox of an idempotency store. idempg.Store and
@@ -64,8 +66,16 @@ type PurgeParams struct {
 	// Before deletes events delivered before this time. Required.
 	Before time.Time
 	// BatchSize is the number of events deleted per statement. 0 means
-	// PurgeBatchSizeDefault (1000).
+	// the store's default, PurgeBatchSizeDefault (1000) unless it names
+	// a smaller one (idemsqlite).
 	BatchSize int
+	// Share is the most of its time the purge spends in its batches, as
+	// idemstore.PurgeParams.Share: after each batch it pauses
+	// idemstore.PurgePause of the batch's duration. 0 means the store's
+	// default, idemstore.PurgeShareDefault (0.2) unless it names a lower
+	// one (idemsqlite); 1 sends the batches back to back; outside [0, 1]
+	// is an error.
+	Share float64
 }
 
 // PurgeBatchSizeDefault is the default of [PurgeParams.BatchSize].
@@ -78,6 +88,8 @@ func (p PurgeParams) Validate() error {
 		return errors.New("idemoutbox: PurgeParams.Before is required")
 	case p.BatchSize < 0:
 		return errors.New("idemoutbox: PurgeParams.BatchSize must not be negative")
+	case !idemstore.ValidPurgeShare(p.Share):
+		return errors.New("idemoutbox: PurgeParams.Share must be from 0 to 1")
 	}
 	return nil
 }

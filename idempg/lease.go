@@ -79,7 +79,7 @@ type lease struct {
 	info      idemstore.LeaseInfo
 	claimedAt time.Time // the claim's Now, on the middleware's clock
 	start     time.Time // when the claim returned, for completed_at
-	tx        *leaseTx
+	tx        leaseTx   // in the lease's own allocation
 	// completeFailed is set when Complete failed other than by losing the
 	// lease; Release may then still free a two-phase claim.
 	completeFailed bool
@@ -88,15 +88,17 @@ type lease struct {
 // newLease makes the lease for a claim of p that holds the key by h, with
 // conn and tx, when not nil, as the lease's transaction (see leaseTx).
 func (s *Store) newLease(p idemstore.ClaimParams, info idemstore.LeaseInfo, h holder, conn *pgxpool.Conn, tx pgx.Tx) *lease {
-	l := &lease{
-		store:     s,
-		scope:     p.Scope,
-		h:         h,
-		info:      info,
-		claimedAt: p.Now,
-		start:     time.Now(),
-		tx:        &leaseTx{store: s},
-	}
+	l := &lease{}
+	s.initLease(l, p, info, h, conn, tx)
+	return l
+}
+
+// initLease is newLease on l, a zero lease that the caller allocated (as
+// part of a deferredLease, say).
+func (s *Store) initLease(l *lease, p idemstore.ClaimParams, info idemstore.LeaseInfo, h holder, conn *pgxpool.Conn, tx pgx.Tx) {
+	l.store, l.scope, l.h, l.info = s, p.Scope, h, info
+	l.claimedAt, l.start = p.Now, time.Now()
+	l.tx.store = s
 	if conn != nil || tx != nil {
 		l.tx.open(conn, tx)
 	}
@@ -105,11 +107,10 @@ func (s *Store) newLease(p idemstore.ClaimParams, info idemstore.LeaseInfo, h ho
 	if l.info.CreatedAt.IsZero() {
 		l.info.CreatedAt = p.Now.Truncate(time.Microsecond)
 	}
-	return l
 }
 
 func (l *lease) Context(ctx context.Context) context.Context {
-	return context.WithValue(ctx, txKey{}, l.tx)
+	return context.WithValue(ctx, txKey{}, &l.tx)
 }
 
 func (l *lease) Info() idemstore.LeaseInfo { return l.info }
@@ -189,7 +190,7 @@ func body(resp *idemstore.Response) []byte {
 // transaction it used and whether the COMMIT succeeded; conn is nil only
 // when none could be acquired.
 func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, op, query string, args []any, claim *deferredClaim, after func(*pgx.Batch)) (_ *pgxpool.Conn, _ pgx.Tx, committed bool, err error) {
-	b := &pgx.Batch{}
+	b := l.roundBatch()
 	claiming := false
 	if tx == nil {
 		if conn == nil {
@@ -228,6 +229,15 @@ func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, 
 	}
 	err = br.Close() // runs the COMMIT's callback, which sets committed
 	return conn, tx, committed, err
+}
+
+// roundBatch returns an empty batch for a round trip of l: a deferred
+// claim's own, reused (deferredClaim.batch), or a new one.
+func (l *lease) roundBatch() *pgx.Batch {
+	if dc, ok := l.h.(*deferredClaim); ok {
+		return dc.batch()
+	}
+	return &pgx.Batch{}
 }
 
 // commitUpdate stores the response by query, with args, the fenced update
@@ -311,6 +321,7 @@ type pendingRow struct {
 	method, path string
 	hash, fields []byte
 	trace        *string // the claim's trace context; nil for none
+	args         [13]any // insertNew's arguments, in the holder's allocation
 }
 
 // newPendingRow is the row that p's claim inserts on Complete.
@@ -323,8 +334,10 @@ func newPendingRow(p idemstore.ClaimParams) pendingRow {
 }
 
 // insertNew returns queryInsertCompletedNew, which inserts the row with
-// token and resp, for a key that had no row.
-func (r pendingRow) insertNew(l *lease, token int64, resp *idemstore.Response, header []byte) (string, []any) {
-	return queryInsertCompletedNew, []any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, r.fields,
+// token and resp, for a key that had no row. Its arguments are in r's
+// array, which a lease's Complete, sent once, is the only user of.
+func (r *pendingRow) insertNew(l *lease, token int64, resp *idemstore.Response, header []byte) (string, []any) {
+	r.args = [13]any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, r.fields,
 		token, resp.StatusCode, header, body(resp), l.claimedAt, l.completedAt(), r.trace}
+	return queryInsertCompletedNew, r.args[:]
 }

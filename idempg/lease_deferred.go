@@ -63,6 +63,29 @@ type deferredClaim struct {
 	// stale reports that the guard found the key's row past retention,
 	// which Complete replaces; false when it found no row.
 	stale bool
+
+	// The lease's round trips, one at a time (see batch), reuse one batch,
+	// its queue's array and the guard's arguments.
+	b         pgx.Batch
+	queued    [4]*pgx.QueuedQuery
+	guardArgs [4]any
+}
+
+// deferredLease is a deferred claim's lease and its holder in one
+// allocation.
+type deferredLease struct {
+	lease
+	claim deferredClaim
+}
+
+// batch returns dc's batch, emptied, for its lease's next round trip: the
+// claim's (leaseTx.begin, under the lease's lock, or checkFree) or
+// Complete's (commitRound, once the lease has ended, so after the other).
+// A batch is done with once its results are closed, which each round trip
+// does before it returns.
+func (dc *deferredClaim) batch() *pgx.Batch {
+	dc.b = pgx.Batch{QueuedQueries: dc.queued[:0]}
+	return &dc.b
 }
 
 // claimDeferred returns a lease that has not claimed the key: it holds a
@@ -74,14 +97,17 @@ func (s *Store) claimDeferred(ctx context.Context, p idemstore.ClaimParams) (ide
 	if err != nil {
 		return idemstore.ClaimResult{}, err
 	}
-	dc := &deferredClaim{store: s, scope: p.Scope, lock: lockKey(p.Scope), row: newPendingRow(p)}
+	dl := &deferredLease{}
+	dc := &dl.claim
+	dc.store, dc.scope, dc.lock, dc.row = s, p.Scope, lockKey(p.Scope), newPendingRow(p)
 	if p.Retention > 0 {
 		// Truncated as pgx sends it, so that Go and the server compare
 		// created_at with the same instant.
 		c := p.Now.Add(-p.Retention).Truncate(time.Microsecond)
 		dc.cutoff = &c
 	}
-	l := s.newLease(p, idemstore.LeaseInfo{Token: 1}, dc, conn, nil)
+	l := &dl.lease
+	s.initLease(l, p, idemstore.LeaseInfo{Token: 1}, dc, conn, nil)
 	l.tx.claim = dc
 	return idemstore.ClaimResult{Lease: l}, nil
 }
@@ -104,7 +130,8 @@ func (dc *deferredClaim) refused() error {
 // statements run in. b then carries a transaction for BatchResults.Tx: its
 // begin query is the guard.
 func (dc *deferredClaim) queue(b *pgx.Batch, begin bool) {
-	args := []any{dc.lock, dc.scope.ClientID, dc.scope.Key, dc.cutoff}
+	dc.guardArgs = [4]any{dc.lock, dc.scope.ClientID, dc.scope.Key, dc.cutoff}
+	args := dc.guardArgs[:]
 	var guard *pgx.QueuedQuery
 	if begin {
 		b.BeginTx(pgx.TxOptions{BeginQuery: queryClaimGuard})
@@ -173,7 +200,7 @@ func (dc *deferredClaim) existing(ctx context.Context, conn *pgxpool.Conn, code 
 // refusal is returned) or is free (nil). The connection goes back to the
 // pool, or is closed if its state is unknown.
 func (dc *deferredClaim) checkFree(ctx context.Context, conn *pgxpool.Conn) error {
-	b := &pgx.Batch{}
+	b := dc.batch()
 	dc.queue(b, false)
 	err := dc.store.sendClaim(ctx, conn, b).Close()
 	if refusal := dc.settle(ctx, conn, err, false); refusal != nil {

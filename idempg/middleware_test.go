@@ -197,10 +197,13 @@ func TestMiddlewareSurvivesRestart(t *testing.T) {
 	const (
 		acquireTimeout = 500 * time.Millisecond
 		keysPerPhase   = 5
-		maxAttempts    = 10
 	)
 	cluster := pgtest.StartCluster(t)
 	pool := newPool(t, cluster.CreateDatabase(t, "payments"), 4)
+	// The connections are opened first: on a loaded machine opening one
+	// can take longer than the acquire timeout, which would fail a request
+	// before the stop rather than one during it.
+	warmUp(t, pool, 4)
 	store := setupOn(t, pool, &idempg.Config{AcquireTimeout: acquireTimeout})
 	var runs atomic.Int64
 	srv := newServer(t, store, idem.Config{}, createPayment(&runs))
@@ -239,16 +242,20 @@ func TestMiddlewareSurvivesRestart(t *testing.T) {
 	}
 
 	cluster.Start(t)
-	// The clients retry their keys; stale pooled connections may fail a
-	// few requests with 503 before the pool has replaced them.
+	// The clients retry their keys; stale pooled connections, and new ones
+	// that a loaded machine opens slower than the acquire timeout, may fail
+	// requests with 503 until the pool has replaced them: each key is
+	// retried until testTimeout.
 	for i := range keysPerPhase {
 		for _, key := range []string{fmt.Sprintf("during-%d", i), fmt.Sprintf("after-%d", i)} {
 			var a answer
-			for attempt := 1; attempt <= maxAttempts; attempt++ {
-				if a = post(t, client, payments, key, body); a.status != http.StatusServiceUnavailable {
+			deadline := time.Now().Add(testTimeout)
+			for attempt := 1; ; attempt++ {
+				if a = post(t, client, payments, key, body); a.status != http.StatusServiceUnavailable || time.Now().After(deadline) {
 					break
 				}
 				t.Logf("after the restart: %s attempt %d answered 503", key, attempt)
+				time.Sleep(50 * time.Millisecond) // a retry's pause
 			}
 			if a.status != http.StatusCreated || a.replayed {
 				t.Fatalf("after the restart: %s answered %d %q, want a fresh 201", key, a.status, a.body)

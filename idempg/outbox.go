@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/idemoutbox"
+	"github.com/idemkit/idem/idemstore"
 )
 
 var _ idemoutbox.Store = (*Store)(nil)
@@ -100,7 +101,8 @@ func (s *Store) DeliverBatch(ctx context.Context, p idemoutbox.BatchParams, deli
 }
 
 // PurgeEvents implements idemoutbox.Store: batched deletes of delivered
-// events, each its own statement under a timeout, skipping locked rows.
+// events, each its own statement under a timeout, skipping locked rows,
+// paced by p.Share as [Store.Purge] is.
 func (s *Store) PurgeEvents(ctx context.Context, p idemoutbox.PurgeParams) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("idempg: purge events: %w", err)
@@ -108,10 +110,14 @@ func (s *Store) PurgeEvents(ctx context.Context, p idemoutbox.PurgeParams) (int6
 	p = p.WithDefaults()
 	var total int64
 	for {
+		start := time.Now()
 		n, err := s.purgeEventsBatch(ctx, p)
 		total += n
 		if err != nil || n < int64(p.BatchSize) {
 			return total, err
+		}
+		if err := idemstore.PurgeWait(ctx, time.Since(start), p.Share); err != nil {
+			return total, wrapErr(ctx, "purge events", err)
 		}
 	}
 }

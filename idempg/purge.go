@@ -3,7 +3,6 @@ package idempg
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
@@ -18,18 +17,16 @@ const (
 	// how long a batch waits for a row that a request holds before it is
 	// run again skipping that row.
 	purgeLockWait = 50 * time.Millisecond
-	// purgePause is the mean pause between batches, jittered by half
-	// either way, so that requests get the table in between.
-	purgePause = 10 * time.Millisecond
 )
 
 // PurgeParams are the inputs of [Store.Purge]; see [idemstore.PurgeParams].
 type PurgeParams = idemstore.PurgeParams
 
 // Purge deletes keys created before p.Before, in batches. Each batch is one
-// short DELETE statement of its own, under a timeout, followed by a short
-// jittered pause; rows that a request in flight holds are skipped, never
-// waited for. It returns the number of keys deleted, also when it fails
+// short DELETE statement of its own, under a timeout, followed by a pause
+// that leaves requests the database for all but p.Share of the time
+// ([idemstore.PurgePause]); rows that a request in flight holds are
+// skipped, never waited for. It returns the number of keys deleted, also when it fails
 // part way. A p that [idemstore.PurgeParams.Validate] refuses is an error and
 // deletes nothing.
 func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
@@ -40,17 +37,14 @@ func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	var total int64
 	var from purgeCursor
 	for {
+		start := time.Now()
 		n, err := s.purgeBatch(ctx, p, &from)
 		total += n
 		if err != nil || n < int64(p.BatchSize) {
 			return total, err
 		}
-		pause := time.NewTimer(purgePause/2 + rand.N(purgePause))
-		select {
-		case <-ctx.Done():
-			pause.Stop()
-			return total, wrapErr(ctx, "purge", ctx.Err())
-		case <-pause.C:
+		if err := idemstore.PurgeWait(ctx, time.Since(start), p.Share); err != nil {
+			return total, wrapErr(ctx, "purge", err)
 		}
 	}
 }

@@ -41,7 +41,9 @@ func (s *runSignal) PurgeRun(_ context.Context, n int64, d time.Duration, err er
 // row, complete; 4 clients) run, and reports the purge's rows/s and the
 // live requests' p99 without the purge (10 s before it and 10 s after)
 // and during it. IDEM_PURGE_BATCH sets the batch size (default
-// idemstore.PurgeBatchSizeDefault, 5000).
+// idemstore.PurgeBatchSizeDefault, 5000), IDEM_PURGE_SHARE the purge's
+// share of time (default idemstore.PurgeShareDefault, 0.2; 1 for the
+// batches back to back, as before the share).
 // It runs only with IDEM_PURGE_BENCH set, once:
 //
 //	IDEM_PURGE_BENCH=1 go test -run '^$' -bench PurgeUnderLoad -benchtime 1x ./idempg
@@ -50,6 +52,14 @@ func BenchmarkPurgeUnderLoad(b *testing.B) {
 		b.Skip("set IDEM_PURGE_BENCH=1 to run it: it takes minutes and a million rows")
 	}
 	keys, batch := envInt(b, "IDEM_PURGE_KEYS", 1_000_000), envInt(b, "IDEM_PURGE_BATCH", idemstore.PurgeBatchSizeDefault)
+	share := idemstore.PurgeShareDefault
+	if v, ok := os.LookupEnv("IDEM_PURGE_SHARE"); ok {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f > 0 && f <= 1) {
+			b.Fatalf("IDEM_PURGE_SHARE=%q: want a number above 0, at most 1", v)
+		}
+		share = f
+	}
 	for b.Loop() {
 		store := setupOn(b, newPool(b, pgtest.NewDatabase(b), 16), nil)
 		ctx := context.Background()
@@ -117,7 +127,7 @@ FROM generate_series(1, $1) AS i`, keys, epoch); err != nil {
 		base := timed(10 * time.Second)
 		signal := &runSignal{done: make(chan struct{})}
 		purger, err := idem.NewPurger(store, &idem.Config{Metrics: signal, Logger: quiet,
-			Now: func() time.Time { return now }, Purge: idem.PurgeOpts{Interval: time.Hour, BatchSize: batch},
+			Now: func() time.Time { return now }, Purge: idem.PurgeOpts{Interval: time.Hour, BatchSize: batch, Share: share},
 		})
 		if err != nil {
 			b.Fatal(err)

@@ -118,10 +118,12 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 		return pgconn.CommandTag{}, sql != "", refusal
 	}
 	claiming := dc.pending()
-	b := &pgx.Batch{}
+	var b *pgx.Batch
 	if claiming {
+		b = dc.batch()
 		dc.queue(b, true) // the claim, then BEGIN: one round trip
 	} else {
+		b = &pgx.Batch{}
 		b.BeginTx(pgx.TxOptions{IsoLevel: lt.store.cfg.IsoLevel})
 	}
 	if sql != "" {

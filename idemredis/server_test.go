@@ -129,8 +129,11 @@ func cluster(t *testing.T) (redis.UniversalClient, []string) {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		// Redis's default node timeout: a node that a loaded machine
+		// starves for a few seconds is not taken for failed, and no
+		// replica is promoted under the tests.
 		addrs = append(addrs, startServer(t, dir, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000"))
+			"--cluster-node-timeout", "15000"))
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
@@ -145,7 +148,11 @@ func cluster(t *testing.T) (redis.UniversalClient, []string) {
 		})
 		c.Close()
 	}
-	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs[:3], IsClusterMode: true})
+	// Generous timeouts: a command that a loaded machine delays is slow,
+	// not failed, as the tests cannot tell a timed-out write that landed
+	// from one that did not.
+	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs[:3], IsClusterMode: true,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
 	t.Cleanup(func() { c.Close() })
 	// Every replica has caught up with its primary before the tests start.
 	poll(t, "the cluster's replicas to sync", func() bool {

@@ -116,9 +116,14 @@ func setupDerived(t *testing.T, storeName string) *derivedEnv {
 	return e
 }
 
+// post sends a payment with key. The request ends at waitDeadline, so
+// that a phase stuck waiting for the store fails the test instead of
+// hanging it.
 func (e *derivedEnv) post(t *testing.T, key string) int {
 	t.Helper()
-	r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{"amount":100}`))
+	ctx, cancel := context.WithTimeout(context.Background(), waitDeadline)
+	defer cancel()
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/payments", strings.NewReader(`{"amount":100}`))
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set(idem.HeaderKey, key)
 	w := httptest.NewRecorder()
@@ -178,11 +183,18 @@ func TestDeriveKeyIsUniquePerClaimOfTheKey(t *testing.T) {
 				e.op.hold, e.op.reached = hold, make(chan struct{})
 				done := make(chan int, 1)
 				go func() { done <- e.post(t, "k1") }()
-				<-e.op.reached // the first holder derived its key and stalls
+				// The first holder derives its key and stalls.
+				select {
+				case <-e.op.reached:
+				case code := <-done:
+					t.Fatalf("the first request answered %d before its charge phase ran", code)
+				case <-time.After(waitDeadline):
+					t.Fatalf("waited %v for the first request to reach its charge phase", waitDeadline)
+				}
 				e.clock.Advance(idem.LockTimeoutDefault + time.Second)
 				e.mustPost(t, "k1", http.StatusCreated) // takes the expired lease over
 				close(hold)
-				if code := <-done; code == http.StatusCreated {
+				if code := recvWithin(t, done, "the stalled holder's answer"); code == http.StatusCreated {
 					t.Errorf("the stalled holder answered 201 after the takeover")
 				}
 				_, later := e.op.keys()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemoutbox"
+	"github.com/idemkit/idem/idemstore"
 )
 
 var _ idemoutbox.Store = (*Store)(nil)
@@ -110,14 +111,22 @@ func (s *Store) dueEvents(ctx context.Context, p idemoutbox.BatchParams) ([]idem
 }
 
 // PurgeEvents implements idemoutbox.Store: batched deletes of delivered
-// events, each in its own short transaction.
+// events (PurgeBatchSizeDefault when p.BatchSize is 0), each in its own
+// short transaction, paced by p.Share (PurgeShareDefault when 0) as
+// [Store.Purge] is.
 func (s *Store) PurgeEvents(ctx context.Context, p idemoutbox.PurgeParams) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("idemsqlite: purge events: %w", err)
 	}
-	p = p.WithDefaults()
+	if p.BatchSize == 0 {
+		p.BatchSize = PurgeBatchSizeDefault
+	}
+	if p.Share == 0 {
+		p.Share = PurgeShareDefault
+	}
 	var total int64
 	for {
+		start := time.Now()
 		res, err := s.write.ExecContext(ctx, queryPurgeEventsBatch, p.Before.UnixMicro(), p.BatchSize)
 		if err != nil {
 			return total, fmt.Errorf("idemsqlite: purge events: %w", unavailable(err))
@@ -126,6 +135,9 @@ func (s *Store) PurgeEvents(ctx context.Context, p idemoutbox.PurgeParams) (int6
 		total += n
 		if n < int64(p.BatchSize) {
 			return total, nil
+		}
+		if err := idemstore.PurgeWait(ctx, time.Since(start), p.Share); err != nil {
+			return total, fmt.Errorf("idemsqlite: purge events: %w", err)
 		}
 	}
 }

@@ -33,12 +33,14 @@ type purgeLock struct {
 }
 
 // PurgeBatch implements [idemstore.PurgeLock]: one short DELETE of at most
-// p.BatchSize keys on the write connection.
+// p.BatchSize keys (PurgeBatchSizeDefault when 0) on the write connection.
 func (l *purgeLock) PurgeBatch(ctx context.Context, p idemstore.PurgeParams) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("idemsqlite: purge: %w", err)
 	}
-	p = p.WithDefaults()
+	if p.BatchSize == 0 {
+		p.BatchSize = PurgeBatchSizeDefault
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.unlocked {

@@ -109,8 +109,13 @@ func (p *payments) handler(t *testing.T) http.Handler {
 	}))
 }
 
+// post sends a payment with key. The request ends at waitDeadline, so
+// that a phase stuck waiting for the store ends the request, and the test
+// fails on its answer, instead of hanging.
 func (p *payments) post(h http.Handler, key string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{"amount":4200}`))
+	ctx, cancel := context.WithTimeout(context.Background(), waitDeadline)
+	defer cancel()
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/payments", strings.NewReader(`{"amount":4200}`))
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set(idem.HeaderKey, key)
 	w := httptest.NewRecorder()
@@ -171,8 +176,19 @@ func TestResumerFinishesAbandonedPayment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.RunOnce(context.Background())
-	if err != nil || res.Completed != 1 {
+	// The resumer finishes a key (Complete, Release) even when its context
+	// ends, so the test's deadline is its own, not the context's.
+	type runResult struct {
+		res idem.ResumerResult
+		err error
+	}
+	ran := make(chan runResult, 1)
+	go func() {
+		res, err := c.RunOnce(context.Background())
+		ran <- runResult{res, err}
+	}()
+	r := recvWithin(t, ran, "the resumer's pass over the abandoned key")
+	if res, err := r.res, r.err; err != nil || res.Completed != 1 {
 		t.Fatalf("RunOnce = %+v, %v; want one key completed", res, err)
 	}
 	if got := p.status(t, "k1"); len(got) != 1 || got[0] != "succeeded" {

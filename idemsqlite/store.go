@@ -229,17 +229,50 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 // PurgeParams are the inputs of [Store.Purge]; see [idemstore.PurgeParams].
 type PurgeParams = idemstore.PurgeParams
 
-// Purge deletes keys created before p.Before, in batches of p.BatchSize,
-// each in its own short transaction so that requests interleave. It
-// returns the number of keys deleted, also when it fails part way. A p
-// that [idemstore.PurgeParams.Validate] refuses is an error and deletes nothing.
+// The store's pace of a purge, where none is configured: for [Store.Purge]
+// and the purge lock's batches (the store is an [idemstore.PurgePacer]),
+// and for [Store.PurgeEvents]. SQLite has one writer for the whole file,
+// which each batch holds while it deletes from random places of the
+// primary key, and which every request that writes waits for: a batch of
+// 5,000 held it about 1.8 s at 1M keys on a loaded machine, a batch of 50
+// about 27 ms; at 1M keys with a purge beside, writing requests kept at
+// least 0.83 of their throughput with a share of 0.1, and some fell to
+// 0.57 with 0.2 (docs/benchmarks.md, "A paced purge").
+const (
+	// PurgeBatchSizeDefault is the batch size, in keys or events.
+	PurgeBatchSizeDefault = 100
+	// PurgeShareDefault is the most of its time a purge spends in its
+	// batches (idemstore.PurgePause).
+	PurgeShareDefault = 0.1
+)
+
+var _ idemstore.PurgePacer = (*Store)(nil)
+
+// PurgeBatchSize implements [idemstore.PurgePacer]: PurgeBatchSizeDefault.
+func (s *Store) PurgeBatchSize() int { return PurgeBatchSizeDefault }
+
+// PurgeShare implements [idemstore.PurgePacer]: PurgeShareDefault.
+func (s *Store) PurgeShare() float64 { return PurgeShareDefault }
+
+// Purge deletes keys created before p.Before, in batches of p.BatchSize
+// (PurgeBatchSizeDefault when 0), each in its own short transaction, with
+// a pause after each that leaves requests the writer for all but p.Share
+// (PurgeShareDefault when 0) of the time ([idemstore.PurgePause]). It returns the number of keys
+// deleted, also when it fails part way. A p that
+// [idemstore.PurgeParams.Validate] refuses is an error and deletes nothing.
 func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("idemsqlite: purge: %w", err)
 	}
-	p = p.WithDefaults()
+	if p.BatchSize == 0 {
+		p.BatchSize = PurgeBatchSizeDefault
+	}
+	if p.Share == 0 {
+		p.Share = PurgeShareDefault
+	}
 	var total int64
 	for {
+		start := time.Now()
 		res, err := s.write.ExecContext(ctx, queryPurgeBatch, p.Before.UnixMicro(), p.BatchSize)
 		if err != nil {
 			return total, fmt.Errorf("idemsqlite: purge: %w", unavailable(err))
@@ -248,6 +281,9 @@ func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 		total += n
 		if n < int64(p.BatchSize) {
 			return total, nil
+		}
+		if err := idemstore.PurgeWait(ctx, time.Since(start), p.Share); err != nil {
+			return total, fmt.Errorf("idemsqlite: purge: %w", err)
 		}
 	}
 }

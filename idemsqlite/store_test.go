@@ -104,7 +104,8 @@ func TestMigrateUpAndDown(t *testing.T) {
 const newestVersion = 6
 
 // TestConfigDefaultsAndSettings: a zero BusyTimeout or ReadConns takes the
-// default, and a set one is used as given.
+// default, and a set one is used as given. The defaults are the documented
+// 5 s and 4, spelled out, not read from the constants.
 func TestConfigDefaultsAndSettings(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -113,7 +114,7 @@ func TestConfigDefaultsAndSettings(t *testing.T) {
 		busyMS    int
 		readConns int
 	}{
-		{"Defaults", nil, int(idemsqlite.BusyTimeoutDefault.Milliseconds()), idemsqlite.ReadConnsDefault},
+		{"Defaults", nil, 5000, 4},
 		{"Set", &idemsqlite.Config{BusyTimeout: 1234 * time.Millisecond, ReadConns: 3}, 1234, 3},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

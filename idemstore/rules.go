@@ -102,6 +102,8 @@ func (p PurgeParams) Validate() error {
 		return errPurgeNoBefore
 	case p.BatchSize < 0:
 		return errPurgeNegativeBatch
+	case !ValidPurgeShare(p.Share):
+		return errPurgeShare
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ func runRecoveryTests(t *testing.T, h Harness) {
 		t.Run("NewKeyIsAtStarted", s.newKeyIsAtStarted)
 		t.Run("RetryResumesAfterRelease", s.retryResumesAfterRelease)
 		t.Run("TakeoverResumes", s.takeoverResumes)
+		t.Run("RecoveryIsTheLastCheckpoint", s.recoveryIsTheLastCheckpoint)
 		t.Run("StaleHolderFencedOutOfCheckpoint", s.staleHolderFencedOutOfCheckpoint)
 		t.Run("EachPhaseCommitsItsWrites", s.eachPhaseCommitsItsWrites)
 		t.Run("ReplacedKeyStartsOver", s.replacedKeyStartsOver)
@@ -49,14 +50,18 @@ func (s suite) recoveryLease(t *testing.T, store idemstore.Store, p idemstore.Cl
 
 func checkpoint(t testing.TB, l idemstore.RecoveryLease, point string, state idem.State) {
 	t.Helper()
-	if err := l.Checkpoint(context.Background(), idemstore.Recovery{Point: point, State: state}); err != nil {
+	ctx, cancel := callContext()
+	defer cancel()
+	if err := l.Checkpoint(ctx, idemstore.Recovery{Point: point, State: state}); err != nil {
 		t.Fatalf("Checkpoint(%q): %v", point, err)
 	}
 }
 
 func wantRecovery(t testing.TB, l idemstore.RecoveryLease, point string, state idem.State) {
 	t.Helper()
-	r, err := l.Recovery(context.Background())
+	ctx, cancel := callContext()
+	defer cancel()
+	r, err := l.Recovery(ctx)
 	if err != nil {
 		t.Fatalf("Recovery: %v", err)
 	}
@@ -72,7 +77,9 @@ func (s suite) write(t testing.TB, l idemstore.Lease, store idemstore.Store, val
 	if s.h.Write == nil {
 		return
 	}
-	if err := s.h.Write(l.Context(context.Background()), store, value); err != nil {
+	ctx, cancel := callContext()
+	defer cancel()
+	if err := s.h.Write(l.Context(ctx), store, value); err != nil {
 		t.Fatalf("write %q: %v", value, err)
 	}
 }
@@ -140,6 +147,27 @@ func (s suite) takeoverResumes(t *testing.T) {
 	complete(t, taken, sampleResponse(`{"id":"pay_1"}`))
 }
 
+// recoveryIsTheLastCheckpoint: Recovery returns the key's last committed
+// point, the lease's own checkpoints included, and a point saved without
+// state comes back without state, to the lease and to a takeover.
+func (s suite) recoveryIsTheLastCheckpoint(t *testing.T) {
+	store := s.h.NewStore(t)
+	scope := newScope("alice")
+	l := s.recoveryLease(t, store, s.params(scope, "a", epoch))
+	wantRecovery(t, l, idemstore.RecoveryStarted, nil)
+	checkpoint(t, l, "created", idem.State{"payment_id": "pay_1"})
+	wantRecovery(t, l, "created", idem.State{"payment_id": "pay_1"})
+	checkpoint(t, l, "accepted", nil)
+	wantRecovery(t, l, "accepted", nil)
+	// The holder dies: the takeover reads the point from the store.
+	taken := s.recoveryLease(t, store, s.params(scope, "a", epoch.Add(lockTimeout)))
+	if info := taken.Info(); !info.TakenOver {
+		t.Fatalf("takeover's lease = %+v; want taken over", info)
+	}
+	wantRecovery(t, taken, "accepted", nil)
+	complete(t, taken, sampleResponse(`{"id":"pay_1"}`))
+}
+
 func (s suite) staleHolderFencedOutOfCheckpoint(t *testing.T) {
 	store := s.h.NewStore(t)
 	scope := newScope("alice")
@@ -150,14 +178,16 @@ func (s suite) staleHolderFencedOutOfCheckpoint(t *testing.T) {
 	// The stale holder wakes up and tries to commit its next phase: the
 	// fence rolls its writes back and keeps the recovery point.
 	s.write(t, old, store, scope.Key+"-old")
-	err := old.Checkpoint(context.Background(), idemstore.Recovery{Point: "charged", State: idem.State{"charge_id": "ch_old"}})
+	ctx, cancel := callContext()
+	defer cancel()
+	err := old.Checkpoint(ctx, idemstore.Recovery{Point: "charged", State: idem.State{"charge_id": "ch_old"}})
 	if !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Fatalf("stale holder's Checkpoint = %v; want ErrLeaseLost", err)
 	}
 	s.wantRows(t, store, scope.Key+"-old", 0)
 	wantRecovery(t, taken, "created", idem.State{"payment_id": "pay_1"})
 	// Its Release frees nothing of the new holder's.
-	if err := old.Release(context.Background()); err != nil {
+	if err := old.Release(ctx); err != nil {
 		t.Fatalf("stale holder's Release: %v", err)
 	}
 	s.write(t, taken, store, scope.Key+"-new")
@@ -229,6 +259,9 @@ func (s suite) listsUnfinishedKeys(t *testing.T) {
 	release(t, l)
 	claim("alive", now.Add(-lockTimeout+time.Second), "created")
 	nopoint, _ := claim("nopoint", now.Add(-2*lockTimeout), "")
+	// Past retention, and no recovery point: listed by Started only when
+	// Retention is 0, since StartedAfter (zero below) does not bound it.
+	nopointOld, _ := claim("nopoint-old", now.Add(-retention-time.Second), "")
 	claim("nopoint-alive", now.Add(-lockTimeout+time.Second), "")
 	_, l = claim("completed", now.Add(-2*lockTimeout), "created")
 	complete(t, l, sampleResponse(`{}`))
@@ -273,36 +306,42 @@ func (s suite) listsUnfinishedKeys(t *testing.T) {
 	// Started lists the expired keys of its operations that passed no
 	// recovery point too; other operations' stay unlisted.
 	// StartedAfter bounds them by creation time; CreatedUntil bounds the
-	// whole listing.
+	// whole listing; Retention bounds them as it bounds the others, and
+	// 0 lists them however old.
 	for _, tt := range []struct {
-		started []string
-		after   time.Time
-		until   time.Time
-		limit   int
-		want    []idemstore.Scope
+		started   []string
+		after     time.Time
+		until     time.Time
+		retention time.Duration
+		limit     int
+		want      []idemstore.Scope
 	}{
-		{[]string{"POST /v1/refunds", "POST /v1/payments"}, time.Time{}, time.Time{}, 10, []idemstore.Scope{nopoint, abandoned, released}},
-		{[]string{"POST /v1/payments"}, time.Time{}, time.Time{}, 2, []idemstore.Scope{nopoint, abandoned}},
-		{[]string{"POST /v1/payments"}, now.Add(-2*lockTimeout - time.Second), time.Time{}, 10, []idemstore.Scope{nopoint, abandoned, released}},
-		{[]string{"POST /v1/payments"}, now.Add(-2 * lockTimeout), time.Time{}, 10, []idemstore.Scope{abandoned, released}},
-		{[]string{"POST /v1/refunds", "GET /v1/payments"}, time.Time{}, time.Time{}, 10, []idemstore.Scope{abandoned, released}},
-		{[]string{"POST /v1/payments"}, time.Time{}, now.Add(-2 * lockTimeout), 10, []idemstore.Scope{nopoint}},
-		{[]string{"POST /v1/payments"}, time.Time{}, now.Add(-lockTimeout), 10, []idemstore.Scope{nopoint, abandoned}},
-		{nil, time.Time{}, now.Add(-lockTimeout - time.Second), 10, nil},
+		{[]string{"POST /v1/refunds", "POST /v1/payments"}, time.Time{}, time.Time{}, retention, 10, []idemstore.Scope{nopoint, abandoned, released}},
+		{[]string{"POST /v1/payments"}, time.Time{}, time.Time{}, retention, 2, []idemstore.Scope{nopoint, abandoned}},
+		{[]string{"POST /v1/payments"}, now.Add(-2*lockTimeout - time.Second), time.Time{}, retention, 10, []idemstore.Scope{nopoint, abandoned, released}},
+		{[]string{"POST /v1/payments"}, now.Add(-2 * lockTimeout), time.Time{}, retention, 10, []idemstore.Scope{abandoned, released}},
+		{[]string{"POST /v1/refunds", "GET /v1/payments"}, time.Time{}, time.Time{}, retention, 10, []idemstore.Scope{abandoned, released}},
+		{[]string{"POST /v1/payments"}, time.Time{}, now.Add(-2 * lockTimeout), retention, 10, []idemstore.Scope{nopoint}},
+		{[]string{"POST /v1/payments"}, time.Time{}, now.Add(-lockTimeout), retention, 10, []idemstore.Scope{nopoint, abandoned}},
+		{nil, time.Time{}, now.Add(-lockTimeout - time.Second), retention, 10, nil},
+		{[]string{"POST /v1/payments"}, time.Time{}, time.Time{}, 0, 10, []idemstore.Scope{nopointOld, old, nopoint, abandoned, released}},
+		{[]string{"POST /v1/payments"}, now.Add(-retention - 2*time.Second), time.Time{}, 0, 10, []idemstore.Scope{nopointOld, old, nopoint, abandoned, released}},
+		{[]string{"POST /v1/payments"}, now.Add(-retention - time.Second), time.Time{}, 0, 10, []idemstore.Scope{old, nopoint, abandoned, released}},
 	} {
 		keys, err := rs.Unfinished(context.Background(), idemstore.UnfinishedParams{
-			Now: now, LockTimeout: lockTimeout, Retention: retention, Limit: tt.limit, Started: tt.started, StartedAfter: tt.after,
+			Now: now, LockTimeout: lockTimeout, Retention: tt.retention, Limit: tt.limit, Started: tt.started, StartedAfter: tt.after,
 			CreatedUntil: tt.until,
 		})
 		if err != nil {
-			t.Fatalf("Unfinished with Started %q after %v until %v: %v", tt.started, tt.after, tt.until, err)
+			t.Fatalf("Unfinished with Started %q after %v until %v, retention %v: %v", tt.started, tt.after, tt.until, tt.retention, err)
 		}
 		var got []idemstore.Scope
 		for _, k := range keys {
 			got = append(got, k.Scope)
 		}
 		if !slices.Equal(got, tt.want) {
-			t.Errorf("Unfinished with Started %q after %v until %v, limit %d = %v; want %v", tt.started, tt.after, tt.until, tt.limit, got, tt.want)
+			t.Errorf("Unfinished with Started %q after %v until %v, retention %v, limit %d = %v; want %v",
+				tt.started, tt.after, tt.until, tt.retention, tt.limit, got, tt.want)
 		}
 	}
 }

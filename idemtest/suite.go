@@ -167,9 +167,19 @@ func (s suite) params(scope idemstore.Scope, body string, now time.Time) idemsto
 	}
 }
 
+// callTimeout bounds each store call of the suite's helpers, so that a
+// store that waits forever (for a connection its own lease holds, say)
+// fails the case by name instead of hanging the test binary.
+const callTimeout = 10 * time.Second
+
+// callContext is the context of one store call: it ends after callTimeout.
+func callContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), callTimeout)
+}
+
 func (s suite) claim(t testing.TB, store idemstore.Store, p idemstore.ClaimParams) idemstore.ClaimResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := callContext()
 	defer cancel()
 	res, err := store.Claim(ctx, p)
 	if err != nil {
@@ -201,14 +211,18 @@ func (s suite) mustRecord(t testing.TB, store idemstore.Store, p idemstore.Claim
 
 func complete(t testing.TB, l idemstore.Lease, resp *idemstore.Response) {
 	t.Helper()
-	if err := l.Complete(context.Background(), resp); err != nil {
+	ctx, cancel := callContext()
+	defer cancel()
+	if err := l.Complete(ctx, resp); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 }
 
 func release(t testing.TB, l idemstore.Lease) {
 	t.Helper()
-	if err := l.Release(context.Background()); err != nil {
+	ctx, cancel := callContext()
+	defer cancel()
+	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 }

@@ -135,11 +135,12 @@ func (o outboxSuite) parksDead(t *testing.T) {
 	}
 
 	// An operator retries one dead event, then the rest, once the
-	// receiver is fixed: each is delivered once more.
+	// receiver is fixed: each is delivered once more. Every id given is
+	// tried, the dead one after two that change nothing.
 	fixed.Store(true)
 	ctx := context.Background()
-	if n, err := s.RetryDead(ctx, clock.Now(), dead[0], fine[0], "evt_unknown"); err != nil || n != 1 {
-		t.Fatalf("RetryDead(one dead, one delivered, one unknown) = %d, %v; want 1", n, err)
+	if n, err := s.RetryDead(ctx, clock.Now(), fine[0], "evt_unknown", dead[0]); err != nil || n != 1 {
+		t.Fatalf("RetryDead(one delivered, one unknown, one dead) = %d, %v; want 1", n, err)
 	}
 	if n := drain(t, relay); n != 1 {
 		t.Fatalf("relay took %d events after one was retried, want 1", n)

@@ -82,7 +82,8 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 		instr          = fs.Bool("instructions", false, "count this process's instructions per request of each of --variants (default atomic, two-phase, replay, floor-2rt-read) under valgrind --tool=callgrind, by package, from two runs of --requests (default 300) and twice as many requests, one at a time (PostgreSQL, MySQL or MariaDB)")
 		prefillN       = fs.Int64("prefill", 0, "fill the key table with `number` completed keys (and their payments), spread over 1,000 clients and the last 23 hours, by statements the server fills itself on PostgreSQL, before measuring, and measure the same variants on an empty key table in the same rounds; on PostgreSQL in the schemas bench_prefill and bench_empty, dropped and made anew; on SQLite in PATH and PATH-empty, removed first")
 		prefillPurge   = fs.Bool("prefill-purge", false, "with --prefill, add an expired backlog of --prefill-backlog keys and measure each variant a third time in every round, on the prefilled table while the purge deletes the backlog")
-		purgeBatch     = fs.Int("purge-batch", 0, "with --prefill-purge, the purge's batch size, in keys (default the store's, 5000)")
+		purgeBatch     = fs.Int("purge-batch", 0, "with --prefill-purge, the purge's batch size, in keys (default the store's: 100 on SQLite, else 5000)")
+		purgeShare     = fs.Float64("purge-share", 0, "with --prefill-purge, the most of its time the purge spends in its batches, from 0 to 1: after a batch of d it pauses d × (1 − share) / share; 1 sends them back to back (default the store's, as the purge service's: 0.1 on SQLite, else 0.2)")
 		prefillBacklog = fs.Int64("prefill-backlog", 0, "with --prefill-purge, the `number` of expired keys (default a quarter of --prefill); size it so that the purge lasts the whole run")
 		drive          = fs.Bool("drive", false, "send --requests requests of --variants one at a time, without bare, and print nothing: what --instructions runs under callgrind")
 	)
@@ -130,7 +131,7 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 	}
 	outcome, err := bench.RunAll(ctx, bench.Config{
 		DatabaseURL: *db, Duration: *duration, Requests: int64(*requests), BouncerURL: *bouncer, Rounds: *rounds, Concurrency: *concurrency,
-		Variants: strings.Split(*variants, ","), Progress: c.stderr, Prefill: *prefillN, PrefillPurge: *prefillPurge, PrefillBacklog: *prefillBacklog, PurgeBatch: *purgeBatch,
+		Variants: strings.Split(*variants, ","), Progress: c.stderr, Prefill: *prefillN, PrefillPurge: *prefillPurge, PrefillBacklog: *prefillBacklog, PurgeBatch: *purgeBatch, PurgeShare: *purgeShare,
 	})
 	if err != nil {
 		fmt.Fprintf(c.stderr, "idem bench: %v\n", err)

@@ -99,6 +99,9 @@ func TestOperatorCommandsRejectBadUse(t *testing.T) {
 		{"migrate"},
 		{"purge"},
 		{"purge", "--db", "sqlite:x.db", "--older-than", "-1h"},
+		{"purge", "--db", "sqlite:x.db", "--batch", "-1"},
+		{"purge", "--db", "sqlite:x.db", "--share", "-0.1"},
+		{"purge", "--db", "sqlite:x.db", "--share", "1.5"},
 		{"migrate", "--db", "sqlite:x.db", "--to", "-2"},
 	} {
 		if code, _, _ := runIdem(t, args...); code != exitUsage {

@@ -11,10 +11,9 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/internal/database"
-	"github.com/idemkit/idem/idemstore"
 )
 
-const purgeUsage = `Usage: idem purge --db URL [--retention D] [--older-than D] [--batch N] [--dry-run] [--i-know --reason TEXT]
+const purgeUsage = `Usage: idem purge --db URL [--retention D] [--older-than D] [--batch N] [--share F] [--dry-run] [--i-know --reason TEXT]
 
 Purge deletes idempotency keys created more than --older-than ago (default:
 --retention, the retention the service publishes, 24h unless you set it),
@@ -26,6 +25,12 @@ retention are already treated as unused by every claim; purging keeps the
 table from growing without bound. paymentsd and any service that runs
 idem.Purger purge by themselves; use this command for one-off runs, or on a
 schedule when that service is off.
+
+It paces itself as the purge service does: after each batch it pauses long
+enough that its batches take at most --share of its time (0.2, or 0.1 on
+SQLite: with 0.2 a batch that took 50 ms is followed by a pause of 200 ms),
+so that requests get the database for the rest. --share 1 sends the batches back to back, for a
+service that is off.
 
 An --older-than shorter than --retention deletes completed keys that
 clients may still retry with, and each such retry runs its operation again
@@ -50,7 +55,8 @@ func runPurge(ctx context.Context, c *cli, args []string) int {
 	db := dbFlag(fs, env, "database `URL`: postgres://..., mysql://... or sqlite:PATH (required; env DATABASE_URL)")
 	retention := fs.Duration("retention", env.Duration("IDEM_RETENTION", idem.RetentionDefault), "the retention the service publishes (its -retention, idem.Config.Retention): a shorter --older-than needs --i-know (env IDEM_RETENTION)")
 	olderThan := fs.Duration("older-than", env.Duration("IDEM_PURGE_OLDER_THAN", 0), "delete keys created more than this `duration` ago; 0 means --retention (env IDEM_PURGE_OLDER_THAN)")
-	batch := fs.Int("batch", idemstore.PurgeBatchSizeDefault, "keys deleted per statement")
+	batch := fs.Int("batch", 0, "keys deleted per statement; 0 means the store's (100 on SQLite, else 5000)")
+	share := fs.Float64("share", 0, "the most of its time the purge spends in its batches, from 0 to 1: after a batch that took d it pauses d × (1 − share) / share; 0 means the store's (0.1 on SQLite, else 0.2); 1 sends the batches back to back")
 	lockTimeout := fs.Duration("lock-timeout", env.Duration("IDEM_LOCK_TIMEOUT", idem.LockTimeoutDefault), "the service's two-phase lease `duration`; --older-than must be longer (env IDEM_LOCK_TIMEOUT)")
 	dryRun := fs.Bool("dry-run", false, "count the keys that would be deleted; delete nothing")
 	iKnow := fs.Bool("i-know", false, "confirm an --older-than shorter than --retention: completed keys that clients may still retry with are deleted, and those retries run their operations again")
@@ -65,8 +71,8 @@ func runPurge(ctx context.Context, c *cli, args []string) int {
 		}
 		return exitUsage
 	}
-	if *db == "" || fs.NArg() > 0 || *olderThan < 0 || *retention <= 0 || *batch <= 0 {
-		fmt.Fprintln(c.stderr, "idem purge: --db is required, --retention and --batch must be positive, --older-than must not be negative, and no arguments are taken")
+	if *db == "" || fs.NArg() > 0 || *olderThan < 0 || *retention <= 0 || *batch < 0 || !(*share >= 0 && *share <= 1) {
+		fmt.Fprintln(c.stderr, "idem purge: --db is required, --retention must be positive, --batch must not be negative, --share must be from 0 to 1, --older-than must not be negative, and no arguments are taken")
 		return exitUsage
 	}
 	if *olderThan == 0 {
@@ -100,7 +106,7 @@ func runPurge(ctx context.Context, c *cli, args []string) int {
 		}
 		return exitOK
 	}
-	n, err := store.Purge(ctx, database.PurgeParams{Before: before, BatchSize: *batch})
+	n, err := store.Purge(ctx, database.PurgeParams{Before: before, BatchSize: *batch, Share: *share})
 	if early {
 		operator, _ := c.lookupEnv("USER")
 		slog.New(slog.NewTextHandler(c.stderr, nil)).Warn("idem purge: purged keys younger than the retention",

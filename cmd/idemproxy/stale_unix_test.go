@@ -56,15 +56,19 @@ func TestStaleHolderFencedOnCluster(t *testing.T) {
 	unblock := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(unblock)
 
-	cluster := redistest.StartCluster(t, 2*time.Second)
-	db := "redis-cluster://" + cluster.Seeds() + "?min_replicas=1&prefix=stale"
+	// No node is killed: Redis's default node timeout, so that a node a
+	// loaded machine starves for a few seconds is not failed over; and a
+	// replica that acknowledges late is late, not missing.
+	cluster := redistest.StartCluster(t, 15*time.Second)
+	db := "redis-cluster://" + cluster.Seeds() + "?min_replicas=1&replica_timeout=30s&prefix=stale"
 	route := []string{"-upstream", up.URL, "-db", db, "-route", "POST /v1/refunds retry"}
 	binary := idemproxyBinary(t)
 	// The holder judges its own lease long; the taker judges a lease over
-	// after 2 s.
+	// after 12 s, and gives its own forward 10 s, ample for an upstream
+	// that answers it at once.
 	holderLog := &syncBuffer{}
 	holder, holderCmd := proxyProcessLog(t, binary, holderLog, append(route, "-upstream-timeout", "1h", "-lock-timeout", "2h")...)
-	taker, _ := proxyProcess(t, binary, append(route, "-upstream-timeout", "1s", "-lock-timeout", "2s")...)
+	taker, _ := proxyProcess(t, binary, append(route, "-upstream-timeout", "10s", "-lock-timeout", "12s")...)
 
 	type answer struct {
 		status   int

@@ -11,7 +11,7 @@ package fingerprint
 func fingerprintOf(p Params) (Fingerprint, error) {
 	s := scratchPool.Get().(*scratch)
 	defer s.release()
-	f, err := s.fingerprint(p)
+	f, err := s.fingerprint(&p)
 	if err != nil {
 		return Fingerprint{}, err
 	}

@@ -44,12 +44,12 @@ func appendEncodedField[T string | []byte](out []byte, pointer T, digest *[16]by
 	return append(out, '"', ',')
 }
 
-// appendEncodedKind ends encoded fields with the body's kind.
+// appendEncodedKind ends encoded fields with the body's kind, one of the
+// kinds, which like kindMember encoding/json writes as they are.
 func appendEncodedKind(out []byte, kind string) []byte {
-	out = appendJSONString(out, kindMember)
-	out = append(out, ':')
-	out = appendJSONString(out, kind)
-	return append(out, '}')
+	out = append(out, `"`+kindMember+`":"`...)
+	out = append(out, kind...)
+	return append(out, '"', '}')
 }
 
 // appendJSONString appends s as encoding/json writes it. A string of

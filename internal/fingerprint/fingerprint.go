@@ -2,6 +2,24 @@
 // identifies it for its key: the middleware's, with its field digests kept
 // encoded and its buffers reused, under the one that package
 // idemfingerprint publishes for code that claims keys itself.
+//
+// A JSON body is read once: the scratch's [jcs.Encoder] writes its
+// canonical form into a buffer as it reads it, copying what is already
+// canonical (strings without escapes, short integers, objects whose members
+// come in order) and sorting only the objects whose members do not, and
+// leaves the top-level members' spans in that buffer. Each member's digest
+// is then taken over its span, and the body's over the whole buffer: no
+// tree, no sorted copy, and no allocation but the encoded field digests
+// that [Encoded] returns. The digests' inputs need each part's length
+// before the part, so a digest cannot start before its value has been read
+// to its end; the canonical buffer is what lets the one pass serve both.
+//
+// What a fingerprint is must never change: stores keep its sum and its
+// encoded field digests, and compare a retry's with them byte for byte.
+// ref_test.go holds the implementation of before the one-pass reading, with
+// the canonical JSON of then (refjcs_test.go), and
+// FuzzFingerprintMatchesReference holds this one to it, digest for digest
+// and error for error.
 package fingerprint
 
 import (
@@ -99,36 +117,40 @@ const (
 // [Fingerprint.WithFields]).
 func Encoded(p Params) (Fingerprint, []byte, error) {
 	s := scratchPool.Get().(*scratch)
-	defer s.release()
-	f, err := s.fingerprint(p)
+	f, err := s.fingerprint(&p)
 	if err != nil {
+		s.release()
 		return Fingerprint{}, nil, err
 	}
-	return f, s.encodeFields(f.Kind), nil
+	fields := s.encodeFields(f.Kind)
+	s.release()
+	return f, fields, nil
 }
 
 // fingerprint computes the fingerprint of a request but for its field
 // digests, which it leaves in s.
-func (s *scratch) fingerprint(p Params) (Fingerprint, error) {
+func (s *scratch) fingerprint(p *Params) (Fingerprint, error) {
 	query, err := canonicalPairs(s, s.query[:0], p.RawQuery, nil, false)
 	if err != nil {
 		return Fingerprint{}, &BodyError{err: ErrMalformedQuery, reason: "the query string does not parse"}
 	}
 	s.query = query
-	s.digests, s.hasFields = s.digests[:0], false
+	s.digests, s.hasFields, s.unordered, s.quoted = s.digests[:0], false, false, false
 	kind, body, err := s.canonicalBody(p)
 	if err != nil {
 		return Fingerprint{}, err
 	}
-	head := appendPart(s.head[:0], "idem-fingerprint-v1")
+	head := append(s.head[:0], fingerprintHead...)
 	head = appendPart(head, p.Method)
 	head = appendPart(head, p.Path)
 	head = appendPart(head, query)
 	head = appendPart(head, kind)
-	f := Fingerprint{Kind: kind}
-	s.sum(&f.Sum, head, body)
-	return f, nil
+	return Fingerprint{Sum: [32]byte(s.sum(head, body)), Kind: kind}, nil
 }
+
+// fingerprintHead is the first part of a fingerprint's input, as
+// appendPart writes it.
+const fingerprintHead = "\x13" + "idem-fingerprint-v1"
 
 // WithFields returns f with the field digests that encoded holds, as
 // [Encoded] returned them: for the answers that compare them
@@ -164,7 +186,7 @@ func mediaType(contentType string) (media, charset string, err error) {
 
 // canonicalBody returns the kind and canonical form of the body, which may
 // be in s's buffers, and leaves its field digests in s.
-func (s *scratch) canonicalBody(p Params) (kind string, body []byte, err error) {
+func (s *scratch) canonicalBody(p *Params) (kind string, body []byte, err error) {
 	if len(p.Body) == 0 {
 		return kindEmpty, nil, nil
 	}
@@ -213,18 +235,21 @@ func (s *scratch) canonicalBody(p Params) (kind string, body []byte, err error) 
 // canonicalForm is RFC 8785 with exact numbers: a number that a double
 // cannot hold (9007199254740993, an id of 19 digits) keeps its value instead
 // of rounding to the double's, so that two requests that differ only there
-// never share a fingerprint.
+// never share a fingerprint. Each scratch's encoder writes it.
 var canonicalForm = jcs.Options{ExactNumbers: true}
 
 // canonicalJSON returns the canonical form of a JSON body without the
 // excluded top-level fields, and leaves the digests of the others in s
-// when the body is an object. The canonical form is in s's buffers.
+// when the body is an object. The canonical form is in s's buffers: the
+// encoder's text, which holds each member's value where its digest reads
+// it, or, when a field is excluded, the members that are not copied after
+// one another.
 func (s *scratch) canonicalJSON(src []byte, exclude []string) ([]byte, error) {
-	c, err := canonicalForm.Append(s.text[:0], src, s.spans[:0])
+	c, err := s.enc.Append(s.text[:0], src)
 	if err != nil {
 		return nil, jsonError(err)
 	}
-	s.text, s.spans = c.Text, c.Members
+	s.text = c.Text
 	s.pointers, s.ends = s.pointers[:0], s.ends[:0]
 	if !c.IsObject {
 		return c.Text, nil
@@ -232,23 +257,25 @@ func (s *scratch) canonicalJSON(src []byte, exclude []string) ([]byte, error) {
 	s.hasFields = true
 	body := c.Text   // the whole object, unless a field is excluded
 	rebuilt := false // body is being rebuilt without the excluded fields
-	for i, m := range c.Members {
-		ptr := addPointer(s, m.Name)
-		if excluded(exclude, ptr) {
+	for i := range s.enc.Len() {
+		name, start, valueStart, end := s.enc.Member(i)
+		ptr := addPointer(s, name)
+		if len(exclude) > 0 && excluded(exclude, ptr) {
 			s.dropPointer()
 			if !rebuilt {
 				// Start again with the members before this one.
 				body, rebuilt = append(s.value[:0], '{'), true
-				for _, kept := range c.Members[:i] {
-					body = append(append(body, c.Text[kept.Start:kept.End]...), ',')
+				for k := range i {
+					_, kStart, _, kEnd := s.enc.Member(k)
+					body = append(append(body, c.Text[kStart:kEnd]...), ',')
 				}
 			}
 			continue
 		}
 		if rebuilt {
-			body = append(append(body, c.Text[m.Start:m.End]...), ',')
+			body = append(append(body, c.Text[start:end]...), ',')
 		}
-		s.digestField(ptr, c.Text[m.ValueStart:m.End])
+		s.digestField(ptr, c.Text[valueStart:end])
 	}
 	if rebuilt {
 		if body[len(body)-1] == ',' {

@@ -3,6 +3,7 @@ package fingerprint
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"hash"
 	"slices"
@@ -15,13 +16,13 @@ import (
 // the last.
 type scratch struct {
 	h     hash.Hash
-	head  []byte           // the length-prefixed parts before a body or a value
-	sums  []byte           // a hash's sum
-	query []byte           // the canonical query
-	text  []byte           // the canonical body
-	value []byte           // a body with excluded fields left out; a form field's values
-	spans []jcs.MemberSpan // the members of a JSON body
-	pairs []formPair       // the pairs of a form body or query
+	head  []byte      // the length-prefixed parts before a body or a value
+	sums  []byte      // a hash's sum
+	query []byte      // the canonical query
+	text  []byte      // the canonical body
+	value []byte      // a body with excluded fields left out; a form field's values
+	enc   jcs.Encoder // canonicalForm's, with its buffers
+	pairs []formPair  // the pairs of a form body or query
 	// unescaped holds the names and values of the pairs.
 	unescaped []byte
 	// pointers holds the JSON pointers of a body's fields, one after the
@@ -32,7 +33,11 @@ type scratch struct {
 	// when hasFields is set: the body is an object or a form.
 	digests   [][16]byte
 	hasFields bool
-	order     []int // the fields' indexes, sorted by pointer
+	// unordered notes that the pointers may not be in the order of
+	// their bytes; quoted, that one may hold a byte that encoding/json
+	// escapes, or that is not ASCII. Both are false for most bodies.
+	unordered, quoted bool
+	order             []int // the fields' indexes, sorted by pointer
 }
 
 // formPair is one name=value pair of a form body or query, unescaped.
@@ -42,30 +47,37 @@ type formPair struct{ name, value []byte }
 // large body does not pin memory.
 const maxScratchBytes = 256 << 10
 
-var scratchPool = sync.Pool{New: func() any { return &scratch{h: sha256.New(), sums: make([]byte, 0, sha256.Size)} }}
+var scratchPool = sync.Pool{New: func() any {
+	return &scratch{h: sha256.New(), sums: make([]byte, 0, sha256.Size), enc: jcs.Encoder{Options: canonicalForm}}
+}}
 
 // release returns s to the pool, without references into a request.
 func (s *scratch) release() {
-	clear(s.spans[:cap(s.spans)])
+	s.enc.Release()
 	clear(s.pairs[:cap(s.pairs)])
-	s.spans, s.pairs, s.pointers, s.ends, s.digests = s.spans[:0], s.pairs[:0], s.pointers[:0], s.ends[:0], s.digests[:0]
+	s.pairs, s.pointers, s.ends, s.digests = s.pairs[:0], s.pointers[:0], s.ends[:0], s.digests[:0]
 	s.order = s.order[:0]
-	for _, b := range []*[]byte{&s.head, &s.query, &s.text, &s.value, &s.pointers, &s.unescaped} {
-		if cap(*b) > maxScratchBytes {
-			*b = nil
+	if cap(s.text) > maxScratchBytes || cap(s.value) > maxScratchBytes || cap(s.head) > maxScratchBytes ||
+		cap(s.query) > maxScratchBytes || cap(s.pointers) > maxScratchBytes || cap(s.unescaped) > maxScratchBytes {
+		for _, b := range []*[]byte{&s.head, &s.query, &s.text, &s.value, &s.pointers, &s.unescaped} {
+			if cap(*b) > maxScratchBytes {
+				*b = nil
+			}
 		}
 	}
 	scratchPool.Put(s)
 }
 
-// sum writes to dst the SHA-256 of head followed by the length-prefixed
-// tail: the parts of [WritePart], with the last one written in place.
-func (s *scratch) sum(dst *[32]byte, head, tail []byte) {
+// sum returns the SHA-256 of head followed by the length-prefixed tail:
+// the parts of [WritePart], with the last one written in place. The sum is
+// in s's buffer, until the next call.
+func (s *scratch) sum(head, tail []byte) []byte {
 	s.head = binary.AppendUvarint(head, uint64(len(tail)))
 	s.h.Reset()
 	s.h.Write(s.head)
 	s.h.Write(tail)
-	copy(dst[:], s.h.Sum(s.sums[:0]))
+	s.sums = s.h.Sum(s.sums[:0])
+	return s.sums
 }
 
 // WritePart writes b to h with its length before it, so that no two lists
@@ -82,34 +94,64 @@ func appendPart[T string | []byte](dst []byte, part T) []byte {
 	return append(dst, part...)
 }
 
+// fieldHead is the first part of a field digest's input, as appendPart
+// writes it.
+const fieldHead = "\x0d" + "idem-field-v1"
+
 // digestField adds to s.digests the digest of the top-level field ptr,
 // whose canonical value is value; ptr is the pointer addPointer added last.
 func (s *scratch) digestField(ptr, value []byte) {
-	head := appendPart(s.head[:0], "idem-field-v1")
+	head := append(s.head[:0], fieldHead...)
 	head = appendPart(head, ptr)
-	var sum [32]byte
-	s.sum(&sum, head, value)
-	s.digests = append(s.digests, [16]byte(sum[:16]))
+	s.digests = append(s.digests, [16]byte(s.sum(head, value)))
 }
 
 // addPointer appends the JSON pointer of the top-level field name to s's
-// pointers and returns it.
-func addPointer[T string | []byte](s *scratch, name T) []byte {
+// pointers and returns it. It notes in s when the pointer is not written as
+// it is in encoded fields (see scratch.quoted), or may sort otherwise than
+// the name (see scratch.unordered).
+func addPointer(s *scratch, name []byte) []byte {
 	start := len(s.pointers)
-	s.pointers = append(s.pointers, '/')
-	for i := 0; i < len(name); i++ {
-		switch c := name[i]; c {
-		case '~':
-			s.pointers = append(s.pointers, '~', '0')
-		case '/':
-			s.pointers = append(s.pointers, '~', '1')
-		default:
-			s.pointers = append(s.pointers, c)
+	var odd byte // a byte of the name that pointerAsIs does not mark, or 0
+	for _, c := range name {
+		odd |= pointerOdd[c]
+	}
+	if odd == 0 {
+		// Most names: printable ASCII without '~' or '/'.
+		s.pointers = append(append(s.pointers, '/'), name...)
+	} else {
+		s.pointers = append(s.pointers, '/')
+		for _, c := range name {
+			switch {
+			case c == '~':
+				s.pointers = append(s.pointers, '~', '0')
+			case c == '/':
+				s.pointers = append(s.pointers, '~', '1')
+			default:
+				s.pointers = append(s.pointers, c)
+			}
 		}
+		// A name with '~' or '/', or with a character above U+FFFF
+		// (whose UTF-16 and UTF-8 orders differ), may sort otherwise as
+		// a pointer; and a byte that encoding/json escapes or that is
+		// not ASCII goes through appendJSONString.
+		s.unordered, s.quoted = true, true
 	}
 	s.ends = append(s.ends, len(s.pointers))
 	return s.pointers[start:]
 }
+
+// pointerOdd is 1 for the bytes that a field's pointer does not hold as
+// its name does, or that encoded fields do not hold as the pointer does,
+// and 0 for the others: those of jsonAsIs but '~' and '/'.
+var pointerOdd = func() (t [256]byte) {
+	for c := range t {
+		if !jsonAsIs[c] || c == '~' || c == '/' {
+			t[c] = 1
+		}
+	}
+	return t
+}()
 
 // dropPointer removes the pointer addPointer added last.
 func (s *scratch) dropPointer() {
@@ -143,19 +185,30 @@ func (s *scratch) encodeFields(kind string) []byte {
 	if !s.hasFields {
 		return nil
 	}
+	n := len(s.digests)
+	out := make([]byte, 0, encodedFieldsLen(kind)+n*encodedFieldLen(0)+len(s.pointers))
+	out = append(out, '{')
+	if !s.unordered && !s.quoted {
+		// The fields came in the order of their pointers, whose bytes
+		// encoding/json writes as they are: most bodies.
+		start := 0
+		for i, end := range s.ends {
+			out = append(out, '"')
+			out = append(out, s.pointers[start:end]...)
+			out = append(out, '"', ':', '"')
+			out = base64.RawURLEncoding.AppendEncode(out, s.digests[i][:])
+			out = append(out, '"', ',')
+			start = end
+		}
+		return appendEncodedKind(out, kind)
+	}
 	// Sort the fields by pointer, through their indexes.
 	order := s.order[:0]
-	for i := range s.digests {
+	for i := range n {
 		order = append(order, i)
 	}
 	s.order = order
 	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(s.pointer(a), s.pointer(b)) })
-	n := encodedFieldsLen(kind)
-	for i := range order {
-		n += encodedFieldLen(len(s.pointer(i)))
-	}
-	out := make([]byte, 0, n)
-	out = append(out, '{')
 	for _, i := range order {
 		out = appendEncodedField(out, s.pointer(i), &s.digests[i])
 	}

@@ -11,9 +11,18 @@
 // [Canonicalize] returns the canonical form of a whole JSON text. [Members]
 // splits a top-level object into its members, each value in canonical form,
 // which lets a caller fingerprint selected fields or report which field of a
-// reused request differs. [Options.Append] does both in one pass, into
-// buffers the caller reuses from one text to the next: the middleware's
-// fingerprint, which runs on every request, uses it.
+// reused request differs. [Options.Append] does both in one pass, and an
+// [Encoder] does it into buffers it keeps from one text to the next: the
+// middleware's fingerprint, which runs on every request, keeps one in each
+// of its pooled scratch spaces.
+//
+// The pass writes each value as it reads it. What is already canonical,
+// as most of a typical request is (strings without escapes, integers of up
+// to 15 digits, objects whose members come in order), is copied as it is;
+// strings are scanned eight bytes at a time. Only an object whose members
+// come out of order is sorted, and written again, once it has been read.
+// No tree is built and no path is kept: the pointer of a duplicate member
+// is built as the error returns through the objects and arrays around it.
 //
 // # The canonical form
 //

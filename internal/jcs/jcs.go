@@ -2,6 +2,7 @@ package jcs
 
 import (
 	"bytes"
+	"sync"
 )
 
 // MaxDepth is the deepest nesting of arrays and objects that [Canonicalize]
@@ -48,37 +49,49 @@ func Canonicalize(src []byte) ([]byte, error) { return Options{}.Canonicalize(sr
 // otherwise with the errors of [Canonicalize].
 func Members(src []byte) ([]Member, error) { return Options{}.Members(src) }
 
+// encoderPool holds the Encoders of Options' methods, whose buffers are
+// reused.
+var encoderPool = sync.Pool{New: func() any { return new(Encoder) }}
+
+// encoder returns an Encoder with the options o, from the pool.
+func (o Options) encoder() *Encoder {
+	e := encoderPool.Get().(*Encoder)
+	e.Options = o
+	return e
+}
+
+// release returns e to the pool.
+func (e *Encoder) release() {
+	e.Release()
+	encoderPool.Put(e)
+}
+
 // Canonicalize is [Canonicalize] with the options o.
 func (o Options) Canonicalize(src []byte) ([]byte, error) {
-	p := newParser(src)
-	p.exact = o.ExactNumbers
-	defer p.release()
-	out, err := p.document(make([]byte, 0, len(src)))
+	e := o.encoder()
+	defer e.release()
+	c, err := e.Append(make([]byte, 0, len(src)), src)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	return c.Text, nil
 }
 
 // Members is [Members] with the options o.
 func (o Options) Members(src []byte) ([]Member, error) {
-	p := newParser(src)
-	p.exact = o.ExactNumbers
-	defer p.release()
-	p.keepTop = true
-	out, err := p.document(make([]byte, 0, len(src)))
+	e := o.encoder()
+	defer e.release()
+	c, err := e.Append(make([]byte, 0, len(src)), src)
 	if err != nil {
 		return nil, err
 	}
-	if !p.topIsObject {
+	if !c.IsObject {
 		return nil, ErrNotObject
 	}
-	members := make([]Member, len(p.top))
-	for i, m := range p.top {
-		members[i] = Member{
-			Name:  string(p.nameOf(m.name)),
-			Value: out[m.valueStart:m.end:m.end],
-		}
+	members := make([]Member, e.Len())
+	for i := range members {
+		name, _, valueStart, end := e.Member(i)
+		members[i] = Member{Name: string(name), Value: c.Text[valueStart:end:end]}
 	}
 	return members, nil
 }
@@ -96,7 +109,7 @@ type MemberSpan struct {
 }
 
 // Canonical is the canonical form of a JSON text, as [Options.Append]
-// returns it.
+// and [Encoder.Append] return it.
 type Canonical struct {
 	// Text is the buffer given to Append with the canonical form, what
 	// [Options.Canonicalize] returns, appended.
@@ -104,34 +117,109 @@ type Canonical struct {
 	// IsObject reports whether the text is a JSON object.
 	IsObject bool
 	// Members are the members of a top-level object in canonical order,
-	// appended to the slice given to Append, with offsets into Text. Nil
-	// when the text is not an object.
+	// with offsets into Text, from [Options.Append]. Nil when the text is
+	// not an object, and from [Encoder.Append].
 	Members []MemberSpan
 }
 
-// Append is [Options.Canonicalize] and [Options.Members] in one pass, for
-// callers that reuse their buffers: it appends the canonical form of src to
-// dst and, when src is an object, the spans of its members to members. It
-// fails with the errors of Canonicalize.
+// Append is [Options.Canonicalize] and [Options.Members] in one pass: it
+// appends the canonical form of src to dst and, when src is an object, the
+// spans of its members to members. It fails with the errors of
+// Canonicalize.
 func (o Options) Append(dst, src []byte, members []MemberSpan) (Canonical, error) {
-	p := newParser(src)
-	p.exact = o.ExactNumbers
-	defer p.release()
-	p.keepTop = true
-	out, err := p.document(dst)
+	e := o.encoder()
+	defer e.release()
+	c, err := e.Append(dst, src)
 	if err != nil {
 		return Canonical{}, err
 	}
-	c := Canonical{Text: out, IsObject: p.topIsObject}
 	if c.IsObject {
-		c.Members = members
-		for _, m := range p.top {
-			name := p.nameOf(m.name)
-			if m.name.escaped {
-				name = bytes.Clone(name) // the parser's buffer goes back to the pool
+		for i := range e.Len() {
+			name, start, valueStart, end := e.Member(i)
+			if e.p.members[i].name.escaped {
+				name = bytes.Clone(name) // e's buffer goes back to the pool
 			}
-			c.Members = append(c.Members, MemberSpan{Name: name, Start: m.start, ValueStart: m.valueStart, End: m.end})
+			members = append(members, MemberSpan{Name: name, Start: start, ValueStart: valueStart, End: end})
 		}
+		c.Members = members
 	}
 	return c, nil
+}
+
+// An Encoder writes canonical forms, as [Options.Append] does, in buffers
+// it keeps from one text to the next: the fingerprint that the middleware
+// computes for every request uses one per request, from a pool. Its zero
+// value is ready to use with the zero Options. It is not safe for
+// concurrent use.
+//
+// It reads the text once, front to back, and writes each value's canonical
+// form as it reads it: a string without escapes and a short integer are
+// copied as they are, an object whose members come in canonical order is
+// written as it comes, and only an object whose members do not is written
+// again in their order, once it is read. It keeps no tree: the members of
+// the objects open at the current position, and the top-level object's
+// members, which [Encoder.Member] reports.
+type Encoder struct {
+	Options
+	p parser
+}
+
+// Append appends the canonical form of src to dst, and reports whether src
+// is an object, whose members [Encoder.Len] and [Encoder.Member] then
+// report, until the next call. It fails with the errors of [Canonicalize].
+// The Members of the Canonical it returns are nil: Options.Append's are
+// built from e's.
+func (e *Encoder) Append(dst, src []byte) (Canonical, error) {
+	p := &e.p
+	p.src, p.pos, p.depth, p.exact, p.topIsObject = src, 0, 0, e.ExactNumbers, false
+	p.members, p.names = p.members[:0], p.names[:0]
+	out, err := p.document(dst)
+	if err != nil {
+		p.members = p.members[:0]
+		return Canonical{}, err
+	}
+	if !p.topIsObject {
+		p.members = p.members[:0]
+	}
+	return Canonical{Text: out, IsObject: p.topIsObject}, nil
+}
+
+// Len returns the number of members of the object that the last call of
+// [Encoder.Append] read; 0 when it was not an object.
+func (e *Encoder) Len() int { return len(e.p.members) }
+
+// Member returns the member i of the object that the last call of
+// [Encoder.Append] read, in canonical order, as a [MemberSpan] holds it: its
+// name, unescaped, which may share memory with the text and with e, and
+// its offsets in the canonical text.
+func (e *Encoder) Member(i int) (name []byte, start, valueStart, end int) {
+	m := &e.p.members[i]
+	return e.p.nameOf(m.name), m.start, m.valueStart, m.end
+}
+
+// Limits on the buffers an Encoder keeps through [Encoder.Release], so that
+// one huge text does not pin memory.
+const (
+	maxKeptBytes   = 64 << 10
+	maxKeptMembers = 1024
+)
+
+// Release drops e's references to the last text and the buffers that
+// grew beyond what is worth keeping, for an Encoder that goes back to a
+// pool.
+func (e *Encoder) Release() {
+	p := &e.p
+	p.src, p.members = nil, p.members[:0]
+	if cap(p.members) > maxKeptMembers {
+		p.members = nil
+	}
+	if cap(p.scratch) > maxKeptBytes {
+		p.scratch = nil
+	}
+	if cap(p.names) > maxKeptBytes {
+		p.names = nil
+	}
+	if cap(p.reorder) > maxKeptBytes {
+		p.reorder = nil
+	}
 }

@@ -3,6 +3,7 @@ package jcs
 import (
 	"bytes"
 	"slices"
+	"unicode/utf8"
 )
 
 // member is one member of an object being read. Offsets are into the output
@@ -15,7 +16,7 @@ type member struct {
 
 // nameRef locates a member name: in the input, or, when it has escapes,
 // unescaped in the parser's names. It holds no pointer, so that moving
-// members and path elements around needs no write barriers.
+// members around needs no write barriers.
 type nameRef struct {
 	start, end int
 	escaped    bool
@@ -29,98 +30,137 @@ func (p *parser) nameOf(r nameRef) []byte {
 	return p.src[r.start:r.end]
 }
 
+// object reads the object at p.pos and appends its canonical form to dst.
+//
+// Its members are written as they come. Each name is compared with the one
+// before it: while each sorts after the last, which is how most objects
+// arrive, the object is canonical as written, and no two names are the same
+// unless two neighbours are. Only an object that arrives out of order is
+// sorted, and written again in its order.
 func (p *parser) object(dst []byte) ([]byte, error) {
 	if err := p.enter(); err != nil {
 		return nil, err
 	}
-	top := p.depth == 1
-	p.pos++ // '{'
+	src := p.src
+	i := skipSpace(src, p.pos+1) // after '{'
 	base := len(dst)
 	dst = append(dst, '{')
 	mark := len(p.members)
 	sorted := true // the members read so far are in canonical order
-	p.path = append(p.path, pathElem{})
-	p.skipSpace()
-	if p.pos < len(p.src) && p.src[p.pos] == '}' {
-		p.pos++
+	dup := false   // two neighbours have the same name
+	var last []byte
+	if i < len(src) && src[i] == '}' {
+		i++
 	} else {
 		for {
-			if p.pos >= len(p.src) || p.src[p.pos] != '"' {
+			if i >= len(src) || src[i] != '"' {
+				p.pos = i
 				return nil, p.syntaxError("expected string for object member name")
 			}
-			raw, escaped, err := p.scanString()
-			if err != nil {
-				return nil, err
-			}
-			// raw starts one byte after the opening quote.
-			rawStart := p.pos - len(raw) - 1
-			m := member{name: nameRef{start: rawStart, end: p.pos - 1}, start: len(dst)}
-			if escaped {
-				names, err := p.unescape(p.names, raw, rawStart)
+			m := member{start: len(dst)}
+			var name []byte
+			// A name of printable ASCII without escapes, as most are, is
+			// its own canonical form.
+			j := plainEnd(src, i+1)
+			if j < len(src) && src[j] == '"' {
+				name = src[i+1 : j]
+				m.name = nameRef{start: i + 1, end: j}
+				dst = append(dst, src[i:j+1]...)
+				i = j + 1
+			} else {
+				p.pos = i
+				raw, escaped, err := p.scanString()
 				if err != nil {
 					return nil, err
 				}
-				m.name = nameRef{start: len(p.names), end: len(names), escaped: true}
-				p.names = names
-				dst = appendQuoted(dst, p.nameOf(m.name))
-			} else {
-				dst = append(dst, '"')
-				dst = append(dst, raw...)
-				dst = append(dst, '"')
+				// raw starts one byte after the opening quote.
+				rawStart := p.pos - len(raw) - 1
+				m.name = nameRef{start: rawStart, end: p.pos - 1}
+				if escaped {
+					names, err := p.unescape(p.names, raw, rawStart)
+					if err != nil {
+						return nil, err
+					}
+					m.name = nameRef{start: len(p.names), end: len(names), escaped: true}
+					p.names = names
+					name = p.nameOf(m.name)
+					dst = appendQuoted(dst, name)
+				} else {
+					name = raw
+					dst = append(dst, src[rawStart-1:p.pos]...)
+				}
+				i = p.pos
 			}
-			p.skipSpace()
-			if p.pos >= len(p.src) || p.src[p.pos] != ':' {
+			i = skipSpace(src, i)
+			if i >= len(src) || src[i] != ':' {
+				p.pos = i
 				return nil, p.syntaxError("expected ':' after object member name")
 			}
-			p.pos++
 			dst = append(dst, ':')
-			p.skipSpace()
+			p.pos = skipSpace(src, i+1)
 			m.valueStart = len(dst)
-			p.path[len(p.path)-1] = pathElem{name: m.name}
+			var err error
 			if dst, err = p.value(dst); err != nil {
-				return nil, err
+				return nil, inMember(err, name)
 			}
 			m.end = len(dst)
-			if len(p.members) > mark && p.compareNames(p.members[len(p.members)-1].name, m.name) > 0 {
-				sorted = false
+			if len(p.members) > mark {
+				c := 0
+				if len(last) > 0 && len(name) > 0 && last[0] != name[0] && last[0]|name[0] < utf8.RuneSelf {
+					// First bytes that differ and are ASCII, one code
+					// unit each, decide.
+					c = int(last[0]) - int(name[0])
+				} else {
+					c = compareUTF16(last, name)
+				}
+				switch {
+				case c > 0:
+					sorted = false
+				case c == 0:
+					dup = true
+				}
 			}
+			last = name
 			p.members = append(p.members, m)
-			p.skipSpace()
-			if p.pos >= len(p.src) {
+			i = skipSpace(src, p.pos)
+			if i >= len(src) {
+				p.pos = i
 				return nil, p.syntaxError("unexpected end of input in object")
 			}
-			if p.src[p.pos] == '}' {
-				p.pos++
+			if src[i] == '}' {
+				i++
 				break
 			}
-			if p.src[p.pos] != ',' {
+			if src[i] != ',' {
+				p.pos = i
 				return nil, p.syntaxError("expected ',' or '}' after object member")
 			}
-			p.pos++
 			dst = append(dst, ',')
-			p.skipSpace()
+			i = skipSpace(src, i+1)
 		}
 	}
+	p.pos = i
 	dst = append(dst, '}')
 
 	ms := p.members[mark:]
 	if !sorted {
 		p.sortMembers(ms)
 		dst = p.rewrite(dst, base, ms)
+		dup = true // any two neighbours may be the same now
 	}
-	for i := 1; i < len(ms); i++ {
-		if bytes.Equal(p.nameOf(ms[i-1].name), p.nameOf(ms[i].name)) {
-			p.path[len(p.path)-1] = pathElem{name: ms[i].name}
-			return nil, &DuplicateMemberError{Pointer: p.pointer()}
+	if dup {
+		for k := 1; k < len(ms); k++ {
+			if name := p.nameOf(ms[k].name); bytes.Equal(p.nameOf(ms[k-1].name), name) {
+				return nil, &DuplicateMemberError{Pointer: appendStep(nil, name)}
+			}
 		}
 	}
-	if top && p.keepTop {
-		p.topIsObject = true
+	if p.depth == 1 {
 		// The entries stay in place: nothing is read after this object.
-		p.top = ms
+		p.topIsObject = true
+	} else {
+		p.members = p.members[:mark]
 	}
-	p.members = p.members[:mark]
-	p.path = p.path[:len(p.path)-1]
 	p.depth--
 	return dst, nil
 }
@@ -141,7 +181,11 @@ func (p *parser) sortMembers(ms []member) {
 
 // compareNames orders member names by their UTF-16 code units.
 func (p *parser) compareNames(a, b nameRef) int {
-	return compareUTF16(p.nameOf(a), p.nameOf(b))
+	x, y := p.nameOf(a), p.nameOf(b)
+	if len(x) > 0 && len(y) > 0 && x[0] != y[0] && x[0]|y[0] < utf8.RuneSelf {
+		return int(x[0]) - int(y[0]) // as in object
+	}
+	return compareUTF16(x, y)
 }
 
 // rewrite rewrites the object that starts at dst[base] with its members in
@@ -170,37 +214,35 @@ func (p *parser) array(dst []byte) ([]byte, error) {
 	if err := p.enter(); err != nil {
 		return nil, err
 	}
-	p.pos++ // '['
+	src := p.src
 	dst = append(dst, '[')
-	p.skipSpace()
-	if p.pos < len(p.src) && p.src[p.pos] == ']' {
+	p.pos = skipSpace(src, p.pos+1) // after '['
+	if p.pos < len(src) && src[p.pos] == ']' {
 		p.pos++
 		p.depth--
 		return append(dst, ']'), nil
 	}
-	p.path = append(p.path, pathElem{isIndex: true})
-	for i := 0; ; i++ {
-		p.path[len(p.path)-1].index = i
+	for n := 0; ; n++ {
 		var err error
 		if dst, err = p.value(dst); err != nil {
-			return nil, err
+			return nil, inElement(err, n)
 		}
-		p.skipSpace()
-		if p.pos >= len(p.src) {
+		i := skipSpace(src, p.pos)
+		if i >= len(src) {
+			p.pos = i
 			return nil, p.syntaxError("unexpected end of input in array")
 		}
-		if p.src[p.pos] == ']' {
-			p.pos++
+		if src[i] == ']' {
+			p.pos = i + 1
 			break
 		}
-		if p.src[p.pos] != ',' {
+		if src[i] != ',' {
+			p.pos = i
 			return nil, p.syntaxError("expected ',' or ']' after array element")
 		}
-		p.pos++
 		dst = append(dst, ',')
-		p.skipSpace()
+		p.pos = skipSpace(src, i+1)
 	}
-	p.path = p.path[:len(p.path)-1]
 	p.depth--
 	return append(dst, ']'), nil
 }

@@ -4,26 +4,24 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
-	"strings"
-	"sync"
 )
 
 // parser is a recursive-descent JSON parser that appends the canonical form
-// of what it reads to a buffer.
+// of what it reads to a buffer, in one pass over its input.
 type parser struct {
 	src []byte
 	pos int
 
 	// depth is the number of arrays and objects open at pos.
 	depth int
-	// path locates the value being read, for duplicate member errors.
-	path []pathElem
 	// members is a stack of the members of the objects open at pos; each
-	// object uses the entries above the mark it took when it opened.
+	// object uses the entries above the mark it took when it opened. The
+	// top-level object's stay when it closes.
 	members []member
 	// scratch holds unescaped string values before they are written.
 	scratch []byte
-	// names holds the unescaped member names that have escapes.
+	// names holds the unescaped member names that have escapes. It only
+	// grows while a text is read, so that a name in it stays where it is.
 	names []byte
 	// reorder holds an object's output while its members are reordered.
 	reorder []byte
@@ -31,66 +29,20 @@ type parser struct {
 	// exact is Options.ExactNumbers.
 	exact bool
 
-	// keepTop asks document to keep the members of a top-level object in top.
-	keepTop     bool
+	// topIsObject reports that the text is an object, whose members are
+	// left in members.
 	topIsObject bool
-	top         []member
-}
-
-// Limits on the buffers a parser keeps for reuse, so that one huge input
-// does not pin memory.
-const (
-	maxPooledBytes   = 64 << 10
-	maxPooledMembers = 1024
-)
-
-// parserPool holds parsers whose buffers can be reused.
-var parserPool = sync.Pool{New: func() any { return new(parser) }}
-
-// newParser returns a parser, from the pool when possible, ready to read src.
-func newParser(src []byte) *parser {
-	p := parserPool.Get().(*parser)
-	p.src = src
-	return p
-}
-
-// release returns p to the pool, keeping its buffers unless they are large
-// and dropping every reference into the input.
-func (p *parser) release() {
-	path, members, scratch, reorder, names := p.path, p.members, p.scratch, p.reorder, p.names
-	if cap(members) > maxPooledMembers {
-		members = nil
-	}
-	if cap(scratch) > maxPooledBytes {
-		scratch = nil
-	}
-	if cap(names) > maxPooledBytes {
-		names = nil
-	}
-	if cap(reorder) > maxPooledBytes {
-		reorder = nil
-	}
-	*p = parser{path: path[:0], members: members[:0], scratch: scratch[:0], reorder: reorder[:0], names: names[:0]}
-	parserPool.Put(p)
-}
-
-// pathElem is one step of a JSON pointer: a member name, or an array index
-// when isIndex is set.
-type pathElem struct {
-	name    nameRef
-	index   int
-	isIndex bool
 }
 
 // document reads the whole input as one JSON value and appends its canonical
 // form to dst.
 func (p *parser) document(dst []byte) ([]byte, error) {
-	p.skipSpace()
+	p.pos = skipSpace(p.src, p.pos)
 	dst, err := p.value(dst)
 	if err != nil {
 		return nil, err
 	}
-	p.skipSpace()
+	p.pos = skipSpace(p.src, p.pos)
 	if p.pos < len(p.src) {
 		return nil, p.syntaxError("invalid character after top-level value")
 	}
@@ -100,17 +52,37 @@ func (p *parser) document(dst []byte) ([]byte, error) {
 // value reads the JSON value at p.pos, which follows any whitespace, and
 // appends its canonical form to dst.
 func (p *parser) value(dst []byte) ([]byte, error) {
-	if p.pos >= len(p.src) {
+	src, i := p.src, p.pos
+	if i >= len(src) {
 		return nil, p.syntaxError("unexpected end of input")
 	}
-	switch c := p.src[p.pos]; {
+	switch c := src[i]; {
+	case c == '"':
+		// Most strings are printable ASCII without escapes, and are their
+		// own canonical form.
+		j := plainEnd(src, i+1)
+		if j < len(src) && src[j] == '"' {
+			p.pos = j + 1
+			return append(dst, src[i:j+1]...), nil
+		}
+		return p.stringValue(dst)
 	case c == '{':
 		return p.object(dst)
 	case c == '[':
 		return p.array(dst)
-	case c == '"':
-		return p.stringValue(dst)
-	case c == '-' || isDigit(c):
+	case c >= '1' && c <= '9':
+		// An integer of up to maxExactDigits digits, as most numbers
+		// are, is its own canonical form (see number).
+		j := i + 1
+		for j < len(src) && isDigit(src[j]) {
+			j++
+		}
+		if j-i <= maxExactDigits && (j == len(src) || src[j] != '.' && src[j] != 'e' && src[j] != 'E') {
+			p.pos = j
+			return append(dst, src[i:j]...), nil
+		}
+		return p.number(dst)
+	case c == '-' || c == '0':
 		return p.number(dst)
 	case c == 't':
 		return p.literal(dst, "true")
@@ -122,8 +94,6 @@ func (p *parser) value(dst []byte) ([]byte, error) {
 		return nil, p.syntaxError("invalid character at start of value")
 	}
 }
-
-// object reads the object at p.pos and appends its canonical form to dst.
 
 // stringValue reads the string value at p.pos and appends its canonical form to
 // dst.
@@ -157,42 +127,60 @@ func (p *parser) literal(dst []byte, word string) ([]byte, error) {
 // enter records that an array or object opens at p.pos.
 func (p *parser) enter() error {
 	if p.depth >= MaxDepth {
-		return fmt.Errorf("%w: more than %d levels at offset %d", ErrTooDeep, MaxDepth, p.pos)
+		return tooDeep(p.pos)
 	}
 	p.depth++
 	return nil
 }
 
-// skipSpace advances p.pos past JSON whitespace.
-func (p *parser) skipSpace() {
-	src, i := p.src, p.pos
+// tooDeep returns the error of an array or object that opens at offset
+// pos, beyond MaxDepth.
+func tooDeep(pos int) error {
+	return fmt.Errorf("%w: more than %d levels at offset %d", ErrTooDeep, MaxDepth, pos)
+}
+
+// skipSpace returns the offset of the first byte at or after i in src that
+// is not JSON whitespace.
+func skipSpace(src []byte, i int) int {
 	for i < len(src) && src[i] <= ' ' && (src[i] == ' ' || src[i] == '\n' || src[i] == '\t' || src[i] == '\r') {
 		i++
 	}
-	p.pos = i
+	return i
 }
 
-// pointer returns the RFC 6901 JSON pointer of p.path.
-func (p *parser) pointer() string {
-	var b strings.Builder
-	for _, e := range p.path {
-		b.WriteByte('/')
-		if e.isIndex {
-			b.WriteString(strconv.Itoa(e.index))
-			continue
-		}
-		for _, c := range p.nameOf(e.name) {
-			switch c {
-			case '~':
-				b.WriteString("~0")
-			case '/':
-				b.WriteString("~1")
-			default:
-				b.WriteByte(c)
-			}
+// inMember prefixes the pointer of a duplicate member that err reports, if
+// it does, with the step to the member name of the object it is in: the
+// parser keeps no path, and builds the pointer on the way out instead.
+func inMember(err error, name []byte) error {
+	if dup, ok := err.(*DuplicateMemberError); ok {
+		dup.Pointer = appendStep(nil, name) + dup.Pointer
+	}
+	return err
+}
+
+// inElement is inMember for the element index of an array.
+func inElement(err error, index int) error {
+	if dup, ok := err.(*DuplicateMemberError); ok {
+		dup.Pointer = "/" + strconv.Itoa(index) + dup.Pointer
+	}
+	return err
+}
+
+// appendStep returns dst and the RFC 6901 step to the member name: "/" and
+// the name with "~" written "~0" and "/" written "~1".
+func appendStep(dst []byte, name []byte) string {
+	dst = append(dst, '/')
+	for _, c := range name {
+		switch c {
+		case '~':
+			dst = append(dst, '~', '0')
+		case '/':
+			dst = append(dst, '~', '1')
+		default:
+			dst = append(dst, c)
 		}
 	}
-	return b.String()
+	return string(dst)
 }
 
 // syntaxError returns a *SyntaxError at p.pos.

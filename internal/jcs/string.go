@@ -1,6 +1,8 @@
 package jcs
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"unicode/utf8"
 )
 
@@ -17,12 +19,9 @@ func (p *parser) scanString() (raw []byte, escaped bool, err error) {
 	start := p.pos + 1
 	i := start
 	for {
-		// Most strings are printable ASCII throughout: skip it a byte at a
-		// time with one table lookup each.
-		for i < len(src) && plainASCII[src[i]] {
-			i++
-		}
-		if i >= len(src) {
+		// Most strings are printable ASCII throughout: skip it eight bytes
+		// at a time.
+		if i = plainEnd(src, i); i >= len(src) {
 			break
 		}
 		switch c := src[i]; {
@@ -216,4 +215,35 @@ func utf16Key(r rune) rune {
 	default:
 		return r
 	}
+}
+
+// plainEnd returns the offset of the first byte at or after i in src that
+// plainASCII does not mark, or len(src): eight bytes at a time while eight
+// are left, as a string's text mostly is.
+func plainEnd(src []byte, i int) int {
+	for ; i+8 <= len(src); i += 8 {
+		if m := notPlain(binary.LittleEndian.Uint64(src[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	for i < len(src) && plainASCII[src[i]] {
+		i++
+	}
+	return i
+}
+
+// notPlain returns the eight bytes x, read little-endian, with the high bit
+// of the first one that plainASCII does not mark set, and no bit of a byte
+// before it; 0 when plainASCII marks all eight.
+func notPlain(x uint64) uint64 {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	// A byte's high bit is set in m when it is below 0x20, is '"' or '\',
+	// or is not ASCII. Each term flags its lowest such byte exactly (a
+	// borrow only runs on past a flagged byte), so no byte before the
+	// first is flagged.
+	m := ((x - ones*0x20) | (x ^ ones*'"' - ones) | (x ^ ones*'\\' - ones)) &^ x
+	return (m | x) & highs
 }

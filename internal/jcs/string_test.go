@@ -1,6 +1,7 @@
 package jcs
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -104,4 +105,44 @@ func sign(n int) int {
 		return 1
 	}
 	return 0
+}
+
+// TestPlainEnd checks plainEnd against plainASCII, a byte at a time, for
+// every byte at every position of a run, and for random texts.
+func TestPlainEnd(t *testing.T) {
+	t.Parallel()
+	slow := func(src []byte, i int) int {
+		for i < len(src) && plainASCII[src[i]] {
+			i++
+		}
+		return i
+	}
+	for c := range 256 {
+		for n := range 20 {
+			for at := range n {
+				src := bytes.Repeat([]byte{'a'}, n)
+				src[at] = byte(c)
+				for start := range n {
+					if got, want := plainEnd(src, start), slow(src, start); got != want {
+						t.Fatalf("plainEnd(%q, %d) = %d, want %d", src, start, got, want)
+					}
+				}
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	src := make([]byte, 64)
+	for range 100000 {
+		for i := range src {
+			// Mostly plain bytes, some of the others.
+			src[i] = byte(0x20 + rng.IntN(0x60))
+			if rng.IntN(16) == 0 {
+				src[i] = byte(rng.IntN(256))
+			}
+		}
+		start := rng.IntN(len(src))
+		if got, want := plainEnd(src, start), slow(src, start); got != want {
+			t.Fatalf("plainEnd(%q, %d) = %d, want %d", src, start, got, want)
+		}
+	}
 }

@@ -160,7 +160,7 @@ func trimSP(s string) string {
 func parseBare(s string) (string, error) {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if !IsBareChar(c) {
+		if !bare[c] {
 			if !IsStringChar(c) {
 				return "", notPrintable(c, i)
 			}
@@ -172,6 +172,15 @@ func parseBare(s string) (string, error) {
 	}
 	return s, nil
 }
+
+// bare is IsBareChar as a table, for parseBare's loop over every byte of
+// a key.
+var bare = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = IsBareChar(byte(c))
+	}
+	return t
+}()
 
 // parseSFString parses an RFC 9651 sf-string at the start of s and returns
 // its value and the rest of s. A value longer than limit is an error.

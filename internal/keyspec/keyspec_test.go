@@ -102,6 +102,9 @@ func TestCharacterClasses(t *testing.T) {
 		if err := CheckBare("k" + string(c)); (err == nil) != (strings.IndexByte(bareChars, c) >= 0) {
 			t.Errorf("CheckBare(%q) = %v, want an error exactly when %q is not a bare-key character", "k"+string(c), err, c)
 		}
+		if _, err := Parse("k" + string(c) + "k"); (err == nil) != (strings.IndexByte(bareChars, c) >= 0) {
+			t.Errorf("Parse(%q) = %v, want an error exactly when %q is not a bare-key character", "k"+string(c)+"k", err, c)
+		}
 	}
 }
 

@@ -21,7 +21,28 @@ import (
 
 	"github.com/idemkit/idem/cmd/internal/database"
 	"github.com/idemkit/idem/cmd/internal/payments"
+	"github.com/idemkit/idem/idemsqlite"
+	"github.com/idemkit/idem/idemstore"
 )
+
+// purgePace returns the batch size and share that the purging side's purge
+// runs with on db: cfg's, or the store's defaults.
+func purgePace(cfg Config, db *database.DB) (batch int, share float64) {
+	batch, share = cfg.PurgeBatch, cfg.PurgeShare
+	if batch == 0 {
+		batch = idemstore.PurgeBatchSizeDefault
+		if db.SQLite != nil {
+			batch = idemsqlite.PurgeBatchSizeDefault
+		}
+	}
+	if share == 0 {
+		share = idemstore.PurgeShareDefault
+		if db.SQLite != nil {
+			share = idemsqlite.PurgeShareDefault
+		}
+	}
+	return batch, share
+}
 
 // Variants, in the order they run in each round.
 const (
@@ -77,8 +98,14 @@ type Config struct {
 	// third side is measured. Defaults to a quarter of Prefill.
 	PrefillBacklog int64
 	// PurgeBatch is the batch size of PrefillPurge's purge. Defaults to
-	// the store's (idemstore.PurgeBatchSizeDefault).
+	// the store's (idemsqlite.PurgeBatchSizeDefault on SQLite, else
+	// idemstore.PurgeBatchSizeDefault).
 	PurgeBatch int
+	// PurgeShare is the most of its time PrefillPurge's purge spends in
+	// its batches (idemstore.PurgeParams.Share). Defaults to the store's
+	// (idemsqlite.PurgeShareDefault on SQLite, else
+	// idemstore.PurgeShareDefault); 1 sends them back to back.
+	PurgeShare float64
 	// Drive runs the listed variants only, without bare, and Run returns
 	// no results: the run that Instructions counts under callgrind.
 	// Defaults to false.
@@ -162,12 +189,16 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 	if cfg.Prefill > 0 && slices.ContainsFunc(cfg.Variants, func(v string) bool { return slices.Contains(BouncerVariants, v) }) {
 		return nil, errors.New("bench: --prefill does not run the PgBouncer variants")
 	}
+	if cfg.PurgeBatch < 0 || !idemstore.ValidPurgeShare(cfg.PurgeShare) {
+		return nil, errors.New("bench: the purge's batch size must not be negative, and its share must be from 0 to 1")
+	}
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}}
 	var (
-		rigs  []*rig
-		sides []side
-		fill  *PrefillOutcome
+		rigs    []*rig
+		sides   []side
+		fill    *PrefillOutcome
+		expired int64 // the backlog before the purging side's first pass
 	)
 	defer func() {
 		for _, g := range rigs {
@@ -199,6 +230,12 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 		if fill, err = prefill(ctx, cfg, rigs[0].db); err != nil {
 			return nil, err
 		}
+		if cfg.PrefillPurge {
+			fill.PurgeBatch, fill.PurgeShare = purgePace(cfg, rigs[0].db)
+			if expired, err = rigs[0].db.PurgeCount(ctx, database.PurgeParams{Before: time.Now().Add(-24 * time.Hour)}); err != nil {
+				return nil, fmt.Errorf("bench: count the backlog: %w", err)
+			}
+		}
 	}
 	for _, g := range rigs {
 		if err := g.prepare(ctx, cfg, client); err != nil {
@@ -220,7 +257,7 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 				g := rigs[sd.rig]
 				stop := func() error { return nil }
 				if sd.purge {
-					stop = fill.purgeDuring(ctx, g.db, cfg.PurgeBatch)
+					stop = fill.purgeDuring(ctx, g.db, database.PurgeParams{BatchSize: cfg.PurgeBatch, Share: cfg.PurgeShare})
 				}
 				t, err := g.run(ctx, cfg, client, v)
 				err = errors.Join(err, stop())
@@ -246,6 +283,13 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 
 	if cfg.Drive {
 		return nil, nil
+	}
+	if fill != nil && cfg.PrefillPurge {
+		left, err := rigs[0].db.PurgeCount(ctx, database.PurgeParams{Before: time.Now().Add(-24 * time.Hour)})
+		if err != nil {
+			return nil, fmt.Errorf("bench: count the backlog left: %w", err)
+		}
+		fill.PurgeRows = expired - left
 	}
 	out := &Outcome{Results: results(cfg, totals[0]), Prefill: fill}
 	if fill != nil {

@@ -37,9 +37,17 @@ type PrefillOutcome struct {
 	// PurgeRows is how many keys the purge deleted while the prefilled
 	// table was measured, in PurgeTime (Config.PrefillPurge): the time it
 	// ran until it was stopped or found nothing left, which is less than
-	// Purging's time when the backlog ran out.
+	// Purging's time when the backlog ran out. PurgeRows is counted in
+	// the table, the expired keys before the first purging pass less
+	// those after the last: a batch that a stop cancels may have
+	// committed all the same (SQLite's driver then reports the
+	// cancellation), so the purge's own counts can fall short.
 	PurgeRows int64
 	PurgeTime time.Duration
+	// PurgeBatch and PurgeShare are the purge's batch size and share of
+	// time (Config.PrefillPurge), the defaults filled in.
+	PurgeBatch int
+	PurgeShare float64
 }
 
 // TableSize is a key table's size on disk, in bytes. On SQLite, Table is
@@ -365,19 +373,19 @@ FROM dbstat`).Scan(&s.Table, &s.Indexes)
 }
 
 // purgeDuring runs the store's purge of keys past the default retention on
-// db, in batches of batch keys (0: the store's default) one after another
-// with the store's pauses, until the returned function is called or
+// db, in batches of p.BatchSize keys (0: the store's default), paced by
+// p.Share as the purge service is, until the returned function is called or
 // nothing is left to delete, and adds what it deleted and the time it ran
 // to o. The function cancels the batch under
 // way (which then deletes nothing), waits for the purge to end and
 // returns its error, if it failed other than by being stopped.
-func (o *PrefillOutcome) purgeDuring(ctx context.Context, db *database.DB, batch int) (stop func() error) {
+func (o *PrefillOutcome) purgeDuring(ctx context.Context, db *database.DB, p database.PurgeParams) (stop func() error) {
 	purgeCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	begin := time.Now()
 	go func() {
-		n, err := db.Purge(purgeCtx, database.PurgeParams{Before: begin.Add(-24 * time.Hour), BatchSize: batch})
-		o.PurgeRows += n
+		p.Before = begin.Add(-24 * time.Hour)
+		n, err := db.Purge(purgeCtx, p)
 		if n > 0 {
 			o.PurgeTime += time.Since(begin)
 		}

@@ -47,6 +47,11 @@ type PrefillReport struct {
 	PurgeRows     int64   `json:"purge_rows"`
 	PurgeS        float64 `json:"purge_s"`
 	PurgeRowsPerS float64 `json:"purge_rows_per_s"`
+	// PurgeBatch and PurgeShare are the purge's batch size and the most
+	// of its time it spent in its batches (--purge-batch, --purge-share,
+	// or the store's defaults); 0 without --prefill-purge.
+	PurgeBatch int     `json:"purge_batch,omitempty"`
+	PurgeShare float64 `json:"purge_share,omitempty"`
 	// Ratios maps each variant to its figures on the prefilled table over
 	// the empty one's: throughput and p99.
 	Ratios map[string]PrefillRatio `json:"ratios"`
@@ -76,7 +81,7 @@ func NewOutcomeReport(out *Outcome) Report {
 		Keys: p.Keys, Backlog: p.Backlog, FillS: round(p.Fill.Seconds()),
 		TableBytesPerKey: round(float64(p.Size.Table) / n), IndexBytesPerKey: round(float64(p.Size.Indexes) / n),
 		ToastBytesPerKey: round(float64(p.Size.Toast) / n),
-		PurgeRows:        p.PurgeRows,
+		PurgeRows:        p.PurgeRows, PurgeBatch: p.PurgeBatch, PurgeShare: p.PurgeShare,
 	}
 	if p.PurgeTime > 0 {
 		pr.PurgeS = round(p.PurgeTime.Seconds())
@@ -136,8 +141,8 @@ func WriteOutcome(w io.Writer, out *Outcome) {
 		for _, r := range out.Prefill.Purging {
 			measured += r.Elapsed.Seconds()
 		}
-		fmt.Fprintf(w, "purge while the purging side ran: %d keys in %.1f s of its %.1f s, %.0f keys/s\n",
-			p.PurgeRows, p.PurgeS, measured, p.PurgeRowsPerS)
+		fmt.Fprintf(w, "purge while the purging side ran (batches of %d, share %.2f): %d keys in %.1f s of its %.1f s, %.0f keys/s\n",
+			p.PurgeBatch, p.PurgeShare, p.PurgeRows, p.PurgeS, measured, p.PurgeRowsPerS)
 	}
 	fmt.Fprintf(w, "%-14s %12s %12s", "over empty", "req/s", "p99")
 	if p.PurgingRatios != nil {

@@ -5,11 +5,13 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,6 +120,41 @@ func setupRun(t *testing.T) string {
 	return src
 }
 
+// binRoot holds the binaries that the runs share (binDir), and is removed
+// when the tests end.
+var binRoot string
+
+func TestMain(m *testing.M) {
+	var err error
+	if binRoot, err = os.MkdirTemp("", "idem-chaos-bin-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(binRoot)
+	os.Exit(code)
+}
+
+// binDirs are the builds of binDir by tags: a func() (string, error) from
+// sync.OnceValues each.
+var binDirs sync.Map
+
+// binDir returns the directory of paymentsd, processord and idemproxy
+// built from src with tags, as Config.BinDir, built by the first test that
+// asks for it: every run of a set of tags shares one build.
+func binDir(t *testing.T, src, tags string) string {
+	t.Helper()
+	f, _ := binDirs.LoadOrStore(tags, sync.OnceValues(func() (string, error) {
+		dir := filepath.Join(binRoot, "tags-"+tags)
+		return dir, Build(context.Background(), src, dir, tags)
+	}))
+	dir, err := f.(func() (string, error))()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // TestRun is the run CI makes: a fixed seed, every kind of fault, and not
 // one violation, the outbox's events included.
 func TestRun(t *testing.T) {
@@ -207,7 +244,10 @@ func TestRunMySQL(t *testing.T) {
 // while the key's new holder finds no pending payment to settle and leaves
 // the key unfinished, or makes a second payment. shared-cache replays one
 // client's answer to another that used the same key. The ledger's breaks
-// and the proxy's are described in cmd/internal/brokenstore.
+// and the proxy's are described in cmd/internal/brokenstore. The breaks
+// share one build (the tag's binaries select the break by the environment
+// at start-up) and run side by side, as many as -parallel lets, each on
+// servers of its own.
 func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 	t.Parallel()
 	src := setupRun(t)
@@ -255,6 +295,7 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 		{brk: "retry-new-key", workload: Proxy{Policy: "retry"}, reason: "the upstream executed the operation", want: func(s *Summary) int { return s.Duplicated }},
 	} {
 		t.Run(tt.brk, func(t *testing.T) {
+			t.Parallel() // each run has servers of its own
 			file := filepath.Join(t.TempDir(), "violations.jsonl")
 			faults := Faults{PauseEvery: cmp.Or(tt.pauseEvery, time.Second), DBRestartEvery: -1}
 			if tt.networkEvery > 0 {
@@ -262,7 +303,7 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 			}
 			sum, err := Run(context.Background(), Config{
 				Duration: 20 * time.Second, Seed: 7, SourceDir: src,
-				BuildTags: "chaosbroken", Env: []string{"IDEM_CHAOS_BREAK=" + tt.brk},
+				BuildTags: "chaosbroken", BinDir: binDir(t, src, "chaosbroken"), Env: []string{"IDEM_CHAOS_BREAK=" + tt.brk},
 				Workloads:      []Weighted{{cmp.Or[Workload](tt.workload, Storm{}), 1}},
 				ProcessorDelay: 150 * time.Millisecond,
 				Faults:         faults,
@@ -350,6 +391,7 @@ func runClean(t *testing.T, cfg Config) *Summary {
 	t.Helper()
 	cfg.ViolationsFile = filepath.Join(t.TempDir(), "violations.jsonl")
 	cfg.Progress = testWriter{t}
+	cfg.BinDir = binDir(t, cfg.SourceDir, cfg.BuildTags)
 	sum, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -90,9 +90,13 @@ type Config struct {
 	// SourceDir is the module whose cmd/paymentsd and cmd/processord are
 	// built. Defaults to the module of the working directory.
 	SourceDir string
-	// BuildTags are passed to go build -tags for paymentsd. Defaults to
-	// none.
+	// BuildTags are passed to go build -tags for paymentsd and idemproxy.
+	// Defaults to none.
 	BuildTags string
+	// BinDir, when set, holds paymentsd, processord and idemproxy built
+	// by Build with BuildTags, and the run builds nothing: runs one after
+	// the other share one build. Defaults to building them for the run.
+	BinDir string
 	// Env is added to paymentsd's environment. Defaults to none.
 	Env []string
 	// ViolationsFile receives the history of every offending operation,

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -21,20 +22,20 @@ import (
 	"github.com/idemkit/idem/internal/pgtest/pgproxy"
 )
 
-// deploy builds the binaries and starts every process.
+// deploy builds the binaries, unless Config.BinDir has them, and starts
+// every process.
 func (h *harness) deploy(ctx context.Context) error {
-	fmt.Fprintf(h.cfg.Progress, "chaos: seed %d: building paymentsd and processord\n", h.cfg.Seed)
-	bin := filepath.Join(h.dir, "bin")
-	// chaosclock lets the harness skew an instance's clock (ClockSkew).
-	paymentsd, err := build(ctx, h.cfg.SourceDir, bin, "paymentsd", strings.TrimPrefix(h.cfg.BuildTags+",chaosclock", ","))
-	if err != nil {
-		return err
+	bin := h.cfg.BinDir
+	if bin == "" {
+		fmt.Fprintf(h.cfg.Progress, "chaos: seed %d: building paymentsd, processord and idemproxy\n", h.cfg.Seed)
+		bin = filepath.Join(h.dir, "bin")
+		if err := Build(ctx, h.cfg.SourceDir, bin, h.cfg.BuildTags); err != nil {
+			return err
+		}
 	}
-	processord, err := build(ctx, h.cfg.SourceDir, bin, "processord", "")
-	if err != nil {
-		return err
-	}
+	paymentsd, processord := filepath.Join(bin, "paymentsd"), filepath.Join(bin, "processord")
 	h.net = newNetwork()
+	var err error
 	switch h.cfg.Store {
 	case StoreSQLite:
 		fmt.Fprintf(h.cfg.Progress, "chaos: starting processord and paymentsd on SQLite\n")
@@ -226,6 +227,25 @@ func (h *harness) dbServer() dbServer {
 		return h.mariadb
 	}
 	return h.cluster
+}
+
+// Build compiles the binaries of a run from the module at src into dir,
+// the three at once: paymentsd with tags and chaosclock, which lets the
+// harness skew an instance's clock (ClockSkew), idemproxy with tags, and
+// processord. Runs whose Config.BinDir is dir, with tags as their
+// BuildTags, build nothing.
+func Build(ctx context.Context, src, dir, tags string) error {
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i, b := range []struct{ name, tags string }{
+		{"paymentsd", strings.TrimPrefix(tags+",chaosclock", ",")},
+		{"idemproxy", tags},
+		{"processord", ""},
+	} {
+		wg.Go(func() { _, errs[i] = build(ctx, src, dir, b.name, b.tags) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // build compiles ./cmd/name of the module at src into dir.

@@ -80,6 +80,9 @@ type PurgeParams struct {
 	Before time.Time
 	// BatchSize is the store's batch size; 0 is the store's default.
 	BatchSize int
+	// Share is the most of its time the purge spends in its batches
+	// (idemstore.PurgeParams.Share); 0 is the store's default.
+	Share float64
 }
 
 // Open opens the database named by url: sqlite:PATH, postgres://...
@@ -210,11 +213,11 @@ func (d *DB) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	case d.Redis != nil:
 		return 0, ErrNoPurge
 	case d.SQLite != nil:
-		return d.SQLite.Purge(ctx, idemsqlite.PurgeParams{Before: p.Before, BatchSize: p.BatchSize})
+		return d.SQLite.Purge(ctx, idemsqlite.PurgeParams{Before: p.Before, BatchSize: p.BatchSize, Share: p.Share})
 	case d.MySQL != nil:
-		return d.MySQL.Purge(ctx, idemmysql.PurgeParams{Before: p.Before, BatchSize: p.BatchSize})
+		return d.MySQL.Purge(ctx, idemmysql.PurgeParams{Before: p.Before, BatchSize: p.BatchSize, Share: p.Share})
 	}
-	return d.Postgres.Purge(ctx, idempg.PurgeParams{Before: p.Before, BatchSize: p.BatchSize})
+	return d.Postgres.Purge(ctx, idempg.PurgeParams{Before: p.Before, BatchSize: p.BatchSize, Share: p.Share})
 }
 
 // Close closes the database.
