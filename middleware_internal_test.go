@@ -30,7 +30,7 @@ func TestReadAll(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := readAll(tt.rd, tt.length)
+			got, err := readWithin(t, func() ([]byte, error) { return readAll(tt.rd, tt.length) })
 			if err != nil || !bytes.Equal(got, body) {
 				t.Fatalf("readAll = %d bytes, %v; want the %d bytes of the body", len(got), err, len(body))
 			}
@@ -38,7 +38,7 @@ func TestReadAll(t *testing.T) {
 	}
 	t.Run("HugeDeclaredLengthIsNotAllocated", func(t *testing.T) {
 		t.Parallel()
-		got, err := readAll(bytes.NewReader(body[:5]), 1<<40)
+		got, err := readWithin(t, func() ([]byte, error) { return readAll(bytes.NewReader(body[:5]), 1<<40) })
 		if err != nil || string(got) != "01234" || cap(got) > 1<<20+1 {
 			t.Fatalf("readAll = %q (cap %d), %v; want \"01234\" in at most 1 MiB", got, cap(got), err)
 		}
@@ -46,7 +46,9 @@ func TestReadAll(t *testing.T) {
 	t.Run("Error", func(t *testing.T) {
 		t.Parallel()
 		boom := errors.New("boom")
-		if _, err := readAll(io.MultiReader(bytes.NewReader(body[:5]), iotest.ErrReader(boom)), 100); !errors.Is(err, boom) {
+		if _, err := readWithin(t, func() ([]byte, error) {
+			return readAll(io.MultiReader(bytes.NewReader(body[:5]), iotest.ErrReader(boom)), 100)
+		}); !errors.Is(err, boom) {
 			t.Fatalf("readAll error = %v, want %v", err, boom)
 		}
 	})

@@ -26,12 +26,18 @@ import (
 // third-party store may return.
 var errBoom = errors.New("boom")
 
+// errConflict is the error of a commit that hit a transaction conflict.
+var errConflict = errors.New("commit: serialization failure")
+
 // faultyStore wraps the memory store. It fails the call named by fail with
 // errBoom, and its leases report a transaction conflict when conflict is set.
+// The next commitConflicts Completes fail as a commit that hit a conflict
+// does: nothing of the lease stays, and the lease reports the conflict.
 type faultyStore struct {
-	inner    *idemtest.MemoryStore
-	fail     string // "Claim", "NoLease", "Complete" or "Release"
-	conflict bool
+	inner           *idemtest.MemoryStore
+	fail            string // "Claim", "NoLease", "Complete" or "Release"
+	conflict        bool
+	commitConflicts atomic.Int64
 }
 
 func (s *faultyStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
@@ -50,12 +56,18 @@ func (s *faultyStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idems
 
 type faultyLease struct {
 	idemstore.Lease
-	store *faultyStore
+	store      *faultyStore
+	conflicted bool // its commit hit a conflict
 }
 
 func (l *faultyLease) Complete(ctx context.Context, resp *idemstore.Response) error {
 	if l.store.fail == "Complete" {
 		return errBoom
+	}
+	if l.store.commitConflicts.Add(-1) >= 0 {
+		l.conflicted = true
+		l.Lease.Release(ctx) // the transaction rolled back, the claim with it
+		return errConflict
 	}
 	return l.Lease.Complete(ctx, resp)
 }
@@ -68,7 +80,7 @@ func (l *faultyLease) Release(ctx context.Context) error {
 }
 
 // Conflicted implements idemstore.ConflictReporter.
-func (l *faultyLease) Conflicted() bool { return l.store.conflict }
+func (l *faultyLease) Conflicted() bool { return l.store.conflict || l.conflicted }
 
 // lockedBuffer collects log output from concurrent handlers.
 type lockedBuffer struct {
@@ -126,9 +138,14 @@ func setupFaulty(t *testing.T, cfg idem.Config) *faultyEnv {
 	return e
 }
 
+// post sends a payment with the key, and a status for the handler to
+// answer. It waits 30 s at most for the answer: a request the middleware
+// runs again and again fails the test, and its context's end stops it.
 func (e *faultyEnv) post(t *testing.T, key string, status int) resp {
 	t.Helper()
-	r, err := http.NewRequest(http.MethodPost, e.url+"/v1/payments", strings.NewReader(payment))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/v1/payments", strings.NewReader(payment))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +156,7 @@ func (e *faultyEnv) post(t *testing.T, key string, status int) resp {
 	}
 	res, err := http.DefaultClient.Do(r)
 	if err != nil {
-		t.Fatalf("POST: %v", err)
+		t.Fatalf("POST with key %q, waiting 30 s at most for the answer: %v (runs so far: %d)", key, err, e.runs.Load())
 	}
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
@@ -216,6 +233,10 @@ func TestCompleteFailureFreesTwoPhaseKey(t *testing.T) {
 	if r := e.post(t, "k", 0); r.status != http.StatusServiceUnavailable {
 		t.Fatalf("first: status %d, want 503", r.status)
 	}
+	// The release after it succeeded, and is not logged as failed.
+	if log := e.log.String(); !strings.Contains(log, "storing the response failed; the key is released") || strings.Contains(log, "release after a failed complete failed") {
+		t.Errorf("log:\n%s\nwant the failed complete, and no failed release", log)
+	}
 	e.store.fail = ""
 	if r := e.post(t, "k", 0); r.status != http.StatusCreated || r.header.Get(idem.HeaderReplayed) != "" {
 		t.Fatalf("retry: status %d replayed %q, want a fresh 201", r.status, r.header.Get(idem.HeaderReplayed))
@@ -255,6 +276,163 @@ func TestConflictReruns(t *testing.T) {
 			defer e.metrics.mu.Unlock()
 			if n := e.metrics.counts[idem.ResultConflictRerun]; int64(n) != tt.runs-1 {
 				t.Errorf("counted %d reruns, want %d", n, tt.runs-1)
+			}
+		})
+	}
+}
+
+// TestConflictRerunPauses checks the pause before each rerun after a
+// transaction conflict, on a fake clock (testing/synctest): 10 ms times
+// the runs so far, plus up to 10 ms of jitter; and that each rerun is
+// logged with its number.
+func TestConflictRerunPauses(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const reruns = 3
+		store := &faultyStore{inner: idemtest.NewMemoryStore(), conflict: true}
+		log := &lockedBuffer{}
+		mw, err := idem.New(store, &idem.Config{
+			ClientID:           func(*http.Request) (string, bool) { return "alice", true },
+			Logger:             slog.New(slog.NewTextHandler(log, nil)),
+			MaxConflictRetries: reruns,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var starts, ends []time.Time
+		// A run past the last rerun ends the request's context, which ends
+		// the middleware's reruns: the test then fails instead of hanging.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			starts = append(starts, time.Now())
+			if len(starts) > 1+reruns {
+				cancel()
+			}
+			w.WriteHeader(http.StatusCreated)
+			ends = append(ends, time.Now())
+		}))
+		r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/payments", strings.NewReader(payment))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set(idem.HeaderKey, `"k"`)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusCreated || len(starts) != 1+reruns {
+			t.Fatalf("status %d after %d runs, want 201 after %d", w.Code, len(starts), 1+reruns)
+		}
+		for i := 1; i < len(starts); i++ {
+			pause, least := starts[i].Sub(ends[i-1]), time.Duration(i)*10*time.Millisecond
+			if pause < least || pause >= least+10*time.Millisecond {
+				t.Errorf("pause before rerun %d: %s, want at least %s and less than %s", i, pause, least, least+10*time.Millisecond)
+			}
+		}
+		var attempts []string
+		for _, line := range strings.Split(log.String(), "\n") {
+			if strings.Contains(line, "running the request again") {
+				_, n, _ := strings.Cut(line, " attempt=")
+				attempts = append(attempts, n)
+			}
+		}
+		if got := strings.Join(attempts, ","); got != "1,2,3" {
+			t.Errorf("reruns logged as attempts %q, want 1,2,3:\n%s", got, log)
+		}
+	})
+}
+
+// TestCommitConflictReruns: a conflict that the commit itself hits, in
+// Complete after the handler ran, reruns the request as one that the
+// handler's statements hit does, and the rerun's response is the one
+// stored; without reruns it is answered 503.
+func TestCommitConflictReruns(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		maxRetries int
+		status     int
+		runs       int64
+	}{
+		{"Rerun", 0, http.StatusCreated, 2},
+		{"NoReruns", idem.NoConflictRetries, http.StatusServiceUnavailable, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := setupFaulty(t, idem.Config{MaxConflictRetries: tt.maxRetries})
+			e.store.commitConflicts.Store(1)
+			r := e.post(t, "k", 0)
+			if r.status != tt.status || e.runs.Load() != tt.runs {
+				t.Fatalf("status %d after %d runs, body %s; want %d after %d", r.status, e.runs.Load(), r.body, tt.status, tt.runs)
+			}
+			e.metrics.mu.Lock()
+			reruns := e.metrics.counts[idem.ResultConflictRerun]
+			e.metrics.mu.Unlock()
+			if int64(reruns) != tt.runs-1 {
+				t.Errorf("counted %d reruns, want %d", reruns, tt.runs-1)
+			}
+			retry := e.post(t, "k", 0)
+			if tt.status == http.StatusCreated && (retry.header.Get(idem.HeaderReplayed) != "true" || string(retry.body) != `{"run":2}`) {
+				t.Errorf("retry: %d %s, replayed %q; want the replay of run 2", retry.status, retry.body, retry.header.Get(idem.HeaderReplayed))
+			}
+			if tt.status != http.StatusCreated && (retry.status != http.StatusCreated || string(retry.body) != `{"run":2}`) {
+				t.Errorf("retry: %d %s; want a run of its own, the key having been rolled back", retry.status, retry.body)
+			}
+		})
+	}
+}
+
+// TestPanicReleasesKey: a handler's panic goes on to the server, and its
+// key is released, so that the retry runs; a release that fails is
+// logged, and one that does not is not.
+func TestPanicReleasesKey(t *testing.T) {
+	t.Parallel()
+	for _, fail := range []string{"", "Release"} {
+		t.Run("Fail"+fail, func(t *testing.T) {
+			t.Parallel()
+			store := &faultyStore{inner: idemtest.NewMemoryStore(), fail: fail}
+			log := &lockedBuffer{}
+			metrics := &countingMetrics{counts: map[idem.Result]int{}}
+			mw, err := idem.New(store, &idem.Config{
+				ClientID: func(*http.Request) (string, bool) { return "alice", true },
+				Logger:   slog.New(slog.NewTextHandler(log, nil)),
+				Metrics:  metrics,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs atomic.Int64
+			h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if runs.Add(1) == 1 {
+					panic("handler bug")
+				}
+				w.WriteHeader(http.StatusCreated)
+			}))
+			serve := func() (code int, recovered any) {
+				r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(payment))
+				r.Header.Set("Content-Type", "application/json")
+				r.Header.Set(idem.HeaderKey, `"k"`)
+				w := httptest.NewRecorder()
+				defer func() { recovered = recover() }()
+				h.ServeHTTP(w, r)
+				return w.Code, nil
+			}
+			if _, p := serve(); p != "handler bug" {
+				t.Fatalf("recovered %v from the middleware, want the handler's panic", p)
+			}
+			metrics.mu.Lock()
+			released := metrics.counts[idem.ResultReleased]
+			metrics.mu.Unlock()
+			if released != 1 {
+				t.Errorf("counted %d released, want 1", released)
+			}
+			logged := strings.Contains(log.String(), "idem: release after panic failed")
+			if want := fail == "Release"; logged != want || want && !strings.Contains(log.String(), "err=boom") {
+				t.Errorf("release after panic failed logged: %t, want %t:\n%s", logged, want, log)
+			}
+			if fail != "" {
+				return
+			}
+			if code, p := serve(); code != http.StatusCreated || p != nil || runs.Load() != 2 {
+				t.Errorf("retry: %d (panic %v) after %d runs, want 201 from a second run", code, p, runs.Load())
 			}
 		})
 	}

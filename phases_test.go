@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,16 +220,18 @@ func TestPhasesNeedARecoveryLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, run, runs := runGuard(t)
 	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		run()
 		runErr = newPhased().all("pay_1").Run(r.Context(), w)
 	}))
-	r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{}`))
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/payments", strings.NewReader(`{}`))
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set(idem.HeaderKey, "k")
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
-	if !errors.Is(runErr, idemstore.ErrNoRecovery) || w.Code != http.StatusServiceUnavailable {
-		t.Errorf("Run = %v, answer %d; want ErrNoRecovery and 503", runErr, w.Code)
+	if n := runs(); !errors.Is(runErr, idemstore.ErrNoRecovery) || w.Code != http.StatusServiceUnavailable || n != 1 {
+		t.Errorf("Run = %v, answer %d after %d runs; want ErrNoRecovery and 503 after one", runErr, w.Code, n)
 	}
 	if err := newPhased().all("x").Run(context.Background(), httptest.NewRecorder()); !errors.Is(err, idemstore.ErrNoRecovery) {
 		t.Errorf("Run outside the middleware = %v; want ErrNoRecovery", err)
@@ -240,19 +243,21 @@ func TestPhaseThatGoesNowhereIsAnError(t *testing.T) {
 	e := setupPhased(t, nil)
 	var runErr error
 	mw, _ := idem.New(e.store, &e.cfg)
+	ctx, run, runs := runGuard(t)
 	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		run()
 		runErr = idem.Phases{
 			idemstore.RecoveryStarted: func(context.Context, http.ResponseWriter, idem.State) (string, error) { return "a", nil },
 			"a":                       func(context.Context, http.ResponseWriter, idem.State) (string, error) { return "a", nil },
 		}.Run(r.Context(), w)
 	}))
-	r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{}`))
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/payments", strings.NewReader(`{}`))
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set(idem.HeaderKey, "k")
 	h.ServeHTTP(httptest.NewRecorder(), r)
 	var pe *idem.PhaseError
-	if !errors.As(runErr, &pe) || pe.Point != "a" {
-		t.Errorf("Run = %v; want a PhaseError at \"a\"", runErr)
+	if n := runs(); !errors.As(runErr, &pe) || pe.Point != "a" || n != 1 {
+		t.Errorf("Run = %v after %d runs; want a PhaseError at \"a\" after one", runErr, n)
 	}
 }
 
@@ -503,4 +508,21 @@ func TestPhasesDeriveKeysPerClaimAfterTheFirstPoint(t *testing.T) {
 	if later == "" || later == handler {
 		t.Errorf("the second phase derived %q, want a key of this claim's, not the handler's %q", later, handler)
 	}
+}
+
+// runGuard returns the context of a request whose handler should run
+// once, the function its handler calls at each run, and the count of runs.
+// A second run ends the context, which ends a middleware that would run
+// the request again and again: the test then fails instead of hanging.
+func runGuard(t *testing.T) (ctx context.Context, run func(), runs func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var n atomic.Int64
+	run = func() {
+		if n.Add(1) > 1 {
+			cancel()
+		}
+	}
+	return ctx, run, func() int { return int(n.Load()) }
 }

@@ -131,6 +131,39 @@ func TestStreamResponse(t *testing.T) {
 			}
 		})
 	}
+	// The limit is inclusive: a body of exactly maxStored bytes is stored
+	// whole, and one byte more is not; a limit of 0 streams and stores no
+	// body but an empty one.
+	for _, tt := range []struct {
+		name     string
+		max      int64
+		body     string
+		retained bool
+	}{
+		{"ExactlyTheMaximumIsRetained", 10, "0123456789", true},
+		{"OneByteMoreIsNot", 10, "0123456789a", false},
+		{"MaximumZeroKeepsAnEmptyBody", 0, "", true},
+		{"MaximumZeroKeepsNoOther", 0, "0", false},
+	} {
+		t.Run(idem.ModeTwoPhase.String()+"/"+tt.name, func(t *testing.T) {
+			t.Parallel()
+			post := streamServer(t, idem.ModeTwoPhase, func(w http.ResponseWriter, r *http.Request) {
+				if !idem.StreamResponse(w, tt.max) {
+					t.Errorf("StreamResponse(w, %d) refused the middleware's writer", tt.max)
+				}
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, tt.body)
+			})
+			if first := post("k"); readAll(t, first) != tt.body || first.StatusCode != http.StatusCreated {
+				t.Fatalf("first: %d, want 201 %q", first.StatusCode, tt.body)
+			}
+			retry := post("k")
+			body := readAll(t, retry)
+			if retained := !strings.Contains(body, string(idem.ProblemResponseNotRetained)); retained != tt.retained || retained && body != tt.body || retry.StatusCode != http.StatusCreated {
+				t.Fatalf("retry: %d %q; want 201, the body retained: %t", retry.StatusCode, body, tt.retained)
+			}
+		})
+	}
 	t.Run("RefusedOutsideMiddleware", func(t *testing.T) {
 		t.Parallel()
 		if idem.StreamResponse(httptest.NewRecorder(), 1) {
@@ -139,32 +172,45 @@ func TestStreamResponse(t *testing.T) {
 	})
 }
 
+// TestBreakResponse checks that a broken response reaches the client cut
+// short, whether it declared its length (which a server cuts short by
+// itself when the handler writes less) or is chunked (which only the
+// connection's abort cuts short), and that a retry learns the request was
+// answered, without a second run.
 func TestBreakResponse(t *testing.T) {
 	t.Parallel()
-	var runs atomic.Int64
-	post := streamServer(t, idem.ModeTwoPhase, func(w http.ResponseWriter, r *http.Request) {
-		runs.Add(1)
-		if idem.BreakResponse(w) {
-			t.Error("BreakResponse accepted a response whose status was not sent")
-		}
-		idem.StreamResponse(w, 1<<20)
-		w.Header().Set("Content-Length", "100")
-		w.WriteHeader(http.StatusCreated)
-		io.WriteString(w, "half of it")
-		if !idem.BreakResponse(w) {
-			t.Error("BreakResponse refused a streamed response")
-		}
-	})
-	first := post("k")
-	if _, err := io.ReadAll(first.Body); err == nil || first.StatusCode != http.StatusCreated {
-		t.Fatalf("first: %d, body read error %v; want 201 and a body cut short", first.StatusCode, err)
-	}
-	retry := post("k")
-	body := readAll(t, retry)
-	if retry.StatusCode != http.StatusCreated || !strings.Contains(body, string(idem.ProblemResponseNotRetained)) || !strings.Contains(body, "broke off") {
-		t.Fatalf("retry: %d %q", retry.StatusCode, body)
-	}
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("handler ran %d times", n)
+	for _, tt := range []struct{ name, length string }{{"DeclaredLength", "100"}, {"Chunked", ""}} {
+		length := tt.length
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var runs atomic.Int64
+			post := streamServer(t, idem.ModeTwoPhase, func(w http.ResponseWriter, r *http.Request) {
+				runs.Add(1)
+				if idem.BreakResponse(w) {
+					t.Error("BreakResponse accepted a response whose status was not sent")
+				}
+				idem.StreamResponse(w, 1<<20)
+				if length != "" {
+					w.Header().Set("Content-Length", length)
+				}
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, "half of it")
+				if !idem.BreakResponse(w) {
+					t.Error("BreakResponse refused a streamed response")
+				}
+			})
+			first := post("k")
+			if body, err := io.ReadAll(first.Body); err == nil || first.StatusCode != http.StatusCreated {
+				t.Fatalf("first: %d %q, body read error %v; want 201 and a body cut short", first.StatusCode, body, err)
+			}
+			retry := post("k")
+			body := readAll(t, retry)
+			if retry.StatusCode != http.StatusCreated || !strings.Contains(body, string(idem.ProblemResponseNotRetained)) || !strings.Contains(body, "broke off") {
+				t.Fatalf("retry: %d %q", retry.StatusCode, body)
+			}
+			if n := runs.Load(); n != 1 {
+				t.Fatalf("handler ran %d times", n)
+			}
+		})
 	}
 }

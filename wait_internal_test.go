@@ -35,12 +35,24 @@ func TestPreferredWait(t *testing.T) {
 	}
 }
 
+// TestWaitPauseIsBounded checks each pause against its bound, which
+// doubles from 10 ms to 250 ms: between half of it and all of it, and,
+// over 100 draws of each, not always the same.
 func TestWaitPauseIsBounded(t *testing.T) {
 	t.Parallel()
-	for attempt := range 100 {
-		d := waitPause(attempt)
-		if d < waitPauseFirst/2 || d > waitPauseMax {
-			t.Fatalf("attempt %d: pause %s outside [%s, %s]", attempt, d, waitPauseFirst/2, waitPauseMax)
+	bound := waitPauseFirst
+	for attempt := range 10 {
+		pauses := map[time.Duration]bool{}
+		for range 100 {
+			d := waitPause(attempt)
+			if d < bound/2 || d > bound {
+				t.Fatalf("attempt %d: pause %s outside [%s, %s]", attempt, d, bound/2, bound)
+			}
+			pauses[d] = true
 		}
+		if len(pauses) < 2 {
+			t.Errorf("attempt %d: 100 pauses of %v, want jitter", attempt, pauses)
+		}
+		bound = min(2*bound, waitPauseMax)
 	}
 }

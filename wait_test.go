@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,11 +22,16 @@ type claimCounter struct{ claims atomic.Int64 }
 func (*claimCounter) Request(context.Context, idem.Result)          {}
 func (c *claimCounter) Claim(context.Context, time.Duration, error) { c.claims.Add(1) }
 
-// waitServer serves a handler that holds its key until release is closed,
-// answering with status, behind the middleware with MaxPreferWait limit.
-func waitServer(t *testing.T, limit time.Duration, status int) (post func(prefer string) *http.Response, release chan struct{}, runs, claims func() int64) {
+// waitServer serves a handler whose first run holds its key until release
+// is called, answering with status, behind the middleware with
+// MaxPreferWait limit. post sends the key with the body {"amount":1}, or
+// another if given. The test's end releases the key if the test did not,
+// so that a test that fails while the key is held ends, and says why,
+// instead of waiting for its server's handler forever.
+func waitServer(t *testing.T, limit time.Duration, status int) (post func(prefer string, body ...string) *http.Response, release func(), runs, claims func() int64) {
 	t.Helper()
-	release = make(chan struct{})
+	held := make(chan struct{})
+	release = sync.OnceFunc(func() { close(held) })
 	var ran atomic.Int64
 	counter := &claimCounter{}
 	mw, err := idem.New(idemtest.NewMemoryStore(), &idem.Config{
@@ -38,28 +44,56 @@ func waitServer(t *testing.T, limit time.Duration, status int) (post func(prefer
 	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := ran.Add(1)
 		if n == 1 {
-			<-release
+			<-held
 		}
 		w.WriteHeader(status)
 		fmt.Fprintf(w, "run %d", n)
 	})))
-	t.Cleanup(srv.Close)
-	post = func(prefer string) *http.Response {
-		req, _ := http.NewRequest("POST", srv.URL+"/v1/charges", strings.NewReader(`{"amount":1}`))
+	// A client waits 30 s at most, and the test's end ends every request:
+	// either ends a middleware that would claim or run a request forever.
+	client := &http.Client{Timeout: 30 * time.Second}
+	clients, endClients := context.WithCancel(context.Background())
+	t.Cleanup(srv.Close) // which waits for the handlers, so last
+	t.Cleanup(endClients)
+	t.Cleanup(release)
+	post = func(prefer string, body ...string) *http.Response {
+		b := `{"amount":1}`
+		if len(body) > 0 {
+			b = body[0]
+		}
+		req, _ := http.NewRequestWithContext(clients, "POST", srv.URL+"/v1/charges", strings.NewReader(b))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", "k")
 		if prefer != "" {
 			req.Header.Set("Prefer", prefer)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
-			t.Error(err)
+			if clients.Err() == nil { // else the test has ended
+				t.Errorf("POST, waiting 30 s at most for the answer: %v", err)
+			}
 			return nil
 		}
 		t.Cleanup(func() { resp.Body.Close() })
 		return resp
 	}
 	return post, release, ran.Load, counter.claims.Load
+}
+
+// awaitAnswer returns the answer that the channel brings, waiting 30 s at
+// most for it.
+func awaitAnswer(t *testing.T, answers <-chan *http.Response, which string) *http.Response {
+	t.Helper()
+	select {
+	case resp := <-answers:
+		if resp == nil {
+			t.Fatalf("%s: no answer", which)
+		}
+		return resp
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: no answer within 30 s", which)
+		return nil
+	}
 }
 
 // awaitClaims polls until at least n claims were made, for at most 10 s.
@@ -79,17 +113,17 @@ func TestPreferWait(t *testing.T) {
 	t.Run("DuplicateGetsTheReplay", func(t *testing.T) {
 		t.Parallel()
 		post, release, runs, claims := waitServer(t, 30*time.Second, http.StatusCreated)
-		first := make(chan *http.Response)
+		first := make(chan *http.Response, 1)
 		go func() { first <- post("") }()
 		awaitClaims(t, claims, 1)
-		dup := make(chan *http.Response)
+		dup := make(chan *http.Response, 1)
 		go func() { dup <- post("respond-async, wait=30") }()
 		awaitClaims(t, claims, 3) // the duplicate found the key in flight and claimed again
-		close(release)
-		if resp := <-first; resp.StatusCode != http.StatusCreated {
+		release()
+		if resp := awaitAnswer(t, first, "first"); resp.StatusCode != http.StatusCreated {
 			t.Fatalf("first: %d", resp.StatusCode)
 		}
-		resp := <-dup
+		resp := awaitAnswer(t, dup, "duplicate")
 		body, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != http.StatusCreated || string(body) != "run 1" || resp.Header.Get(idem.HeaderReplayed) != "true" || resp.Header.Get(idem.HeaderPreferenceApplied) != "wait=30" {
 			t.Fatalf("duplicate: %d %v %q, want the replay with Preference-Applied: wait=30", resp.StatusCode, resp.Header, body)
@@ -101,7 +135,7 @@ func TestPreferWait(t *testing.T) {
 	t.Run("CappedAtTheMaximum", func(t *testing.T) {
 		t.Parallel()
 		post, release, _, claims := waitServer(t, 2*time.Second, http.StatusCreated)
-		defer close(release)
+		defer release()
 		go post("")
 		awaitClaims(t, claims, 1)
 		resp := post("wait=100") // waits 2 s for a holder that never finishes
@@ -112,7 +146,7 @@ func TestPreferWait(t *testing.T) {
 	t.Run("IgnoredUnlessConfigured", func(t *testing.T) {
 		t.Parallel()
 		post, release, _, claims := waitServer(t, 0, http.StatusCreated)
-		defer close(release)
+		defer release()
 		go post("")
 		awaitClaims(t, claims, 1)
 		resp := post("wait=5")
@@ -120,16 +154,29 @@ func TestPreferWait(t *testing.T) {
 			t.Fatalf("%d %v after %d claims, want an immediate 409", resp.StatusCode, resp.Header, claims())
 		}
 	})
+	t.Run("AnotherRequestIsNotWaitedFor", func(t *testing.T) {
+		t.Parallel()
+		post, release, runs, claims := waitServer(t, 30*time.Second, http.StatusCreated)
+		defer release()
+		go post("")
+		awaitClaims(t, claims, 1)
+		// The key was first used with another body: waiting cannot change
+		// the answer, a 422 at once.
+		resp := post("wait=1", `{"amount":2}`)
+		if resp.StatusCode != http.StatusUnprocessableEntity || resp.Header.Get(idem.HeaderPreferenceApplied) != "" || claims() != 2 || runs() != 1 {
+			t.Fatalf("%d %v after %d claims and %d runs, want an immediate 422 after 2 claims and 1 run", resp.StatusCode, resp.Header, claims(), runs())
+		}
+	})
 	t.Run("RunsWhenTheHolderReleases", func(t *testing.T) {
 		t.Parallel()
 		post, release, runs, claims := waitServer(t, 30*time.Second, http.StatusServiceUnavailable)
 		go post("")
 		awaitClaims(t, claims, 1)
-		dup := make(chan *http.Response)
+		dup := make(chan *http.Response, 1)
 		go func() { dup <- post("wait=30") }()
 		awaitClaims(t, claims, 3)
-		close(release) // the first answers 503: the key is released
-		resp := <-dup
+		release() // the first answers 503: the key is released
+		resp := awaitAnswer(t, dup, "duplicate")
 		body, _ := io.ReadAll(resp.Body)
 		if string(body) != "run 2" || resp.Header.Get(idem.HeaderReplayed) != "" || runs() != 2 {
 			t.Fatalf("duplicate: %d %q after %d runs, want its own run", resp.StatusCode, body, runs())
