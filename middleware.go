@@ -110,9 +110,7 @@ func (m *Middleware) serveTraced(c *call) {
 	ctx, span := m.tracing.tracer.Start(ctx, m.spanStart(c, StepRequest))
 	defer func() { span.End(SpanEnd{Result: note.result}) }()
 	c.r = c.r.WithContext(ctx)
-	if tc := m.tracing.tracer.TraceContext(ctx); len(tc) <= traceContextMax {
-		c.traceContext = tc
-	}
+	c.traceContext = m.tracing.traceContext(ctx)
 	m.claimAndRun(c)
 }
 

@@ -237,12 +237,7 @@ func (c *Resumer) complete(ctx context.Context, rec *idemstore.Record, now time.
 		KeyDigest: digest, Attempt: c.tries(rec), Link: rec.TraceContext,
 	})
 	defer func() { span.End(end) }()
-	var traceContext string
-	if c.tracing.tracer != nil {
-		if traceContext = c.tracing.tracer.TraceContext(ctx); len(traceContext) > traceContextMax {
-			traceContext = ""
-		}
-	}
+	traceContext := c.tracing.traceContext(ctx)
 	claimed, err := c.store.Claim(ctx, idemstore.ClaimParams{
 		Scope: rec.Scope, Method: rec.Method, Path: rec.Path,
 		RequestHash: rec.RequestHash, RequestFields: rec.RequestFields,

@@ -134,6 +134,18 @@ type tracing struct {
 	tracer Tracer
 }
 
+// traceContext returns ctx's trace context to store with a key: ""
+// without a tracer, or when it is longer than traceContextMax.
+func (t tracing) traceContext(ctx context.Context) string {
+	if t.tracer == nil {
+		return ""
+	}
+	if tc := t.tracer.TraceContext(ctx); len(tc) <= traceContextMax {
+		return tc
+	}
+	return ""
+}
+
 // start starts a span when a tracer is configured.
 func (t tracing) start(ctx context.Context, s SpanStart) (context.Context, Span) {
 	if t.tracer == nil {
