@@ -3,6 +3,8 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,51 +17,55 @@ import (
 	"github.com/idemkit/idem/idemtest"
 )
 
-// finishStallingStore is the memory store whose leases never answer the
-// call named by stall ("Complete", "Release" or "Checkpoint"): it waits until its
-// context ends, notes how long that took, and returns the context's
-// error, as a store whose database stopped answering does.
-type finishStallingStore struct {
+// stallingStore is the memory store that never answers the call named
+// by stall ("Claim", or its leases' "Complete", "Release" or
+// "Checkpoint"): the call waits until its context ends, notes how long
+// that took, and returns the context's error, as a store whose database
+// stopped answering does.
+type stallingStore struct {
 	*idemtest.MemoryStore
 	stall  string
 	waited time.Duration
 }
 
-func (s *finishStallingStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
+func (s *stallingStore) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
+	if s.stall == "Claim" {
+		return idemstore.ClaimResult{}, s.wait(ctx)
+	}
 	res, err := s.MemoryStore.Claim(ctx, p)
 	if res.Lease != nil {
-		res.Lease = &finishStallingLease{RecoveryLease: res.Lease.(idemstore.RecoveryLease), store: s}
+		res.Lease = &stallingLease{RecoveryLease: res.Lease.(idemstore.RecoveryLease), store: s}
 	}
 	return res, err
 }
 
-func (s *finishStallingStore) wait(ctx context.Context) error {
+func (s *stallingStore) wait(ctx context.Context) error {
 	start := time.Now()
 	<-ctx.Done()
 	s.waited = time.Since(start)
 	return ctx.Err()
 }
 
-type finishStallingLease struct {
+type stallingLease struct {
 	idemstore.RecoveryLease
-	store *finishStallingStore
+	store *stallingStore
 }
 
-func (l *finishStallingLease) Complete(ctx context.Context, resp *idemstore.Response) error {
+func (l *stallingLease) Complete(ctx context.Context, resp *idemstore.Response) error {
 	if l.store.stall == "Complete" {
 		return l.store.wait(ctx)
 	}
 	return l.RecoveryLease.Complete(ctx, resp)
 }
 
-func (l *finishStallingLease) Checkpoint(ctx context.Context, r idemstore.Recovery) error {
+func (l *stallingLease) Checkpoint(ctx context.Context, r idemstore.Recovery) error {
 	if l.store.stall == "Checkpoint" {
 		return l.store.wait(ctx)
 	}
 	return l.RecoveryLease.Checkpoint(ctx, r)
 }
 
-func (l *finishStallingLease) Release(ctx context.Context) error {
+func (l *stallingLease) Release(ctx context.Context) error {
 	if l.store.stall == "Release" {
 		return l.store.wait(ctx)
 	}
@@ -94,7 +100,7 @@ func TestResumerStoreTimeoutBoundsFinish(t *testing.T) {
 				if tt.failAt != "" {
 					e.op.fail[tt.failAt] = 1
 				}
-				store := &finishStallingStore{MemoryStore: e.store, stall: tt.stall}
+				store := &stallingStore{MemoryStore: e.store, stall: tt.stall}
 				c, err := idem.NewResumer(store, &idem.Config{
 					Logger: quiet, Now: e.clock.Now, StoreTimeout: timeout,
 					Resume: idem.ResumeOpts{Operations: map[string]idem.Phases{"POST /v1/payments": e.op.resume()}},
@@ -125,7 +131,7 @@ func TestPhasesStoreTimeoutBoundsCheckpoint(t *testing.T) {
 	const timeout = 3 * time.Second
 	synctest.Test(t, func(t *testing.T) {
 		e := setupPhased(t, nil)
-		store := &finishStallingStore{MemoryStore: e.store, stall: "Checkpoint"}
+		store := &stallingStore{MemoryStore: e.store, stall: "Checkpoint"}
 		mw, err := idem.New(store, &idem.Config{
 			ClientID: func(*http.Request) (string, bool) { return "alice", true },
 			Mode:     idem.ModeTwoPhase, Logger: quiet, Now: e.clock.Now, StoreTimeout: timeout,
@@ -148,4 +154,42 @@ func TestPhasesStoreTimeoutBoundsCheckpoint(t *testing.T) {
 			t.Errorf("the stalled Checkpoint waited %s, want StoreTimeout (%s)", store.waited, timeout)
 		}
 	})
+}
+
+// TestStoreTimeoutBoundsStoreCalls: a claim, and the call that stores the
+// response, that the store never answers end at Config.StoreTimeout, and
+// the client gets a 503.
+func TestStoreTimeoutBoundsStoreCalls(t *testing.T) {
+	t.Parallel()
+	const timeout = 3 * time.Second
+	for _, stall := range []string{"Claim", "Complete"} {
+		t.Run("Stalled"+stall, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				store := &stallingStore{MemoryStore: idemtest.NewMemoryStore(), stall: stall}
+				mw, err := idem.New(store, &idem.Config{
+					StoreTimeout: timeout,
+					ClientID:     func(*http.Request) (string, bool) { return "alice", true },
+					Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+				})
+				if err != nil {
+					t.Fatalf("idem.New: %v", err)
+				}
+				h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.WriteHeader(http.StatusCreated)
+				}))
+				req := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(payment))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set(idem.HeaderKey, "k-stall")
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != http.StatusServiceUnavailable {
+					t.Errorf("status = %d, want 503", rec.Code)
+				}
+				if store.waited != timeout {
+					t.Errorf("the stalled %s waited %s, want StoreTimeout (%s)", stall, store.waited, timeout)
+				}
+			})
+		})
+	}
 }
