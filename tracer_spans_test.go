@@ -1,54 +1,14 @@
 package idem_test
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
 )
-
-// recordingTracer records every span the middleware starts and how each
-// ended, as a tracing backend would export them.
-type recordingTracer struct {
-	mu    sync.Mutex
-	spans []*recordedSpan
-}
-
-type recordedSpan struct {
-	t     *recordingTracer
-	start idem.SpanStart
-	ends  []idem.SpanEnd
-}
-
-func (r *recordingTracer) Start(ctx context.Context, s idem.SpanStart) (context.Context, idem.Span) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	sp := &recordedSpan{t: r, start: s}
-	r.spans = append(r.spans, sp)
-	return ctx, sp
-}
-
-func (r *recordingTracer) TraceContext(context.Context) string { return "" }
-
-func (s *recordedSpan) End(e idem.SpanEnd) {
-	s.t.mu.Lock()
-	defer s.t.mu.Unlock()
-	s.ends = append(s.ends, e)
-}
-
-// take returns the spans recorded since the last call.
-func (r *recordingTracer) take() []*recordedSpan {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	spans := r.spans
-	r.spans = nil
-	return spans
-}
 
 // TestEverySpanEndsOnce: each span the middleware starts for a request is
 // ended once, and the claim's span ends with the token of the lease it
@@ -58,7 +18,7 @@ func TestEverySpanEndsOnce(t *testing.T) {
 	for _, mode := range []idem.Mode{idem.ModeAtomic, idem.ModeTwoPhase} {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			tracer := &recordingTracer{}
+			tracer := &spanRecorder{}
 			mw, err := idem.New(idemtest.NewMemoryStore(), &idem.Config{
 				ClientID: func(*http.Request) (string, bool) { return "client-1", true },
 				Logger:   quiet,

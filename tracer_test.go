@@ -63,6 +63,15 @@ func (s *keptSpan) End(e idem.SpanEnd) {
 	s.ends = append(s.ends, e)
 }
 
+// take returns the spans recorded since the last call.
+func (r *spanRecorder) take() []*keptSpan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	spans := r.spans
+	r.spans = nil
+	return spans
+}
+
 // check reports every span not ended exactly once, and returns the spans'
 // steps and attempts, as "idem.run/1", and their ends.
 func (r *spanRecorder) check(t *testing.T) (steps []string, ends []idem.SpanEnd) {
