@@ -119,7 +119,7 @@ var refCanonicalForm = rjOptions{ExactNumbers: true}
 
 func refCanonicalJSON(src []byte, exclude []string) ([]byte, []fieldDigest, error) {
 	members, err := refCanonicalForm.Members(src)
-	if errors.Is(err, rjErrNotObject) {
+	if errors.Is(err, errRjNotObject) {
 		out, err := refCanonicalForm.Canonicalize(src)
 		if err != nil {
 			return nil, nil, refJsonError(err)
@@ -160,10 +160,10 @@ func refJsonError(err error) error {
 	if errors.As(err, &dup) {
 		return &BodyError{err: ErrDuplicateMember, reason: fmt.Sprintf("the JSON body names %s more than once", dup.Pointer)}
 	}
-	if errors.Is(err, rjErrTooDeep) {
+	if errors.Is(err, errRjTooDeep) {
 		return &BodyError{err: ErrMalformedBody, reason: "the JSON body is nested too deeply"}
 	}
-	if errors.Is(err, rjErrNumber) {
+	if errors.Is(err, errRjNumber) {
 		return &BodyError{err: ErrMalformedBody, reason: "the JSON body has a number out of range"}
 	}
 	var syn *rjSyntaxError
@@ -477,13 +477,13 @@ func refJCSErrorKind(err error) string {
 	switch {
 	case err == nil:
 		return ""
-	case errors.As(err, &syn) && errors.Is(err, rjErrSyntax):
+	case errors.As(err, &syn) && errors.Is(err, errRjSyntax):
 		return "syntax"
-	case errors.As(err, &dup) && errors.Is(err, rjErrDuplicateMember):
+	case errors.As(err, &dup) && errors.Is(err, errRjDuplicateMember):
 		return "duplicate"
-	case errors.Is(err, rjErrTooDeep):
+	case errors.Is(err, errRjTooDeep):
 		return "depth"
-	case errors.Is(err, rjErrNumber):
+	case errors.Is(err, errRjNumber):
 		return "number"
 	}
 	return fmt.Sprintf("%T", err)

@@ -46,23 +46,6 @@ type rjOptions struct {
 	ExactNumbers bool
 }
 
-// Canonicalize returns the RFC 8785 canonical form of the JSON text src.
-//
-// It fails with a [*SyntaxError] for malformed input, a [*DuplicateMemberError]
-// for an object with two members of the same name, [ErrNumber] for a number
-// too large for a double and [ErrTooDeep] for nesting beyond [MaxDepth].
-func rjCanonicalize(src []byte) ([]byte, error) { return rjOptions{}.Canonicalize(src) }
-
-// Members parses src, which must be a JSON object, and returns its members in
-// RFC 8785 order (sorted by the UTF-16 code units of their names), each value
-// canonicalised.
-//
-// Joining the members as "name":value pairs, with each name written as a
-// canonical string, inside braces gives [Canonicalize] of src. Members fails
-// with [ErrNotObject] when src is well-formed JSON of another kind, and
-// otherwise with the errors of [Canonicalize].
-func rjMembers(src []byte) ([]rjMember, error) { return rjOptions{}.Members(src) }
-
 // Canonicalize is [Canonicalize] with the options o.
 func (o rjOptions) Canonicalize(src []byte) ([]byte, error) {
 	p := rjNewParser(src)
@@ -86,7 +69,7 @@ func (o rjOptions) Members(src []byte) ([]rjMember, error) {
 		return nil, err
 	}
 	if !p.topIsObject {
-		return nil, rjErrNotObject
+		return nil, errRjNotObject
 	}
 	members := make([]rjMember, len(p.top))
 	for i, m := range p.top {
@@ -158,23 +141,23 @@ func (o rjOptions) Append(dst, src []byte, members []rjMemberSpan) (rjCanonical,
 var (
 	// ErrSyntax reports input that is not well-formed JSON text. It is
 	// wrapped by [*SyntaxError], which gives the offset.
-	rjErrSyntax = errors.New("jcs: syntax error")
+	errRjSyntax = errors.New("jcs: syntax error")
 
 	// ErrDuplicateMember reports an object with two members of the same name.
 	// It is wrapped by [*DuplicateMemberError], which gives the member.
-	rjErrDuplicateMember = errors.New("jcs: duplicate object member")
+	errRjDuplicateMember = errors.New("jcs: duplicate object member")
 
 	// ErrNotObject reports that [Members] was given a JSON value that is not
 	// an object.
-	rjErrNotObject = errors.New("jcs: value is not an object")
+	errRjNotObject = errors.New("jcs: value is not an object")
 
 	// ErrTooDeep reports arrays and objects nested more than [MaxDepth]
 	// levels.
-	rjErrTooDeep = errors.New("jcs: nesting too deep")
+	errRjTooDeep = errors.New("jcs: nesting too deep")
 
 	// ErrNumber reports a number that cannot be represented as a finite IEEE
 	// 754 double, such as 1e400.
-	rjErrNumber = errors.New("jcs: number out of range")
+	errRjNumber = errors.New("jcs: number out of range")
 )
 
 // SyntaxError describes malformed input: invalid JSON grammar, data after the
@@ -194,7 +177,7 @@ func (e *rjSyntaxError) Error() string {
 }
 
 // Unwrap returns [ErrSyntax].
-func (e *rjSyntaxError) Unwrap() error { return rjErrSyntax }
+func (e *rjSyntaxError) Unwrap() error { return errRjSyntax }
 
 // DuplicateMemberError reports an object member whose name, after unescaping,
 // equals the name of another member of the same object.
@@ -210,7 +193,7 @@ func (e *rjDuplicateMemberError) Error() string {
 }
 
 // Unwrap returns [ErrDuplicateMember].
-func (e *rjDuplicateMemberError) Unwrap() error { return rjErrDuplicateMember }
+func (e *rjDuplicateMemberError) Unwrap() error { return errRjDuplicateMember }
 
 // internal/jcs/object.go
 
@@ -565,7 +548,7 @@ func (p *rjParser) literal(dst []byte, word string) ([]byte, error) {
 // enter records that an array or object opens at p.pos.
 func (p *rjParser) enter() error {
 	if p.depth >= rjMaxDepth {
-		return fmt.Errorf("%w: more than %d levels at offset %d", rjErrTooDeep, rjMaxDepth, p.pos)
+		return fmt.Errorf("%w: more than %d levels at offset %d", errRjTooDeep, rjMaxDepth, p.pos)
 	}
 	p.depth++
 	return nil
@@ -912,7 +895,7 @@ func (p *rjParser) number(dst []byte) ([]byte, error) {
 		if len(text) > 40 {
 			text = text[:40]
 		}
-		return nil, fmt.Errorf("%w: %s at offset %d", rjErrNumber, text, start)
+		return nil, fmt.Errorf("%w: %s at offset %d", errRjNumber, text, start)
 	}
 	out := rjAppendNumber(dst, f)
 	if !p.exact {
@@ -923,7 +906,7 @@ func (p *rjParser) number(dst []byte) ([]byte, error) {
 	var wantDigits, gotDigits [32]byte
 	want, ok := rjParseDecimal(wantDigits[:0], text)
 	if !ok {
-		return nil, fmt.Errorf("%w: exponent of %.40s at offset %d", rjErrNumber, text, start)
+		return nil, fmt.Errorf("%w: exponent of %.40s at offset %d", errRjNumber, text, start)
 	}
 	if got, _ := rjParseDecimal(gotDigits[:0], out[len(dst):]); got.equal(want) {
 		return out, nil
