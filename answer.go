@@ -47,6 +47,8 @@ func (m *Middleware) unavailable(c *call, detail string) {
 // answerExisting answers a request whose key is already held or completed.
 func (m *Middleware) answerExisting(c *call, rec *idemstore.Record) {
 	r := c.r
+	// A key stored without a fingerprint (imported by other code) stands
+	// for its request by itself (docs/http-contract.md, "The fingerprint").
 	mismatch := len(rec.RequestHash) > 0 && !bytes.Equal(rec.RequestHash, c.fp.Sum[:])
 	replay := !mismatch && rec.Status == idemstore.StatusCompleted && rec.Response != nil
 	if m.tracing.tracer != nil {
