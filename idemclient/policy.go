@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/internal/pause"
 )
 
 // RetryPolicy reports whether an attempt that ended with resp or err is
@@ -116,16 +118,4 @@ func isDigits(s string) bool {
 }
 
 // sleep waits for d or until ctx is done, whichever comes first.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+func sleep(ctx context.Context, d time.Duration) error { return pause.For(ctx, d) }

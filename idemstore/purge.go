@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math"
 	"time"
+
+	"github.com/idemkit/idem/internal/pause"
 )
 
 // PurgeStore is a store that a idem.Purger can run on. Stores that keep keys
@@ -105,18 +107,7 @@ func PurgePause(took time.Duration, share float64) time.Duration {
 // PurgeWait waits PurgePause(took, share) after a batch, or until ctx is
 // done, and then returns ctx's error.
 func PurgeWait(ctx context.Context, took time.Duration, share float64) error {
-	d := PurgePause(took, share)
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return pause.For(ctx, PurgePause(took, share))
 }
 
 // ValidPurgeShare reports whether share is a share of time a purge can
