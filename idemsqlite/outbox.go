@@ -127,11 +127,10 @@ func (s *Store) PurgeEvents(ctx context.Context, p idemoutbox.PurgeParams) (int6
 	var total int64
 	for {
 		start := time.Now()
-		res, err := s.write.ExecContext(ctx, queryPurgeEventsBatch, p.Before.UnixMicro(), p.BatchSize)
+		n, err := s.purgeBatch(ctx, queryPurgeEventsBatch, p.Before, p.BatchSize)
 		if err != nil {
-			return total, fmt.Errorf("idemsqlite: purge events: %w", unavailable(err))
+			return total, fmt.Errorf("idemsqlite: purge events: %w", err)
 		}
-		n, _ := res.RowsAffected()
 		total += n
 		if n < int64(p.BatchSize) {
 			return total, nil

@@ -106,3 +106,61 @@ SELECT 'client-' || (i % 1000), lower(hex(randomblob(16))), 'POST', '/v1/payment
 	}
 	t.Logf("writer done %s before the purge", p.at.Sub(writerAt))
 }
+
+// TestPurgeCountsWhatItDeleted cancels purges part way, at points spread
+// over the batches, and checks each time that the count Purge returns is
+// the number of keys that left the table: a batch whose delete committed
+// is counted even when the context was cancelled while it ran.
+func TestPurgeCountsWhatItDeleted(t *testing.T) {
+	t.Parallel()
+	const (
+		keys   = 1500
+		batch  = 100
+		trials = 30
+	)
+	store := openStore(t)
+	epoch := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	fill := func() {
+		t.Helper()
+		_, err := store.DB().Exec(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?1)
+INSERT INTO idempotency_keys (client_id, idempotency_key, request_method, request_path, request_hash,
+    status, lease_token, response_status, response_headers, response_body, created_at, locked_at, completed_at)
+SELECT 'client-' || (i % 10), lower(hex(randomblob(16))), 'POST', '/v1/payments', randomblob(32),
+    'completed', 1, 201, '{}', randomblob(200), ?2 + i, ?2 + i, ?2 + i FROM n`, keys, epoch.UnixMicro())
+		if err != nil {
+			t.Fatalf("fill: %v", err)
+		}
+	}
+	count := func() int64 {
+		t.Helper()
+		var n int64
+		if err := store.DB().QueryRow(`SELECT count(*) FROM idempotency_keys`).Scan(&n); err != nil {
+			t.Fatalf("count: %v", err)
+		}
+		return n
+	}
+	for i := range trials {
+		fill()
+		before := count()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		var n int64
+		var err error
+		go func() {
+			defer close(done)
+			n, err = store.Purge(ctx, idemsqlite.PurgeParams{Before: epoch.Add(time.Hour), BatchSize: batch, Share: 1})
+		}()
+		// Cancel after a few of the batches' statements have begun: the
+		// i-th trial waits i hundred microseconds, so that across the
+		// trials the cancellation lands inside a batch and between two.
+		time.Sleep(time.Duration(i) * 100 * time.Microsecond)
+		cancel()
+		<-done
+		if deleted := before - count(); n != deleted {
+			t.Fatalf("trial %d: Purge returned %d (err %v), but %d keys left the table", i, n, err, deleted)
+		}
+		if _, err := store.DB().Exec(`DELETE FROM idempotency_keys`); err != nil {
+			t.Fatalf("empty the table: %v", err)
+		}
+	}
+}

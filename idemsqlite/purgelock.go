@@ -46,11 +46,10 @@ func (l *purgeLock) PurgeBatch(ctx context.Context, p idemstore.PurgeParams) (in
 	if l.unlocked {
 		return 0, fmt.Errorf("idemsqlite: purge: %w", idemstore.ErrPurgeLockLost)
 	}
-	res, err := l.store.write.ExecContext(ctx, queryPurgeBatch, p.Before.UnixMicro(), p.BatchSize)
+	n, err := l.store.purgeBatch(ctx, queryPurgeBatch, p.Before, p.BatchSize)
 	if err != nil {
-		return 0, fmt.Errorf("idemsqlite: purge: %w", unavailable(err))
+		return 0, fmt.Errorf("idemsqlite: purge: %w", err)
 	}
-	n, _ := res.RowsAffected()
 	return n, nil
 }
 

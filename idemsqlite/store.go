@@ -257,9 +257,10 @@ func (s *Store) PurgeShare() float64 { return PurgeShareDefault }
 // Purge deletes keys created before p.Before, in batches of p.BatchSize
 // (PurgeBatchSizeDefault when 0), each in its own short transaction, with
 // a pause after each that leaves requests the writer for all but p.Share
-// (PurgeShareDefault when 0) of the time ([idemstore.PurgePause]). It returns the number of keys
-// deleted, also when it fails part way. A p that
-// [idemstore.PurgeParams.Validate] refuses is an error and deletes nothing.
+// (PurgeShareDefault when 0) of the time ([idemstore.PurgePause]). It
+// returns the number of keys deleted, also when it fails or is cancelled
+// part way. A p that [idemstore.PurgeParams.Validate] refuses is an error
+// and deletes nothing.
 func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("idemsqlite: purge: %w", err)
@@ -273,11 +274,10 @@ func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	var total int64
 	for {
 		start := time.Now()
-		res, err := s.write.ExecContext(ctx, queryPurgeBatch, p.Before.UnixMicro(), p.BatchSize)
+		n, err := s.purgeBatch(ctx, queryPurgeBatch, p.Before, p.BatchSize)
 		if err != nil {
-			return total, fmt.Errorf("idemsqlite: purge: %w", unavailable(err))
+			return total, fmt.Errorf("idemsqlite: purge: %w", err)
 		}
-		n, _ := res.RowsAffected()
 		total += n
 		if n < int64(p.BatchSize) {
 			return total, nil
@@ -286,4 +286,22 @@ func (s *Store) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 			return total, fmt.Errorf("idemsqlite: purge: %w", err)
 		}
 	}
+}
+
+// purgeBatch runs one batch of a purge, query with the bound before and
+// the batch size, and returns the rows it deleted. A cancelled ctx starts
+// no batch; a batch once started runs to its end, bounded by the busy
+// timeout and its size, because the driver reports a cancellation that
+// came while the statement ran even when its delete committed, and the
+// purge would then not count keys it deleted.
+func (s *Store) purgeBatch(ctx context.Context, query string, before time.Time, size int) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	res, err := s.write.ExecContext(context.WithoutCancel(ctx), query, before.UnixMicro(), size)
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
 }
