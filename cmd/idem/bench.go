@@ -85,6 +85,7 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 		purgeBatch     = fs.Int("purge-batch", 0, "with --prefill-purge, the purge's batch size, in keys (default the store's: 100 on SQLite, else 5000)")
 		purgeShare     = fs.Float64("purge-share", 0, "with --prefill-purge, the most of its time the purge spends in its batches, from 0 to 1: after a batch of d it pauses d × (1 − share) / share; 1 sends them back to back (default the store's, as the purge service's: 0.1 on SQLite, else 0.2)")
 		prefillBacklog = fs.Int64("prefill-backlog", 0, "with --prefill-purge, the `number` of expired keys (default a quarter of --prefill); size it so that the purge lasts the whole run")
+		callgrindDir   = fs.String("callgrind-dir", "", "with --instructions, keep the callgrind files in `dir`, as callgrind.VARIANT.REQUESTS, for callgrind_annotate (default a temporary directory, removed)")
 		drive          = fs.Bool("drive", false, "send --requests requests of --variants one at a time, without bare, and print nothing: what --instructions runs under callgrind")
 	)
 	if env.Err() != nil {
@@ -116,7 +117,7 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 		}()
 	}
 	if *instr {
-		return runInstructions(ctx, c, fs, *db, *variants, *requests, *asJSON)
+		return runInstructions(ctx, c, fs, *db, *variants, *requests, *callgrindDir, *asJSON)
 	}
 	if *drive {
 		_, err := bench.Run(ctx, bench.Config{
@@ -173,13 +174,13 @@ func writePlot(path string, results []bench.Result) error {
 
 // runInstructions is "idem bench --instructions": this binary, run again
 // with --drive under callgrind.
-func runInstructions(ctx context.Context, c *cli, fs *flag.FlagSet, db, variants string, requests int, asJSON bool) int {
+func runInstructions(ctx context.Context, c *cli, fs *flag.FlagSet, db, variants string, requests int, dir string, asJSON bool) int {
 	exe, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(c.stderr, "idem bench: %v\n", err)
 		return exitFail
 	}
-	cfg := bench.InstrConfig{DatabaseURL: db, Requests: requests, Command: []string{exe, "bench"}, Progress: c.stderr}
+	cfg := bench.InstrConfig{DatabaseURL: db, Requests: requests, Command: []string{exe, "bench"}, Dir: dir, Progress: c.stderr}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "variants" {
 			cfg.Variants = strings.Split(variants, ",")

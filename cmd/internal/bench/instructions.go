@@ -116,6 +116,8 @@ func Instructions(ctx context.Context, cfg InstrConfig) ([]InstrResult, error) {
 		}
 		defer os.RemoveAll(dir)
 		cfg.Dir = dir
+	} else if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("bench: instructions: %w", err)
 	}
 	var out []InstrResult
 	for _, v := range cfg.Variants {
