@@ -40,8 +40,33 @@ func encodedFieldLen(pointerLen int) int {
 func appendEncodedField[T string | []byte](out []byte, pointer T, digest *[16]byte) []byte {
 	out = appendJSONString(out, pointer)
 	out = append(out, ':', '"')
-	out = base64.RawURLEncoding.AppendEncode(out, digest[:])
+	out = appendDigest(out, digest)
 	return append(out, '"', ',')
+}
+
+// base64URL is the alphabet of base64.RawURLEncoding.
+const base64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+// digestLen is the length of a field digest in encoded fields.
+const digestLen = 22
+
+// appendDigest appends d as base64.RawURLEncoding.AppendEncode does,
+// without its loop for inputs of any length: five groups of three bytes,
+// four characters each, and the last byte in two characters.
+func appendDigest(dst []byte, d *[16]byte) []byte {
+	n := len(dst)
+	dst = slices.Grow(dst, digestLen)[:n+digestLen]
+	out := (*[digestLen]byte)(dst[n:])
+	for g := range 5 {
+		v := uint(d[3*g])<<16 | uint(d[3*g+1])<<8 | uint(d[3*g+2])
+		out[4*g] = base64URL[v>>18]
+		out[4*g+1] = base64URL[v>>12&0x3f]
+		out[4*g+2] = base64URL[v>>6&0x3f]
+		out[4*g+3] = base64URL[v&0x3f]
+	}
+	out[20] = base64URL[d[15]>>2]
+	out[21] = base64URL[d[15]<<4&0x3f]
+	return dst
 }
 
 // appendEncodedKind ends encoded fields with the body's kind, one of the

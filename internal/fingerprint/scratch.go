@@ -3,7 +3,6 @@ package fingerprint
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
 	"hash"
 	"slices"
@@ -29,6 +28,9 @@ type scratch struct {
 	// other; ends holds where each ends.
 	pointers []byte
 	ends     []int
+	// spans holds where each field's value starts and ends in the body,
+	// two offsets a field, for flatJSON.
+	spans []int
 	// digests are the digests of a body's fields, in the order of ends,
 	// when hasFields is set: the body is an object or a form.
 	digests   [][16]byte
@@ -55,7 +57,7 @@ var scratchPool = sync.Pool{New: func() any {
 func (s *scratch) release() {
 	s.enc.Release()
 	clear(s.pairs[:cap(s.pairs)])
-	s.pairs, s.pointers, s.ends, s.digests = s.pairs[:0], s.pointers[:0], s.ends[:0], s.digests[:0]
+	s.pairs, s.pointers, s.ends, s.digests, s.spans = s.pairs[:0], s.pointers[:0], s.ends[:0], s.digests[:0], s.spans[:0]
 	s.order = s.order[:0]
 	if cap(s.text) > maxScratchBytes || cap(s.value) > maxScratchBytes || cap(s.head) > maxScratchBytes ||
 		cap(s.query) > maxScratchBytes || cap(s.pointers) > maxScratchBytes || cap(s.unescaped) > maxScratchBytes {
@@ -72,13 +74,25 @@ func (s *scratch) release() {
 // the parts of [WritePart], with the last one written in place. The sum is
 // in s's buffer, until the next call.
 func (s *scratch) sum(head, tail []byte) []byte {
-	s.head = binary.AppendUvarint(head, uint64(len(tail)))
+	head = appendLen(head, len(tail))
 	s.h.Reset()
-	s.h.Write(s.head)
-	s.h.Write(tail)
+	if len(tail) <= maxJoinedTail {
+		// One Write of head and tail costs fewer instructions than two.
+		head = append(head, tail...)
+		s.h.Write(head)
+	} else {
+		s.h.Write(head)
+		s.h.Write(tail)
+	}
+	s.head = head
 	s.sums = s.h.Sum(s.sums[:0])
 	return s.sums
 }
+
+// maxJoinedTail is the longest tail that sum copies after its head to
+// write both at once: beyond it the copy costs more than the second
+// Write saves.
+const maxJoinedTail = 256
 
 // WritePart writes b to h with its length before it, so that no two lists
 // of parts write the same bytes.
@@ -90,8 +104,16 @@ func WritePart(h hash.Hash, b []byte) {
 
 // appendPart appends part as [WritePart] writes it.
 func appendPart[T string | []byte](dst []byte, part T) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(part)))
-	return append(dst, part...)
+	return append(appendLen(dst, len(part)), part...)
+}
+
+// appendLen appends n as a uvarint, as appendPart writes a part's length:
+// one byte for a part shorter than 128 bytes, as most are.
+func appendLen(dst []byte, n int) []byte {
+	if n < 0x80 {
+		return append(dst, byte(n))
+	}
+	return binary.AppendUvarint(dst, uint64(n))
 }
 
 // fieldHead is the first part of a field digest's input, as appendPart
@@ -196,7 +218,7 @@ func (s *scratch) encodeFields(kind string) []byte {
 			out = append(out, '"')
 			out = append(out, s.pointers[start:end]...)
 			out = append(out, '"', ':', '"')
-			out = base64.RawURLEncoding.AppendEncode(out, s.digests[i][:])
+			out = appendDigest(out, &s.digests[i])
 			out = append(out, '"', ',')
 			start = end
 		}
