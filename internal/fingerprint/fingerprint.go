@@ -145,7 +145,7 @@ func (s *scratch) fingerprint(p *Params) (Fingerprint, error) {
 	head = appendPart(head, p.Path)
 	head = appendPart(head, query)
 	head = appendPart(head, kind)
-	return Fingerprint{Sum: [32]byte(s.sum(head, body)), Kind: kind}, nil
+	return Fingerprint{Sum: *s.sum(head, body), Kind: kind}, nil
 }
 
 // fingerprintHead is the first part of a fingerprint's input, as

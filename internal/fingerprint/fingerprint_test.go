@@ -913,3 +913,24 @@ func fpReverseNames(s string) string {
 	slices.SortStableFunc(pairs, func(a, b string) int { return strings.Compare(name(b), name(a)) })
 	return strings.Join(pairs, "&")
 }
+
+// TestAppendDigest holds appendDigest to base64.RawURLEncoding, which
+// encoded fields were written with before it.
+func TestAppendDigest(t *testing.T) {
+	for i := range 2000 {
+		// Bytes of every value, and the two words' extremes.
+		sum := sha256.Sum256(binary.AppendUvarint(nil, uint64(i)))
+		d := [16]byte(sum[:16])
+		switch i {
+		case 0:
+			d = [16]byte{}
+		case 1:
+			d = [16]byte(bytes.Repeat([]byte{0xff}, 16))
+		}
+		got := appendDigest([]byte("x"), &d)
+		want := base64.RawURLEncoding.AppendEncode([]byte("x"), d[:])
+		if !bytes.Equal(got, want) {
+			t.Fatalf("appendDigest(%x) = %q, want %q", d, got, want)
+		}
+	}
+}

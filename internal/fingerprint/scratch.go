@@ -15,22 +15,19 @@ import (
 // the last.
 type scratch struct {
 	h     hash.Hash
-	head  []byte      // the length-prefixed parts before a body or a value
-	sums  []byte      // a hash's sum
-	query []byte      // the canonical query
-	text  []byte      // the canonical body
-	value []byte      // a body with excluded fields left out; a form field's values
-	enc   jcs.Encoder // canonicalForm's, with its buffers
-	pairs []formPair  // the pairs of a form body or query
+	head  []byte            // the length-prefixed parts before a body or a value
+	sums  [sha256.Size]byte // a hash's sum, where Sum appends it
+	query []byte            // the canonical query
+	text  []byte            // the canonical body
+	value []byte            // a body with excluded fields left out; a form field's values
+	enc   jcs.Encoder       // canonicalForm's, with its buffers
+	pairs []formPair        // the pairs of a form body or query
 	// unescaped holds the names and values of the pairs.
 	unescaped []byte
 	// pointers holds the JSON pointers of a body's fields, one after the
 	// other; ends holds where each ends.
 	pointers []byte
 	ends     []int
-	// spans holds where each field's value starts and ends in the body,
-	// two offsets a field, for flatJSON.
-	spans []int
 	// digests are the digests of a body's fields, in the order of ends,
 	// when hasFields is set: the body is an object or a form.
 	digests   [][16]byte
@@ -50,14 +47,14 @@ type formPair struct{ name, value []byte }
 const maxScratchBytes = 256 << 10
 
 var scratchPool = sync.Pool{New: func() any {
-	return &scratch{h: sha256.New(), sums: make([]byte, 0, sha256.Size), enc: jcs.Encoder{Options: canonicalForm}}
+	return &scratch{h: sha256.New(), enc: jcs.Encoder{Options: canonicalForm}}
 }}
 
 // release returns s to the pool, without references into a request.
 func (s *scratch) release() {
 	s.enc.Release()
 	clear(s.pairs[:cap(s.pairs)])
-	s.pairs, s.pointers, s.ends, s.digests, s.spans = s.pairs[:0], s.pointers[:0], s.ends[:0], s.digests[:0], s.spans[:0]
+	s.pairs, s.pointers, s.ends, s.digests = s.pairs[:0], s.pointers[:0], s.ends[:0], s.digests[:0]
 	s.order = s.order[:0]
 	if cap(s.text) > maxScratchBytes || cap(s.value) > maxScratchBytes || cap(s.head) > maxScratchBytes ||
 		cap(s.query) > maxScratchBytes || cap(s.pointers) > maxScratchBytes || cap(s.unescaped) > maxScratchBytes {
@@ -71,9 +68,8 @@ func (s *scratch) release() {
 }
 
 // sum returns the SHA-256 of head followed by the length-prefixed tail:
-// the parts of [WritePart], with the last one written in place. The sum is
-// in s's buffer, until the next call.
-func (s *scratch) sum(head, tail []byte) []byte {
+// the parts of [WritePart], with the last one written in place.
+func (s *scratch) sum(head, tail []byte) *[sha256.Size]byte {
 	head = appendLen(head, len(tail))
 	s.h.Reset()
 	if len(tail) <= maxJoinedTail {
@@ -85,8 +81,9 @@ func (s *scratch) sum(head, tail []byte) []byte {
 		s.h.Write(tail)
 	}
 	s.head = head
-	s.sums = s.h.Sum(s.sums[:0])
-	return s.sums
+	// Sum appends to the array in s, which has room: nothing to store.
+	s.h.Sum(s.sums[:0])
+	return &s.sums
 }
 
 // maxJoinedTail is the longest tail that sum copies after its head to
@@ -125,7 +122,7 @@ const fieldHead = "\x0d" + "idem-field-v1"
 func (s *scratch) digestField(ptr, value []byte) {
 	head := append(s.head[:0], fieldHead...)
 	head = appendPart(head, ptr)
-	s.digests = append(s.digests, [16]byte(s.sum(head, value)))
+	s.digests = append(s.digests, [16]byte(s.sum(head, value)[:16]))
 }
 
 // addPointer appends the JSON pointer of the top-level field name to s's
