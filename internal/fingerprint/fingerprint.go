@@ -130,11 +130,14 @@ func Encoded(p Params) (Fingerprint, []byte, error) {
 // fingerprint computes the fingerprint of a request but for its field
 // digests, which it leaves in s.
 func (s *scratch) fingerprint(p *Params) (Fingerprint, error) {
-	query, err := canonicalPairs(s, s.query[:0], p.RawQuery, nil, false)
-	if err != nil {
-		return Fingerprint{}, &BodyError{err: ErrMalformedQuery, reason: "the query string does not parse"}
+	query := s.query[:0]
+	if p.RawQuery != "" {
+		var err error
+		if query, err = canonicalPairs(s, query, p.RawQuery, nil, false); err != nil {
+			return Fingerprint{}, &BodyError{err: ErrMalformedQuery, reason: "the query string does not parse"}
+		}
+		s.query = query
 	}
-	s.query = query
 	s.digests, s.hasFields, s.unordered, s.quoted = s.digests[:0], false, false, false
 	kind, body, err := s.canonicalBody(p)
 	if err != nil {
@@ -145,7 +148,7 @@ func (s *scratch) fingerprint(p *Params) (Fingerprint, error) {
 	head = appendPart(head, p.Path)
 	head = appendPart(head, query)
 	head = appendPart(head, kind)
-	return Fingerprint{Sum: *s.sum(head, body), Kind: kind}, nil
+	return Fingerprint{Sum: *s.sum(&s.head, head, body), Kind: kind}, nil
 }
 
 // fingerprintHead is the first part of a fingerprint's input, as
@@ -189,6 +192,11 @@ func mediaType(contentType string) (media, charset string, err error) {
 func (s *scratch) canonicalBody(p *Params) (kind string, body []byte, err error) {
 	if len(p.Body) == 0 {
 		return kindEmpty, nil, nil
+	}
+	if p.ContentType == "application/json" {
+		// What most requests send, which the switch below reads as JSON.
+		body, err = s.canonicalJSON(p.Body, p.Exclude)
+		return kindJSON, body, err
 	}
 	media, charset := "", ""
 	if p.ContentType != "" {

@@ -15,7 +15,8 @@ import (
 // the last.
 type scratch struct {
 	h     hash.Hash
-	head  []byte            // the length-prefixed parts before a body or a value
+	head  []byte            // the length-prefixed parts before a body
+	field []byte            // fieldHead, then the parts of a field's digest
 	sums  [sha256.Size]byte // a hash's sum, where Sum appends it
 	query []byte            // the canonical query
 	text  []byte            // the canonical body
@@ -47,7 +48,7 @@ type formPair struct{ name, value []byte }
 const maxScratchBytes = 256 << 10
 
 var scratchPool = sync.Pool{New: func() any {
-	return &scratch{h: sha256.New(), enc: jcs.Encoder{Options: canonicalForm}}
+	return &scratch{h: sha256.New(), field: []byte(fieldHead), enc: jcs.Encoder{Options: canonicalForm}}
 }}
 
 // release returns s to the pool, without references into a request.
@@ -57,30 +58,36 @@ func (s *scratch) release() {
 	s.pairs, s.pointers, s.ends, s.digests = s.pairs[:0], s.pointers[:0], s.ends[:0], s.digests[:0]
 	s.order = s.order[:0]
 	if cap(s.text) > maxScratchBytes || cap(s.value) > maxScratchBytes || cap(s.head) > maxScratchBytes ||
-		cap(s.query) > maxScratchBytes || cap(s.pointers) > maxScratchBytes || cap(s.unescaped) > maxScratchBytes {
+		cap(s.query) > maxScratchBytes || cap(s.pointers) > maxScratchBytes || cap(s.unescaped) > maxScratchBytes ||
+		cap(s.field) > maxScratchBytes {
 		for _, b := range []*[]byte{&s.head, &s.query, &s.text, &s.value, &s.pointers, &s.unescaped} {
 			if cap(*b) > maxScratchBytes {
 				*b = nil
 			}
+		}
+		if cap(s.field) > maxScratchBytes {
+			s.field = []byte(fieldHead)
 		}
 	}
 	scratchPool.Put(s)
 }
 
 // sum returns the SHA-256 of head followed by the length-prefixed tail:
-// the parts of [WritePart], with the last one written in place.
-func (s *scratch) sum(head, tail []byte) *[sha256.Size]byte {
+// the parts of [WritePart], with the last one written in place. It leaves
+// head, which it may append to, in *buf.
+func (s *scratch) sum(buf *[]byte, head, tail []byte) *[sha256.Size]byte {
 	head = appendLen(head, len(tail))
-	s.h.Reset()
 	if len(tail) <= maxJoinedTail {
 		// One Write of head and tail costs fewer instructions than two.
 		head = append(head, tail...)
-		s.h.Write(head)
-	} else {
-		s.h.Write(head)
+		tail = nil
+	}
+	*buf = head
+	s.h.Reset()
+	s.h.Write(head)
+	if len(tail) > 0 {
 		s.h.Write(tail)
 	}
-	s.head = head
 	// Sum appends to the array in s, which has room: nothing to store.
 	s.h.Sum(s.sums[:0])
 	return &s.sums
@@ -120,9 +127,8 @@ const fieldHead = "\x0d" + "idem-field-v1"
 // digestField adds to s.digests the digest of the top-level field ptr,
 // whose canonical value is value; ptr is the pointer addPointer added last.
 func (s *scratch) digestField(ptr, value []byte) {
-	head := append(s.head[:0], fieldHead...)
-	head = appendPart(head, ptr)
-	s.digests = append(s.digests, [16]byte(s.sum(head, value)[:16]))
+	head := appendPart(s.field[:len(fieldHead)], ptr)
+	s.digests = append(s.digests, [16]byte(s.sum(&s.field, head, value)[:16]))
 }
 
 // addPointer appends the JSON pointer of the top-level field name to s's
