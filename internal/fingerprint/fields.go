@@ -69,7 +69,12 @@ var base64Pairs = func() (t [1 << 12][2]byte) {
 func appendDigest(dst []byte, d *[16]byte) []byte {
 	n := len(dst)
 	dst = slices.Grow(dst, digestLen)[:n+digestLen]
-	out := (*[digestLen]byte)(dst[n:])
+	putDigest((*[digestLen]byte)(dst[n:]), d)
+	return dst
+}
+
+// putDigest writes d into out as appendDigest appends it.
+func putDigest(out *[digestLen]byte, d *[16]byte) {
 	hi, lo := binary.BigEndian.Uint64(d[:8]), binary.BigEndian.Uint64(d[8:])
 	*(*[2]byte)(out[0:]) = base64Pairs[hi>>52]
 	*(*[2]byte)(out[2:]) = base64Pairs[hi>>40&0xfff]
@@ -82,7 +87,6 @@ func appendDigest(dst []byte, d *[16]byte) []byte {
 	*(*[2]byte)(out[16:]) = base64Pairs[lo>>20&0xfff]
 	*(*[2]byte)(out[18:]) = base64Pairs[lo>>8&0xfff]
 	*(*[2]byte)(out[20:]) = base64Pairs[lo<<4&0xfff]
-	return dst
 }
 
 // appendEncodedKind ends encoded fields with the body's kind, one of the

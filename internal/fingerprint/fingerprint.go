@@ -117,12 +117,19 @@ const (
 // [Fingerprint.WithFields]).
 func Encoded(p Params) (Fingerprint, []byte, error) {
 	s := scratchPool.Get().(*scratch)
+	f, fields, ok, scanned := s.encodedFlat(&p)
+	if ok {
+		s.releaseFlat()
+		return f, fields, nil
+	}
+	s.notFlat = scanned // the body is not flat: canonicalJSON need not look again
 	f, err := s.fingerprint(&p)
+	s.notFlat = false
 	if err != nil {
 		s.release()
 		return Fingerprint{}, nil, err
 	}
-	fields := s.encodeFields(f.Kind)
+	fields = s.encodeFields(f.Kind)
 	s.release()
 	return f, fields, nil
 }
@@ -253,7 +260,7 @@ var canonicalForm = jcs.Options{ExactNumbers: true}
 // it, or, when a field is excluded, the members that are not copied after
 // one another.
 func (s *scratch) canonicalJSON(src []byte, exclude []string) ([]byte, error) {
-	if len(exclude) == 0 && s.flatJSON(src) {
+	if len(exclude) == 0 && !s.notFlat && s.flatJSON(src) {
 		return src, nil
 	}
 	c, err := s.enc.Append(s.text[:0], src)

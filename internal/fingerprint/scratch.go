@@ -38,6 +38,9 @@ type scratch struct {
 	// escapes, or that is not ASCII. Both are false for most bodies.
 	unordered, quoted bool
 	order             []int // the fields' indexes, sorted by pointer
+	// notFlat notes that the body is known not to be flat (see
+	// flatJSON), as encodedFlat found it.
+	notFlat bool
 }
 
 // formPair is one name=value pair of a form body or query, unescaped.
@@ -72,9 +75,20 @@ func (s *scratch) release() {
 	scratchPool.Put(s)
 }
 
+// releaseFlat is release after encodedFlat, which uses only the head
+// and field buffers, and keeps no reference into the request.
+func (s *scratch) releaseFlat() {
+	if cap(s.head) > maxScratchBytes || cap(s.field) > maxScratchBytes {
+		s.release()
+		return
+	}
+	scratchPool.Put(s)
+}
+
 // sum returns the SHA-256 of head followed by the length-prefixed tail:
 // the parts of [WritePart], with the last one written in place. It leaves
-// head, which it may append to, in *buf.
+// head's array, which it may grow, in *buf: head is *buf's bytes, from its
+// first, and more.
 func (s *scratch) sum(buf *[]byte, head, tail []byte) *[sha256.Size]byte {
 	head = appendLen(head, len(tail))
 	if len(tail) <= maxJoinedTail {
@@ -82,7 +96,10 @@ func (s *scratch) sum(buf *[]byte, head, tail []byte) *[sha256.Size]byte {
 		head = append(head, tail...)
 		tail = nil
 	}
-	*buf = head
+	if cap(head) > cap(*buf) {
+		// append moved it; storing it only then saves most stores.
+		*buf = head
+	}
 	s.h.Reset()
 	s.h.Write(head)
 	if len(tail) > 0 {
