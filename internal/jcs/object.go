@@ -144,9 +144,9 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 
 	ms := p.members[mark:]
 	if !sorted {
-		p.sortMembers(ms)
+		// Any two neighbours may be the same now: sortMembers says.
+		dup = p.sortMembers(ms)
 		dst = p.rewrite(dst, base, ms)
-		dup = true // any two neighbours may be the same now
 	}
 	if dup {
 		for k := 1; k < len(ms); k++ {
@@ -166,17 +166,29 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 }
 
 // sortMembers sorts ms into canonical order: by insertion when they are
-// few, as in most objects.
-func (p *parser) sortMembers(ms []member) {
+// few, as in most objects. It reports whether two neighbours may have the
+// same name after: false only when it knows they do not.
+//
+// An insertion sort finds every such pair on its way: a member that has
+// the name of one already sorted stops right after the last member whose
+// name does not sort after its own, which has its name, and that is the
+// comparison that stops it.
+func (p *parser) sortMembers(ms []member) (dup bool) {
 	if len(ms) > 12 {
 		slices.SortFunc(ms, func(a, b member) int { return p.compareNames(a.name, b.name) })
-		return
+		return true
 	}
 	for i := 1; i < len(ms); i++ {
-		for j := i; j > 0 && p.compareNames(ms[j-1].name, ms[j].name) > 0; j-- {
+		for j := i; j > 0; j-- {
+			c := p.compareNames(ms[j-1].name, ms[j].name)
+			if c <= 0 {
+				dup = dup || c == 0
+				break
+			}
 			ms[j-1], ms[j] = ms[j], ms[j-1]
 		}
 	}
+	return dup
 }
 
 // compareNames orders member names by their UTF-16 code units.
