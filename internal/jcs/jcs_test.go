@@ -495,3 +495,40 @@ func TestPlainValueEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestDuplicatesInAnyOrder checks that an object that names a member
+// twice is rejected whatever the order of its members, for every list of
+// up to six names drawn from four: the insertion sort finds the pair.
+func TestDuplicatesInAnyOrder(t *testing.T) {
+	t.Parallel()
+	names := []string{"a", "b", "ab", "\u00e9"}
+	var walk func(list []string)
+	walk = func(list []string) {
+		if len(list) > 0 {
+			var b strings.Builder
+			b.WriteByte('{')
+			seen, dup := map[string]bool{}, false
+			for i, n := range list {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				fmt.Fprintf(&b, "%q:%d", n, i)
+				dup = dup || seen[n]
+				seen[n] = true
+			}
+			b.WriteByte('}')
+			_, err := Canonicalize([]byte(b.String()))
+			var de *DuplicateMemberError
+			if gotDup := errors.As(err, &de); gotDup != dup || !dup && err != nil {
+				t.Fatalf("Canonicalize(%s) error = %v, want a duplicate: %v", b.String(), err, dup)
+			}
+		}
+		if len(list) == 6 {
+			return
+		}
+		for _, n := range names {
+			walk(append(list, n))
+		}
+	}
+	walk(nil)
+}
