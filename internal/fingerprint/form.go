@@ -123,18 +123,24 @@ func (s *scratch) parsePairs(raw string, exclude []string) error {
 // unescapes it: "+" is a space and "%" starts two hexadecimal digits. It
 // reports false for a "%" without them.
 func appendQueryUnescape[T string | []byte](dst []byte, text T) ([]byte, bool) {
-	for i := 0; i < len(text); i++ {
-		switch c := text[i]; c {
-		case '+':
+	for i := 0; i < len(text); {
+		// Copy the bytes that stand for themselves a run at a time.
+		j := i
+		for j < len(text) && text[j] != '+' && text[j] != '%' {
+			j++
+		}
+		dst = append(dst, text[i:j]...)
+		switch {
+		case j == len(text):
+			return dst, true
+		case text[j] == '+':
 			dst = append(dst, ' ')
-		case '%':
-			if i+2 >= len(text) || !isHex(text[i+1]) || !isHex(text[i+2]) {
-				return dst, false
-			}
-			dst = append(dst, unhex(text[i+1])<<4|unhex(text[i+2]))
-			i += 2
+			i = j + 1
+		case j+2 >= len(text) || !isHex(text[j+1]) || !isHex(text[j+2]):
+			return dst, false
 		default:
-			dst = append(dst, c)
+			dst = append(dst, unhex(text[j+1])<<4|unhex(text[j+2]))
+			i = j + 3
 		}
 	}
 	return dst, true
@@ -145,18 +151,34 @@ func appendQueryUnescape[T string | []byte](dst []byte, text T) ([]byte, bool) {
 // as "%" and two upper-case hexadecimal digits.
 func appendQueryEscape(dst, b []byte) []byte {
 	const hexDigits = "0123456789ABCDEF"
-	for _, c := range b {
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.', c == '~':
-			dst = append(dst, c)
-		case c == ' ':
+	for i := 0; i < len(b); {
+		// Copy the bytes written as they are a run at a time.
+		j := i
+		for j < len(b) && queryAsIs[b[j]] {
+			j++
+		}
+		dst = append(dst, b[i:j]...)
+		if j == len(b) {
+			break
+		}
+		if c := b[j]; c == ' ' {
 			dst = append(dst, '+')
-		default:
+		} else {
 			dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&0xF])
 		}
+		i = j + 1
 	}
 	return dst
 }
+
+// queryAsIs marks the bytes that appendQueryEscape writes as they are:
+// letters, digits and "-_.~".
+var queryAsIs = func() (t [256]bool) {
+	for c := range t {
+		t[c] = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '~'
+	}
+	return t
+}()
 
 // indexByte returns the index of the first c in s, or -1.
 func indexByte[T string | []byte](s T, c byte) int {
