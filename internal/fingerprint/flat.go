@@ -130,16 +130,22 @@ func (s *scratch) encodedFlat(p *Params) (f Fingerprint, fields []byte, ok, scan
 	for i := 0; i < m; i += 2 {
 		j, k := int(spans[i]), int(spans[i+1])
 		name := src[start:j]
+		// The digest's input, as digestField writes it, in one piece.
 		in := append(appendLen(s.field[:len(fieldHead)], 1+len(name)), '/')
 		in = append(in, name...)
-		sum := s.sum(&s.field, in, src[j+2:k])
+		in = append(appendLen(in, k-j-2), src[j+2:k]...)
+		if cap(in) > cap(s.field) {
+			s.field = in
+		}
+		sum := s.hash(in)
 		out[w], out[w+1] = '"', '/'
 		w += 2 + copy(out[w+2:], name)
-		out[w], out[w+1], out[w+2] = '"', ':', '"'
-		putDigest((*[digestLen]byte)(out[w+3:]), (*[16]byte)(sum[:16]))
-		w += 3 + digestLen
-		out[w], out[w+1] = '"', ','
-		w += 2
+		// The rest of the field has a fixed length.
+		rest := (*[len(`":"",`) + digestLen]byte)(out[w:])
+		rest[0], rest[1], rest[2] = '"', ':', '"'
+		putDigest((*[digestLen]byte)(rest[3:]), (*[16]byte)(sum[:16]))
+		rest[len(rest)-2], rest[len(rest)-1] = '"', ','
+		w += len(rest)
 		start = k + 2
 	}
 	copy(out[w:], kind)

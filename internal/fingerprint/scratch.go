@@ -100,11 +100,20 @@ func (s *scratch) sum(buf *[]byte, head, tail []byte) *[sha256.Size]byte {
 		// append moved it; storing it only then saves most stores.
 		*buf = head
 	}
+	if len(tail) == 0 {
+		return s.hash(head)
+	}
 	s.h.Reset()
 	s.h.Write(head)
-	if len(tail) > 0 {
-		s.h.Write(tail)
-	}
+	s.h.Write(tail)
+	s.h.Sum(s.sums[:0])
+	return &s.sums
+}
+
+// hash returns the SHA-256 of b.
+func (s *scratch) hash(b []byte) *[sha256.Size]byte {
+	s.h.Reset()
+	s.h.Write(b)
 	// Sum appends to the array in s, which has room: nothing to store.
 	s.h.Sum(s.sums[:0])
 	return &s.sums
