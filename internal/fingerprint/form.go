@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"slices"
+	"strings"
 )
 
 // maxSplitPairs is the number of pairs up to which canonicalPairs splits a
@@ -53,7 +54,11 @@ func canonicalPairs[T string | []byte](s *scratch, dst []byte, raw T, exclude []
 			}
 			dst = append(appendQueryEscape(dst, name), '=')
 			valueStart := len(dst)
-			dst = appendQueryEscape(dst, pairs[i].value)
+			if pairs[i].escaped {
+				dst = append(dst, pairs[i].value...)
+			} else {
+				dst = appendQueryEscape(dst, pairs[i].value)
+			}
 			values = append(append(values, dst[valueStart:]...), '&')
 		}
 		s.value = values
@@ -90,10 +95,14 @@ func splitPairs[T string | []byte](s *scratch, raw T, exclude []string) error {
 			return errors.New("invalid URL escape")
 		}
 		middle := len(s.unescaped)
-		if s.unescaped, ok = appendQueryUnescape(s.unescaped, value); !ok {
+		escaped := queryEscaped(value)
+		if escaped {
+			// Most values: no need to unescape what is escaped again.
+			s.unescaped = append(s.unescaped, value...)
+		} else if s.unescaped, ok = appendQueryUnescape(s.unescaped, value); !ok {
 			return errors.New("invalid URL escape")
 		}
-		if p := (formPair{s.unescaped[start:middle], s.unescaped[middle:]}); !excludedName(exclude, p.name) {
+		if p := (formPair{s.unescaped[start:middle], s.unescaped[middle:], escaped}); !excludedName(exclude, p.name) {
 			s.pairs = append(s.pairs, p)
 		}
 	}
@@ -113,7 +122,7 @@ func (s *scratch) parsePairs(raw string, exclude []string) error {
 			continue
 		}
 		for _, v := range vs {
-			s.pairs = append(s.pairs, formPair{[]byte(name), []byte(v)})
+			s.pairs = append(s.pairs, formPair{[]byte(name), []byte(v), false})
 		}
 	}
 	return nil
@@ -171,6 +180,41 @@ func appendQueryEscape(dst, b []byte) []byte {
 	return dst
 }
 
+// queryEscaped reports whether text is what appendQueryEscape writes for
+// what appendQueryUnescape reads in it: bytes of queryAsIs, "+", and "%"
+// with two upper-case hexadecimal digits of a byte that is neither of
+// queryAsIs nor a space.
+func queryEscaped[T string | []byte](text T) bool {
+	for i := 0; i < len(text); i++ {
+		if c := text[i]; queryAsIs[c] || c == '+' {
+			continue
+		}
+		if text[i] != '%' || i+2 >= len(text) {
+			return false
+		}
+		hi, lo := upperHex(text[i+1]), upperHex(text[i+2])
+		if hi < 0 || lo < 0 {
+			return false
+		}
+		if c := byte(hi<<4 | lo); queryAsIs[c] || c == ' ' {
+			return false
+		}
+		i += 2
+	}
+	return true
+}
+
+// upperHex returns the value of the upper-case hexadecimal digit c, or -1.
+func upperHex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'A' <= c && c <= 'F':
+		return int(c - 'A' + 10)
+	}
+	return -1
+}
+
 // queryAsIs marks the bytes that appendQueryEscape writes as they are:
 // letters, digits and "-_.~".
 var queryAsIs = func() (t [256]bool) {
@@ -180,25 +224,27 @@ var queryAsIs = func() (t [256]bool) {
 	return t
 }()
 
-// indexByte returns the index of the first c in s, or -1.
+// indexByte returns the index of the first c in s, or -1, with the
+// standard library's vector search.
 func indexByte[T string | []byte](s T, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
-		}
+	switch s := any(s).(type) {
+	case string:
+		return strings.IndexByte(s, c)
+	case []byte:
+		return bytes.IndexByte(s, c)
 	}
-	return -1
+	panic("unreachable")
 }
 
-// countByte returns the number of c in s.
+// countByte returns the number of c in s, as indexByte searches.
 func countByte[T string | []byte](s T, c byte) int {
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			n++
-		}
+	switch s := any(s).(type) {
+	case string:
+		return strings.Count(s, string(c))
+	case []byte:
+		return bytes.Count(s, []byte{c})
 	}
-	return n
+	panic("unreachable")
 }
 
 func isHex(c byte) bool {

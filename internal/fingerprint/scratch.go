@@ -43,8 +43,13 @@ type scratch struct {
 	notFlat bool
 }
 
-// formPair is one name=value pair of a form body or query, unescaped.
-type formPair struct{ name, value []byte }
+// formPair is one name=value pair of a form body or query, unescaped; or,
+// when escaped is set, with its value as it came, which is what
+// appendQueryEscape writes for it (see queryEscaped).
+type formPair struct {
+	name, value []byte
+	escaped     bool
+}
 
 // maxScratchBytes bounds each buffer a scratch keeps for reuse, so that one
 // large body does not pin memory.
