@@ -934,3 +934,28 @@ func TestAppendDigest(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryEscaped checks that queryEscaped takes a text exactly when
+// appendQueryEscape writes it back from what appendQueryUnescape reads in
+// it, so that a form value kept as it came is the one written.
+func TestQueryEscaped(t *testing.T) {
+	t.Parallel()
+	const hex = "0123456789ABCDEFabcdef"
+	for c := range 256 {
+		b := string([]byte{byte(c)})
+		texts := []string{b, "a" + b + "z", "%" + b, "%4" + b, "%" + b + "0", "+" + b + "%41"}
+		for _, h := range hex {
+			texts = append(texts, "%"+string(h)+b, "x%"+b+string(h))
+		}
+		for _, text := range texts {
+			un, ok := appendQueryUnescape(nil, text)
+			back := ok && string(appendQueryEscape(nil, un)) == text
+			if got := queryEscaped(text); got != back {
+				t.Errorf("queryEscaped(%q) = %v, escaped again it is itself: %v", text, got, back)
+			}
+			if got := queryEscaped([]byte(text)); got != back {
+				t.Errorf("queryEscaped([]byte(%q)) = %v, escaped again it is itself: %v", text, got, back)
+			}
+		}
+	}
+}
