@@ -52,7 +52,6 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 	mark := len(p.members)
 	sorted := true // the members read so far are in canonical order
 	dup := false   // two neighbours have the same name
-	var last []byte
 	if i < len(src) && src[i] == '}' {
 		i++
 	} else {
@@ -62,13 +61,14 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 				return nil, p.syntaxError("expected string for object member name")
 			}
 			m := member{start: len(dst)}
-			var name []byte
 			// A name of printable ASCII without escapes, as most are, is
 			// its own canonical form.
 			j := plainEnd(src, i+1)
 			if j < len(src) && src[j] == '"' {
-				name = src[i+1 : j]
 				m.name = nameRef{start: i + 1, end: j}
+				if j > i+1 {
+					m.name.first = src[i+1]
+				}
 				dst = append(dst, src[i:j+1]...)
 				i = j + 1
 			} else {
@@ -87,16 +87,14 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 					}
 					m.name = nameRef{start: len(p.names), end: len(names), escaped: true}
 					p.names = names
-					name = p.nameOf(m.name)
-					dst = appendQuoted(dst, name)
+					dst = appendQuoted(dst, p.nameOf(m.name))
 				} else {
-					name = raw
 					dst = append(dst, src[rawStart-1:p.pos]...)
 				}
+				if name := p.nameOf(m.name); len(name) > 0 {
+					m.name.first = name[0]
+				}
 				i = p.pos
-			}
-			if len(name) > 0 {
-				m.name.first = name[0]
 			}
 			i = skipSpace(src, i)
 			if i >= len(src) || src[i] != ':' {
@@ -106,19 +104,16 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 			dst = append(dst, ':')
 			p.pos = skipSpace(src, i+1)
 			m.valueStart = len(dst)
-			var err error
-			if dst, err = p.value(dst); err != nil {
-				return nil, inMember(err, name)
-			}
-			m.end = len(dst)
 			if len(p.members) > mark {
-				c := 0
-				if len(last) > 0 && len(name) > 0 && last[0] != name[0] && last[0]|name[0] < utf8.RuneSelf {
+				// The member before is the last entry: the objects in
+				// its value took theirs off when they closed.
+				last, c := p.members[len(p.members)-1].name, 0
+				if a, b := last.first, m.name.first; a != b && a|b < utf8.RuneSelf {
 					// First bytes that differ and are ASCII, one code
-					// unit each, decide.
-					c = int(last[0]) - int(name[0])
+					// unit each, decide; an empty name's 0 sorts first.
+					c = int(a) - int(b)
 				} else {
-					c = compareUTF16(last, name)
+					c = compareUTF16(p.nameOf(last), p.nameOf(m.name))
 				}
 				switch {
 				case c > 0:
@@ -127,8 +122,16 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 					dup = true
 				}
 			}
-			last = name
+			// The member goes on the stack before its value is read, so
+			// that it need not be kept across the call; its end is set
+			// after. The objects in the value put theirs above it.
+			k := len(p.members)
 			p.members = append(p.members, m)
+			var err error
+			if dst, err = p.value(dst); err != nil {
+				return nil, inMember(err, p.nameOf(p.members[k].name))
+			}
+			p.members[k].end = len(dst)
 			i = skipSpace(src, p.pos)
 			if i >= len(src) {
 				p.pos = i
