@@ -256,9 +256,9 @@ var canonicalForm = jcs.Options{ExactNumbers: true}
 // canonicalJSON returns the canonical form of a JSON body without the
 // excluded top-level fields, and leaves the digests of the others in s
 // when the body is an object. The canonical form is src itself when
-// s.flatJSON reads it, and otherwise in s's buffers: the encoder's text, which holds each member's value where its digest reads
-// it, or, when a field is excluded, the members that are not copied after
-// one another.
+// s.flatJSON reads it, and otherwise in s's buffers: the encoder's text,
+// which holds each member's value where its digest reads it, or, when a
+// field is excluded, the members that are not copied after one another.
 func (s *scratch) canonicalJSON(src []byte, exclude []string) ([]byte, error) {
 	if len(exclude) == 0 && !s.notFlat && s.flatJSON(src) {
 		return src, nil

@@ -91,9 +91,9 @@ func (s *scratch) releaseFlat() {
 }
 
 // sum returns the SHA-256 of head followed by the length-prefixed tail:
-// the parts of [WritePart], with the last one written in place. It leaves
-// head's array, which it may grow, in *buf: head is *buf's bytes, from its
-// first, and more.
+// the parts of [WritePart], with the last one written in place. head
+// starts at the start of *buf's array; sum appends to it, and leaves in
+// *buf the array that the appends grew, for the next call.
 func (s *scratch) sum(buf *[]byte, head, tail []byte) *[sha256.Size]byte {
 	head = appendLen(head, len(tail))
 	if len(tail) <= maxJoinedTail {
