@@ -84,8 +84,8 @@ func scanFlat(src []byte, spans *flatSpans) (m, names int) {
 // flat costs the scan, not the digests. It reports false, with s as it
 // was, for any other src, which canonicalJSON then reads with the encoder.
 func (s *scratch) flatJSON(src []byte) bool {
-	var spans flatSpans
-	m, _ := scanFlat(src, &spans)
+	spans := &s.spans
+	m, _ := scanFlat(src, spans)
 	if m == 0 {
 		return false
 	}
@@ -115,8 +115,8 @@ func (s *scratch) encodedFlat(p *Params) (f Fingerprint, fields []byte, ok, scan
 		return Fingerprint{}, nil, false, false
 	}
 	src := p.Body
-	var spans flatSpans
-	m, names := scanFlat(src, &spans)
+	spans := &s.spans // in s, which saves clearing an array on the stack
+	m, names := scanFlat(src, spans)
 	if m == 0 {
 		return Fingerprint{}, nil, false, true
 	}

@@ -41,6 +41,7 @@ type scratch struct {
 	// notFlat notes that the body is known not to be flat (see
 	// flatJSON), as encodedFlat found it.
 	notFlat bool
+	spans   flatSpans // encodedFlat's
 }
 
 // formPair is one name=value pair of a form body or query, unescaped; or,
