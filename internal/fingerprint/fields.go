@@ -2,6 +2,7 @@ package fingerprint
 
 import (
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"slices"
 	"sort"
@@ -40,8 +41,52 @@ func encodedFieldLen(pointerLen int) int {
 func appendEncodedField[T string | []byte](out []byte, pointer T, digest *[16]byte) []byte {
 	out = appendJSONString(out, pointer)
 	out = append(out, ':', '"')
-	out = base64.RawURLEncoding.AppendEncode(out, digest[:])
+	out = appendDigest(out, digest)
 	return append(out, '"', ',')
+}
+
+// base64URL is the alphabet of base64.RawURLEncoding.
+const base64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+// digestLen is the length of a field digest in encoded fields.
+const digestLen = 22
+
+// base64Pairs holds the two characters of base64URL for each value of
+// twelve bits: with it a digest takes eleven lookups instead of 22. Its
+// 8 KiB cost fewer instructions than any loop over the alphabet.
+var base64Pairs = func() (t [1 << 12][2]byte) {
+	for v := range t {
+		t[v] = [2]byte{base64URL[v>>6], base64URL[v&0x3f]}
+	}
+	return t
+}()
+
+// appendDigest appends d as base64.RawURLEncoding.AppendEncode does,
+// without its loop for inputs of any length. The 128 bits of d, read as
+// two big-endian words, are ten pairs of characters, twelve bits each,
+// and a last pair of eight bits followed by four zero bits; the sixth
+// pair takes its bits from both words.
+func appendDigest(dst []byte, d *[16]byte) []byte {
+	n := len(dst)
+	dst = slices.Grow(dst, digestLen)[:n+digestLen]
+	putDigest((*[digestLen]byte)(dst[n:]), d)
+	return dst
+}
+
+// putDigest writes d into out as appendDigest appends it.
+func putDigest(out *[digestLen]byte, d *[16]byte) {
+	hi, lo := binary.BigEndian.Uint64(d[:8]), binary.BigEndian.Uint64(d[8:])
+	*(*[2]byte)(out[0:]) = base64Pairs[hi>>52]
+	*(*[2]byte)(out[2:]) = base64Pairs[hi>>40&0xfff]
+	*(*[2]byte)(out[4:]) = base64Pairs[hi>>28&0xfff]
+	*(*[2]byte)(out[6:]) = base64Pairs[hi>>16&0xfff]
+	*(*[2]byte)(out[8:]) = base64Pairs[hi>>4&0xfff]
+	*(*[2]byte)(out[10:]) = base64Pairs[(hi<<8|lo>>56)&0xfff]
+	*(*[2]byte)(out[12:]) = base64Pairs[lo>>44&0xfff]
+	*(*[2]byte)(out[14:]) = base64Pairs[lo>>32&0xfff]
+	*(*[2]byte)(out[16:]) = base64Pairs[lo>>20&0xfff]
+	*(*[2]byte)(out[18:]) = base64Pairs[lo>>8&0xfff]
+	*(*[2]byte)(out[20:]) = base64Pairs[lo<<4&0xfff]
 }
 
 // appendEncodedKind ends encoded fields with the body's kind, one of the

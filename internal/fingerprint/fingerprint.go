@@ -117,12 +117,19 @@ const (
 // [Fingerprint.WithFields]).
 func Encoded(p Params) (Fingerprint, []byte, error) {
 	s := scratchPool.Get().(*scratch)
+	f, fields, ok, scanned := s.encodedFlat(&p)
+	if ok {
+		s.releaseFlat()
+		return f, fields, nil
+	}
+	s.notFlat = scanned // the body is not flat: canonicalJSON need not look again
 	f, err := s.fingerprint(&p)
+	s.notFlat = false
 	if err != nil {
 		s.release()
 		return Fingerprint{}, nil, err
 	}
-	fields := s.encodeFields(f.Kind)
+	fields = s.encodeFields(f.Kind)
 	s.release()
 	return f, fields, nil
 }
@@ -130,11 +137,14 @@ func Encoded(p Params) (Fingerprint, []byte, error) {
 // fingerprint computes the fingerprint of a request but for its field
 // digests, which it leaves in s.
 func (s *scratch) fingerprint(p *Params) (Fingerprint, error) {
-	query, err := canonicalPairs(s, s.query[:0], p.RawQuery, nil, false)
-	if err != nil {
-		return Fingerprint{}, &BodyError{err: ErrMalformedQuery, reason: "the query string does not parse"}
+	query := s.query[:0]
+	if p.RawQuery != "" {
+		var err error
+		if query, err = canonicalPairs(s, query, p.RawQuery, nil, false); err != nil {
+			return Fingerprint{}, &BodyError{err: ErrMalformedQuery, reason: "the query string does not parse"}
+		}
+		s.query = query
 	}
-	s.query = query
 	s.digests, s.hasFields, s.unordered, s.quoted = s.digests[:0], false, false, false
 	kind, body, err := s.canonicalBody(p)
 	if err != nil {
@@ -145,7 +155,7 @@ func (s *scratch) fingerprint(p *Params) (Fingerprint, error) {
 	head = appendPart(head, p.Path)
 	head = appendPart(head, query)
 	head = appendPart(head, kind)
-	return Fingerprint{Sum: [32]byte(s.sum(head, body)), Kind: kind}, nil
+	return Fingerprint{Sum: *s.sum(&s.head, head, body), Kind: kind}, nil
 }
 
 // fingerprintHead is the first part of a fingerprint's input, as
@@ -189,6 +199,11 @@ func mediaType(contentType string) (media, charset string, err error) {
 func (s *scratch) canonicalBody(p *Params) (kind string, body []byte, err error) {
 	if len(p.Body) == 0 {
 		return kindEmpty, nil, nil
+	}
+	if p.ContentType == "application/json" {
+		// What most requests send, which the switch below reads as JSON.
+		body, err = s.canonicalJSON(p.Body, p.Exclude)
+		return kindJSON, body, err
 	}
 	media, charset := "", ""
 	if p.ContentType != "" {
@@ -240,11 +255,14 @@ var canonicalForm = jcs.Options{ExactNumbers: true}
 
 // canonicalJSON returns the canonical form of a JSON body without the
 // excluded top-level fields, and leaves the digests of the others in s
-// when the body is an object. The canonical form is in s's buffers: the
-// encoder's text, which holds each member's value where its digest reads
-// it, or, when a field is excluded, the members that are not copied after
-// one another.
+// when the body is an object. The canonical form is src itself when
+// s.flatJSON reads it, and otherwise in s's buffers: the encoder's text,
+// which holds each member's value where its digest reads it, or, when a
+// field is excluded, the members that are not copied after one another.
 func (s *scratch) canonicalJSON(src []byte, exclude []string) ([]byte, error) {
+	if len(exclude) == 0 && !s.notFlat && s.flatJSON(src) {
+		return src, nil
+	}
 	c, err := s.enc.Append(s.text[:0], src)
 	if err != nil {
 		return nil, jsonError(err)

@@ -913,3 +913,49 @@ func fpReverseNames(s string) string {
 	slices.SortStableFunc(pairs, func(a, b string) int { return strings.Compare(name(b), name(a)) })
 	return strings.Join(pairs, "&")
 }
+
+// TestAppendDigest holds appendDigest to base64.RawURLEncoding, which
+// encoded fields were written with before it.
+func TestAppendDigest(t *testing.T) {
+	for i := range 2000 {
+		// Bytes of every value, and the two words' extremes.
+		sum := sha256.Sum256(binary.AppendUvarint(nil, uint64(i)))
+		d := [16]byte(sum[:16])
+		switch i {
+		case 0:
+			d = [16]byte{}
+		case 1:
+			d = [16]byte(bytes.Repeat([]byte{0xff}, 16))
+		}
+		got := appendDigest([]byte("x"), &d)
+		want := base64.RawURLEncoding.AppendEncode([]byte("x"), d[:])
+		if !bytes.Equal(got, want) {
+			t.Fatalf("appendDigest(%x) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// TestQueryEscaped checks that queryEscaped takes a text exactly when
+// appendQueryEscape writes it back from what appendQueryUnescape reads in
+// it, so that a form value kept as it came is the one written.
+func TestQueryEscaped(t *testing.T) {
+	t.Parallel()
+	const hex = "0123456789ABCDEFabcdef"
+	for c := range 256 {
+		b := string([]byte{byte(c)})
+		texts := []string{b, "a" + b + "z", "%" + b, "%4" + b, "%" + b + "0", "+" + b + "%41"}
+		for _, h := range hex {
+			texts = append(texts, "%"+string(h)+b, "x%"+b+string(h))
+		}
+		for _, text := range texts {
+			un, ok := appendQueryUnescape(nil, text)
+			back := ok && string(appendQueryEscape(nil, un)) == text
+			if got := queryEscaped(text); got != back {
+				t.Errorf("queryEscaped(%q) = %v, escaped again it is itself: %v", text, got, back)
+			}
+			if got := queryEscaped([]byte(text)); got != back {
+				t.Errorf("queryEscaped([]byte(%q)) = %v, escaped again it is itself: %v", text, got, back)
+			}
+		}
+	}
+}

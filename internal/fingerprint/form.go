@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"slices"
+	"strings"
 )
 
 // maxSplitPairs is the number of pairs up to which canonicalPairs splits a
@@ -53,7 +54,11 @@ func canonicalPairs[T string | []byte](s *scratch, dst []byte, raw T, exclude []
 			}
 			dst = append(appendQueryEscape(dst, name), '=')
 			valueStart := len(dst)
-			dst = appendQueryEscape(dst, pairs[i].value)
+			if pairs[i].escaped {
+				dst = append(dst, pairs[i].value...)
+			} else {
+				dst = appendQueryEscape(dst, pairs[i].value)
+			}
 			values = append(append(values, dst[valueStart:]...), '&')
 		}
 		s.value = values
@@ -90,10 +95,14 @@ func splitPairs[T string | []byte](s *scratch, raw T, exclude []string) error {
 			return errors.New("invalid URL escape")
 		}
 		middle := len(s.unescaped)
-		if s.unescaped, ok = appendQueryUnescape(s.unescaped, value); !ok {
+		escaped := queryEscaped(value)
+		if escaped {
+			// Most values: no need to unescape what is escaped again.
+			s.unescaped = append(s.unescaped, value...)
+		} else if s.unescaped, ok = appendQueryUnescape(s.unescaped, value); !ok {
 			return errors.New("invalid URL escape")
 		}
-		if p := (formPair{s.unescaped[start:middle], s.unescaped[middle:]}); !excludedName(exclude, p.name) {
+		if p := (formPair{s.unescaped[start:middle], s.unescaped[middle:], escaped}); !excludedName(exclude, p.name) {
 			s.pairs = append(s.pairs, p)
 		}
 	}
@@ -113,7 +122,7 @@ func (s *scratch) parsePairs(raw string, exclude []string) error {
 			continue
 		}
 		for _, v := range vs {
-			s.pairs = append(s.pairs, formPair{[]byte(name), []byte(v)})
+			s.pairs = append(s.pairs, formPair{[]byte(name), []byte(v), false})
 		}
 	}
 	return nil
@@ -123,18 +132,24 @@ func (s *scratch) parsePairs(raw string, exclude []string) error {
 // unescapes it: "+" is a space and "%" starts two hexadecimal digits. It
 // reports false for a "%" without them.
 func appendQueryUnescape[T string | []byte](dst []byte, text T) ([]byte, bool) {
-	for i := 0; i < len(text); i++ {
-		switch c := text[i]; c {
-		case '+':
+	for i := 0; i < len(text); {
+		// Copy the bytes that stand for themselves a run at a time.
+		j := i
+		for j < len(text) && text[j] != '+' && text[j] != '%' {
+			j++
+		}
+		dst = append(dst, text[i:j]...)
+		switch {
+		case j == len(text):
+			return dst, true
+		case text[j] == '+':
 			dst = append(dst, ' ')
-		case '%':
-			if i+2 >= len(text) || !isHex(text[i+1]) || !isHex(text[i+2]) {
-				return dst, false
-			}
-			dst = append(dst, unhex(text[i+1])<<4|unhex(text[i+2]))
-			i += 2
+			i = j + 1
+		case j+2 >= len(text) || !isHex(text[j+1]) || !isHex(text[j+2]):
+			return dst, false
 		default:
-			dst = append(dst, c)
+			dst = append(dst, unhex(text[j+1])<<4|unhex(text[j+2]))
+			i = j + 3
 		}
 	}
 	return dst, true
@@ -145,38 +160,91 @@ func appendQueryUnescape[T string | []byte](dst []byte, text T) ([]byte, bool) {
 // as "%" and two upper-case hexadecimal digits.
 func appendQueryEscape(dst, b []byte) []byte {
 	const hexDigits = "0123456789ABCDEF"
-	for _, c := range b {
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.', c == '~':
-			dst = append(dst, c)
-		case c == ' ':
+	for i := 0; i < len(b); {
+		// Copy the bytes written as they are a run at a time.
+		j := i
+		for j < len(b) && queryAsIs[b[j]] {
+			j++
+		}
+		dst = append(dst, b[i:j]...)
+		if j == len(b) {
+			break
+		}
+		if c := b[j]; c == ' ' {
 			dst = append(dst, '+')
-		default:
+		} else {
 			dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&0xF])
 		}
+		i = j + 1
 	}
 	return dst
 }
 
-// indexByte returns the index of the first c in s, or -1.
-func indexByte[T string | []byte](s T, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
+// queryEscaped reports whether text is what appendQueryEscape writes for
+// what appendQueryUnescape reads in it: bytes of queryAsIs, "+", and "%"
+// with two upper-case hexadecimal digits of a byte that is neither of
+// queryAsIs nor a space.
+func queryEscaped[T string | []byte](text T) bool {
+	for i := 0; i < len(text); i++ {
+		if c := text[i]; queryAsIs[c] || c == '+' {
+			continue
 		}
+		if text[i] != '%' || i+2 >= len(text) {
+			return false
+		}
+		hi, lo := upperHex(text[i+1]), upperHex(text[i+2])
+		if hi < 0 || lo < 0 {
+			return false
+		}
+		if c := byte(hi<<4 | lo); queryAsIs[c] || c == ' ' {
+			return false
+		}
+		i += 2
+	}
+	return true
+}
+
+// upperHex returns the value of the upper-case hexadecimal digit c, or -1.
+func upperHex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'A' <= c && c <= 'F':
+		return int(c - 'A' + 10)
 	}
 	return -1
 }
 
-// countByte returns the number of c in s.
-func countByte[T string | []byte](s T, c byte) int {
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			n++
-		}
+// queryAsIs marks the bytes that appendQueryEscape writes as they are:
+// letters, digits and "-_.~".
+var queryAsIs = func() (t [256]bool) {
+	for c := range t {
+		t[c] = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '~'
 	}
-	return n
+	return t
+}()
+
+// indexByte returns the index of the first c in s, or -1, with the
+// standard library's vector search.
+func indexByte[T string | []byte](s T, c byte) int {
+	switch s := any(s).(type) {
+	case string:
+		return strings.IndexByte(s, c)
+	case []byte:
+		return bytes.IndexByte(s, c)
+	}
+	panic("unreachable")
+}
+
+// countByte returns the number of c in s, as indexByte searches.
+func countByte[T string | []byte](s T, c byte) int {
+	switch s := any(s).(type) {
+	case string:
+		return strings.Count(s, string(c))
+	case []byte:
+		return bytes.Count(s, []byte{c})
+	}
+	panic("unreachable")
 }
 
 func isHex(c byte) bool {

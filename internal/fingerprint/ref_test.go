@@ -300,6 +300,29 @@ func refSeeds() []refSeed {
 		{"", "application/json", `{"a":1,"a":2,"b":}`, nil},
 		{"", "application/json", `{"m":{"a":1,"a":2},"n":[1,}`, nil},
 		{"", "application/json", `[{"sku":"a","qty":2},{"qty":1,"sku":"b"}]`, nil},
+		// Flat bodies (see flatJSON), and bodies one step from flat.
+		{"", "application/json", `{"a":0,"b":true,"c":false,"d":null,"e":"","f":123456789012345,"g":"` + "\x7f" + `}{"}`, nil},
+		{"", "application/json", `{"a":1234567890123456}`, nil},
+		{"", "application/json", `{"a":01}`, nil},
+		{"", "application/json", `{"a":0.5,"b":1e5,"c":-1,"d":-0}`, nil},
+		{"", "application/json", `{"a":1,"ab":2,"b":3}`, nil},
+		{"", "application/json", `{"ab":1,"a":2}`, nil},
+		{"", "application/json", `{"a}":1,"b{":"}","c,":":"}`, nil},
+		{"", "application/json", "{\"a\x7f\":1,\"a~\":2,\"a/\":3,\"<\":4}", nil},
+		{"", "application/json", `{"a":"\u0041","b":"\u00e9","c":"é"}`, nil},
+		{"", "application/json", `{"a":"x"} `, nil},
+		{"", "application/json", `{"a":"x",}`, nil},
+		{"", "application/json", `{"a":tru}`, nil},
+		{"", "application/json", `{"a":nul}`, nil},
+		{"", "application/json", `{"a":fals}`, nil},
+		{"", "application/json", `{"a":"x""b":1}`, nil},
+		{"", "application/json", `{"a":1}}`, nil},
+		{"", "application/json", `{"a":1,"b":2}`, []string{"/a"}},
+		{"x=1", "application/json", `{"a":1,"b":2}`, nil},
+		{"", "application/json; charset=utf-8", `{"a":1,"b":2}`, nil},
+		{"", "application/problem+json", `{"a":1,"b":2}`, nil},
+		{"", "application/json", flatFields(maxFlatFields), nil},
+		{"", "application/json", flatFields(maxFlatFields + 1), nil},
 		// Numbers: -0, out of range, exact, exponents, the short paths.
 		{"", "application/json", `{"amount":1e400}`, nil},
 		{"", "application/json", `{"amount":-1e400,"b":1}`, nil},
@@ -449,6 +472,20 @@ func checkMatchesReference(t *testing.T, query, contentType string, body []byte,
 	case moved && old.Sum == want.Sum:
 		t.Fatalf("fingerprintOf(%+v) = %x, the same with its values sorted: their order is not part of the request", p, want.Sum)
 	}
+}
+
+// flatFields returns a flat body of n fields.
+func flatFields(n int) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"f%03d":%d`, i, i)
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 // jcsErrorKind names the kind of an error of package jcs.

@@ -3,7 +3,6 @@ package fingerprint
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
 	"hash"
 	"slices"
@@ -16,13 +15,14 @@ import (
 // the last.
 type scratch struct {
 	h     hash.Hash
-	head  []byte      // the length-prefixed parts before a body or a value
-	sums  []byte      // a hash's sum
-	query []byte      // the canonical query
-	text  []byte      // the canonical body
-	value []byte      // a body with excluded fields left out; a form field's values
-	enc   jcs.Encoder // canonicalForm's, with its buffers
-	pairs []formPair  // the pairs of a form body or query
+	head  []byte            // the length-prefixed parts before a body
+	field []byte            // fieldHead, then the parts of a field's digest
+	sums  [sha256.Size]byte // a hash's sum, where Sum appends it
+	query []byte            // the canonical query
+	text  []byte            // the canonical body
+	value []byte            // a body with excluded fields left out; a form field's values
+	enc   jcs.Encoder       // canonicalForm's, with its buffers
+	pairs []formPair        // the pairs of a form body or query
 	// unescaped holds the names and values of the pairs.
 	unescaped []byte
 	// pointers holds the JSON pointers of a body's fields, one after the
@@ -38,17 +38,26 @@ type scratch struct {
 	// escapes, or that is not ASCII. Both are false for most bodies.
 	unordered, quoted bool
 	order             []int // the fields' indexes, sorted by pointer
+	// notFlat notes that the body is known not to be flat (see
+	// flatJSON), as encodedFlat found it.
+	notFlat bool
+	spans   flatSpans // encodedFlat's
 }
 
-// formPair is one name=value pair of a form body or query, unescaped.
-type formPair struct{ name, value []byte }
+// formPair is one name=value pair of a form body or query, unescaped; or,
+// when escaped is set, with its value as it came, which is what
+// appendQueryEscape writes for it (see queryEscaped).
+type formPair struct {
+	name, value []byte
+	escaped     bool
+}
 
 // maxScratchBytes bounds each buffer a scratch keeps for reuse, so that one
 // large body does not pin memory.
 const maxScratchBytes = 256 << 10
 
 var scratchPool = sync.Pool{New: func() any {
-	return &scratch{h: sha256.New(), sums: make([]byte, 0, sha256.Size), enc: jcs.Encoder{Options: canonicalForm}}
+	return &scratch{h: sha256.New(), field: []byte(fieldHead), enc: jcs.Encoder{Options: canonicalForm}}
 }}
 
 // release returns s to the pool, without references into a request.
@@ -58,27 +67,68 @@ func (s *scratch) release() {
 	s.pairs, s.pointers, s.ends, s.digests = s.pairs[:0], s.pointers[:0], s.ends[:0], s.digests[:0]
 	s.order = s.order[:0]
 	if cap(s.text) > maxScratchBytes || cap(s.value) > maxScratchBytes || cap(s.head) > maxScratchBytes ||
-		cap(s.query) > maxScratchBytes || cap(s.pointers) > maxScratchBytes || cap(s.unescaped) > maxScratchBytes {
+		cap(s.query) > maxScratchBytes || cap(s.pointers) > maxScratchBytes || cap(s.unescaped) > maxScratchBytes ||
+		cap(s.field) > maxScratchBytes {
 		for _, b := range []*[]byte{&s.head, &s.query, &s.text, &s.value, &s.pointers, &s.unescaped} {
 			if cap(*b) > maxScratchBytes {
 				*b = nil
 			}
 		}
+		if cap(s.field) > maxScratchBytes {
+			s.field = []byte(fieldHead)
+		}
+	}
+	scratchPool.Put(s)
+}
+
+// releaseFlat is release after encodedFlat, which uses only the head
+// and field buffers, and keeps no reference into the request.
+func (s *scratch) releaseFlat() {
+	if cap(s.head) > maxScratchBytes || cap(s.field) > maxScratchBytes {
+		s.release()
+		return
 	}
 	scratchPool.Put(s)
 }
 
 // sum returns the SHA-256 of head followed by the length-prefixed tail:
-// the parts of [WritePart], with the last one written in place. The sum is
-// in s's buffer, until the next call.
-func (s *scratch) sum(head, tail []byte) []byte {
-	s.head = binary.AppendUvarint(head, uint64(len(tail)))
+// the parts of [WritePart], with the last one written in place. head
+// starts at the start of *buf's array; sum appends to it, and leaves in
+// *buf the array that the appends grew, for the next call.
+func (s *scratch) sum(buf *[]byte, head, tail []byte) *[sha256.Size]byte {
+	head = appendLen(head, len(tail))
+	if len(tail) <= maxJoinedTail {
+		// One Write of head and tail costs fewer instructions than two.
+		head = append(head, tail...)
+		tail = nil
+	}
+	if cap(head) > cap(*buf) {
+		// append moved it; storing it only then saves most stores.
+		*buf = head
+	}
+	if len(tail) == 0 {
+		return s.hash(head)
+	}
 	s.h.Reset()
-	s.h.Write(s.head)
+	s.h.Write(head)
 	s.h.Write(tail)
-	s.sums = s.h.Sum(s.sums[:0])
-	return s.sums
+	s.h.Sum(s.sums[:0])
+	return &s.sums
 }
+
+// hash returns the SHA-256 of b.
+func (s *scratch) hash(b []byte) *[sha256.Size]byte {
+	s.h.Reset()
+	s.h.Write(b)
+	// Sum appends to the array in s, which has room: nothing to store.
+	s.h.Sum(s.sums[:0])
+	return &s.sums
+}
+
+// maxJoinedTail is the longest tail that sum copies after its head to
+// write both at once: beyond it the copy costs more than the second
+// Write saves.
+const maxJoinedTail = 256
 
 // WritePart writes b to h with its length before it, so that no two lists
 // of parts write the same bytes.
@@ -90,8 +140,16 @@ func WritePart(h hash.Hash, b []byte) {
 
 // appendPart appends part as [WritePart] writes it.
 func appendPart[T string | []byte](dst []byte, part T) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(part)))
-	return append(dst, part...)
+	return append(appendLen(dst, len(part)), part...)
+}
+
+// appendLen appends n as a uvarint, as appendPart writes a part's length:
+// one byte for a part shorter than 128 bytes, as most are.
+func appendLen(dst []byte, n int) []byte {
+	if n < 0x80 {
+		return append(dst, byte(n))
+	}
+	return binary.AppendUvarint(dst, uint64(n))
 }
 
 // fieldHead is the first part of a field digest's input, as appendPart
@@ -101,9 +159,8 @@ const fieldHead = "\x0d" + "idem-field-v1"
 // digestField adds to s.digests the digest of the top-level field ptr,
 // whose canonical value is value; ptr is the pointer addPointer added last.
 func (s *scratch) digestField(ptr, value []byte) {
-	head := append(s.head[:0], fieldHead...)
-	head = appendPart(head, ptr)
-	s.digests = append(s.digests, [16]byte(s.sum(head, value)))
+	head := appendPart(s.field[:len(fieldHead)], ptr)
+	s.digests = append(s.digests, [16]byte(s.sum(&s.field, head, value)[:16]))
 }
 
 // addPointer appends the JSON pointer of the top-level field name to s's
@@ -196,7 +253,7 @@ func (s *scratch) encodeFields(kind string) []byte {
 			out = append(out, '"')
 			out = append(out, s.pointers[start:end]...)
 			out = append(out, '"', ':', '"')
-			out = base64.RawURLEncoding.AppendEncode(out, s.digests[i][:])
+			out = appendDigest(out, &s.digests[i])
 			out = append(out, '"', ',')
 			start = end
 		}

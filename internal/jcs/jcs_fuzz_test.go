@@ -52,6 +52,9 @@ func FuzzCanonicalize(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, src []byte) {
 		out, err := Canonicalize(src)
+		if PlainValueEnd(src, 0) == len(src) && (err != nil || !bytes.Equal(out, src)) {
+			t.Fatalf("Canonicalize(%q) = %q, %v; PlainValueEnd takes it as canonical", src, out, err)
+		}
 		if err != nil {
 			if out != nil {
 				t.Fatalf("output %q returned with error %v", out, err)

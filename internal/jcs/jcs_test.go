@@ -461,3 +461,74 @@ func TestMembersSortedByCodeUnits(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainValueEnd checks the values that PlainValueEnd accepts, and
+// that each is its own canonical form, in both forms of numbers.
+func TestPlainValueEnd(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		src  string
+		want int // the end of the value at 1, after a '['
+	}{
+		{`["usd"]`, 6}, {`[""]`, 3}, {`["` + "\x7f" + `~/<&>"]`, 9}, {`["abcdefghijklmnopqrstuvwxyz"]`, 29},
+		{`[0]`, 2}, {`[7]`, 2}, {`[4200]`, 5}, {`[123456789012345]`, 16},
+		{`[true]`, 5}, {`[false]`, 6}, {`[null]`, 5},
+		{`["a\"b"]`, -1}, {`["\u0041"]`, -1}, {`["é"]`, -1}, {"[\"a\tb\"]", -1}, {`["abc`, -1},
+		{`[1234567890123456]`, -1}, {`[01]`, -1}, {`[00]`, -1}, {`[0.5]`, -1}, {`[1.5]`, -1},
+		{`[1e5]`, -1}, {`[1E5]`, -1}, {`[-1]`, -1}, {`[-0]`, -1},
+		{`[tru]`, -1}, {`[fals`, -1}, {`[nul]`, -1}, {`[{}]`, -1}, {`[[]]`, -1}, {`[ 1]`, -1}, {`[`, -1},
+	} {
+		src := []byte(tt.src)
+		got := PlainValueEnd(src, 1)
+		if got != tt.want {
+			t.Errorf("PlainValueEnd(%s, 1) = %d, want %d", tt.src, got, tt.want)
+			continue
+		}
+		if got < 0 {
+			continue
+		}
+		value := src[1:got]
+		for _, o := range []Options{{}, {ExactNumbers: true}} {
+			if c, err := o.Canonicalize(value); err != nil || !bytes.Equal(c, value) {
+				t.Errorf("Canonicalize(%s), exact %v = %s, %v; PlainValueEnd takes it as canonical", value, o.ExactNumbers, c, err)
+			}
+		}
+	}
+}
+
+// TestDuplicatesInAnyOrder checks that an object that names a member
+// twice is rejected whatever the order of its members, for every list of
+// up to six names drawn from four: the insertion sort finds the pair.
+func TestDuplicatesInAnyOrder(t *testing.T) {
+	t.Parallel()
+	names := []string{"a", "b", "ab", "\u00e9"}
+	var walk func(list []string)
+	walk = func(list []string) {
+		if len(list) > 0 {
+			var b strings.Builder
+			b.WriteByte('{')
+			seen, dup := map[string]bool{}, false
+			for i, n := range list {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				fmt.Fprintf(&b, "%q:%d", n, i)
+				dup = dup || seen[n]
+				seen[n] = true
+			}
+			b.WriteByte('}')
+			_, err := Canonicalize([]byte(b.String()))
+			var de *DuplicateMemberError
+			if gotDup := errors.As(err, &de); gotDup != dup || !dup && err != nil {
+				t.Fatalf("Canonicalize(%s) error = %v, want a duplicate: %v", b.String(), err, dup)
+			}
+		}
+		if len(list) == 6 {
+			return
+		}
+		for _, n := range names {
+			walk(append(list, n))
+		}
+	}
+	walk(nil)
+}

@@ -20,6 +20,10 @@ type member struct {
 type nameRef struct {
 	start, end int
 	escaped    bool
+	// first is the name's first byte, 0 for an empty name, which orders
+	// most names without finding their bytes (see sortMembers). It takes
+	// room that the struct has anyway.
+	first byte
 }
 
 // nameOf returns the unescaped member name r locates.
@@ -48,7 +52,6 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 	mark := len(p.members)
 	sorted := true // the members read so far are in canonical order
 	dup := false   // two neighbours have the same name
-	var last []byte
 	if i < len(src) && src[i] == '}' {
 		i++
 	} else {
@@ -58,13 +61,14 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 				return nil, p.syntaxError("expected string for object member name")
 			}
 			m := member{start: len(dst)}
-			var name []byte
 			// A name of printable ASCII without escapes, as most are, is
 			// its own canonical form.
 			j := plainEnd(src, i+1)
 			if j < len(src) && src[j] == '"' {
-				name = src[i+1 : j]
 				m.name = nameRef{start: i + 1, end: j}
+				if j > i+1 {
+					m.name.first = src[i+1]
+				}
 				dst = append(dst, src[i:j+1]...)
 				i = j + 1
 			} else {
@@ -83,11 +87,12 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 					}
 					m.name = nameRef{start: len(p.names), end: len(names), escaped: true}
 					p.names = names
-					name = p.nameOf(m.name)
-					dst = appendQuoted(dst, name)
+					dst = appendQuoted(dst, p.nameOf(m.name))
 				} else {
-					name = raw
 					dst = append(dst, src[rawStart-1:p.pos]...)
+				}
+				if name := p.nameOf(m.name); len(name) > 0 {
+					m.name.first = name[0]
 				}
 				i = p.pos
 			}
@@ -99,19 +104,16 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 			dst = append(dst, ':')
 			p.pos = skipSpace(src, i+1)
 			m.valueStart = len(dst)
-			var err error
-			if dst, err = p.value(dst); err != nil {
-				return nil, inMember(err, name)
-			}
-			m.end = len(dst)
 			if len(p.members) > mark {
-				c := 0
-				if len(last) > 0 && len(name) > 0 && last[0] != name[0] && last[0]|name[0] < utf8.RuneSelf {
+				// The member before is the last entry: the objects in
+				// its value took theirs off when they closed.
+				last, c := p.members[len(p.members)-1].name, 0
+				if a, b := last.first, m.name.first; a != b && a|b < utf8.RuneSelf {
 					// First bytes that differ and are ASCII, one code
-					// unit each, decide.
-					c = int(last[0]) - int(name[0])
+					// unit each, decide; an empty name's 0 sorts first.
+					c = int(a) - int(b)
 				} else {
-					c = compareUTF16(last, name)
+					c = compareUTF16(p.nameOf(last), p.nameOf(m.name))
 				}
 				switch {
 				case c > 0:
@@ -120,8 +122,16 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 					dup = true
 				}
 			}
-			last = name
+			// The member goes on the stack before its value is read, so
+			// that it need not be kept across the call; its end is set
+			// after. The objects in the value put theirs above it.
+			k := len(p.members)
 			p.members = append(p.members, m)
+			var err error
+			if dst, err = p.value(dst); err != nil {
+				return nil, inMember(err, p.nameOf(p.members[k].name))
+			}
+			p.members[k].end = len(dst)
 			i = skipSpace(src, p.pos)
 			if i >= len(src) {
 				p.pos = i
@@ -144,9 +154,9 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 
 	ms := p.members[mark:]
 	if !sorted {
-		p.sortMembers(ms)
+		// Any two neighbours may be the same now: sortMembers says.
+		dup = p.sortMembers(ms)
 		dst = p.rewrite(dst, base, ms)
-		dup = true // any two neighbours may be the same now
 	}
 	if dup {
 		for k := 1; k < len(ms); k++ {
@@ -166,17 +176,36 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 }
 
 // sortMembers sorts ms into canonical order: by insertion when they are
-// few, as in most objects.
-func (p *parser) sortMembers(ms []member) {
+// few, as in most objects. It reports whether two neighbours may have the
+// same name after: false only when it knows they do not.
+//
+// An insertion sort finds every such pair on its way: a member that has
+// the name of one already sorted stops right after the last member whose
+// name does not sort after its own, which has its name, and that is the
+// comparison that stops it.
+func (p *parser) sortMembers(ms []member) (dup bool) {
 	if len(ms) > 12 {
 		slices.SortFunc(ms, func(a, b member) int { return p.compareNames(a.name, b.name) })
-		return
+		return true
 	}
 	for i := 1; i < len(ms); i++ {
-		for j := i; j > 0 && p.compareNames(ms[j-1].name, ms[j].name) > 0; j-- {
+		for j := i; j > 0; j-- {
+			c := 0
+			if a, b := ms[j-1].name.first, ms[j].name.first; a != b && a|b < utf8.RuneSelf {
+				// First bytes that differ and are ASCII decide, as in
+				// compareNames, without the call.
+				c = int(a) - int(b)
+			} else {
+				c = p.compareNames(ms[j-1].name, ms[j].name)
+			}
+			if c <= 0 {
+				dup = dup || c == 0
+				break
+			}
 			ms[j-1], ms[j] = ms[j], ms[j-1]
 		}
 	}
+	return dup
 }
 
 // compareNames orders member names by their UTF-16 code units.

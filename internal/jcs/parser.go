@@ -193,3 +193,51 @@ func (p *parser) syntaxErrorAt(off int, msg string) error {
 	}
 	return &SyntaxError{Offset: int64(off), Msg: msg}
 }
+
+// PlainValueEnd returns the end of the JSON value that starts at src[i]
+// when that value is its own canonical form in the simplest way, as the
+// values of most requests are: a string of printable ASCII without
+// escapes, an integer of up to 15 digits without sign or exponent, true,
+// false or null. It returns -1 for any other value, and for a value that
+// src does not hold to its end, which a caller then reads with an
+// [Encoder]. The byte after the value is not checked but for a number,
+// whose digits must end there: a following '.', 'e', 'E' or digit makes
+// it -1.
+func PlainValueEnd(src []byte, i int) int {
+	if i >= len(src) {
+		return -1
+	}
+	switch c := src[i]; {
+	case c == '"':
+		// Strings are copied as they are by parser.value when plainEnd
+		// reaches their closing quote.
+		if j := plainEnd(src, i+1); j < len(src) && src[j] == '"' {
+			return j + 1
+		}
+	case c >= '0' && c <= '9':
+		// A short integer is its own canonical form (see number), and
+		// so is a lone 0.
+		j := i + 1
+		if c != '0' {
+			for j < len(src) && isDigit(src[j]) {
+				j++
+			}
+		}
+		if j-i <= maxExactDigits && (j == len(src) || !isDigit(src[j]) && src[j] != '.' && src[j] != 'e' && src[j] != 'E') {
+			return j
+		}
+	case c == 't':
+		if len(src)-i >= 4 && string(src[i:i+4]) == "true" {
+			return i + 4
+		}
+	case c == 'f':
+		if len(src)-i >= 5 && string(src[i:i+5]) == "false" {
+			return i + 5
+		}
+	case c == 'n':
+		if len(src)-i >= 4 && string(src[i:i+4]) == "null" {
+			return i + 4
+		}
+	}
+	return -1
+}

@@ -1,0 +1,158 @@
+package fingerprint
+
+import (
+	"bytes"
+	"math"
+
+	"github.com/idemkit/idem/internal/jcs"
+)
+
+// A flat body is a JSON body that is its own canonical form in the
+// simplest way, as most bodies that clients send are: an object without
+// whitespace, of at most maxFlatFields members that come in canonical
+// order, whose names are printable ASCII that pointers and encoded fields
+// hold as they are (see pointerOdd), and whose values jcs.PlainValueEnd
+// accepts. Its canonical form is the body itself, each field's pointer is
+// "/" and its name, and the fields come in the order of their pointers:
+// reading it takes one scan, and no encoder.
+
+// maxFlatFields is the most fields of a flat body; a body with more goes
+// to the encoder.
+const maxFlatFields = 32
+
+// flatSpans is where each name and each value of a flat body ends, two
+// offsets a field. The members are `"name":value` after one another, with
+// a ',' between them: each name starts two bytes after the value before it
+// ends (the first at 2), and each value two bytes after its name ends.
+type flatSpans [2 * maxFlatFields]int32
+
+// scanFlat reports whether src is a flat body and, when it is, leaves in
+// spans where its names and values end. It returns the number of spans,
+// twice the number of fields, and the total length of the names; 0 when
+// src is not flat.
+func scanFlat(src []byte, spans *flatSpans) (m, names int) {
+	n := len(src)
+	if n < 2 || n > math.MaxInt32 || src[0] != '{' || src[n-1] != '}' || src[1] == '}' {
+		return 0, 0
+	}
+	lastStart, lastEnd := 0, 0 // the last name's, in src
+	for i := 1; ; {
+		// i is at the quote that opens a name.
+		if src[i] != '"' || m == len(spans) {
+			return 0, 0
+		}
+		start := i + 1
+		j := start
+		for j < n && pointerOdd[src[j]] == 0 {
+			j++
+		}
+		if j == start || j+2 >= n || src[j] != '"' || src[j+1] != ':' {
+			return 0, 0
+		}
+		if lastEnd > 0 {
+			// ASCII names sort by their bytes, as by their UTF-16 code
+			// units; the first byte decides for most.
+			last, name := src[lastStart:lastEnd], src[start:j]
+			if last[0] > name[0] || last[0] == name[0] && bytes.Compare(last, name) >= 0 {
+				return 0, 0
+			}
+		}
+		lastStart, lastEnd = start, j
+		names += j - start
+		k := jcs.PlainValueEnd(src, j+2)
+		if k < 0 || k >= n {
+			return 0, 0
+		}
+		spans[m], spans[m+1] = int32(j), int32(k)
+		m += 2
+		if src[k] == '}' {
+			if k != n-1 {
+				return 0, 0
+			}
+			return m, names
+		}
+		if src[k] != ',' {
+			return 0, 0
+		}
+		i = k + 1
+	}
+}
+
+// flatJSON leaves in s the pointers and digests of the fields of src, as
+// canonicalJSON does, when src is a flat body. It reads src once to check
+// that and note the spans, and takes the digests after: a body that is not
+// flat costs the scan, not the digests. It reports false, with s as it
+// was, for any other src, which canonicalJSON then reads with the encoder.
+func (s *scratch) flatJSON(src []byte) bool {
+	spans := &s.spans
+	m, _ := scanFlat(src, spans)
+	if m == 0 {
+		return false
+	}
+	s.hasFields = true
+	pointers, ends := s.pointers[:0], s.ends[:0]
+	start := 2 // where the first name starts
+	for f := 0; f < m; f += 2 {
+		j, k := int(spans[f]), int(spans[f+1])
+		pointers = append(append(pointers, '/'), src[start:j]...)
+		ends = append(ends, len(pointers))
+		s.digestField(pointers[len(pointers)-(j-start)-1:], src[j+2:k])
+		start = k + 2
+	}
+	s.pointers, s.ends = pointers, ends
+	return true
+}
+
+// encodedFlat is [Encoded] for the requests most clients send: no query,
+// no excluded fields, and a flat body sent as application/json, without
+// parameters. It writes each field's pointer and digest into the encoded
+// fields as it takes the digest, with no list of pointers or digests in
+// between; the bytes are those of scratch.encodeFields. It reports false,
+// having computed nothing, for any other request, and whether it scanned
+// the body to find it is not flat.
+func (s *scratch) encodedFlat(p *Params) (f Fingerprint, fields []byte, ok, scanned bool) {
+	if p.RawQuery != "" || len(p.Exclude) > 0 || p.ContentType != "application/json" || len(p.Body) == 0 {
+		return Fingerprint{}, nil, false, false
+	}
+	src := p.Body
+	spans := &s.spans // in s, which saves clearing an array on the stack
+	m, names := scanFlat(src, spans)
+	if m == 0 {
+		return Fingerprint{}, nil, false, true
+	}
+	// Each field is `"/name":"digest",` (see encodedFieldLen); then the
+	// kind, which needs no escapes.
+	const kind = `"` + kindMember + `":"` + kindJSON + `"}`
+	out := make([]byte, 1+m/2*encodedFieldLen(1)+names+len(kind))
+	out[0] = '{'
+	w := 1
+	start := 2 // where the first name starts
+	for i := 0; i < m; i += 2 {
+		j, k := int(spans[i]), int(spans[i+1])
+		name := src[start:j]
+		// The digest's input, as digestField writes it, in one piece.
+		in := append(appendLen(s.field[:len(fieldHead)], 1+len(name)), '/')
+		in = append(in, name...)
+		in = append(appendLen(in, k-j-2), src[j+2:k]...)
+		if cap(in) > cap(s.field) {
+			s.field = in
+		}
+		sum := s.hash(in)
+		out[w], out[w+1] = '"', '/'
+		w += 2 + copy(out[w+2:], name)
+		// The rest of the field has a fixed length.
+		rest := (*[len(`":"",`) + digestLen]byte)(out[w:])
+		rest[0], rest[1], rest[2] = '"', ':', '"'
+		putDigest((*[digestLen]byte)(rest[3:]), (*[16]byte)(sum[:16]))
+		rest[len(rest)-2], rest[len(rest)-1] = '"', ','
+		w += len(rest)
+		start = k + 2
+	}
+	copy(out[w:], kind)
+	head := append(s.head[:0], fingerprintHead...)
+	head = appendPart(head, p.Method)
+	head = appendPart(head, p.Path)
+	head = append(head, 0, byte(len(kindJSON))) // the empty query, the kind
+	head = append(head, kindJSON...)
+	return Fingerprint{Sum: *s.sum(&s.head, head, src), Kind: kindJSON}, out, true, true
+}
