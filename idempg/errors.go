@@ -67,6 +67,9 @@ func isKeyTaken(err error) bool {
 }
 
 func pgCode(err error) string {
+	if err == nil {
+		return "" // before pgErr, which escapes: no allocation for no error
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		return pgErr.Code

@@ -89,13 +89,13 @@ type lease struct {
 // conn and tx, when not nil, as the lease's transaction (see leaseTx).
 func (s *Store) newLease(p idemstore.ClaimParams, info idemstore.LeaseInfo, h holder, conn *pgxpool.Conn, tx pgx.Tx) *lease {
 	l := &lease{}
-	s.initLease(l, p, info, h, conn, tx)
+	s.initLease(l, &p, info, h, conn, tx)
 	return l
 }
 
 // initLease is newLease on l, a zero lease that the caller allocated (as
 // part of a deferredLease, say).
-func (s *Store) initLease(l *lease, p idemstore.ClaimParams, info idemstore.LeaseInfo, h holder, conn *pgxpool.Conn, tx pgx.Tx) {
+func (s *Store) initLease(l *lease, p *idemstore.ClaimParams, info idemstore.LeaseInfo, h holder, conn *pgxpool.Conn, tx pgx.Tx) {
 	l.store, l.scope, l.h, l.info = s, p.Scope, h, info
 	l.claimedAt, l.start = p.Now, time.Now()
 	l.tx.store = s
@@ -320,24 +320,44 @@ func (l *lease) completedByAnother(ctx context.Context) error {
 type pendingRow struct {
 	method, path string
 	hash, fields []byte
-	trace        *string // the claim's trace context; nil for none
-	args         [13]any // insertNew's arguments, in the holder's allocation
+	trace        string // the claim's trace context; "" for none (NULL)
+
+	// What insertNew fills in, and its arguments, in the holder's
+	// allocation, which the arguments point into (arg.go).
+	token, status int64
+	body          []byte
+	completed     time.Time
+	args          [13]any
 }
 
-// newPendingRow is the row that p's claim inserts on Complete.
-func newPendingRow(p idemstore.ClaimParams) pendingRow {
-	fields := p.RequestFields
-	if len(fields) == 0 {
-		fields = nil
+// init sets r to the row that p's claim inserts on Complete.
+func (r *pendingRow) init(p *idemstore.ClaimParams) {
+	r.method, r.path, r.hash, r.trace = p.Method, p.Path, p.RequestHash, p.TraceContext
+	if len(p.RequestFields) > 0 {
+		r.fields = p.RequestFields
 	}
-	return pendingRow{method: p.Method, path: p.Path, hash: p.RequestHash, fields: fields, trace: traceContext(p)}
+}
+
+// traceContext is r's trace context as stored: nil for NULL.
+func (r *pendingRow) traceContext() *string {
+	if r.trace == "" {
+		return nil
+	}
+	return &r.trace
 }
 
 // insertNew returns queryInsertCompletedNew, which inserts the row with
 // token and resp, for a key that had no row. Its arguments are in r's
 // array, which a lease's Complete, sent once, is the only user of.
 func (r *pendingRow) insertNew(l *lease, token int64, resp *idemstore.Response, header []byte) (string, []any) {
-	r.args = [13]any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, r.fields,
-		token, resp.StatusCode, header, body(resp), l.claimedAt, l.completedAt(), r.trace}
+	r.token, r.status, r.body, r.completed = token, int64(resp.StatusCode), body(resp), l.completedAt()
+	if l.store.typedArgs {
+		r.args = [13]any{(*textArg)(&l.scope.ClientID), (*textArg)(&l.scope.Key), (*textArg)(&r.method), (*textArg)(&r.path),
+			(*bytesArg)(&r.hash), (*bytesArg)(&r.fields), (*intArg)(&r.token), (*intArg)(&r.status), header, (*bytesArg)(&r.body),
+			(*timeArg)(&l.claimedAt), (*timeArg)(&r.completed), (*textArg)(r.traceContext())}
+	} else {
+		r.args = [13]any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, r.fields,
+			token, resp.StatusCode, header, r.body, l.claimedAt, r.completed, r.traceContext()}
+	}
 	return queryInsertCompletedNew, r.args[:]
 }

@@ -57,6 +57,8 @@ type deferredClaim struct {
 	lock   int64
 	cutoff *time.Time // keys created at or before it are past retention; nil for none
 	row    pendingRow // what Complete inserts
+	// cutoffAt is where cutoff points, in dc's allocation.
+	cutoffAt time.Time
 
 	state   claimState
 	refusal error // wraps ErrNotClaimed and an *idemstore.ExistsError, once refused
@@ -99,15 +101,16 @@ func (s *Store) claimDeferred(ctx context.Context, p idemstore.ClaimParams) (ide
 	}
 	dl := &deferredLease{}
 	dc := &dl.claim
-	dc.store, dc.scope, dc.lock, dc.row = s, p.Scope, lockKey(p.Scope), newPendingRow(p)
+	dc.store, dc.scope, dc.lock = s, p.Scope, lockKey(p.Scope)
+	dc.row.init(&p)
 	if p.Retention > 0 {
 		// Truncated as pgx sends it, so that Go and the server compare
 		// created_at with the same instant.
-		c := p.Now.Add(-p.Retention).Truncate(time.Microsecond)
-		dc.cutoff = &c
+		dc.cutoffAt = p.Now.Add(-p.Retention).Truncate(time.Microsecond)
+		dc.cutoff = &dc.cutoffAt
 	}
 	l := &dl.lease
-	s.initLease(l, p, idemstore.LeaseInfo{Token: 1}, dc, conn, nil)
+	s.initLease(l, &p, idemstore.LeaseInfo{Token: 1}, dc, conn, nil)
 	l.tx.claim = dc
 	return idemstore.ClaimResult{Lease: l}, nil
 }
@@ -130,7 +133,11 @@ func (dc *deferredClaim) refused() error {
 // statements run in. b then carries a transaction for BatchResults.Tx: its
 // begin query is the guard.
 func (dc *deferredClaim) queue(b *pgx.Batch, begin bool) {
-	dc.guardArgs = [4]any{dc.lock, dc.scope.ClientID, dc.scope.Key, dc.cutoff}
+	if dc.store.typedArgs {
+		dc.guardArgs = [4]any{(*intArg)(&dc.lock), (*textArg)(&dc.scope.ClientID), (*textArg)(&dc.scope.Key), (*timeArg)(dc.cutoff)}
+	} else {
+		dc.guardArgs = [4]any{dc.lock, dc.scope.ClientID, dc.scope.Key, dc.cutoff}
+	}
 	args := dc.guardArgs[:]
 	var guard *pgx.QueuedQuery
 	if begin {
@@ -232,9 +239,9 @@ func (dc *deferredClaim) complete(ctx context.Context, l *lease, conn *pgxpool.C
 		// for a session-locked lease that saw none.
 		query, args = dc.row.insertNew(l, 1, resp, header)
 	} else {
-		r := dc.row
+		r := &dc.row
 		query, args = queryInsertCompletedDeferred, []any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, r.fields,
-			resp.StatusCode, header, body(resp), l.claimedAt, l.completedAt(), dc.cutoff, r.trace}
+			resp.StatusCode, header, body(resp), l.claimedAt, l.completedAt(), dc.cutoff, r.traceContext()}
 	}
 	var claim *deferredClaim // the claim to send in front, if pending
 	if dc.state == claimPending {

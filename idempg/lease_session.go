@@ -84,7 +84,8 @@ func (s *Store) claimSession(ctx context.Context, p idemstore.ClaimParams) (clai
 		replace := rec != nil && p.MayReplace(rec)
 		switch {
 		case locked && (rec == nil || replace):
-			h := &sessionLock{row: newPendingRow(p), replaceToken: -1}
+			h := &sessionLock{replaceToken: -1}
+			h.row.init(&p)
 			token := int64(1)
 			if rec != nil { // Complete replaces it, if it is still there
 				token = rec.Token + 1

@@ -3,9 +3,9 @@ package idempg
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/record"
@@ -27,16 +27,21 @@ func loadKey(ctx context.Context, q queryRower, scope idemstore.Scope) (*idemsto
 // scanKey scans a row of querySessionClaim or queryLoadKey; rec is nil
 // when there is no key. locked is the first column: whether
 // querySessionClaim took the key's lock (true for queryLoadKey).
+//
+// The nullable columns are scanned into pgtype's value types rather than
+// into pointers: pgx plans a scan into a pointer to a pointer anew for
+// each row, and allocates both the plan and the value, about twenty
+// allocations per read of a key; its value types need neither.
 func scanKey(row pgx.Row, scope idemstore.Scope) (rec *idemstore.Record, locked bool, err error) {
 	var (
-		method, path, status *string
+		method, path, status pgtype.Text
 		hash, fields         []byte
-		token                *int64
-		respStatus           *int32
+		token                pgtype.Int8
+		respStatus           pgtype.Int4
 		respHeader, respBody []byte
-		createdAt, lockedAt  *time.Time
-		leaseExpires         *time.Time
-		trace                *string
+		createdAt, lockedAt  pgtype.Timestamptz
+		leaseExpires         pgtype.Timestamptz
+		trace                pgtype.Text
 	)
 	err = row.Scan(
 		&locked, &method, &path, &hash, &fields, &status, &token,
@@ -47,27 +52,36 @@ func scanKey(row pgx.Row, scope idemstore.Scope) (rec *idemstore.Record, locked 
 	if err != nil {
 		return nil, false, err
 	}
-	if method == nil { // the probe's outer join found no key
+	if !method.Valid { // the probe's outer join found no key
 		return nil, locked, nil
 	}
+	if !path.Valid || !status.Valid || !token.Valid || !createdAt.Valid {
+		return nil, false, errors.New("idempg: read key: a required column is NULL")
+	}
+	for _, t := range [...]*pgtype.Timestamptz{&createdAt, &lockedAt, &leaseExpires} {
+		if t.Valid && t.InfinityModifier != pgtype.Finite {
+			// A time.Time cannot hold it: scanning into one fails alike.
+			return nil, false, errors.New("idempg: read key: cannot scan an infinite timestamp into a time")
+		}
+	}
 	rec = &idemstore.Record{
-		Scope: scope, Method: *method, Path: *path,
+		Scope: scope, Method: method.String, Path: path.String,
 		RequestHash: hash, RequestFields: fields,
-		Status: idemstore.Status(*status), Token: *token, CreatedAt: createdAt.UTC(),
+		Status: idemstore.Status(status.String), Token: token.Int64, CreatedAt: createdAt.Time.UTC(),
 	}
-	if trace != nil {
-		rec.TraceContext = *trace
+	if trace.Valid {
+		rec.TraceContext = trace.String
 	}
-	if lockedAt != nil {
-		rec.LockedAt = lockedAt.UTC()
-		if leaseExpires != nil {
-			rec.LeaseExpires = leaseExpires.UTC()
+	if lockedAt.Valid {
+		rec.LockedAt = lockedAt.Time.UTC()
+		if leaseExpires.Valid {
+			rec.LeaseExpires = leaseExpires.Time.UTC()
 		}
 	}
 	if rec.Status == idemstore.StatusCompleted {
 		code := 0
-		if respStatus != nil {
-			code = int(*respStatus)
+		if respStatus.Valid {
+			code = int(respStatus.Int32)
 		}
 		if rec.Response, err = record.DecodeResponse(code, respHeader, respBody); err != nil {
 			return nil, false, err

@@ -146,6 +146,10 @@ type Store struct {
 	// QueryExecModeCacheStatement, under which sendClaim prepares a
 	// deferred claim's statements first.
 	prepareClaims bool
+	// typedArgs: pgx learns the parameters' types from the server in the
+	// pool's query mode, so the hot statements send the argument types of
+	// arg.go, which it encodes without allocating.
+	typedArgs bool
 
 	// testHooks are set by the package's tests only.
 	testHooks testHooks
@@ -172,11 +176,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	mode := pool.Config().ConnConfig.DefaultQueryExecMode
 	return &Store{
 		pool:             pool,
 		cfg:              c,
 		claimLockTimeout: fmt.Sprintf("%dms", c.ClaimLockTimeout.Milliseconds()),
-		prepareClaims:    pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement,
+		prepareClaims:    mode == pgx.QueryExecModeCacheStatement,
+		typedArgs:        typedArgs(mode),
 	}, nil
 }
 

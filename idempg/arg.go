@@ -1,0 +1,60 @@
+package idempg
+
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Arguments that pgx encodes without allocating.
+//
+// A string, a []byte, a time.Time or an int64 past 255 passed to pgx is
+// copied into an interface value, an allocation each, and pgx wraps a
+// time.Time in another before it encodes it. A pointer goes into an
+// interface as it is. The types below are pointed at fields that already
+// live in a lease's allocation; pgx encodes each through the valuer
+// interface of the column's codec (text, bytea, int8 or int4,
+// timestamptz), by a plan of its own that needs no wrapper, into the same
+// bytes as the plain value. A nil pointer is sent as NULL, as a nil
+// *string or *time.Time is.
+//
+// They need the parameter's type from the server: pgx knows it once the
+// statement is prepared or described (every mode but QueryExecModeExec and
+// QueryExecModeSimpleProtocol). In those two modes pgx finds the type from
+// the Go value, which it could not do from these, so the plain values are
+// sent then (Store.typedArgs).
+type (
+	// textArg is a text parameter.
+	textArg string
+	// bytesArg is a bytea parameter; nil is NULL.
+	bytesArg []byte
+	// intArg is an int8 or int4 parameter.
+	intArg int64
+	// timeArg is a timestamptz parameter.
+	timeArg time.Time
+)
+
+// TextValue implements pgtype.TextValuer.
+func (a *textArg) TextValue() (pgtype.Text, error) {
+	return pgtype.Text{String: string(*a), Valid: true}, nil
+}
+
+// BytesValue implements pgtype.BytesValuer.
+func (a *bytesArg) BytesValue() ([]byte, error) { return []byte(*a), nil }
+
+// Int64Value implements pgtype.Int64Valuer.
+func (a *intArg) Int64Value() (pgtype.Int8, error) {
+	return pgtype.Int8{Int64: int64(*a), Valid: true}, nil
+}
+
+// TimestamptzValue implements pgtype.TimestamptzValuer.
+func (a *timeArg) TimestamptzValue() (pgtype.Timestamptz, error) {
+	return pgtype.Timestamptz{Time: time.Time(*a), Valid: true}, nil
+}
+
+// typedArgs reports whether pgx learns the parameters' types from the
+// server in mode, which the argument types above need.
+func typedArgs(mode pgx.QueryExecMode) bool {
+	return mode != pgx.QueryExecModeExec && mode != pgx.QueryExecModeSimpleProtocol
+}
