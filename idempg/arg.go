@@ -5,6 +5,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Arguments that pgx encodes without allocating.
@@ -57,4 +59,34 @@ func (a *timeArg) TimestamptzValue() (pgtype.Timestamptz, error) {
 // server in mode, which the argument types above need.
 func typedArgs(mode pgx.QueryExecMode) bool {
 	return mode != pgx.QueryExecModeExec && mode != pgx.QueryExecModeSimpleProtocol
+}
+
+// sessionArgs are querySessionClaim's arguments, in one allocation: the
+// client, the key, the key's lock and the retention cutoff.
+type sessionArgs struct {
+	clientID, key string
+	lock          int64
+	cutoff        time.Time
+	args          [4]any
+}
+
+// sessionClaimArgs returns querySessionClaim's arguments for scope; with
+// retention set, keys created at or before cutoff are past it (NULL
+// otherwise).
+func (s *Store) sessionClaimArgs(scope idemstore.Scope, lock int64, cutoff time.Time, retention bool) []any {
+	a := &sessionArgs{clientID: scope.ClientID, key: scope.Key, lock: lock, cutoff: cutoff}
+	if !s.typedArgs {
+		var c *time.Time // NULL
+		if retention {
+			c = &a.cutoff
+		}
+		a.args = [4]any{a.clientID, a.key, a.lock, c}
+		return a.args[:]
+	}
+	var c *timeArg // NULL
+	if retention {
+		c = (*timeArg)(&a.cutoff)
+	}
+	a.args = [4]any{(*textArg)(&a.clientID), (*textArg)(&a.key), (*intArg)(&a.lock), c}
+	return a.args[:]
 }

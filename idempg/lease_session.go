@@ -47,11 +47,11 @@ func (s *Store) sessionClaims() bool {
 // boundary, asks Claim to replace it the way of claimTx.
 func (s *Store) claimSession(ctx context.Context, p idemstore.ClaimParams) (claimStep, error) {
 	lock := lockKey(p.Scope)
-	var cutoff *time.Time // keys created at or before it are past retention
+	var cutoff time.Time // keys created at or before it are past retention
 	if p.Retention > 0 {
-		c := p.Now.Add(-p.Retention)
-		cutoff = &c
+		cutoff = p.Now.Add(-p.Retention)
 	}
+	var args []any // made once the pool gave a connection
 	for attempt := 0; ; attempt++ {
 		conn, err := s.acquire(ctx, "claim")
 		if err != nil {
@@ -61,7 +61,10 @@ func (s *Store) claimSession(ctx context.Context, p idemstore.ClaimParams) (clai
 		// so a holder may commit the key and unlock in between, and the key
 		// look new: idem_session_lock reads it again after the lock, and
 		// raises IDEM3, unlocked, if it is there.
-		rec, locked, err := scanKey(conn.QueryRow(ctx, s.sessionClaimQuery(), p.Scope.ClientID, p.Scope.Key, lock, cutoff), p.Scope)
+		if args == nil {
+			args = s.sessionClaimArgs(p.Scope, lock, cutoff, p.Retention > 0)
+		}
+		rec, locked, err := scanKey(conn.QueryRow(ctx, s.sessionClaimQuery(), args...), p.Scope)
 		if pgCode(err) == codeKeyExists {
 			// The lock's previous holder committed the key after the read
 			// began: read it again, which answers from its row.

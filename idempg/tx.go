@@ -67,29 +67,39 @@ type leaseTx struct {
 	// begin sends in front of BEGIN while it is pending; nil for other
 	// leases. Guarded by mu until the lease ends.
 	claim *deferredClaim
+
+	// firstView is the view that open installs, in the lease's own
+	// allocation. open is called once, when the lease is made; a view
+	// made after a detach is a new one, so that a view taken before it
+	// never reaches the transaction begun after it.
+	firstView observedTx
 }
 
 // open installs tx, on conn, as the lease's transaction.
 func (lt *leaseTx) open(conn *pgxpool.Conn, tx pgx.Tx) {
 	lt.conn, lt.tx = conn, tx
-	lt.view = &observedTx{tx: tx, lt: lt, top: true}
+	lt.firstView = observedTx{tx: tx, lt: lt, top: true}
+	lt.view = &lt.firstView
 }
 
 func (lt *leaseTx) get(ctx context.Context) (pgx.Tx, error) {
 	lt.mu.Lock()
-	defer lt.mu.Unlock()
 	if lt.ended.Load() {
+		lt.mu.Unlock()
 		return nil, ErrLeaseEnded
 	}
 	if lt.view == nil {
 		conn, err := lt.store.acquire(ctx, "begin handler transaction")
 		if err != nil {
+			lt.mu.Unlock()
 			return nil, err
 		}
 		lt.conn = conn
 		lt.view = &observedTx{lt: lt, top: true}
 	}
-	return lt.view, nil
+	view := lt.view
+	lt.mu.Unlock()
+	return view, nil
 }
 
 // begin begins the deferred transaction of view, the lease's top view,
@@ -179,13 +189,14 @@ func deferrable(args []any) bool {
 // ends. ended is true when the lease had already ended.
 func (lt *leaseTx) end() (conn *pgxpool.Conn, tx pgx.Tx, ended bool) {
 	lt.mu.Lock()
-	defer lt.mu.Unlock()
 	if lt.ended.Load() {
+		lt.mu.Unlock()
 		return nil, nil, true
 	}
 	lt.ended.Store(true)
 	conn, tx = lt.conn, lt.tx
 	lt.conn, lt.tx, lt.view = nil, nil, nil
+	lt.mu.Unlock()
 	return conn, tx, false
 }
 
