@@ -191,7 +191,7 @@ func body(resp *idemstore.Response) []byte {
 // when none could be acquired.
 func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, op, query string, args []any, claim *deferredClaim, after func(*pgx.Batch)) (_ *pgxpool.Conn, _ pgx.Tx, committed bool, err error) {
 	b := l.roundBatch()
-	claiming := false
+	claiming, began := false, false
 	if tx == nil {
 		if conn == nil {
 			if conn, err = l.store.acquire(ctx, op); err != nil {
@@ -203,16 +203,11 @@ func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, 
 			claiming = true
 		} else {
 			b.BeginTx(pgx.TxOptions{IsoLevel: l.store.cfg.IsoLevel})
+			began = true
 		}
 	}
 	b.Queue(query, args...)
-	b.Queue(queryCommit).Exec(func(tag pgconn.CommandTag) error {
-		if tag.String() != "COMMIT" {
-			return errors.New("the transaction was rolled back instead of committed")
-		}
-		committed = true
-		return nil
-	})
+	b.Queue(queryCommit)
 	if after != nil {
 		after(b)
 	}
@@ -221,13 +216,32 @@ func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, 
 	case claiming:
 		br = l.store.sendClaim(ctx, conn, b)
 		tx = br.Tx()
-	case tx == nil:
+		err = claim.readBegin(br)
+	case began:
 		br = conn.SendBatch(ctx, b)
 		tx = br.Tx()
+		_, err = br.Exec() // BEGIN
 	default:
 		br = tx.SendBatch(ctx, b)
 	}
-	err = br.Close() // runs the COMMIT's callback, which sets committed
+	// The results in the order sent (see deferredClaim.readGuard): the
+	// statement, then COMMIT; Close reads what after queued.
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		var tag pgconn.CommandTag
+		if tag, err = br.Exec(); err == nil {
+			if tag.String() == "COMMIT" {
+				committed = true
+			} else {
+				err = errors.New("the transaction was rolled back instead of committed")
+			}
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	return conn, tx, committed, err
 }
 

@@ -71,6 +71,7 @@ type deferredClaim struct {
 	b         pgx.Batch
 	queued    [4]*pgx.QueuedQuery
 	guardArgs [4]any
+	staleDest [1]any // &stale, what readGuard scans into
 }
 
 // deferredLease is a deferred claim's lease and its holder in one
@@ -131,7 +132,8 @@ func (dc *deferredClaim) refused() error {
 // BEGIN after it, which turns the round trip's implicit transaction, where
 // the guard took the key's lock, into the explicit one that the handler's
 // statements run in. b then carries a transaction for BatchResults.Tx: its
-// begin query is the guard.
+// begin query is the guard. The round trip's results are read with
+// readGuard first (and readBegin, with begin).
 func (dc *deferredClaim) queue(b *pgx.Batch, begin bool) {
 	if dc.store.typedArgs {
 		dc.guardArgs = [4]any{(*intArg)(&dc.lock), (*textArg)(&dc.scope.ClientID), (*textArg)(&dc.scope.Key), (*timeArg)(dc.cutoff)}
@@ -148,10 +150,32 @@ func (dc *deferredClaim) queue(b *pgx.Batch, begin bool) {
 		guard = b.Queue(queryClaimGuard, args...)
 	}
 	dc.stale = false
-	guard.QueryRow(func(row pgx.Row) error { return row.Scan(&dc.stale) })
 	if begin {
 		b.Queue(queryBegin)
 	}
+}
+
+// readGuard reads the result of the guard that queue queued, the first of
+// br's.
+//
+// The round trips of this file and of leaseTx.begin and commitRound read
+// their results one by one, in the order sent, and then Close br, which
+// reads what is left and returns the first error again: the same as
+// callbacks (QueuedQuery.Exec, QueryRow) that Close would run, without
+// the two closures that each of those costs.
+func (dc *deferredClaim) readGuard(br pgx.BatchResults) error {
+	dc.staleDest[0] = &dc.stale
+	return br.QueryRow().Scan(dc.staleDest[:]...)
+}
+
+// readBegin reads the guard's result and BEGIN's, the first two of br's,
+// from a round trip that queue(b, true) began.
+func (dc *deferredClaim) readBegin(br pgx.BatchResults) error {
+	if err := dc.readGuard(br); err != nil {
+		return err
+	}
+	_, err := br.Exec()
+	return err
 }
 
 // settle records what the round trip that carried the claim, on conn,
@@ -209,7 +233,11 @@ func (dc *deferredClaim) existing(ctx context.Context, conn *pgxpool.Conn, code 
 func (dc *deferredClaim) checkFree(ctx context.Context, conn *pgxpool.Conn) error {
 	b := dc.batch()
 	dc.queue(b, false)
-	err := dc.store.sendClaim(ctx, conn, b).Close()
+	br := dc.store.sendClaim(ctx, conn, b)
+	err := dc.readGuard(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if refusal := dc.settle(ctx, conn, err, false); refusal != nil {
 		conn.Release()
 		return refusal

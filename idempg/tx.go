@@ -137,19 +137,25 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 		b.BeginTx(pgx.TxOptions{IsoLevel: lt.store.cfg.IsoLevel})
 	}
 	if sql != "" {
-		b.Queue(sql, args...).Exec(func(t pgconn.CommandTag) error {
-			tag = t
-			return nil
-		})
+		b.Queue(sql, args...)
 	}
 	var br pgx.BatchResults
 	if claiming {
 		br = lt.store.sendClaim(ctx, lt.conn, b)
+		err = dc.readBegin(br) // the guard and BEGIN
 	} else {
 		br = lt.conn.SendBatch(ctx, b)
+		_, err = br.Exec() // BEGIN
 	}
 	tx := br.Tx()
-	err = br.Close() // the first error, if any, in the order sent
+	if err == nil && sql != "" {
+		tag, err = br.Exec()
+	}
+	// Close reads what is left and returns the first error, if any, in
+	// the order sent (see deferredClaim.readGuard).
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	// The transaction exists once BEGIN ran, even if the statement after it
 	// failed and aborted it; Complete or Release ends it. If BEGIN did not
 	// run, the next use tries again.
