@@ -129,14 +129,18 @@ func (l *lease) completedAt() time.Time {
 // names, it returns an error wrapping [ErrLeaseEnded] when the lease was
 // already completed or released; the key is then left as that call left
 // it.
-func (l *lease) Complete(ctx context.Context, resp *idemstore.Response) (err error) {
-	defer func() {
-		// A two-phase claim is committed: a Release after this failure
-		// frees it (see idemstore.Lease).
-		if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) && !errors.Is(err, ErrLeaseEnded) {
-			l.completeFailed = true
-		}
-	}()
+func (l *lease) Complete(ctx context.Context, resp *idemstore.Response) error {
+	err := l.complete(ctx, resp)
+	// A two-phase claim is committed: a Release after this failure frees
+	// it (see idemstore.Lease).
+	if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) && !errors.Is(err, ErrLeaseEnded) {
+		l.completeFailed = true
+	}
+	return err
+}
+
+// complete is Complete but for what a failure leaves for Release.
+func (l *lease) complete(ctx context.Context, resp *idemstore.Response) error {
 	if resp == nil {
 		return errors.New("idempg: complete key: no response")
 	}

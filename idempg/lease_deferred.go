@@ -71,7 +71,7 @@ type deferredClaim struct {
 	b         pgx.Batch
 	queued    [4]*pgx.QueuedQuery
 	guardArgs [4]any
-	staleDest [1]any // &stale, what readGuard scans into
+	staleDest [1]any // &stale, what readGuard scans into, set once
 }
 
 // deferredLease is a deferred claim's lease and its holder in one
@@ -95,7 +95,7 @@ func (dc *deferredClaim) batch() *pgx.Batch {
 // pooled connection, on which the claim goes out with the lease
 // transaction's first statement (leaseTx.begin), or with Complete or
 // Release if the handler sends none. No round trip is made here.
-func (s *Store) claimDeferred(ctx context.Context, p idemstore.ClaimParams) (idemstore.ClaimResult, error) {
+func (s *Store) claimDeferred(ctx context.Context, p *idemstore.ClaimParams) (idemstore.ClaimResult, error) {
 	conn, err := s.acquire(ctx, "claim")
 	if err != nil {
 		return idemstore.ClaimResult{}, err
@@ -103,7 +103,8 @@ func (s *Store) claimDeferred(ctx context.Context, p idemstore.ClaimParams) (ide
 	dl := &deferredLease{}
 	dc := &dl.claim
 	dc.store, dc.scope, dc.lock = s, p.Scope, lockKey(p.Scope)
-	dc.row.init(&p)
+	dc.row.init(p)
+	dc.staleDest[0] = &dc.stale
 	if p.Retention > 0 {
 		// Truncated as pgx sends it, so that Go and the server compare
 		// created_at with the same instant.
@@ -111,7 +112,7 @@ func (s *Store) claimDeferred(ctx context.Context, p idemstore.ClaimParams) (ide
 		dc.cutoff = &dc.cutoffAt
 	}
 	l := &dl.lease
-	s.initLease(l, &p, idemstore.LeaseInfo{Token: 1}, dc, conn, nil)
+	s.initLease(l, p, idemstore.LeaseInfo{Token: 1}, dc, conn, nil)
 	l.tx.claim = dc
 	return idemstore.ClaimResult{Lease: l}, nil
 }
@@ -164,7 +165,6 @@ func (dc *deferredClaim) queue(b *pgx.Batch, begin bool) {
 // callbacks (QueuedQuery.Exec, QueryRow) that Close would run, without
 // the two closures that each of those costs.
 func (dc *deferredClaim) readGuard(br pgx.BatchResults) error {
-	dc.staleDest[0] = &dc.stale
 	return br.QueryRow().Scan(dc.staleDest[:]...)
 }
 
