@@ -69,7 +69,7 @@ func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.C
 		return idemstore.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
 	}
 	if p.Speculative && !p.TwoPhase && s.deferredClaims() {
-		return s.claimDeferred(ctx, p)
+		return s.claimDeferred(ctx, &p)
 	}
 	if p.TwoPhase {
 		// Most keys are new: try to insert first, and read the key only if
@@ -209,7 +209,8 @@ func traceContext(p idemstore.ClaimParams) *string {
 	if p.TraceContext == "" {
 		return nil
 	}
-	return &p.TraceContext
+	t := p.TraceContext // not &p.TraceContext, which would move p to the heap
+	return &t
 }
 
 // leaseExpires is the lease expiry that p's claim records: NULL when it
@@ -221,21 +222,23 @@ func leaseExpires(p idemstore.ClaimParams) *time.Time {
 	return nil
 }
 
-// claimRow is what the claim statement answered.
+// claimRow is what the claim statement answered. Its nullable columns are
+// pgtype's value types, which pgx scans into without allocating (see
+// scanKey).
 type claimRow struct {
-	acquired bool       // the advisory lock was free
-	token    *int64     // the new lease's token; nil when no row changed
-	ctid     pgtype.TID // where the claimed row version is
-	created  *time.Time // the claimed row's created_at; nil when no row changed
+	acquired bool               // the advisory lock was free
+	token    pgtype.Int8        // the new lease's token; NULL when no row changed
+	ctid     pgtype.TID         // where the claimed row version is
+	created  pgtype.Timestamptz // the claimed row's created_at; NULL when no row changed
 }
 
 // createdOf returns the claimed row's created_at, zero when the claim
 // statement answered none.
 func createdOf(out claimRow) time.Time {
-	if out.created == nil {
+	if !out.created.Valid {
 		return time.Time{}
 	}
-	return *out.created
+	return out.created.Time
 }
 
 // scanFrom has the claim statement's row, queued as qq, scanned into out.
@@ -244,7 +247,7 @@ func (out *claimRow) scanFrom(qq *pgx.QueuedQuery) {
 }
 
 // claimed reports whether the claim statement claimed the key.
-func (out claimRow) claimed() bool { return out.acquired && out.token != nil }
+func (out claimRow) claimed() bool { return out.acquired && out.token.Valid }
 
 // unclaimed is the step of a claim statement that claimed nothing: the key
 // is in flight if its lock was taken, else its row changed since it was

@@ -91,7 +91,7 @@ func (s *Store) claimInCallerTx(ctx context.Context, tx pgx.Tx, p idemstore.Clai
 		return out.unclaimed(p), nil
 	}
 	keep = true
-	info := idemstore.LeaseInfo{Token: *out.token, CreatedAt: createdOf(out)}
+	info := idemstore.LeaseInfo{Token: out.token.Int64, CreatedAt: createdOf(out)}
 	return answerLease(s.newLease(p, info, &callerTx{ctid: out.ctid}, nil, sp)), nil
 }
 

@@ -50,7 +50,7 @@ func (s *Store) claimTx(ctx context.Context, p idemstore.ClaimParams, seen *idem
 		}
 		return out.unclaimed(p), nil
 	}
-	info := idemstore.LeaseInfo{Token: *out.token, TakenOver: takeover, CreatedAt: createdOf(out)}
+	info := idemstore.LeaseInfo{Token: out.token.Int64, TakenOver: takeover, CreatedAt: createdOf(out)}
 	return answerLease(s.newLease(p, info, &claimTx{ctid: out.ctid}, conn, tx)), nil
 }
 

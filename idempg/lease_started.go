@@ -30,8 +30,8 @@ type startedRow struct {
 // newStartedLease makes the lease of a started row that a claim of p
 // committed, as out tells.
 func (s *Store) newStartedLease(p idemstore.ClaimParams, out claimRow, takeover bool) *lease {
-	info := idemstore.LeaseInfo{Token: *out.token, TakenOver: takeover, CreatedAt: *out.created}
-	return s.newLease(p, info, &startedRow{created: *out.created}, nil, nil)
+	info := idemstore.LeaseInfo{Token: out.token.Int64, TakenOver: takeover, CreatedAt: out.created.Time}
+	return s.newLease(p, info, &startedRow{created: out.created.Time}, nil, nil)
 }
 
 // claimTwoPhaseNew is the first try of a two-phase claim, sent before any
@@ -55,7 +55,7 @@ func (s *Store) claimTwoPhaseNew(ctx context.Context, p idemstore.ClaimParams) (
 	out.scanFrom(qq)
 	err = conn.SendBatch(ctx, b).Close()
 	switch {
-	case err == nil && out.token != nil:
+	case err == nil && out.token.Valid:
 		return answerLease(s.newStartedLease(p, out, false)), nil
 	case err == nil, pgCode(err) == codeLockNotAvailable, ctx.Err() == nil && conn.Conn().IsClosed():
 		return readAgain(), nil
