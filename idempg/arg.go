@@ -90,3 +90,33 @@ func (s *Store) sessionClaimArgs(scope idemstore.Scope, lock int64, cutoff time.
 	a.args = [4]any{(*textArg)(&a.clientID), (*textArg)(&a.key), (*intArg)(&a.lock), c}
 	return a.args[:]
 }
+
+// claimInsertArgs are queryClaimInsert's arguments (claimStatement), in
+// one allocation.
+type claimInsertArgs struct {
+	lock                                   int64
+	clientID, key, method, path, lockLimit string
+	trace                                  string
+	hash, fields                           []byte
+	now, expires                           time.Time
+	args                                   [11]any
+}
+
+// claimInsertArgsOf returns queryClaimInsert's arguments for p, with the
+// key's lock, the claim's lock_timeout and its request fields (nil for
+// none), as arguments of arg.go.
+func claimInsertArgsOf(p *idemstore.ClaimParams, lock int64, lockTimeout string, fields []byte) []any {
+	a := &claimInsertArgs{lock: lock, clientID: p.Scope.ClientID, key: p.Scope.Key, method: p.Method, path: p.Path,
+		lockLimit: lockTimeout, trace: p.TraceContext, hash: p.RequestHash, fields: fields, now: p.Now, expires: p.LeaseExpires()}
+	var expires *timeArg // NULL, as leaseExpires
+	if !a.expires.IsZero() {
+		expires = (*timeArg)(&a.expires)
+	}
+	var trace *textArg // NULL, as traceContext
+	if a.trace != "" {
+		trace = (*textArg)(&a.trace)
+	}
+	a.args = [11]any{(*intArg)(&a.lock), (*textArg)(&a.clientID), (*textArg)(&a.key), (*textArg)(&a.method), (*textArg)(&a.path),
+		(*bytesArg)(&a.hash), (*bytesArg)(&a.fields), (*timeArg)(&a.now), (*textArg)(&a.lockLimit), expires, trace}
+	return a.args[:]
+}

@@ -192,6 +192,8 @@ func (s *Store) claimStatement(b *pgx.Batch, p idemstore.ClaimParams, seen *idem
 		fields = nil
 	}
 	switch {
+	case seen == nil && s.typedArgs:
+		return b.Queue(queryClaimInsert, claimInsertArgsOf(&p, lock, lockTimeout, fields)...), false
 	case seen == nil:
 		return b.Queue(queryClaimInsert, lock, p.Scope.ClientID, p.Scope.Key, p.Method, p.Path,
 			p.RequestHash, fields, p.Now, lockTimeout, leaseExpires(p), traceContext(p)), false

@@ -25,6 +25,13 @@ type startedRow struct {
 	created time.Time
 	// point is the key's recovery point, once read or saved.
 	point *idemstore.Recovery
+
+	// complete's arguments, and what they point to, in the holder's
+	// allocation (arg.go).
+	token, status int64
+	body          []byte
+	completed     time.Time
+	args          [8]any
 }
 
 // newStartedLease makes the lease of a started row that a claim of p
@@ -103,8 +110,14 @@ func (s *Store) claimStarted(ctx context.Context, p idemstore.ClaimParams) (clai
 // a handler whose transaction never began gets one in that round trip. A
 // lease taken over since matches no row, and its writes roll back.
 func (h *startedRow) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idemstore.Response, header []byte) error {
-	return l.commitUpdate(ctx, conn, tx, queryCompleteKey,
-		l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body(resp), l.completedAt(), h.created)
+	if !l.store.typedArgs {
+		return l.commitUpdate(ctx, conn, tx, queryCompleteKey,
+			l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body(resp), l.completedAt(), h.created)
+	}
+	h.token, h.status, h.body, h.completed = l.info.Token, int64(resp.StatusCode), body(resp), l.completedAt()
+	h.args = [8]any{(*textArg)(&l.scope.ClientID), (*textArg)(&l.scope.Key), (*intArg)(&h.token), (*intArg)(&h.status),
+		header, (*bytesArg)(&h.body), (*timeArg)(&h.completed), (*timeArg)(&h.created)}
+	return l.commitUpdate(ctx, conn, tx, queryCompleteKey, h.args[:]...)
 }
 
 // end rolls back the handler's transaction, if it began; the started row
