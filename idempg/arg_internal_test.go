@@ -84,6 +84,18 @@ func BenchmarkArgs(b *testing.B) {
 			}
 		}
 	})
+	b.Run("typed-but-text", func(b *testing.B) {
+		var eqb pgx.ExtendedQueryBuilder
+		b.ReportAllocs()
+		for b.Loop() {
+			r.args = [13]any{r.client, r.key, r.method, r.path,
+				(*bytesArg)(&r.hash), (*bytesArg)(&r.fields), (*intArg)(&r.token), (*intArg)(&r.status), r.header, (*bytesArg)(&r.body),
+				(*timeArg)(&r.created), (*timeArg)(&r.completed), (*textArg)(&r.trace)}
+			if err := eqb.Build(m, sd, r.args[:]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("typed", func(b *testing.B) {
 		var eqb pgx.ExtendedQueryBuilder
 		b.ReportAllocs()

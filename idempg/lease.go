@@ -379,3 +379,11 @@ func (r *pendingRow) insertNew(l *lease, token int64, resp *idemstore.Response, 
 	}
 	return queryInsertCompletedNew, r.args[:]
 }
+
+// insertFirst is insertNew at token 1: queryInsertCompletedFirst, whose
+// arguments are insertNew's without the token.
+func (r *pendingRow) insertFirst(l *lease, resp *idemstore.Response, header []byte) (string, []any) {
+	_, args := r.insertNew(l, 1, resp, header)
+	copy(args[6:], args[7:])
+	return queryInsertCompletedFirst, args[:len(args)-1]
+}

@@ -265,7 +265,7 @@ func (dc *deferredClaim) complete(ctx context.Context, l *lease, conn *pgxpool.C
 	if dc.state == claimHeld && !dc.stale {
 		// The claim's guard found no row for the key: a plain insert, as
 		// for a session-locked lease that saw none.
-		query, args = dc.row.insertNew(l, 1, resp, header)
+		query, args = dc.row.insertFirst(l, resp, header)
 	} else {
 		r := &dc.row
 		query, args = queryInsertCompletedDeferred, []any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, r.fields,
