@@ -142,18 +142,14 @@ func (dc *deferredClaim) queue(b *pgx.Batch, begin bool) {
 		dc.guardArgs = [4]any{dc.lock, dc.scope.ClientID, dc.scope.Key, dc.cutoff}
 	}
 	args := dc.guardArgs[:]
-	var guard *pgx.QueuedQuery
-	if begin {
-		b.BeginTx(pgx.TxOptions{BeginQuery: queryClaimGuard})
-		guard = b.QueuedQueries[0]
-		guard.Arguments = args
-	} else {
-		guard = b.Queue(queryClaimGuard, args...)
-	}
 	dc.stale = false
-	if begin {
-		b.Queue(queryBegin)
+	if !begin {
+		b.Queue(queryClaimGuard, args...)
+		return
 	}
+	b.BeginTx(pgx.TxOptions{BeginQuery: queryClaimGuard})
+	b.QueuedQueries[0].Arguments = args
+	b.Queue(queryBegin)
 }
 
 // readGuard reads the result of the guard that queue queued, the first of
