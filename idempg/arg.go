@@ -61,6 +61,18 @@ func typedArgs(mode pgx.QueryExecMode) bool {
 	return mode != pgx.QueryExecModeExec && mode != pgx.QueryExecModeSimpleProtocol
 }
 
+// headerArg is the argument of a stored response's header, JSON for the
+// jsonb column response_headers. With the parameter's type known (typed)
+// pgx writes the bytes as JSON; without it (QueryExecModeExec and
+// QueryExecModeSimpleProtocol) it would write a []byte as bytea, which the
+// server cannot read as JSON, and a string goes as text, which it can.
+func headerArg(header []byte, typed bool) any {
+	if typed || header == nil {
+		return header
+	}
+	return string(header)
+}
+
 // sessionArgs are querySessionClaim's arguments, in one allocation: the
 // client, the key, the key's lock and the retention cutoff.
 type sessionArgs struct {

@@ -26,7 +26,8 @@ import (
 // NULLs included.
 func TestQueryModes(t *testing.T) {
 	t.Parallel()
-	modes := []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec}
+	modes := []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec,
+		pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol}
 	for _, mode := range modes {
 		for _, plain := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/plain=%v", mode, plain), func(t *testing.T) {

@@ -33,8 +33,8 @@ import (
 // out of its leaseTx (either may be nil: see leaseTx).
 type holder interface {
 	// complete stores resp, with its header encoded as header (see
-	// lease.header), and ends the lease's transaction.
-	complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idemstore.Response, header []byte) error
+	// headerArg), and ends the lease's transaction.
+	complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idemstore.Response, header any) error
 	// end rolls back the lease's transaction, which undoes an atomic claim
 	// and the handler's writes, and gives back its connection.
 	end(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx) error
@@ -153,7 +153,7 @@ func (l *lease) complete(ctx context.Context, resp *idemstore.Response) error {
 		_ = l.h.end(context.WithoutCancel(ctx), l, conn, tx)
 		return fmt.Errorf("idempg: %w", err)
 	}
-	return l.h.complete(ctx, l, conn, tx, resp, header)
+	return l.h.complete(ctx, l, conn, tx, resp, headerArg(header, l.store.typedArgs))
 }
 
 // Release implements [idemstore.Lease]. It returns an error wrapping
@@ -367,7 +367,7 @@ func (r *pendingRow) traceContext() *string {
 // insertNew returns queryInsertCompletedNew, which inserts the row with
 // token and resp, for a key that had no row. Its arguments are in r's
 // array, which a lease's Complete, sent once, is the only user of.
-func (r *pendingRow) insertNew(l *lease, token int64, resp *idemstore.Response, header []byte) (string, []any) {
+func (r *pendingRow) insertNew(l *lease, token int64, resp *idemstore.Response, header any) (string, []any) {
 	r.token, r.status, r.body, r.completed = token, int64(resp.StatusCode), body(resp), l.completedAt()
 	if l.store.typedArgs {
 		r.args = [13]any{(*textArg)(&l.scope.ClientID), (*textArg)(&l.scope.Key), (*textArg)(&r.method), (*textArg)(&r.path),
@@ -382,7 +382,7 @@ func (r *pendingRow) insertNew(l *lease, token int64, resp *idemstore.Response, 
 
 // insertFirst is insertNew at token 1: queryInsertCompletedFirst, whose
 // arguments are insertNew's without the token.
-func (r *pendingRow) insertFirst(l *lease, resp *idemstore.Response, header []byte) (string, []any) {
+func (r *pendingRow) insertFirst(l *lease, resp *idemstore.Response, header any) (string, []any) {
 	_, args := r.insertNew(l, 1, resp, header)
 	copy(args[6:], args[7:])
 	return queryInsertCompletedFirst, args[:len(args)-1]

@@ -97,7 +97,7 @@ func (s *Store) claimInCallerTx(ctx context.Context, tx pgx.Tx, p idemstore.Clai
 
 // complete sends the fenced update of the started row, at ctid, in the
 // lease's savepoint (sp) and releases the savepoint; the caller commits.
-func (h *callerTx) complete(ctx context.Context, l *lease, _ *pgxpool.Conn, sp pgx.Tx, resp *idemstore.Response, header []byte) error {
+func (h *callerTx) complete(ctx context.Context, l *lease, _ *pgxpool.Conn, sp pgx.Tx, resp *idemstore.Response, header any) error {
 	_, err := sp.Exec(ctx, queryCompleteOwnKey,
 		l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body(resp), l.completedAt(), h.ctid)
 	if err == nil {

@@ -56,7 +56,7 @@ func (s *Store) claimTx(ctx context.Context, p idemstore.ClaimParams, seen *idem
 
 // complete updates the lease's started row, at ctid, and commits, in one
 // round trip (commitUpdate).
-func (h *claimTx) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idemstore.Response, header []byte) error {
+func (h *claimTx) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idemstore.Response, header any) error {
 	return l.commitUpdate(ctx, conn, tx, queryCompleteOwnKey,
 		l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body(resp), l.completedAt(), h.ctid)
 }

@@ -249,7 +249,7 @@ func (dc *deferredClaim) checkFree(ctx context.Context, conn *pgxpool.Conn) erro
 // complete inserts the completed row and commits, in one round trip
 // (commitRound), which carries the claim in front if it is still pending.
 // A claim that was refused stores nothing and returns its refusal.
-func (dc *deferredClaim) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idemstore.Response, header []byte) error {
+func (dc *deferredClaim) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idemstore.Response, header any) error {
 	if dc.state == claimRefused {
 		conn.Release()
 		return dc.refusal

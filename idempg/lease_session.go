@@ -122,7 +122,7 @@ func (s *Store) sessionClaimQuery() string {
 // that the claim saw, commits and unlocks, in one round trip (commitRound).
 // If a request that did not take the lock stored the key meanwhile, the
 // insert fails on the unique key, and Complete answers from that row.
-func (h *sessionLock) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idemstore.Response, header []byte) error {
+func (h *sessionLock) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idemstore.Response, header any) error {
 	lock := lockKey(l.scope)
 	query, args := h.row.insertNew(l, l.info.Token, resp, header)
 	if h.replaceToken >= 0 {

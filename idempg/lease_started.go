@@ -109,7 +109,7 @@ func (s *Store) claimStarted(ctx context.Context, p idemstore.ClaimParams) (clai
 // the handler's transaction and commits, in one round trip (commitUpdate);
 // a handler whose transaction never began gets one in that round trip. A
 // lease taken over since matches no row, and its writes roll back.
-func (h *startedRow) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idemstore.Response, header []byte) error {
+func (h *startedRow) complete(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, resp *idemstore.Response, header any) error {
 	if !l.store.typedArgs {
 		return l.commitUpdate(ctx, conn, tx, queryCompleteKey,
 			l.scope.ClientID, l.scope.Key, l.info.Token, resp.StatusCode, header, body(resp), l.completedAt(), h.created)
