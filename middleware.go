@@ -78,6 +78,10 @@ type call struct {
 	// allocates its own.
 	first     execution
 	firstUsed bool
+
+	// values is room for the values of the answer's header fields, which
+	// copyFields takes when they fit: one answer is written a call.
+	values [4]string
 }
 
 // spanStart describes a step of c's for a span.
@@ -294,7 +298,7 @@ func (m *Middleware) release(ctx context.Context, c *call, lease idemstore.Lease
 		return
 	}
 	m.cfg.Metrics.Request(c.r.Context(), ResultReleased)
-	rec.writeTo(c.w)
+	rec.writeTo(c.w, c.values[:0])
 }
 
 // answerComplete answers after Complete returned err: with the handler's
@@ -302,7 +306,7 @@ func (m *Middleware) release(ctx context.Context, c *call, lease idemstore.Lease
 func (m *Middleware) answerComplete(ctx context.Context, c *call, lease idemstore.Lease, rec *recorder, err error) {
 	if err == nil {
 		m.cfg.Metrics.Request(c.r.Context(), ResultExecuted)
-		rec.writeTo(c.w)
+		rec.writeTo(c.w, c.values[:0])
 		return
 	}
 	m.answerNotStored(ctx, c, lease, err)

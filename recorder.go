@@ -20,7 +20,8 @@ func newReplayList(extra []string) replayList { return replay.Headers(extra) }
 // response is what the store keeps of a buffered response: the status,
 // the headers on the list and the body.
 func (l replayList) response(rec *recorder) *idemstore.Response {
-	resp := &idemstore.Response{StatusCode: rec.statusCode(), Body: rec.body.Bytes()}
+	resp := &rec.stored // in the recorder's allocation
+	*resp = idemstore.Response{StatusCode: rec.statusCode(), Body: rec.body.Bytes()}
 	if rec.stream == nil && l.all(rec.header) {
 		// The handler is done with its header, and the client gets copies
 		// of its values (see writeTo): the response can hold the header
@@ -30,7 +31,7 @@ func (l replayList) response(rec *recorder) *idemstore.Response {
 		return resp
 	}
 	resp.Header = make(http.Header, len(l))
-	copyFields(resp.Header, rec.header, l, 0)
+	copyFields(resp.Header, rec.header, l, 0, nil)
 	return resp
 }
 
@@ -65,6 +66,8 @@ type recorder struct {
 	// phases is set by the middleware in two-phase mode: what
 	// [Phases.Run] reports.
 	phases *phaseHost
+	// stored is what response returns, allocated with the recorder.
+	stored idemstore.Response
 }
 
 // unfinished reports whether Phases.Run left the operation unfinished.
@@ -115,8 +118,8 @@ func (rec *recorder) statusCode() int {
 // writeTo writes the buffered response to w. The header's values are
 // copied, so that nothing done to w's header changes a stored response
 // that holds rec.header (see responseOf); Content-Length shares their
-// allocation.
-func (rec *recorder) writeTo(w http.ResponseWriter) {
-	spare := copyFields(w.Header(), rec.header, nil, 1)
+// room, which is buf's when it has enough (see copyFields).
+func (rec *recorder) writeTo(w http.ResponseWriter, buf []string) {
+	spare := copyFields(w.Header(), rec.header, nil, 1, buf)
 	writeBody(w, rec.statusCode(), rec.body.Bytes(), spare)
 }
