@@ -89,15 +89,18 @@ type Reader struct {
 	i  int64  // where the next Read starts
 }
 
-// Read reads the body as bytes.Reader.Read does.
+// Read reads the body as bytes.Reader.Read does. It unlocks without a
+// defer: nothing between the lock and the unlocks can panic, and Read is
+// called at least twice a request.
 func (b *Reader) Read(p []byte) (int, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.i >= int64(len(b.s)) {
+		b.mu.Unlock()
 		return 0, io.EOF
 	}
 	n := copy(p, b.s[b.i:])
 	b.i += int64(n)
+	b.mu.Unlock()
 	return n, nil
 }
 
