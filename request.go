@@ -96,7 +96,10 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	body, err := readAllInto(bodybuf.Get(r.ContentLength), http.MaxBytesReader(w, r.Body, max), r.ContentLength)
+	body, done, err := readDeclared(bodybuf.Get(r.ContentLength), r.Body, r.ContentLength)
+	if err == nil && !done {
+		body, err = readAllInto(body, http.MaxBytesReader(w, r.Body, max-int64(len(body))), r.ContentLength)
+	}
 	if err != nil {
 		bodybuf.Recycle(body)
 		var mbe *http.MaxBytesError
@@ -118,8 +121,45 @@ func readAll(rd io.Reader, length int64) ([]byte, error) {
 	return readAllInto(nil, rd, length)
 }
 
-// readAllInto is readAll into b, an empty buffer, when it has room for the
-// body of the given length and the byte after it.
+// readDeclared reads the body of a request that declared its length
+// (length is not negative), which readBody has checked against its limit,
+// without http.MaxBytesReader, which would allocate: net/http's reader of
+// such a body ends at that length, and returns io.EOF with its last bytes.
+// It reads at most length bytes into b, or a new buffer when b has no room
+// for them and the byte after them, and reports whether it saw the end.
+// A body that is not at its end after length bytes, such as one that other
+// code put in place of net/http's, which may be longer than it declared,
+// is read on through http.MaxBytesReader by readBody, within what is left
+// of the limit: what it reads and the errors it returns are those of the
+// body read through MaxBytesReader from its start.
+func readDeclared(b []byte, rd io.Reader, length int64) ([]byte, bool, error) {
+	if length < 0 || length > maxDeclared {
+		return b, false, nil
+	}
+	if int64(cap(b)) <= length {
+		b = make([]byte, 0, length+1)
+	}
+	for int64(len(b)) < length {
+		n, err := rd.Read(b[len(b):length])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, true, nil
+		}
+		if err != nil {
+			return b, false, err
+		}
+	}
+	return b, false, nil
+}
+
+// maxDeclared is the longest body that readDeclared reads in one buffer
+// of the length it declares; readAllInto grows one for a longer body as
+// it arrives, as a client may declare a length it never sends.
+const maxDeclared = 1 << 20
+
+// readAllInto is readAll into b, which holds what was read of the body
+// so far, when it has room for the body of the given length and the byte
+// after it.
 func readAllInto(b []byte, rd io.Reader, length int64) ([]byte, error) {
 	if length < 0 {
 		return io.ReadAll(rd)
@@ -128,7 +168,7 @@ func readAllInto(b []byte, rd io.Reader, length int64) ([]byte, error) {
 	// a body larger than a mebibyte grows as it arrives, as a client may
 	// declare a length it never sends.
 	if int64(cap(b)) <= length {
-		b = make([]byte, 0, min(length, 1<<20)+1)
+		b = append(make([]byte, 0, min(length, maxDeclared)+1), b...)
 	}
 	for {
 		n, err := rd.Read(b[len(b):cap(b)])

@@ -2,9 +2,17 @@ package idem
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
+
+	"github.com/idemkit/idem/internal/bodybuf"
 )
 
 // readWithin returns what read returns, waiting 30 s at most: a read that
@@ -66,5 +74,76 @@ func TestReadAllInto(t *testing.T) {
 				t.Errorf("read into a buffer of %d bytes, want one of %d: the declared length and the byte after it", cap(got), tt.wantCap)
 			}
 		})
+	}
+}
+
+// TestReadBodyIsMaxBytesReader: readBody, which reads a body of a declared
+// length without http.MaxBytesReader, reads what reading the whole body
+// through it reads, and refuses what it refuses, for bodies that end with
+// their last bytes (as net/http's do), after them, earlier or later than
+// they declared, at the limit and past it, or that fail.
+func TestReadBodyIsMaxBytesReader(t *testing.T) {
+	t.Parallel()
+	const max = 64
+	body := bytes.Repeat([]byte("0123456789"), 10)
+	boom := errors.New("boom")
+	readers := map[string]func(n int) io.Reader{
+		"EOFWithData": func(n int) io.Reader { return iotest.DataErrReader(bytes.NewReader(body[:n])) },
+		"EOFAfter":    func(n int) io.Reader { return bytes.NewReader(body[:n]) },
+		"OneByte":     func(n int) io.Reader { return iotest.OneByteReader(bytes.NewReader(body[:n])) },
+		"Fails": func(n int) io.Reader {
+			return io.MultiReader(bytes.NewReader(body[:n/2]), iotest.ErrReader(boom))
+		},
+	}
+	m := &Middleware{cfg: &Config{MaxBodyBytes: max}}
+	for name, reader := range readers {
+		for _, sent := range []int{1, 10, 63, 64, 65, 100} {
+			for _, declared := range []int64{-1, 0, 1, 10, 63, 64} {
+				t.Run(fmt.Sprintf("%s/Sent%d/Declared%d", name, sent, declared), func(t *testing.T) {
+					t.Parallel()
+					wantW := httptest.NewRecorder()
+					want, wantErr := readAllInto(nil, http.MaxBytesReader(wantW, io.NopCloser(reader(sent)), max), declared)
+					var mbe *http.MaxBytesError
+					r := httptest.NewRequest(http.MethodPost, "/", nil)
+					r.Body, r.ContentLength = io.NopCloser(reader(sent)), declared
+					got, rej := m.readBody(httptest.NewRecorder(), r)
+					switch {
+					case errors.As(wantErr, &mbe):
+						if rej == nil || rej.code != ProblemBodyTooLarge {
+							t.Fatalf("readBody = %q, %v; want 413 as MaxBytesReader's %v", got, rej, wantErr)
+						}
+					case wantErr != nil:
+						if rej == nil || rej.code != ProblemBodyMalformed {
+							t.Fatalf("readBody = %q, %v; want a rejection for %v", got, rej, wantErr)
+						}
+					case rej != nil || !bytes.Equal(got, want):
+						t.Fatalf("readBody = %q, %v; want %q", got, rej, want)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestReadBodyAllocs: a body of a declared length is read without an
+// allocation of its own once the pooled buffer for its size is warm.
+func TestReadBodyAllocs(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789"), 100)
+	m := &Middleware{cfg: &Config{MaxBodyBytes: 1 << 20}}
+	w := httptest.NewRecorder()
+	rd := bytes.NewReader(body)
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	src := iotest.DataErrReader(rd)
+	r.Body, r.ContentLength = io.NopCloser(src), int64(len(body))
+	allocs := testing.AllocsPerRun(100, func() {
+		rd.Reset(body)
+		got, rej := m.readBody(w, r)
+		if rej != nil || !bytes.Equal(got, body) {
+			t.Fatalf("readBody = %d bytes, %v", len(got), rej)
+		}
+		bodybuf.Recycle(got)
+	})
+	if allocs > 0 {
+		t.Errorf("readBody allocates %v times; want none", allocs)
 	}
 }
