@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -97,8 +98,23 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 		return nil, nil
 	}
 	body, done, err := readDeclared(bodybuf.Get(r.ContentLength), r.Body, r.ContentLength)
-	if err == nil && !done {
-		body, err = readAllInto(body, http.MaxBytesReader(w, r.Body, max-int64(len(body))), r.ContentLength)
+	if past := r.ContentLength >= 0 && int64(len(body)) > r.ContentLength; past || err == nil && !done {
+		rest := r.Body
+		if past {
+			// The body goes on past its declared length: from the byte
+			// after it, which readDeclared read, through MaxBytesReader,
+			// and then as the read of that byte ended.
+			next := io.Reader(r.Body)
+			switch {
+			case err == io.EOF:
+				next = bytes.NewReader(nil)
+			case err != nil:
+				next = failedReader{err}
+			}
+			rest = io.NopCloser(io.MultiReader(bytes.NewReader(body[len(body)-1:]), next))
+			body = body[:len(body)-1]
+		}
+		body, err = readAllInto(body, http.MaxBytesReader(w, rest, max-int64(len(body))), r.ContentLength)
 	}
 	if err != nil {
 		bodybuf.Recycle(body)
@@ -125,13 +141,19 @@ func readAll(rd io.Reader, length int64) ([]byte, error) {
 // (length is not negative), which readBody has checked against its limit,
 // without http.MaxBytesReader, which would allocate: net/http's reader of
 // such a body ends at that length, and returns io.EOF with its last bytes.
-// It reads at most length bytes into b, or a new buffer when b has no room
-// for them and the byte after them, and reports whether it saw the end.
-// A body that is not at its end after length bytes, such as one that other
-// code put in place of net/http's, which may be longer than it declared,
-// is read on through http.MaxBytesReader by readBody, within what is left
-// of the limit: what it reads and the errors it returns are those of the
-// body read through MaxBytesReader from its start.
+// It reads the length's bytes into b, or a new buffer when b has no room
+// for them and the byte after them, and then, when the reader has not
+// said that the body ended, one read more into the byte after them, which
+// finds the end of a reader that reports it apart, such as a
+// bytes.Reader. It reports whether it saw the end.
+//
+// A body that is not at its end then, such as one that other code put in
+// place of net/http's, which may be longer than it declared, is read on
+// through http.MaxBytesReader by readBody, within what is left of the
+// limit, from the byte after the length if readDeclared read it (b then
+// holds length+1 bytes, and the error is that of the read that brought
+// it): what it reads and the errors it returns are those of the body read
+// through MaxBytesReader from its start.
 func readDeclared(b []byte, rd io.Reader, length int64) ([]byte, bool, error) {
 	if length < 0 || length > maxDeclared {
 		return b, false, nil
@@ -139,18 +161,25 @@ func readDeclared(b []byte, rd io.Reader, length int64) ([]byte, bool, error) {
 	if int64(cap(b)) <= length {
 		b = make([]byte, 0, length+1)
 	}
-	for int64(len(b)) < length {
-		n, err := rd.Read(b[len(b):length])
+	for int64(len(b)) <= length {
+		n, err := rd.Read(b[len(b) : length+1])
 		b = b[:len(b)+n]
-		if err == io.EOF {
+		switch {
+		case int64(len(b)) > length:
+			return b, false, err // past the declared length
+		case err == io.EOF:
 			return b, true, nil
-		}
-		if err != nil {
+		case err != nil:
 			return b, false, err
 		}
 	}
 	return b, false, nil
 }
+
+// failedReader is a reader whose reads fail with err.
+type failedReader struct{ err error }
+
+func (f failedReader) Read([]byte) (int, error) { return 0, f.err }
 
 // maxDeclared is the longest body that readDeclared reads in one buffer
 // of the length it declares; readAllInto grows one for a longer body as

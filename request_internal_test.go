@@ -94,6 +94,7 @@ func TestReadBodyIsMaxBytesReader(t *testing.T) {
 		"Fails": func(n int) io.Reader {
 			return io.MultiReader(bytes.NewReader(body[:n/2]), iotest.ErrReader(boom))
 		},
+		"FailsOnceWithData": func(n int) io.Reader { return &failOnce{data: body[:n], err: boom} },
 	}
 	m := &Middleware{cfg: &Config{MaxBodyBytes: max}}
 	for name, reader := range readers {
@@ -126,24 +127,42 @@ func TestReadBodyIsMaxBytesReader(t *testing.T) {
 }
 
 // TestReadBodyAllocs: a body of a declared length is read without an
-// allocation of its own once the pooled buffer for its size is warm.
+// allocation of its own once the pooled buffer for its size is warm,
+// whether its reader returns io.EOF with its last bytes or after them.
 func TestReadBodyAllocs(t *testing.T) {
 	body := bytes.Repeat([]byte("0123456789"), 100)
 	m := &Middleware{cfg: &Config{MaxBodyBytes: 1 << 20}}
 	w := httptest.NewRecorder()
 	rd := bytes.NewReader(body)
-	r := httptest.NewRequest(http.MethodPost, "/", nil)
-	src := iotest.DataErrReader(rd)
-	r.Body, r.ContentLength = io.NopCloser(src), int64(len(body))
-	allocs := testing.AllocsPerRun(100, func() {
-		rd.Reset(body)
-		got, rej := m.readBody(w, r)
-		if rej != nil || !bytes.Equal(got, body) {
-			t.Fatalf("readBody = %d bytes, %v", len(got), rej)
+	for name, src := range map[string]io.Reader{"EOFWithData": iotest.DataErrReader(rd), "EOFAfter": rd} {
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.Body, r.ContentLength = io.NopCloser(src), int64(len(body))
+		allocs := testing.AllocsPerRun(100, func() {
+			rd.Reset(body)
+			got, rej := m.readBody(w, r)
+			if rej != nil || !bytes.Equal(got, body) {
+				t.Fatalf("%s: readBody = %d bytes, %v", name, len(got), rej)
+			}
+			bodybuf.Recycle(got)
+		})
+		if allocs > 0 {
+			t.Errorf("%s: readBody allocates %v times; want none", name, allocs)
 		}
-		bodybuf.Recycle(got)
-	})
-	if allocs > 0 {
-		t.Errorf("readBody allocates %v times; want none", allocs)
 	}
+}
+
+// failOnce returns as much of data as fits with err, at its first read,
+// and then io.EOF.
+type failOnce struct {
+	data []byte
+	err  error
+	done bool
+}
+
+func (f *failOnce) Read(p []byte) (int, error) {
+	if f.done {
+		return 0, io.EOF
+	}
+	f.done = true
+	return copy(p, f.data), f.err
 }
