@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -82,6 +83,8 @@ type call struct {
 	// values is room for the values of the answer's header fields, which
 	// copyFields takes when they fit: one answer is written a call.
 	values [4]string
+	// detached is the parent of finishContext's context.
+	detached detachedContext
 }
 
 // spanStart describes a step of c's for a span.
@@ -230,8 +233,22 @@ func (m *Middleware) mayRerun(attempt int) bool {
 // it, and the client's retry gets the replay. Cancel it when the call
 // returns.
 func (m *Middleware) finishContext(c *call) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(c.r.Context()), m.cfg.StoreTimeout)
+	c.detached = detachedContext{c.r.Context()}
+	return context.WithTimeout(&c.detached, m.cfg.StoreTimeout)
 }
+
+// detachedContext is the values of parent without its cancellation, as
+// context.WithoutCancel returns it, but in the call's allocation rather
+// than one of its own. It is only the parent of finishContext's, which
+// cancels on its own: its Done is nil, which tells the context package
+// that it is never canceled, so that the package never looks through it
+// for a parent to cancel with.
+type detachedContext struct{ parent context.Context }
+
+func (detachedContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (detachedContext) Done() <-chan struct{}       { return nil }
+func (detachedContext) Err() error                  { return nil }
+func (d *detachedContext) Value(key any) any        { return d.parent.Value(key) }
 
 // run runs the handler under the lease, then stores its response or
 // releases the key, and answers. It answers nothing and reports conflicted
@@ -388,6 +405,7 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease, attempt int) *recor
 	}
 	c.firstUsed = true
 	x.rec.header = make(http.Header)
+	x.rec.body = *bytes.NewBuffer(x.bodyBuf[:0])
 	x.ctx = scopeContext{Context: lease.Context(base), scope: &c.scope}
 	rec := &x.rec
 	if m.cfg.Mode == ModeTwoPhase {
@@ -420,12 +438,15 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease, attempt int) *recor
 var errHandlerPanicked = errors.New("idem: the handler panicked; its writes were rolled back and its key released")
 
 // execution is what one run of the handler needs besides its request, in
-// one allocation: the recorder of its response, the reader of its body,
-// the context that carries the scope, and in ModeTwoPhase the phases'
-// host that the context carries as well.
+// one allocation: the recorder of its response and room for its body, the
+// reader of the request's body, the context that carries the scope, and in
+// ModeTwoPhase the phases' host that the context carries as well.
 type execution struct {
 	rec    recorder
 	body   bodybuf.Reader
 	ctx    scopeContext
 	phases phaseHost // in ModeTwoPhase
+	// bodyBuf is where the recorder buffers a response's body first, so
+	// that one of most APIs' sizes needs no allocation of its own.
+	bodyBuf [256]byte
 }
