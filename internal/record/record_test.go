@@ -47,6 +47,7 @@ func TestEncodeHeaderIsEncodingJSON(t *testing.T) {
 		{"X-Control": {"a\tb\x01"}},
 		{"X-Unicode": {"café ☕ \u2028"}},
 		{"X-Bad-Utf8": {"\xff\xfe"}},
+		{"Content-Type": {"application/problem+json"}, "Content-Language": {"application/json; charset=utf-8"}, "Location": {"Location"}},
 		{"Z": {"1"}, "Y": {"2"}, "X": {"3"}, "W": {"4"}, "V": {"5"}, "U": {"6"}, "T": {"7"}, "S": {"8"}, "R": {"9"}, "Q": {"10"}},
 	}
 	for _, h := range headers {
