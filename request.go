@@ -57,11 +57,9 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 	})
 	if err != nil {
 		bodybuf.Recycle(body) // the error holds none of it
-	}
-	switch {
-	case errors.Is(err, fingerprint.ErrUnsupportedMediaType):
-		return nil, &rejection{ProblemMediaType, reasonOf(err, "The media type is not supported") + "."}
-	case err != nil:
+		if errors.Is(err, fingerprint.ErrUnsupportedMediaType) {
+			return nil, &rejection{ProblemMediaType, reasonOf(err, "The media type is not supported") + "."}
+		}
 		return nil, &rejection{ProblemBodyMalformed, reasonOf(err, "The request body is malformed") + "."}
 	}
 	return &call{
@@ -153,8 +151,10 @@ func readAll(rd io.Reader, length int64) ([]byte, error) {
 // limit, from the byte after the length if readDeclared read it (b then
 // holds length+1 bytes, and the error is that of the read that brought
 // it): what it reads and the errors it returns are those of the body read
-// through MaxBytesReader from its start.
-func readDeclared(b []byte, rd io.Reader, length int64) ([]byte, bool, error) {
+// through MaxBytesReader from its start. rd is the request's Body as it
+// is, an io.ReadCloser: converting it to an io.Reader would look up
+// another method table at every request.
+func readDeclared(b []byte, rd io.ReadCloser, length int64) ([]byte, bool, error) {
 	if length < 0 || length > maxDeclared {
 		return b, false, nil
 	}
