@@ -176,6 +176,25 @@ func copyFields(dst, src http.Header, names []string, extra int, buf []string) [
 	return values[len(values) : len(values) : len(values)+extra]
 }
 
+// copyFieldList is copyFields of all the fields of a header, which fields
+// lists, each with values: it reads a list rather than a map.
+func copyFieldList(dst http.Header, fields []field, extra int, buf []string) []string {
+	n := extra
+	for _, f := range fields {
+		n += len(f.values)
+	}
+	values := buf[:0]
+	if cap(values) < n {
+		values = make([]string, 0, n)
+	}
+	for _, f := range fields {
+		start := len(values)
+		values = append(values, f.values...)
+		dst[f.name] = values[start:len(values):len(values)]
+	}
+	return values[len(values) : len(values) : len(values)+extra]
+}
+
 // writeBody writes the status and, when the status allows one, the body
 // with its Content-Length, whose value goes in spare's room if it has any.
 func writeBody(w http.ResponseWriter, status int, body []byte, spare []string) {

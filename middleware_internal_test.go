@@ -5,10 +5,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"testing"
 	"testing/iotest"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 func TestReadAll(t *testing.T) {
@@ -146,5 +149,53 @@ func TestCopyFieldsIntoBuf(t *testing.T) {
 	dst["A"] = append(dst["A"], "x")
 	if dst.Get("B") != "2" || src["A"][0] != "1" || len(src["A"]) != 1 {
 		t.Fatalf("appending to a copied field wrote into another: %v, source %v", dst, src)
+	}
+}
+
+// TestWriteToAfterResponse: the answer that writeTo writes is the same
+// whether replayList.response read the header's fields before (as it does
+// for a response it stores whole) or not, or read more than it keeps; and
+// its values are copies, so that changing them changes no stored response.
+func TestWriteToAfterResponse(t *testing.T) {
+	t.Parallel()
+	list := newReplayList([]string{"X-A", "X-B", "X-C", "X-D", "X-E"})
+	headers := []http.Header{
+		{},
+		{"Content-Type": {"application/json"}},
+		{"Content-Type": {"application/json"}, "Location": {"/v1/payments/pay_1"}},
+		{"Content-Type": {"a"}, "Location": {"b"}, "X-A": {"c", "d"}, "X-B": {"e"}},
+		{"Content-Type": {"a"}, "Location": {"b"}, "X-A": {"c"}, "X-B": {"e"}, "X-C": {"f"}}, // more than it keeps
+		{"Content-Type": {"a"}, "X-Other": {"b"}},                                            // not all on the list
+		{"Content-Type": {"a"}, "X-A": {}},                                                   // a field without values
+	}
+	for _, h := range headers {
+		for _, first := range []bool{false, true} {
+			rec := &recorder{header: h.Clone(), status: http.StatusCreated, wroteHeader: true}
+			rec.body.WriteString("{}")
+			var stored *idemstore.Response
+			if first {
+				stored = list.response(rec)
+			}
+			w := httptest.NewRecorder()
+			var buf [4]string
+			rec.writeTo(w, buf[:0])
+			want := h.Clone()
+			want["Content-Length"] = []string{"2"}
+			if !reflect.DeepEqual(w.Header(), want) || w.Code != http.StatusCreated || w.Body.String() != "{}" {
+				t.Fatalf("writeTo of %v (response first: %t) = %d %v %q; want %v", h, first, w.Code, w.Header(), w.Body, want)
+			}
+			for _, values := range w.Header() {
+				for i := range values {
+					values[i] = "changed"
+				}
+			}
+			if stored != nil {
+				for name, values := range stored.Header {
+					if !slices.Equal(values, h[name]) {
+						t.Fatalf("changing the answer's header changed the stored %s: %q", name, values)
+					}
+				}
+			}
+		}
 	}
 }
