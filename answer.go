@@ -180,16 +180,21 @@ func copyFields(dst, src http.Header, names []string, extra int, buf []string) [
 // lists, each with values: it reads a list rather than a map.
 func copyFieldList(dst http.Header, fields []field, extra int, buf []string) []string {
 	n := extra
-	for _, f := range fields {
-		n += len(f.values)
+	for i := range fields {
+		n += len(fields[i].values)
 	}
 	values := buf[:0]
 	if cap(values) < n {
 		values = make([]string, 0, n)
 	}
-	for _, f := range fields {
+	for i := range fields {
+		f := &fields[i]
 		start := len(values)
-		values = append(values, f.values...)
+		if len(f.values) == 1 { // most fields: no call to copy one value
+			values = append(values, f.values[0])
+		} else {
+			values = append(values, f.values...)
+		}
 		dst[f.name] = values[start:len(values):len(values)]
 	}
 	return values[len(values) : len(values) : len(values)+extra]

@@ -23,6 +23,11 @@ type Middleware struct {
 	replayHeaders replayList
 	recent        *recent.Keys // keys claimed here lately; see claimOnce
 	tracing       tracing
+	// wallClock is set when Config.Now is time.Now, the default, whose
+	// reading claimOnce then uses for the claim's deadline too; and
+	// claimsTimed when Config.Metrics counts claims, so that they are
+	// timed only then.
+	wallClock, claimsTimed bool
 }
 
 // New returns the middleware for a store. cfg.ClientID is required.
@@ -37,8 +42,12 @@ func New(store idemstore.Store, cfg *Config) (*Middleware, error) {
 	if c.ClientID == nil {
 		return nil, errors.New("idem: Config.ClientID is required: keys must be scoped by client")
 	}
+	_, untimed := c.Metrics.(noMetrics)
 	c.Metrics = resultNoter{next: c.Metrics, traced: c.Tracer != nil} // the outcome of idemlog's line and of the request's span
-	return &Middleware{store: store, cfg: c, replayHeaders: newReplayList(c.ReplayHeaders), recent: recent.New(), tracing: tracing{c.Tracer}}, nil
+	return &Middleware{
+		store: store, cfg: c, replayHeaders: newReplayList(c.ReplayHeaders), recent: recent.New(), tracing: tracing{c.Tracer},
+		wallClock: cfg != nil && cfg.Now == nil, claimsTimed: !untimed,
+	}, nil
 }
 
 // Wrap returns next behind the contract. Its method value is a
