@@ -72,9 +72,10 @@ type call struct {
 	// body: one that panicked, or whose reader was being read when it
 	// returned. The body's buffer is reused only when none may; see
 	// package bodybuf.
-	bodyHeld int
-	fp       fingerprint.Fingerprint // without its field digests; see Fingerprint.WithFields
-	fields   []byte                  // the field digests, encoded
+	bodyHeld   int
+	bodyHolder *[]byte                 // the holder of body's buffer; see bodybuf.Get
+	fp         fingerprint.Fingerprint // without its field digests; see Fingerprint.WithFields
+	fields     []byte                  // the field digests, encoded
 
 	base *slog.Logger
 	log  *slog.Logger // base with the client and the key's digest; see logger
@@ -173,7 +174,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.claimAndRun(c)
 	}
 	if c.bodyHeld == 0 {
-		bodybuf.Recycle(c.body)
+		bodybuf.Recycle(c.body, c.bodyHolder)
 	}
 }
 

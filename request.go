@@ -41,7 +41,7 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 		// anyone's guess, and a proxy may have picked the other.
 		return nil, &rejection{ProblemBodyMalformed, fmt.Sprintf("The request has %d Content-Type header fields; send exactly one.", len(contentType))}
 	}
-	body, rej := m.readBody(w, r)
+	body, holder, rej := m.readBody(w, r)
 	if rej != nil {
 		return nil, rej
 	}
@@ -56,7 +56,7 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 		Exclude: m.cfg.ExcludeFields, Raw: !required,
 	})
 	if err != nil {
-		bodybuf.Recycle(body) // the error holds none of it
+		bodybuf.Recycle(body, holder) // the error holds none of it
 		if errors.Is(err, fingerprint.ErrUnsupportedMediaType) {
 			return nil, &rejection{ProblemMediaType, reasonOf(err, "The media type is not supported") + "."}
 		}
@@ -65,7 +65,7 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 	return &call{
 		w: w, r: r,
 		scope: idemstore.Scope{ClientID: clientID, Key: key}, path: path,
-		body: body, fp: fp, fields: fields,
+		body: body, bodyHolder: holder, fp: fp, fields: fields,
 		base: m.cfg.Logger,
 	}, nil
 }
@@ -84,18 +84,22 @@ func reasonOf(err error, fallback string) string {
 	return fallback
 }
 
-func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *rejection) {
+// readBody reads the body, into a buffer from package bodybuf when it
+// declares its length, and returns it with the buffer's holder (see
+// bodybuf.Get).
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *[]byte, *rejection) {
 	max := m.cfg.MaxBodyBytes
 	tooLarge := func() *rejection {
 		return &rejection{ProblemBodyTooLarge, fmt.Sprintf("The body is larger than the limit of %d bytes.", max)}
 	}
 	if r.ContentLength > max {
-		return nil, tooLarge()
+		return nil, nil, tooLarge()
 	}
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
+		return nil, nil, nil
 	}
-	body, done, err := readDeclared(bodybuf.Get(r.ContentLength), r.Body, r.ContentLength)
+	buf, holder := bodybuf.Get(r.ContentLength)
+	body, done, err := readDeclared(buf, r.Body, r.ContentLength)
 	if past := r.ContentLength >= 0 && int64(len(body)) > r.ContentLength; past || err == nil && !done {
 		rest := r.Body
 		if past {
@@ -115,17 +119,17 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 		body, err = readAllInto(body, http.MaxBytesReader(w, rest, max-int64(len(body))), r.ContentLength)
 	}
 	if err != nil {
-		bodybuf.Recycle(body)
+		bodybuf.Recycle(body, holder)
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, tooLarge()
+			return nil, nil, tooLarge()
 		}
 		if detail, ok := timeoutDetail(r, err); ok {
-			return nil, &rejection{ProblemBodyTimeout, detail}
+			return nil, nil, &rejection{ProblemBodyTimeout, detail}
 		}
-		return nil, &rejection{ProblemBodyMalformed, "The request body could not be read."}
+		return nil, nil, &rejection{ProblemBodyMalformed, "The request body could not be read."}
 	}
-	return body, nil
+	return body, holder, nil
 }
 
 // readAll reads rd to its end, as io.ReadAll does, into a buffer sized for

@@ -107,7 +107,7 @@ func TestReadBodyIsMaxBytesReader(t *testing.T) {
 					var mbe *http.MaxBytesError
 					r := httptest.NewRequest(http.MethodPost, "/", nil)
 					r.Body, r.ContentLength = io.NopCloser(reader(sent)), declared
-					got, rej := m.readBody(httptest.NewRecorder(), r)
+					got, _, rej := m.readBody(httptest.NewRecorder(), r)
 					switch {
 					case errors.As(wantErr, &mbe):
 						if rej == nil || rej.code != ProblemBodyTooLarge {
@@ -142,11 +142,11 @@ func TestReadBodyAllocs(t *testing.T) {
 		r.Body, r.ContentLength = io.NopCloser(src), int64(len(body))
 		allocs := testing.AllocsPerRun(100, func() {
 			rd.Reset(body)
-			got, rej := m.readBody(w, r)
+			got, holder, rej := m.readBody(w, r)
 			if rej != nil || !bytes.Equal(got, body) {
 				t.Fatalf("%s: readBody = %d bytes, %v", name, len(got), rej)
 			}
-			bodybuf.Recycle(got)
+			bodybuf.Recycle(got, holder)
 		})
 		if allocs > 0 {
 			t.Errorf("%s: readBody allocates %v times; want none", name, allocs)
