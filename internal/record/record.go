@@ -4,6 +4,7 @@
 package record
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -141,11 +142,129 @@ func EncodeBody(body []byte) []byte {
 // output of EncodeHeader; empty means no headers) and body. The response
 // always has a non-nil Header and Body.
 func DecodeResponse(status int, header, body []byte) (*idemstore.Response, error) {
+	h, ok := decodePlain(header)
+	if !ok {
+		var err error
+		if h, err = unmarshalHeader(header); err != nil {
+			return nil, err
+		}
+	}
+	return &idemstore.Response{StatusCode: status, Header: h, Body: EncodeBody(body)}, nil
+}
+
+// unmarshalHeader decodes a stored header by encoding/json, for any
+// header. It is apart from DecodeResponse so that the header json.Unmarshal
+// fills, which escapes, is allocated only here.
+func unmarshalHeader(header []byte) (http.Header, error) {
 	h := http.Header{}
 	if len(header) > 0 {
 		if err := json.Unmarshal(header, &h); err != nil {
 			return nil, fmt.Errorf("decode stored headers: %w", err)
 		}
 	}
-	return &idemstore.Response{StatusCode: status, Header: h, Body: EncodeBody(body)}, nil
+	return h, nil
+}
+
+// decodePlain returns what json.Unmarshal of header into an empty
+// http.Header returns, when header is in the form that EncodeHeader writes
+// for a plain header: an object of null or arrays of strings, without
+// white space, whose strings hold only bytes that JSON reads as they are
+// (printable ASCII but '"' and '\\'). It reports false for any other
+// header, empty ones among them, which the caller leaves to
+// encoding/json. It allocates the text of every name and value at once,
+// and every value's slot at once, rather than each on its own with
+// reflection as encoding/json does.
+func decodePlain(header []byte) (http.Header, bool) {
+	type span struct{ start, end int } // of a string's text in header
+	type fieldSpan struct {
+		name        span
+		first, n    int // of values
+		null, empty bool
+	}
+	var fieldBuf [8]fieldSpan
+	var valueBuf [16]span
+	fields, values := fieldBuf[:0], valueBuf[:0]
+	// str reads the string at i, and returns its text and where it ends.
+	str := func(i int) (span, int, bool) {
+		if i >= len(header) || header[i] != '"' {
+			return span{}, 0, false
+		}
+		for j := i + 1; j < len(header); j++ {
+			switch c := header[j]; {
+			case c == '"':
+				return span{i + 1, j}, j + 1, true
+			case c < 0x20 || c > 0x7e || c == '\\':
+				return span{}, 0, false
+			}
+		}
+		return span{}, 0, false
+	}
+	at := func(i int, c byte) bool { return i < len(header) && header[i] == c }
+	if !at(0, '{') {
+		return nil, false
+	}
+	i := 1
+	if !at(i, '}') {
+		for {
+			name, next, ok := str(i)
+			if !ok || !at(next, ':') {
+				return nil, false
+			}
+			i = next + 1
+			f := fieldSpan{name: name, first: len(values)}
+			switch {
+			case bytes.HasPrefix(header[i:], []byte("null")):
+				f.null = true
+				i += len("null")
+			case at(i, '[') && at(i+1, ']'):
+				f.empty = true
+				i += len("[]")
+			case at(i, '['):
+				i++
+				for {
+					v, next, ok := str(i)
+					if !ok {
+						return nil, false
+					}
+					values = append(values, v)
+					i = next + 1
+					if at(next, ']') {
+						break
+					}
+					if !at(next, ',') {
+						return nil, false
+					}
+				}
+			default:
+				return nil, false
+			}
+			f.n = len(values) - f.first
+			fields = append(fields, f)
+			if !at(i, ',') {
+				break
+			}
+			i++
+		}
+	}
+	if !at(i, '}') || i != len(header)-1 {
+		return nil, false
+	}
+	text := string(header)
+	all := make([]string, len(values))
+	for k, v := range values {
+		all[k] = text[v.start:v.end]
+	}
+	h := make(http.Header, len(fields))
+	for _, f := range fields {
+		name := text[f.name.start:f.name.end]
+		switch {
+		case f.null:
+			h[name] = nil
+		case f.empty:
+			h[name] = []string{}
+		default:
+			h[name] = all[f.first : f.first+f.n : f.first+f.n]
+		}
+	}
+	return h, true
 }
