@@ -166,14 +166,14 @@ func unmarshalHeader(header []byte) (http.Header, error) {
 }
 
 // decodePlain returns what json.Unmarshal of header into an empty
-// http.Header returns, when header is in the form that EncodeHeader writes
-// for a plain header: an object of null or arrays of strings, without
-// white space, whose strings hold only bytes that JSON reads as they are
-// (printable ASCII but '"' and '\\'). It reports false for any other
-// header, empty ones among them, which the caller leaves to
-// encoding/json. It allocates the text of every name and value at once,
-// and every value's slot at once, rather than each on its own with
-// reflection as encoding/json does.
+// http.Header returns, when header is an object of null or arrays of
+// strings whose strings hold only bytes that JSON reads as they are
+// (printable ASCII but '"' and '\\'): the form EncodeHeader writes for a
+// plain header, and PostgreSQL's jsonb writes back, with a space after
+// each ':' and ','. It reports false for any other header, empty ones
+// among them, which the caller leaves to encoding/json. It allocates the
+// text of every name and value at once, and every value's slot at once,
+// rather than each on its own with reflection as encoding/json does.
 func decodePlain(header []byte) (http.Header, bool) {
 	type span struct{ start, end int } // of a string's text in header
 	type fieldSpan struct {
@@ -184,69 +184,83 @@ func decodePlain(header []byte) (http.Header, bool) {
 	var fieldBuf [8]fieldSpan
 	var valueBuf [16]span
 	fields, values := fieldBuf[:0], valueBuf[:0]
-	// str reads the string at i, and returns its text and where it ends.
-	str := func(i int) (span, int, bool) {
-		if i >= len(header) || header[i] != '"' {
-			return span{}, 0, false
+	i := 0
+	// next skips white space, as JSON allows between tokens, and reports
+	// whether the byte after it is c, which it then skips too.
+	next := func(c byte) bool {
+		for i < len(header) && (header[i] == ' ' || header[i] == '\t' || header[i] == '\n' || header[i] == '\r') {
+			i++
 		}
-		for j := i + 1; j < len(header); j++ {
+		if i < len(header) && header[i] == c {
+			i++
+			return true
+		}
+		return false
+	}
+	// str reads a string, and returns its text.
+	str := func() (span, bool) {
+		if !next('"') {
+			return span{}, false
+		}
+		for j := i; j < len(header); j++ {
 			switch c := header[j]; {
 			case c == '"':
-				return span{i + 1, j}, j + 1, true
+				start := i
+				i = j + 1
+				return span{start, j}, true
 			case c < 0x20 || c > 0x7e || c == '\\':
-				return span{}, 0, false
+				return span{}, false
 			}
 		}
-		return span{}, 0, false
+		return span{}, false
 	}
-	at := func(i int, c byte) bool { return i < len(header) && header[i] == c }
-	if !at(0, '{') {
+	if !next('{') {
 		return nil, false
 	}
-	i := 1
-	if !at(i, '}') {
+	if !next('}') {
 		for {
-			name, next, ok := str(i)
-			if !ok || !at(next, ':') {
+			name, ok := str()
+			if !ok || !next(':') {
 				return nil, false
 			}
-			i = next + 1
 			f := fieldSpan{name: name, first: len(values)}
 			switch {
-			case bytes.HasPrefix(header[i:], []byte("null")):
+			case next('n'):
+				if !bytes.HasPrefix(header[i:], []byte("ull")) {
+					return nil, false
+				}
 				f.null = true
-				i += len("null")
-			case at(i, '[') && at(i+1, ']'):
+				i += len("ull")
+			case !next('['):
+				return nil, false
+			case next(']'):
 				f.empty = true
-				i += len("[]")
-			case at(i, '['):
-				i++
+			default:
 				for {
-					v, next, ok := str(i)
+					v, ok := str()
 					if !ok {
 						return nil, false
 					}
 					values = append(values, v)
-					i = next + 1
-					if at(next, ']') {
+					if next(']') {
 						break
 					}
-					if !at(next, ',') {
+					if !next(',') {
 						return nil, false
 					}
 				}
-			default:
-				return nil, false
 			}
 			f.n = len(values) - f.first
 			fields = append(fields, f)
-			if !at(i, ',') {
+			if next('}') {
 				break
 			}
-			i++
+			if !next(',') {
+				return nil, false
+			}
 		}
 	}
-	if !at(i, '}') || i != len(header)-1 {
+	if !allSpace(header[i:]) {
 		return nil, false
 	}
 	text := string(header)
@@ -267,4 +281,14 @@ func decodePlain(header []byte) (http.Header, bool) {
 		}
 	}
 	return h, true
+}
+
+// allSpace reports whether b is JSON's white space only.
+func allSpace(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return false
+		}
+	}
+	return true
 }

@@ -181,6 +181,9 @@ func TestDecodeResponseIsEncodingJSON(t *testing.T) {
 		`{"A":["x",]}`, `{"A":["x"],}`, `{"A":[,"x"]}`, `{"A":["x"]`, `{"A":["x]}`, `{"A":"x"}`, `{"A":[1]}`,
 		`{"A":nul}`, `{"A":nullx}`, `{"A":[null]}`, `{"A":[]]}`, `{"A":["x"]}}`, `{"A":["x"]}x`, `{"A"}`, `{"A":}`, `{:["x"]}`, `[]`, `{`, `}`, `"x"`,
 		"{\"A\":[\"tab\there\"]}", `{"":["x"]}`, `{"A":["x"],"B":[],"C":null,"D":["1","2","3"]}`,
+		// As PostgreSQL's jsonb writes them back, and with other white space.
+		`{"Location": ["/v1/payments/pay_1"], "Content-Type": ["application/json"]}`, `{"A": null, "B": [], "C": ["x", "y"]}`,
+		" { \"A\" :\t[ \"x\" ,\n\"y\" ] ,\r\n\"B\" : null } \n", `{ }`, `{"A": [ ]}`, `{"A":["x"]}` + "\x00", `{"A":["x"]} {}`,
 	} {
 		checkDecode(t, []byte(header))
 	}
@@ -212,9 +215,15 @@ func TestDecodeResponseIsEncodingJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkDecode(t, enc)
-		if _, ok := decodePlain(enc); !ok && !bytes.Contains(enc, []byte(`\u`)) {
-			t.Fatalf("decodePlain refused %s, which EncodeHeader wrote for a plain header", enc)
+		indented, err := json.MarshalIndent(h, " ", "\t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, enc := range [][]byte{enc, indented} {
+			checkDecode(t, enc)
+			if _, ok := decodePlain(enc); !ok && !bytes.Contains(enc, []byte(`\u`)) {
+				t.Fatalf("decodePlain refused %s, a plain header", enc)
+			}
 		}
 	}
 }
@@ -231,9 +240,16 @@ func FuzzDecodeResponse(f *testing.F) {
 // in five allocations: the response, the text of its names and values,
 // their slots, and the map (two).
 func TestDecodeResponseAllocs(t *testing.T) {
-	header := []byte(`{"Content-Type":["application/json"],"Location":["/v1/payments/pay_1"]}`)
-	if n := testing.AllocsPerRun(100, func() { DecodeResponse(201, header, nil) }); n > 5 {
-		t.Errorf("DecodeResponse allocates %v times; want at most 5", n)
+	for _, header := range [][]byte{
+		[]byte(`{"Content-Type":["application/json"],"Location":["/v1/payments/pay_1"]}`),
+		[]byte(`{"Location": ["/v1/payments/pay_1"], "Content-Type": ["application/json"]}`), // jsonb's
+	} {
+		if _, ok := decodePlain(header); !ok {
+			t.Fatalf("decodePlain refused %s", header)
+		}
+		if n := testing.AllocsPerRun(100, func() { DecodeResponse(201, header, nil) }); n > 5 {
+			t.Errorf("DecodeResponse(%s) allocates %v times; want at most 5", header, n)
+		}
 	}
 }
 
