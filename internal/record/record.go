@@ -175,92 +175,76 @@ func unmarshalHeader(header []byte) (http.Header, error) {
 // text of every name and value at once, and every value's slot at once,
 // rather than each on its own with reflection as encoding/json does.
 func decodePlain(header []byte) (http.Header, bool) {
-	type span struct{ start, end int } // of a string's text in header
 	type fieldSpan struct {
-		name        span
+		name        textSpan
 		first, n    int // of values
 		null, empty bool
 	}
 	var fieldBuf [8]fieldSpan
-	var valueBuf [16]span
+	var valueBuf [16]textSpan
 	fields, values := fieldBuf[:0], valueBuf[:0]
-	i := 0
-	// next skips white space, as JSON allows between tokens, and reports
-	// whether the byte after it is c, which it then skips too.
-	next := func(c byte) bool {
-		for i < len(header) && (header[i] == ' ' || header[i] == '\t' || header[i] == '\n' || header[i] == '\r') {
-			i++
-		}
-		if i < len(header) && header[i] == c {
-			i++
-			return true
-		}
-		return false
-	}
-	// str reads a string, and returns its text.
-	str := func() (span, bool) {
-		if !next('"') {
-			return span{}, false
-		}
-		for j := i; j < len(header); j++ {
-			switch c := header[j]; {
-			case c == '"':
-				start := i
-				i = j + 1
-				return span{start, j}, true
-			case c < 0x20 || c > 0x7e || c == '\\':
-				return span{}, false
-			}
-		}
-		return span{}, false
-	}
-	if !next('{') {
+	i := skipSpace(header, 0)
+	if !at(header, i, '{') {
 		return nil, false
 	}
-	if !next('}') {
+	i = skipSpace(header, i+1)
+	if at(header, i, '}') {
+		i++
+	} else {
 		for {
-			name, ok := str()
-			if !ok || !next(':') {
+			var f fieldSpan
+			var ok bool
+			if f.name, i, ok = scanString(header, i); !ok {
 				return nil, false
 			}
-			f := fieldSpan{name: name, first: len(values)}
+			if i = skipSpace(header, i); !at(header, i, ':') {
+				return nil, false
+			}
+			f.first = len(values)
+			i = skipSpace(header, i+1)
 			switch {
-			case next('n'):
-				if !bytes.HasPrefix(header[i:], []byte("ull")) {
+			case at(header, i, 'n'):
+				if !bytes.HasPrefix(header[i:], []byte("null")) {
 					return nil, false
 				}
 				f.null = true
-				i += len("ull")
-			case !next('['):
+				i += len("null")
+			case !at(header, i, '['):
 				return nil, false
-			case next(']'):
+			case at(header, skipSpace(header, i+1), ']'):
 				f.empty = true
+				i = skipSpace(header, i+1) + 1
 			default:
+				i++
 				for {
-					v, ok := str()
-					if !ok {
+					var v textSpan
+					if v, i, ok = scanString(header, skipSpace(header, i)); !ok {
 						return nil, false
 					}
 					values = append(values, v)
-					if next(']') {
+					if i = skipSpace(header, i); at(header, i, ']') {
+						i++
 						break
 					}
-					if !next(',') {
+					if !at(header, i, ',') {
 						return nil, false
 					}
+					i++
 				}
 			}
 			f.n = len(values) - f.first
 			fields = append(fields, f)
-			if next('}') {
+			if i = skipSpace(header, i); at(header, i, '}') {
+				i++
 				break
 			}
-			if !next(',') {
+			if !at(header, i, ',') {
 				return nil, false
 			}
+			i = skipSpace(header, i+1)
 		}
 	}
-	if !allSpace(header[i:]) {
+	if skipSpace(header, i) != len(header) {
 		return nil, false
 	}
 	text := string(header)
@@ -283,12 +267,57 @@ func decodePlain(header []byte) (http.Header, bool) {
 	return h, true
 }
 
-// allSpace reports whether b is JSON's white space only.
-func allSpace(b []byte) bool {
-	for _, c := range b {
-		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
-			return false
+// textSpan is where a string's text is in a stored header.
+type textSpan struct{ start, end int }
+
+// at reports whether b[i] is c.
+func at(b []byte, i int, c byte) bool { return i < len(b) && b[i] == c }
+
+// skipSpace returns where the white space that JSON allows between
+// tokens, if any, ends at i.
+func skipSpace(b []byte, i int) int {
+	// One compare tells the bytes of tokens, all above ' ', from white
+	// space.
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// scanString returns the text of the string at i, whose bytes JSON reads
+// as they are (see stringStop), and where it ends; false when there is no
+// such string at i. It looks at eight bytes a step while none stops it.
+func scanString(b []byte, i int) (textSpan, int, bool) {
+	if !at(b, i, '"') {
+		return textSpan{}, 0, false
+	}
+	rest := b[i+1:]
+	for len(rest) >= 8 {
+		c := rest[:8:8]
+		if stringStop[c[0]]|stringStop[c[1]]|stringStop[c[2]]|stringStop[c[3]]|
+			stringStop[c[4]]|stringStop[c[5]]|stringStop[c[6]]|stringStop[c[7]] != 0 {
+			break
+		}
+		rest = rest[8:]
+	}
+	for len(rest) > 0 && stringStop[rest[0]] == 0 {
+		rest = rest[1:]
+	}
+	end := len(b) - len(rest)
+	if !at(b, end, '"') {
+		return textSpan{}, 0, false
+	}
+	return textSpan{i + 1, end}, end + 1, true
+}
+
+// stringStop marks, with 1, the bytes that end a string's text in
+// scanString: the quote that closes it, and those that JSON does not read
+// as they are (a backslash's escape, bytes outside printable ASCII).
+var stringStop = func() (t [256]byte) {
+	for c := range 256 {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			t[c] = 1
 		}
 	}
-	return true
-}
+	return t
+}()
