@@ -91,7 +91,8 @@ type call struct {
 	firstUsed bool
 
 	// values is room for the values of the answer's header fields, which
-	// copyFields takes when they fit: one answer is written a call.
+	// copyFields and copyFieldList take when they fit: one answer is
+	// written a call.
 	values [4]string
 	// detached is the parent of finishContext's context.
 	detached detachedContext
