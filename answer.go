@@ -79,7 +79,7 @@ func (m *Middleware) answerExisting(c *call, rec *idemstore.Record) {
 	}
 	if replay {
 		m.cfg.Metrics.Request(r.Context(), ResultReplayed)
-		m.replay(c.w, rec.Response)
+		m.replay(c.w, rec.Response, c.values[:0])
 		return
 	}
 	m.problem(c.w, r, ProblemKeyInFlight, "The first request with this key is still being processed; retry with the same key after Retry-After.", m.inFlightRetryAfter(rec))
@@ -126,10 +126,12 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-func (m *Middleware) replay(w http.ResponseWriter, resp *idemstore.Response) {
+// replay answers with a stored response, marked as replayed. The values
+// of its header fields go in buf when they fit (see copyFields).
+func (m *Middleware) replay(w http.ResponseWriter, resp *idemstore.Response, buf []string) {
 	h := w.Header()
-	// The replay header and Content-Length share the values' allocation.
-	values := copyFields(h, resp.Header, nil, 2)
+	// The replay header and Content-Length share the values' room.
+	values := copyFields(h, resp.Header, nil, 2, buf)
 	h[HeaderReplayed] = append(values[:0:1], "true")
 	if !bodyAllowed(resp.StatusCode) {
 		w.WriteHeader(resp.StatusCode)
@@ -141,15 +143,20 @@ func (m *Middleware) replay(w http.ResponseWriter, resp *idemstore.Response) {
 }
 
 // copyFields copies the fields of src to dst, all of them or those named,
-// with their values in one new slice, and returns the rest of that slice:
-// room for extra more values. Each field's values are capped, so that
-// appending to one never writes into another's.
+// with their values in one slice, and returns the rest of that slice: room
+// for extra more values. Each field's values are capped, so that appending
+// to one never writes into another's. The slice is buf, an empty slice
+// that nothing else uses while dst does, when it has room for one value a
+// field and the extra ones; else a new one.
 //
 // It reads src once: the slice has room for one value a field, as most
 // fields have, and grows for those with more, while the fields copied
 // before keep the values they point to.
-func copyFields(dst, src http.Header, names []string, extra int) []string {
-	values := make([]string, 0, len(src)+extra)
+func copyFields(dst, src http.Header, names []string, extra int, buf []string) []string {
+	values := buf[:0]
+	if cap(values) < len(src)+extra {
+		values = make([]string, 0, len(src)+extra)
+	}
 	for name, v := range src {
 		switch {
 		case names != nil && !slices.Contains(names, name):
@@ -165,6 +172,30 @@ func copyFields(dst, src http.Header, names []string, extra int) []string {
 	}
 	if cap(values)-len(values) < extra {
 		values = make([]string, 0, extra)
+	}
+	return values[len(values) : len(values) : len(values)+extra]
+}
+
+// copyFieldList is copyFields of all the fields of a header, which fields
+// lists, each with values: it reads a list rather than a map.
+func copyFieldList(dst http.Header, fields []field, extra int, buf []string) []string {
+	n := extra
+	for i := range fields {
+		n += len(fields[i].values)
+	}
+	values := buf[:0]
+	if cap(values) < n {
+		values = make([]string, 0, n)
+	}
+	for i := range fields {
+		f := &fields[i]
+		start := len(values)
+		if len(f.values) == 1 { // most fields: no call to copy one value
+			values = append(values, f.values[0])
+		} else {
+			values = append(values, f.values...)
+		}
+		dst[f.name] = values[start:len(values):len(values)]
 	}
 	return values[len(values) : len(values) : len(values)+extra]
 }

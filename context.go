@@ -42,11 +42,16 @@ type scopeContext struct {
 	phases *phaseHost       // nil: none
 }
 
+// Value returns the scope and the phases' host for their keys, and asks
+// the parent for any other. It switches on the key's type: a key of these
+// empty types is always equal to their zero value, and comparing types
+// costs less than comparing interfaces, for the many lookups of other keys
+// (the database driver's, net/http's) that pass through here.
 func (c *scopeContext) Value(key any) any {
-	switch key {
-	case scopeKey{}:
+	switch key.(type) {
+	case scopeKey:
 		return c.scope
-	case phaseHostKey{}:
+	case phaseHostKey:
 		if c.phases != nil {
 			return c.phases
 		}

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -22,6 +23,11 @@ type Middleware struct {
 	replayHeaders replayList
 	recent        *recent.Keys // keys claimed here lately; see claimOnce
 	tracing       tracing
+	// wallClock is set when Config.Now is time.Now, the default, whose
+	// reading claimOnce then uses for the claim's deadline too; and
+	// claimsTimed when Config.Metrics counts claims, so that they are
+	// timed only then.
+	wallClock, claimsTimed bool
 }
 
 // New returns the middleware for a store. cfg.ClientID is required.
@@ -36,8 +42,12 @@ func New(store idemstore.Store, cfg *Config) (*Middleware, error) {
 	if c.ClientID == nil {
 		return nil, errors.New("idem: Config.ClientID is required: keys must be scoped by client")
 	}
+	_, untimed := c.Metrics.(noMetrics)
 	c.Metrics = resultNoter{next: c.Metrics, traced: c.Tracer != nil} // the outcome of idemlog's line and of the request's span
-	return &Middleware{store: store, cfg: c, replayHeaders: newReplayList(c.ReplayHeaders), recent: recent.New(), tracing: tracing{c.Tracer}}, nil
+	return &Middleware{
+		store: store, cfg: c, replayHeaders: newReplayList(c.ReplayHeaders), recent: recent.New(), tracing: tracing{c.Tracer},
+		wallClock: cfg != nil && cfg.Now == nil, claimsTimed: !untimed,
+	}, nil
 }
 
 // Wrap returns next behind the contract. Its method value is a
@@ -62,9 +72,10 @@ type call struct {
 	// body: one that panicked, or whose reader was being read when it
 	// returned. The body's buffer is reused only when none may; see
 	// package bodybuf.
-	bodyHeld int
-	fp       fingerprint.Fingerprint // without its field digests; see Fingerprint.WithFields
-	fields   []byte                  // the field digests, encoded
+	bodyHeld   int
+	bodyHolder *[]byte                 // the holder of body's buffer; see bodybuf.Get
+	fp         fingerprint.Fingerprint // without its field digests; see Fingerprint.WithFields
+	fields     []byte                  // the field digests, encoded
 
 	base *slog.Logger
 	log  *slog.Logger // base with the client and the key's digest; see logger
@@ -78,6 +89,13 @@ type call struct {
 	// allocates its own.
 	first     execution
 	firstUsed bool
+
+	// values is room for the values of the answer's header fields, which
+	// copyFields and copyFieldList take when they fit: one answer is
+	// written a call.
+	values [4]string
+	// detached is the parent of finishContext's context.
+	detached detachedContext
 }
 
 // spanStart describes a step of c's for a span.
@@ -157,7 +175,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.claimAndRun(c)
 	}
 	if c.bodyHeld == 0 {
-		bodybuf.Recycle(c.body)
+		bodybuf.Recycle(c.body, c.bodyHolder)
 	}
 }
 
@@ -226,8 +244,22 @@ func (m *Middleware) mayRerun(attempt int) bool {
 // it, and the client's retry gets the replay. Cancel it when the call
 // returns.
 func (m *Middleware) finishContext(c *call) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(c.r.Context()), m.cfg.StoreTimeout)
+	c.detached = detachedContext{c.r.Context()}
+	return context.WithTimeout(&c.detached, m.cfg.StoreTimeout)
 }
+
+// detachedContext is the values of parent without its cancellation, as
+// context.WithoutCancel returns it, but in the call's allocation rather
+// than one of its own. It is only the parent of finishContext's, which
+// cancels on its own: its Done is nil, which tells the context package
+// that it is never canceled, so that the package never looks through it
+// for a parent to cancel with.
+type detachedContext struct{ parent context.Context }
+
+func (detachedContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (detachedContext) Done() <-chan struct{}       { return nil }
+func (detachedContext) Err() error                  { return nil }
+func (d *detachedContext) Value(key any) any        { return d.parent.Value(key) }
 
 // run runs the handler under the lease, then stores its response or
 // releases the key, and answers. It answers nothing and reports conflicted
@@ -294,7 +326,7 @@ func (m *Middleware) release(ctx context.Context, c *call, lease idemstore.Lease
 		return
 	}
 	m.cfg.Metrics.Request(c.r.Context(), ResultReleased)
-	rec.writeTo(c.w)
+	rec.writeTo(c.w, c.values[:0])
 }
 
 // answerComplete answers after Complete returned err: with the handler's
@@ -302,7 +334,7 @@ func (m *Middleware) release(ctx context.Context, c *call, lease idemstore.Lease
 func (m *Middleware) answerComplete(ctx context.Context, c *call, lease idemstore.Lease, rec *recorder, err error) {
 	if err == nil {
 		m.cfg.Metrics.Request(c.r.Context(), ResultExecuted)
-		rec.writeTo(c.w)
+		rec.writeTo(c.w, c.values[:0])
 		return
 	}
 	m.answerNotStored(ctx, c, lease, err)
@@ -384,6 +416,7 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease, attempt int) *recor
 	}
 	c.firstUsed = true
 	x.rec.header = make(http.Header)
+	x.rec.body = *bytes.NewBuffer(x.bodyBuf[:0])
 	x.ctx = scopeContext{Context: lease.Context(base), scope: &c.scope}
 	rec := &x.rec
 	if m.cfg.Mode == ModeTwoPhase {
@@ -416,12 +449,15 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease, attempt int) *recor
 var errHandlerPanicked = errors.New("idem: the handler panicked; its writes were rolled back and its key released")
 
 // execution is what one run of the handler needs besides its request, in
-// one allocation: the recorder of its response, the reader of its body,
-// the context that carries the scope, and in ModeTwoPhase the phases'
-// host that the context carries as well.
+// one allocation: the recorder of its response and room for its body, the
+// reader of the request's body, the context that carries the scope, and in
+// ModeTwoPhase the phases' host that the context carries as well.
 type execution struct {
 	rec    recorder
 	body   bodybuf.Reader
 	ctx    scopeContext
 	phases phaseHost // in ModeTwoPhase
+	// bodyBuf is where the recorder buffers a response's body first, so
+	// that one of most APIs' sizes needs no allocation of its own.
+	bodyBuf [256]byte
 }

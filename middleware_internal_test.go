@@ -5,10 +5,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"testing"
 	"testing/iotest"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 func TestReadAll(t *testing.T) {
@@ -58,7 +61,7 @@ func TestCopyFields(t *testing.T) {
 	t.Parallel()
 	src := http.Header{"A": {"1", "2"}, "B": {"3"}, "Empty": {}, "Skipped": {"4"}}
 	dst := http.Header{}
-	rest := copyFields(dst, src, []string{"A", "B", "Empty"}, 1)
+	rest := copyFields(dst, src, []string{"A", "B", "Empty"}, 1, nil)
 	if len(rest) != 0 || cap(rest) != 1 {
 		t.Fatalf("rest = %q (cap %d), want room for 1 more value", rest, cap(rest))
 	}
@@ -71,7 +74,7 @@ func TestCopyFields(t *testing.T) {
 		t.Fatalf("appending to a copied field wrote into another: %v, source %v", dst, src)
 	}
 	all := http.Header{}
-	copyFields(all, src, nil, 0)
+	copyFields(all, src, nil, 0, nil)
 	if want := (http.Header{"A": {"1", "2"}, "B": {"3"}, "Empty": {}, "Skipped": {"4"}}); !reflect.DeepEqual(all, want) {
 		t.Fatalf("copied %v, want every field of %v", all, want)
 	}
@@ -84,21 +87,23 @@ func TestCopyFieldsManyValues(t *testing.T) {
 	many := []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}
 	src := http.Header{"A": many, "B": {"b"}, "C": {"c1", "c2", "c3"}}
 	for _, names := range [][]string{nil, {"A", "B", "C"}} {
-		dst := http.Header{}
-		rest := copyFields(dst, src, names, 2)
-		if len(rest) != 0 || cap(rest) != 2 {
-			t.Fatalf("rest = %q (cap %d), want room for 2 more values", rest, cap(rest))
-		}
-		if !reflect.DeepEqual(dst, src) {
-			t.Fatalf("copied %v, want %v", dst, src)
-		}
-		for name := range dst {
-			dst[name] = append(dst[name], "x")
-		}
-		_ = append(rest, "y", "z")
-		want := http.Header{"A": append(slices.Clone(many), "x"), "B": {"b", "x"}, "C": {"c1", "c2", "c3", "x"}}
-		if !reflect.DeepEqual(dst, want) || len(src["A"]) != 10 || src["B"][0] != "b" {
-			t.Fatalf("appending to copied fields wrote into others: %v, source %v", dst, src)
+		for _, buf := range [][]string{nil, make([]string, 0, 8)} {
+			dst := http.Header{}
+			rest := copyFields(dst, src, names, 2, buf)
+			if len(rest) != 0 || cap(rest) != 2 {
+				t.Fatalf("rest = %q (cap %d), want room for 2 more values", rest, cap(rest))
+			}
+			if !reflect.DeepEqual(dst, src) {
+				t.Fatalf("copied %v, want %v", dst, src)
+			}
+			for name := range dst {
+				dst[name] = append(dst[name], "x")
+			}
+			_ = append(rest, "y", "z")
+			want := http.Header{"A": append(slices.Clone(many), "x"), "B": {"b", "x"}, "C": {"c1", "c2", "c3", "x"}}
+			if !reflect.DeepEqual(dst, want) || len(src["A"]) != 10 || src["B"][0] != "b" {
+				t.Fatalf("appending to copied fields wrote into others: %v, source %v", dst, src)
+			}
 		}
 	}
 }
@@ -109,16 +114,91 @@ func TestCopyFieldsManyValues(t *testing.T) {
 func TestCopyFieldsValuesFillTheRoom(t *testing.T) {
 	t.Parallel()
 	src := http.Header{"A": {"1", "2", "3"}}
-	dst := http.Header{}
-	rest := copyFields(dst, src, nil, 2)
-	if len(rest) != 0 || cap(rest) != 2 {
-		t.Fatalf("rest = %q (cap %d), want room for 2 more values", rest, cap(rest))
+	for _, buf := range [][]string{nil, make([]string, 0, 4)} {
+		dst := http.Header{}
+		rest := copyFields(dst, src, nil, 2, buf)
+		if len(rest) != 0 || cap(rest) != 2 {
+			t.Fatalf("rest = %q (cap %d), want room for 2 more values", rest, cap(rest))
+		}
+		if !reflect.DeepEqual(dst, src) {
+			t.Fatalf("copied %v, want %v", dst, src)
+		}
+		_ = append(rest, "y", "z")
+		if !reflect.DeepEqual(dst, http.Header{"A": {"1", "2", "3"}}) {
+			t.Fatalf("appending to the rest wrote into a copied field: %v", dst)
+		}
 	}
-	if !reflect.DeepEqual(dst, src) {
-		t.Fatalf("copied %v, want %v", dst, src)
+}
+
+// TestCopyFieldsIntoBuf: the values go into buf when it has room for one
+// value a field and the extra ones, without an allocation.
+func TestCopyFieldsIntoBuf(t *testing.T) {
+	if raceDetector {
+		t.Skip("allocation counts differ under the race detector")
 	}
-	_ = append(rest, "y", "z")
-	if !reflect.DeepEqual(dst, http.Header{"A": {"1", "2", "3"}}) {
-		t.Fatalf("appending to the rest wrote into a copied field: %v", dst)
+	src := http.Header{"A": {"1"}, "B": {"2"}}
+	buf := make([]string, 0, 4)
+	dst := make(http.Header, 4)
+	allocs := testing.AllocsPerRun(100, func() {
+		clear(dst)
+		rest := copyFields(dst, src, nil, 2, buf)
+		if len(rest) != 0 || cap(rest) != 2 {
+			t.Fatalf("rest = %q (cap %d), want room for 2 more values", rest, cap(rest))
+		}
+	})
+	if allocs != 0 || !reflect.DeepEqual(dst, src) {
+		t.Fatalf("copied %v in %v allocations; want %v in none", dst, allocs, src)
+	}
+	dst["A"] = append(dst["A"], "x")
+	if dst.Get("B") != "2" || src["A"][0] != "1" || len(src["A"]) != 1 {
+		t.Fatalf("appending to a copied field wrote into another: %v, source %v", dst, src)
+	}
+}
+
+// TestWriteToAfterResponse: the answer that writeTo writes is the same
+// whether replayList.response read the header's fields before (as it does
+// for a response it stores whole) or not, or read more than it keeps; and
+// its values are copies, so that changing them changes no stored response.
+func TestWriteToAfterResponse(t *testing.T) {
+	t.Parallel()
+	list := newReplayList([]string{"X-A", "X-B", "X-C", "X-D", "X-E"})
+	headers := []http.Header{
+		{},
+		{"Content-Type": {"application/json"}},
+		{"Content-Type": {"application/json"}, "Location": {"/v1/payments/pay_1"}},
+		{"Content-Type": {"a"}, "Location": {"b"}, "X-A": {"c", "d"}, "X-B": {"e"}},
+		{"Content-Type": {"a"}, "Location": {"b"}, "X-A": {"c"}, "X-B": {"e"}, "X-C": {"f"}}, // more than it keeps
+		{"Content-Type": {"a"}, "X-Other": {"b"}},                                            // not all on the list
+		{"Content-Type": {"a"}, "X-A": {}},                                                   // a field without values
+	}
+	for _, h := range headers {
+		for _, first := range []bool{false, true} {
+			rec := &recorder{header: h.Clone(), status: http.StatusCreated, wroteHeader: true}
+			rec.body.WriteString("{}")
+			var stored *idemstore.Response
+			if first {
+				stored = list.response(rec)
+			}
+			w := httptest.NewRecorder()
+			var buf [4]string
+			rec.writeTo(w, buf[:0])
+			want := h.Clone()
+			want["Content-Length"] = []string{"2"}
+			if !reflect.DeepEqual(w.Header(), want) || w.Code != http.StatusCreated || w.Body.String() != "{}" {
+				t.Fatalf("writeTo of %v (response first: %t) = %d %v %q; want %v", h, first, w.Code, w.Header(), w.Body, want)
+			}
+			for _, values := range w.Header() {
+				for i := range values {
+					values[i] = "changed"
+				}
+			}
+			if stored != nil {
+				for name, values := range stored.Header {
+					if !slices.Equal(values, h[name]) {
+						t.Fatalf("changing the answer's header changed the stored %s: %q", name, values)
+					}
+				}
+			}
+		}
 	}
 }

@@ -124,7 +124,7 @@ func (ph Phases) run(ctx context.Context, host *phaseHost, w http.ResponseWriter
 		case err != nil:
 			return &PhaseError{Point: point, Err: err}
 		case next == idemstore.RecoveryFinished:
-			buf.writeTo(w)
+			buf.writeTo(w, nil)
 			return nil
 		case next == "" || next == point || next == idemstore.RecoveryStarted:
 			return &PhaseError{Point: point, Err: fmt.Errorf("the phase returned recovery point %q, which is no step forward", next)}

@@ -20,8 +20,9 @@ func newReplayList(extra []string) replayList { return replay.Headers(extra) }
 // response is what the store keeps of a buffered response: the status,
 // the headers on the list and the body.
 func (l replayList) response(rec *recorder) *idemstore.Response {
-	resp := &idemstore.Response{StatusCode: rec.statusCode(), Body: rec.body.Bytes()}
-	if rec.stream == nil && l.all(rec.header) {
+	resp := &rec.stored // in the recorder's allocation
+	*resp = idemstore.Response{StatusCode: rec.statusCode(), Body: rec.body.Bytes()}
+	if rec.stream == nil && l.all(rec) {
 		// The handler is done with its header, and the client gets copies
 		// of its values (see writeTo): the response can hold the header
 		// itself. A streamed response's header went to the client as it
@@ -30,19 +31,37 @@ func (l replayList) response(rec *recorder) *idemstore.Response {
 		return resp
 	}
 	resp.Header = make(http.Header, len(l))
-	copyFields(resp.Header, rec.header, l, 0)
+	copyFields(resp.Header, rec.header, l, 0, nil)
 	return resp
 }
 
-// all reports whether every field of h is on the list and has a value, so
-// that the stored header is h itself.
-func (l replayList) all(h http.Header) bool {
-	for name, values := range h {
+// all reports whether every field of rec.header is on the list and has a
+// value, so that the stored header is rec.header itself. When it is so and
+// the fields fit in rec.fields, it keeps them there for writeTo, which then
+// need not read the map again.
+func (l replayList) all(rec *recorder) bool {
+	n := 0
+	for name, values := range rec.header {
 		if len(values) == 0 || !slices.Contains(l, name) {
+			rec.nfields = 0
 			return false
 		}
+		if n < len(rec.fields) {
+			rec.fields[n] = field{name, values}
+		}
+		n++
+	}
+	rec.nfields = n
+	if n > len(rec.fields) {
+		rec.nfields = 0
 	}
 	return true
+}
+
+// field is one field of a header.
+type field struct {
+	name   string
+	values []string // not empty
 }
 
 // responseOf is what the store keeps of a handler's response.
@@ -65,6 +84,13 @@ type recorder struct {
 	// phases is set by the middleware in two-phase mode: what
 	// [Phases.Run] reports.
 	phases *phaseHost
+	// stored is what response returns, allocated with the recorder.
+	stored idemstore.Response
+	// fields are the nfields fields of header, each with values, as
+	// replayList.all read them, for writeTo; nfields is 0 when all did
+	// not read them all.
+	fields  [4]field
+	nfields int
 }
 
 // unfinished reports whether Phases.Run left the operation unfinished.
@@ -115,8 +141,13 @@ func (rec *recorder) statusCode() int {
 // writeTo writes the buffered response to w. The header's values are
 // copied, so that nothing done to w's header changes a stored response
 // that holds rec.header (see responseOf); Content-Length shares their
-// allocation.
-func (rec *recorder) writeTo(w http.ResponseWriter) {
-	spare := copyFields(w.Header(), rec.header, nil, 1)
+// room, which is buf's when it has enough (see copyFields).
+func (rec *recorder) writeTo(w http.ResponseWriter, buf []string) {
+	var spare []string
+	if rec.nfields > 0 {
+		spare = copyFieldList(w.Header(), rec.fields[:rec.nfields], 1, buf)
+	} else {
+		spare = copyFields(w.Header(), rec.header, nil, 1, buf)
+	}
 	writeBody(w, rec.statusCode(), rec.body.Bytes(), spare)
 }

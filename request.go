@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -40,7 +41,7 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 		// anyone's guess, and a proxy may have picked the other.
 		return nil, &rejection{ProblemBodyMalformed, fmt.Sprintf("The request has %d Content-Type header fields; send exactly one.", len(contentType))}
 	}
-	body, rej := m.readBody(w, r)
+	body, holder, rej := m.readBody(w, r)
 	if rej != nil {
 		return nil, rej
 	}
@@ -55,18 +56,16 @@ func (m *Middleware) parse(w http.ResponseWriter, r *http.Request, required bool
 		Exclude: m.cfg.ExcludeFields, Raw: !required,
 	})
 	if err != nil {
-		bodybuf.Recycle(body) // the error holds none of it
-	}
-	switch {
-	case errors.Is(err, fingerprint.ErrUnsupportedMediaType):
-		return nil, &rejection{ProblemMediaType, reasonOf(err, "The media type is not supported") + "."}
-	case err != nil:
+		bodybuf.Recycle(body, holder) // the error holds none of it
+		if errors.Is(err, fingerprint.ErrUnsupportedMediaType) {
+			return nil, &rejection{ProblemMediaType, reasonOf(err, "The media type is not supported") + "."}
+		}
 		return nil, &rejection{ProblemBodyMalformed, reasonOf(err, "The request body is malformed") + "."}
 	}
 	return &call{
 		w: w, r: r,
 		scope: idemstore.Scope{ClientID: clientID, Key: key}, path: path,
-		body: body, fp: fp, fields: fields,
+		body: body, bodyHolder: holder, fp: fp, fields: fields,
 		base: m.cfg.Logger,
 	}, nil
 }
@@ -85,30 +84,52 @@ func reasonOf(err error, fallback string) string {
 	return fallback
 }
 
-func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *rejection) {
+// readBody reads the body, into a buffer from package bodybuf when it
+// declares its length, and returns it with the buffer's holder (see
+// bodybuf.Get).
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *[]byte, *rejection) {
 	max := m.cfg.MaxBodyBytes
 	tooLarge := func() *rejection {
 		return &rejection{ProblemBodyTooLarge, fmt.Sprintf("The body is larger than the limit of %d bytes.", max)}
 	}
 	if r.ContentLength > max {
-		return nil, tooLarge()
+		return nil, nil, tooLarge()
 	}
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
+		return nil, nil, nil
 	}
-	body, err := readAllInto(bodybuf.Get(r.ContentLength), http.MaxBytesReader(w, r.Body, max), r.ContentLength)
+	buf, holder := bodybuf.Get(r.ContentLength)
+	body, done, err := readDeclared(buf, r.Body, r.ContentLength)
+	if past := r.ContentLength >= 0 && int64(len(body)) > r.ContentLength; past || err == nil && !done {
+		rest := r.Body
+		if past {
+			// The body goes on past its declared length: from the byte
+			// after it, which readDeclared read, through MaxBytesReader,
+			// and then as the read of that byte ended.
+			next := io.Reader(r.Body)
+			switch {
+			case err == io.EOF:
+				next = bytes.NewReader(nil)
+			case err != nil:
+				next = failedReader{err}
+			}
+			rest = io.NopCloser(io.MultiReader(bytes.NewReader(body[len(body)-1:]), next))
+			body = body[:len(body)-1]
+		}
+		body, err = readAllInto(body, http.MaxBytesReader(w, rest, max-int64(len(body))), r.ContentLength)
+	}
 	if err != nil {
-		bodybuf.Recycle(body)
+		bodybuf.Recycle(body, holder)
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, tooLarge()
+			return nil, nil, tooLarge()
 		}
 		if detail, ok := timeoutDetail(r, err); ok {
-			return nil, &rejection{ProblemBodyTimeout, detail}
+			return nil, nil, &rejection{ProblemBodyTimeout, detail}
 		}
-		return nil, &rejection{ProblemBodyMalformed, "The request body could not be read."}
+		return nil, nil, &rejection{ProblemBodyMalformed, "The request body could not be read."}
 	}
-	return body, nil
+	return body, holder, nil
 }
 
 // readAll reads rd to its end, as io.ReadAll does, into a buffer sized for
@@ -118,8 +139,60 @@ func readAll(rd io.Reader, length int64) ([]byte, error) {
 	return readAllInto(nil, rd, length)
 }
 
-// readAllInto is readAll into b, an empty buffer, when it has room for the
-// body of the given length and the byte after it.
+// readDeclared reads the body of a request that declared its length
+// (length is not negative), which readBody has checked against its limit,
+// without http.MaxBytesReader, which would allocate: net/http's reader of
+// such a body ends at that length, and returns io.EOF with its last bytes.
+// It reads the length's bytes into b, or a new buffer when b has no room
+// for them and the byte after them, and then, when the reader has not
+// said that the body ended, one read more into the byte after them, which
+// finds the end of a reader that reports it apart, such as a
+// bytes.Reader. It reports whether it saw the end.
+//
+// A body that is not at its end then, such as one that other code put in
+// place of net/http's, which may be longer than it declared, is read on
+// through http.MaxBytesReader by readBody, within what is left of the
+// limit, from the byte after the length if readDeclared read it (b then
+// holds length+1 bytes, and the error is that of the read that brought
+// it): what it reads and the errors it returns are those of the body read
+// through MaxBytesReader from its start. rd is the request's Body as it
+// is, an io.ReadCloser: converting it to an io.Reader would look up
+// another method table at every request.
+func readDeclared(b []byte, rd io.ReadCloser, length int64) ([]byte, bool, error) {
+	if length < 0 || length > maxDeclared {
+		return b, false, nil
+	}
+	if int64(cap(b)) <= length {
+		b = make([]byte, 0, length+1)
+	}
+	for int64(len(b)) <= length {
+		n, err := rd.Read(b[len(b) : length+1])
+		b = b[:len(b)+n]
+		switch {
+		case int64(len(b)) > length:
+			return b, false, err // past the declared length
+		case err == io.EOF:
+			return b, true, nil
+		case err != nil:
+			return b, false, err
+		}
+	}
+	return b, false, nil
+}
+
+// failedReader is a reader whose reads fail with err.
+type failedReader struct{ err error }
+
+func (f failedReader) Read([]byte) (int, error) { return 0, f.err }
+
+// maxDeclared is the longest body that readDeclared reads in one buffer
+// of the length it declares; readAllInto grows one for a longer body as
+// it arrives, as a client may declare a length it never sends.
+const maxDeclared = 1 << 20
+
+// readAllInto is readAll into b, which holds what was read of the body
+// so far, when it has room for the body of the given length and the byte
+// after it.
 func readAllInto(b []byte, rd io.Reader, length int64) ([]byte, error) {
 	if length < 0 {
 		return io.ReadAll(rd)
@@ -128,7 +201,7 @@ func readAllInto(b []byte, rd io.Reader, length int64) ([]byte, error) {
 	// a body larger than a mebibyte grows as it arrives, as a client may
 	// declare a length it never sends.
 	if int64(cap(b)) <= length {
-		b = make([]byte, 0, min(length, 1<<20)+1)
+		b = append(make([]byte, 0, min(length, maxDeclared)+1), b...)
 	}
 	for {
 		n, err := rd.Read(b[len(b):cap(b)])

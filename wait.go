@@ -26,7 +26,10 @@ const (
 func (m *Middleware) claimOnce(c *call) (idemstore.ClaimResult, error) {
 	ctx := c.r.Context()
 	now := m.cfg.Now()
-	started := time.Now()
+	started := now // time.Now's, with its monotonic reading
+	if !m.wallClock {
+		started = time.Now()
+	}
 	sctx, span := m.startSpan(ctx, c, StepClaim, 0, nil)
 	claimCtx, cancel := context.WithDeadline(sctx, started.Add(m.cfg.StoreTimeout))
 	res, err := m.store.Claim(claimCtx, idemstore.ClaimParams{
@@ -43,7 +46,9 @@ func (m *Middleware) claimOnce(c *call) (idemstore.ClaimResult, error) {
 		}
 		span.End(end)
 	}
-	m.cfg.Metrics.Claim(ctx, time.Since(started), err)
+	if m.claimsTimed {
+		m.cfg.Metrics.Claim(ctx, time.Since(started), err)
+	}
 	return res, err
 }
 

@@ -43,39 +43,38 @@ func bodySize(n int64) int {
 
 // Get returns an empty buffer for a body of the given length, with
 // room for the byte after it, from bodyBuffers when it holds one; nil when
-// the length is unknown, 0, or too large to pool.
-func Get(length int64) []byte {
+// the length is unknown, 0, or too large to pool. It returns too the
+// holder that carried the buffer in bodyBuffers, or nil: give it to
+// Recycle with the buffer, which then puts the buffer back in it rather
+// than in a new one.
+func Get(length int64) ([]byte, *[]byte) {
 	if length <= 0 || length >= maxPooledBody {
-		return nil
+		return nil, nil
 	}
 	i := bodySize(length + 1)
 	if h, ok := bodyBuffers[i].Get().(*[]byte); ok {
 		b := *h
 		*h = nil
-		bodyHolders.Put(h)
-		return b[:0]
+		return b[:0], h
 	}
-	return make([]byte, 0, bodySizes[i])
+	return make([]byte, 0, bodySizes[i]), nil
 }
 
 // Recycle puts b, a body buffer that no handler holds and nothing
-// refers to any more, in bodyBuffers, when it is one of bodySizes.
-func Recycle(b []byte) {
+// refers to any more, in bodyBuffers, when it is one of bodySizes. h is
+// the holder that Get returned with the buffer, which nothing else holds,
+// or nil.
+func Recycle(b []byte, h *[]byte) {
 	i := bodySize(int64(cap(b)))
 	if i < 0 || cap(b) != bodySizes[i] {
 		return
 	}
-	h, ok := bodyHolders.Get().(*[]byte)
-	if !ok {
+	if h == nil {
 		h = new([]byte)
 	}
 	*h = b[:0]
 	bodyBuffers[i].Put(h)
 }
-
-// bodyHolders holds the pointers that carry buffers in bodyBuffers, so that
-// putting a buffer there does not allocate one.
-var bodyHolders sync.Pool // of *[]byte, nil
 
 // Reader is the body a handler reads, as a bytes.Reader reads it: the
 // buffered request body, until the middleware takes it back with Detach.
@@ -89,15 +88,18 @@ type Reader struct {
 	i  int64  // where the next Read starts
 }
 
-// Read reads the body as bytes.Reader.Read does.
+// Read reads the body as bytes.Reader.Read does. It unlocks without a
+// defer: nothing between the lock and the unlocks can panic, and Read is
+// called at least twice a request.
 func (b *Reader) Read(p []byte) (int, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.i >= int64(len(b.s)) {
+		b.mu.Unlock()
 		return 0, io.EOF
 	}
 	n := copy(p, b.s[b.i:])
 	b.i += int64(n)
+	b.mu.Unlock()
 	return n, nil
 }
 

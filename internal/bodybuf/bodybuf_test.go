@@ -10,7 +10,7 @@ import (
 func TestBodyBuffer(t *testing.T) {
 	t.Parallel()
 	for _, length := range []int64{-1, 0, maxPooledBody, maxPooledBody + 1} {
-		if b := Get(length); b != nil {
+		if b, h := Get(length); b != nil || h != nil {
 			t.Errorf("Get(%d) = a buffer of cap %d, want none", length, cap(b))
 		}
 	}
@@ -19,18 +19,18 @@ func TestBodyBuffer(t *testing.T) {
 	// after it, and be the smallest of bodySizes that has.
 	for _, length := range []int64{1, 99, 1023, 1024, 5000, 16 << 10, maxPooledBody - 1} {
 		for range 10 {
-			b := Get(length)
+			b, h := Get(length)
 			if b == nil || len(b) != 0 || int64(cap(b)) <= length || bodySize(length+1) != bodySize(int64(cap(b))) || cap(b) != bodySizes[bodySize(length+1)] {
 				t.Fatalf("Get(%d) = len %d cap %d, want empty, cap %d", length, len(b), cap(b), bodySizes[bodySize(length+1)])
 			}
 			b = append(b, "leftover"...)
-			Recycle(b)
+			Recycle(b, h)
 		}
 	}
 	// Buffers of other sizes, as io.ReadAll's, are not kept.
-	Recycle(make([]byte, 7, 100))
+	Recycle(make([]byte, 7, 100), nil)
 	for range 10 {
-		if b := Get(50); cap(b) == 100 {
+		if b, _ := Get(50); cap(b) == 100 {
 			t.Fatal("a buffer of a size not in bodySizes was kept")
 		}
 	}

@@ -2,6 +2,7 @@ package keyspec
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -340,5 +341,57 @@ func TestNonIdempotent(t *testing.T) {
 		if NonIdempotent(m) {
 			t.Errorf("NonIdempotent(%q) = true, want false", m)
 		}
+	}
+}
+
+// TestParseBareEveryPosition: a bare key is refused for a byte not allowed
+// in it at every position, under and over the eight bytes that parseBare
+// reads a step, with the reason that names that byte and position; and
+// accepted, up to MaxLength, when every byte is allowed.
+func TestParseBareEveryPosition(t *testing.T) {
+	t.Parallel()
+	for n := 1; n <= MaxLength+1; n++ {
+		key := strings.Repeat("a", n)
+		got, err := Parse(key)
+		if n <= MaxLength && (err != nil || got != key) {
+			t.Fatalf("Parse(%d bytes) = %q, %v", n, got, err)
+		}
+		if n > MaxLength && !isKind(err, TooLong) {
+			t.Fatalf("Parse(%d bytes) = %v; want TooLong", n, err)
+		}
+		if n > 40 && n < MaxLength {
+			continue
+		}
+		for i := range n {
+			for _, c := range []byte{'!', 0x7f, 0x00, '"'} {
+				field := key[:i] + string(c) + key[i+1:]
+				if i == 0 && c == '"' {
+					continue // an sf-string
+				}
+				_, err := Parse(field)
+				var kerr *Error
+				if !errors.As(err, &kerr) || kerr.Kind != Malformed {
+					t.Fatalf("Parse(%q) = %v; want Malformed", field, err)
+				}
+				want := fmt.Sprintf("character %q at position %d is not allowed", c, i)
+				if !printable(c) {
+					want = fmt.Sprintf("byte 0x%02x at position %d is not printable ASCII", c, i)
+				}
+				if !strings.HasPrefix(kerr.Reason, want) {
+					t.Fatalf("Parse(%q) = %q; want %q", field, kerr.Reason, want)
+				}
+			}
+		}
+	}
+}
+
+func isKind(err error, k Kind) bool {
+	var kerr *Error
+	return errors.As(err, &kerr) && kerr.Kind == k
+}
+
+func BenchmarkParseBare(b *testing.B) {
+	for b.Loop() {
+		Parse("8e03978e-40d5-43e8-bc93-6894a57f9324")
 	}
 }

@@ -3,7 +3,9 @@ package record
 import (
 	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"net/http"
+	"reflect"
 	"testing"
 )
 
@@ -46,6 +48,7 @@ func TestEncodeHeaderIsEncodingJSON(t *testing.T) {
 		{"X-Control": {"a\tb\x01"}},
 		{"X-Unicode": {"café ☕ \u2028"}},
 		{"X-Bad-Utf8": {"\xff\xfe"}},
+		{"Content-Type": {"application/problem+json"}, "Content-Language": {"application/json; charset=utf-8"}, "Location": {"Location"}},
 		{"Z": {"1"}, "Y": {"2"}, "X": {"3"}, "W": {"4"}, "V": {"5"}, "U": {"6"}, "T": {"7"}, "S": {"8"}, "R": {"9"}, "Q": {"10"}},
 	}
 	for _, h := range headers {
@@ -75,4 +78,185 @@ func FuzzEncodeHeader(f *testing.F) {
 			t.Errorf("EncodeHeader(%q) = %s, %v; want %s", h, got, err, want)
 		}
 	})
+}
+
+// TestEncodeHeaderRandom compares EncodeHeader with encoding/json on many
+// random headers: up to a dozen fields, nil, empty and repeated values, and
+// names and values mostly plain, sometimes with a byte that encoding/json
+// escapes at any position.
+func TestEncodeHeaderRandom(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(1, 2))
+	const plainBytes = "abcXYZ019-_/;=:., *+%"
+	const otherBytes = "\"\\<>&\x00\x1f\x7f\xc3\xa9\xe2\x80\xa8"
+	text := func() string {
+		b := make([]byte, rnd.IntN(40))
+		for i := range b {
+			b[i] = plainBytes[rnd.IntN(len(plainBytes))]
+		}
+		if len(b) > 0 && rnd.IntN(8) == 0 {
+			b[rnd.IntN(len(b))] = otherBytes[rnd.IntN(len(otherBytes))]
+		}
+		return string(b)
+	}
+	for range 20000 {
+		h := http.Header{}
+		for range rnd.IntN(13) {
+			var values []string
+			switch rnd.IntN(10) {
+			case 0: // nil
+			case 1:
+				values = []string{}
+			default:
+				for range 1 + rnd.IntN(3) {
+					values = append(values, text())
+				}
+			}
+			h[text()] = values
+		}
+		want, err := json.Marshal(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := EncodeHeader(h)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("EncodeHeader(%q) = %s, %v; want %s", h, got, err, want)
+		}
+	}
+}
+
+// TestEncodeHeaderAllocs: a plain header is encoded in one allocation, its
+// output, for up to eight fields.
+func TestEncodeHeaderAllocs(t *testing.T) {
+	h := http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/payments/pay_1"}, "X-Multi": {"one", "two"}}
+	if n := testing.AllocsPerRun(100, func() { EncodeHeader(h) }); n != 1 {
+		t.Errorf("EncodeHeader allocates %v times; want 1", n)
+	}
+}
+
+func BenchmarkEncodeHeader(b *testing.B) {
+	h := http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/payments/pay_8e03978e40d543e8bc93"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		EncodeHeader(h)
+	}
+}
+
+// decodeJSON is DecodeResponse's header by encoding/json alone, as it was
+// decoded before decodePlain.
+func decodeJSON(header []byte) (http.Header, error) {
+	h := http.Header{}
+	if len(header) > 0 {
+		if err := json.Unmarshal(header, &h); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// checkDecode fails the test unless DecodeResponse decodes header as
+// encoding/json does: the same header, nil and empty values told apart,
+// or an error for both.
+func checkDecode(t *testing.T, header []byte) {
+	t.Helper()
+	want, wantErr := decodeJSON(header)
+	resp, err := DecodeResponse(200, header, nil)
+	switch {
+	case (err != nil) != (wantErr != nil):
+		t.Fatalf("DecodeResponse(%q) error = %v; encoding/json's = %v", header, err, wantErr)
+	case err == nil && !reflect.DeepEqual(resp.Header, want):
+		t.Fatalf("DecodeResponse(%q) = %#v; encoding/json's = %#v", header, resp.Header, want)
+	}
+}
+
+// TestDecodeResponseIsEncodingJSON: stored headers, those EncodeHeader
+// writes and any other text, decode as encoding/json decodes them.
+func TestDecodeResponseIsEncodingJSON(t *testing.T) {
+	t.Parallel()
+	for _, header := range []string{
+		``, `{}`, `null`, `{"A":null}`, `{"A":[]}`, `{"A":[""]}`, `{"A":["x","y"],"B":["z"]}`,
+		`{"A":["x"],"A":null}`, `{"A":null,"A":["x"]}`, `{"A":["1"],"a":["2"]}`,
+		`{"A":["<>&"]}`, `{"A":["\u003c"]}`, `{"A":["a\"b"]}`, `{"A":["caf\u00e9"]}`, "{\"A\":[\"caf\xc3\xa9\"]}", "{\"A\":[\"\xff\"]}",
+		`{ "A":["x"]}`, `{"A": ["x"]}`, `{"A":["x"] }`, `{"A":["x"]} `, ` {"A":["x"]}`,
+		`{"A":["x",]}`, `{"A":["x"],}`, `{"A":[,"x"]}`, `{"A":["x"]`, `{"A":["x]}`, `{"A":"x"}`, `{"A":[1]}`,
+		`{"A":nul}`, `{"A":nullx}`, `{"A":[null]}`, `{"A":[]]}`, `{"A":["x"]}}`, `{"A":["x"]}x`, `{"A"}`, `{"A":}`, `{:["x"]}`, `[]`, `{`, `}`, `"x"`,
+		"{\"A\":[\"tab\there\"]}", `{"":["x"]}`, `{"A":["x"],"B":[],"C":null,"D":["1","2","3"]}`,
+		// As PostgreSQL's jsonb writes them back, and with other white space.
+		`{"Location": ["/v1/payments/pay_1"], "Content-Type": ["application/json"]}`, `{"A": null, "B": [], "C": ["x", "y"]}`,
+		" { \"A\" :\t[ \"x\" ,\n\"y\" ] ,\r\n\"B\" : null } \n", `{ }`, `{"A": [ ]}`, `{"A":["x"]}` + "\x00", `{"A":["x"]} {}`,
+	} {
+		checkDecode(t, []byte(header))
+	}
+	rnd := rand.New(rand.NewPCG(3, 4))
+	const plainBytes = "abcXYZ019-_/;=:., *+%<>&"
+	text := func() string {
+		b := make([]byte, rnd.IntN(30))
+		for i := range b {
+			b[i] = plainBytes[rnd.IntN(len(plainBytes))]
+		}
+		return string(b)
+	}
+	for range 20000 {
+		h := http.Header{}
+		for range rnd.IntN(20) {
+			var values []string
+			switch rnd.IntN(10) {
+			case 0: // nil
+			case 1:
+				values = []string{}
+			default:
+				for range 1 + rnd.IntN(4) {
+					values = append(values, text())
+				}
+			}
+			h[text()] = values
+		}
+		enc, err := EncodeHeader(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		indented, err := json.MarshalIndent(h, " ", "\t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, enc := range [][]byte{enc, indented} {
+			checkDecode(t, enc)
+			if _, ok := decodePlain(enc); !ok && !bytes.Contains(enc, []byte(`\u`)) {
+				t.Fatalf("decodePlain refused %s, a plain header", enc)
+			}
+		}
+	}
+}
+
+// FuzzDecodeResponse checks DecodeResponse against encoding/json on any
+// stored header.
+func FuzzDecodeResponse(f *testing.F) {
+	f.Add([]byte(`{"Content-Type":["application/json"],"Location":["/v1/payments/pay_1"]}`))
+	f.Add([]byte(`{"A":null,"B":[],"C":["x","y"]}`))
+	f.Fuzz(func(t *testing.T, header []byte) { checkDecode(t, header) })
+}
+
+// TestDecodeResponseAllocs: a plain stored header of two fields decodes
+// in five allocations: the response, the text of its names and values,
+// their slots, and the map (two).
+func TestDecodeResponseAllocs(t *testing.T) {
+	for _, header := range [][]byte{
+		[]byte(`{"Content-Type":["application/json"],"Location":["/v1/payments/pay_1"]}`),
+		[]byte(`{"Location": ["/v1/payments/pay_1"], "Content-Type": ["application/json"]}`), // jsonb's
+	} {
+		if _, ok := decodePlain(header); !ok {
+			t.Fatalf("decodePlain refused %s", header)
+		}
+		if n := testing.AllocsPerRun(100, func() { DecodeResponse(201, header, nil) }); n > 5 {
+			t.Errorf("DecodeResponse(%s) allocates %v times; want at most 5", header, n)
+		}
+	}
+}
+
+func BenchmarkDecodeResponse(b *testing.B) {
+	header := []byte(`{"Content-Type":["application/json"],"Location":["/v1/payments/pay_8e03978e40d543e8bc93"]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		DecodeResponse(201, header, nil)
+	}
 }
