@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/race"
 	"github.com/idemkit/idem/internal/record"
 )
 
@@ -55,7 +56,7 @@ func (w *allocWriter) WriteHeader(code int)        { w.code = code }
 // nothing: a rise is a regression to look at. The counts include the
 // test's request, its recorder and the handler's header fields.
 func TestMiddlewareAllocs(t *testing.T) {
-	if raceDetector {
+	if race.Enabled {
 		t.Skip("allocation counts differ under the race detector")
 	}
 	const body = `{"amount":4200,"currency":"usd"}`

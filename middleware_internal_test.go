@@ -12,6 +12,7 @@ import (
 	"testing/iotest"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/race"
 )
 
 func TestReadAll(t *testing.T) {
@@ -133,7 +134,7 @@ func TestCopyFieldsValuesFillTheRoom(t *testing.T) {
 // TestCopyFieldsIntoBuf: the values go into buf when it has room for one
 // value a field and the extra ones, without an allocation.
 func TestCopyFieldsIntoBuf(t *testing.T) {
-	if raceDetector {
+	if race.Enabled {
 		t.Skip("allocation counts differ under the race detector")
 	}
 	src := http.Header{"A": {"1"}, "B": {"2"}}

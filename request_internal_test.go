@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/bodybuf"
+	"github.com/idemkit/idem/internal/race"
 )
 
 // readWithin returns what read returns, waiting 30 s at most: a read that
@@ -130,7 +131,7 @@ func TestReadBodyIsMaxBytesReader(t *testing.T) {
 // allocation of its own once the pooled buffer for its size is warm,
 // whether its reader returns io.EOF with its last bytes or after them.
 func TestReadBodyAllocs(t *testing.T) {
-	if raceDetector {
+	if race.Enabled {
 		t.Skip("allocation counts differ under the race detector")
 	}
 	body := bytes.Repeat([]byte("0123456789"), 100)

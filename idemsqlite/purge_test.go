@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idem/idemsqlite"
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/race"
 )
 
 // TestPurgeLeavesWritersTheirShare purges a backlog of expired keys, in
@@ -24,7 +25,7 @@ func TestPurgeLeavesWritersTheirShare(t *testing.T) {
 	if testing.Short() {
 		t.Skip("purges 50,000 keys for about half a minute")
 	}
-	if raceDetector {
+	if race.Enabled {
 		// It races no goroutines of its own (the store's are raced by the
 		// other tests); under the detector it ran 212 s instead of 15.
 		t.Skip("measures the writer's share of time, not races; minutes under -race")

@@ -3,6 +3,8 @@ package fingerprint
 import (
 	"bytes"
 	"testing"
+
+	"github.com/idemkit/idem/internal/race"
 )
 
 // TestFlat checks which bodies encodedFlat and flatJSON read, and that
@@ -84,7 +86,7 @@ func TestFlat(t *testing.T) {
 // TestEncodedAllocs checks that Encoded allocates only the encoded fields
 // that it returns, for a flat body and for one that goes to the encoder.
 func TestEncodedAllocs(t *testing.T) {
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("sync.Pool drops scratches under the race detector")
 	}
 	for _, body := range []string{

@@ -20,6 +20,7 @@ import (
 	"github.com/idemkit/idem/cmd/internal/redistest"
 	"github.com/idemkit/idem/idemredis"
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/race"
 )
 
 // TestRedisFailover measures what a failover costs idemproxy on Redis
@@ -52,7 +53,7 @@ func TestRedisFailover(t *testing.T) {
 	}
 	for _, n := range []int{0, 1} {
 		t.Run(fmt.Sprintf("MinReplicas%d", n), func(t *testing.T) {
-			if n == 0 && raceEnabled {
+			if n == 0 && race.Enabled {
 				t.Skip("a measurement, which asserts little; the race detector makes it slow")
 			}
 			failoverStorm(t, n)

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/race"
 )
 
 // TestLargeResponseStreams sends a 20 MiB upstream response through the
@@ -47,7 +48,7 @@ func TestLargeResponseStreams(t *testing.T) {
 		t.Fatalf("got %d with %d bytes, want 201 with %d", resp.status, resp.n, size)
 	}
 	limit := uint64(5 << 20)
-	if raceEnabled {
+	if race.Enabled {
 		limit *= 2
 	}
 	if allocated >= limit {

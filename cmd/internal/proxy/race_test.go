@@ -1,6 +1,0 @@
-//go:build race
-
-package proxy
-
-// raceEnabled: the race detector roughly doubles allocations.
-const raceEnabled = true
