@@ -2,7 +2,9 @@ package jcs
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"strconv"
 )
 
@@ -204,17 +206,30 @@ func (p *parser) syntaxErrorAt(off int, msg string) error {
 // whose digits must end there: a following '.', 'e', 'E' or digit makes
 // it -1.
 func PlainValueEnd(src []byte, i int) int {
-	if i >= len(src) {
+	if i < 0 || i >= len(src) {
 		return -1
 	}
-	switch c := src[i]; {
-	case c == '"':
+	c := src[i]
+	if c == '"' {
 		// Strings are copied as they are by parser.value when plainEnd
-		// reaches their closing quote.
-		if j := plainEnd(src, i+1); j < len(src) && src[j] == '"' {
+		// reaches their closing quote. Its first step is taken here,
+		// without the call, as it holds most strings whole.
+		j := i + 1
+		if len(src)-j >= 8 {
+			if m := notPlain(binary.LittleEndian.Uint64(src[j:])); m != 0 {
+				if j += bits.TrailingZeros64(m) >> 3; src[j] == '"' {
+					return j + 1
+				}
+				return -1
+			}
+			j += 8
+		}
+		if j = plainEnd(src, j); j < len(src) && src[j] == '"' {
 			return j + 1
 		}
-	case c >= '0' && c <= '9':
+		return -1
+	}
+	if isDigit(c) {
 		// A short integer is its own canonical form (see number), and
 		// so is a lone 0.
 		j := i + 1
@@ -226,15 +241,18 @@ func PlainValueEnd(src []byte, i int) int {
 		if j-i <= maxExactDigits && (j == len(src) || !isDigit(src[j]) && src[j] != '.' && src[j] != 'e' && src[j] != 'E') {
 			return j
 		}
-	case c == 't':
+		return -1
+	}
+	switch c {
+	case 't':
 		if len(src)-i >= 4 && string(src[i:i+4]) == "true" {
 			return i + 4
 		}
-	case c == 'f':
+	case 'f':
 		if len(src)-i >= 5 && string(src[i:i+5]) == "false" {
 			return i + 5
 		}
-	case c == 'n':
+	case 'n':
 		if len(src)-i >= 4 && string(src[i:i+4]) == "null" {
 			return i + 4
 		}
