@@ -117,7 +117,8 @@ const (
 // [Fingerprint.WithFields]).
 func Encoded(p Params) (Fingerprint, []byte, error) {
 	s := scratchPool.Get().(*scratch)
-	f, fields, ok, scanned := s.encodedFlat(&p)
+	var f Fingerprint
+	fields, ok, scanned := s.encodedFlat(&p, &f)
 	if ok {
 		s.releaseFlat()
 		return f, fields, nil

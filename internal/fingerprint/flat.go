@@ -107,18 +107,19 @@ func (s *scratch) flatJSON(src []byte) bool {
 // no excluded fields, and a flat body sent as application/json, without
 // parameters. It writes each field's pointer and digest into the encoded
 // fields as it takes the digest, with no list of pointers or digests in
-// between; the bytes are those of scratch.encodeFields. It reports false,
-// having computed nothing, for any other request, and whether it scanned
-// the body to find it is not flat.
-func (s *scratch) encodedFlat(p *Params) (f Fingerprint, fields []byte, ok, scanned bool) {
+// between; the bytes are those of scratch.encodeFields. It sets f's Sum
+// and Kind in place, which spares copies of the Fingerprint. It reports
+// false, having computed nothing and left f as it was, for any other
+// request, and whether it scanned the body to find it is not flat.
+func (s *scratch) encodedFlat(p *Params, f *Fingerprint) (fields []byte, ok, scanned bool) {
 	if p.RawQuery != "" || len(p.Exclude) > 0 || p.ContentType != "application/json" || len(p.Body) == 0 {
-		return Fingerprint{}, nil, false, false
+		return nil, false, false
 	}
 	src := p.Body
 	spans := &s.spans // in s, which saves clearing an array on the stack
 	m, names := scanFlat(src, spans)
 	if m == 0 {
-		return Fingerprint{}, nil, false, true
+		return nil, false, true
 	}
 	// Each field is `"/name":"digest",` (see encodedFieldLen); then the
 	// kind, which needs no escapes.
@@ -154,5 +155,6 @@ func (s *scratch) encodedFlat(p *Params) (f Fingerprint, fields []byte, ok, scan
 	head = appendPart(head, p.Path)
 	head = append(head, 0, byte(len(kindJSON))) // the empty query, the kind
 	head = append(head, kindJSON...)
-	return Fingerprint{Sum: *s.sum(&s.head, head, src), Kind: kindJSON}, out, true, true
+	f.Sum, f.Kind = *s.sum(&s.head, head, src), kindJSON
+	return out, true, true
 }

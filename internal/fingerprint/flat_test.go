@@ -49,7 +49,8 @@ func TestFlat(t *testing.T) {
 	} {
 		p := Params{Method: "POST", Path: "/v1/payments", ContentType: "application/json", Body: []byte(tt.body)}
 		s := scratchPool.Get().(*scratch)
-		f, fields, ok, scanned := s.encodedFlat(&p)
+		var f Fingerprint
+		fields, ok, scanned := s.encodedFlat(&p, &f)
 		s.release()
 		if ok != tt.flat || !scanned {
 			t.Errorf("encodedFlat(%s) = %v, scanned %v; want %v", tt.body, ok, scanned, tt.flat)
