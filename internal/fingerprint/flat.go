@@ -52,8 +52,7 @@ func scanFlat(src []byte, spans *flatSpans) (m, names int) {
 		if lastEnd > 0 {
 			// ASCII names sort by their bytes, as by their UTF-16 code
 			// units; the first byte decides for most.
-			last, name := src[lastStart:lastEnd], src[start:j]
-			if last[0] > name[0] || last[0] == name[0] && bytes.Compare(last, name) >= 0 {
+			if c, d := src[lastStart], src[start]; c > d || c == d && bytes.Compare(src[lastStart:lastEnd], src[start:j]) >= 0 {
 				return 0, 0
 			}
 		}
