@@ -496,6 +496,48 @@ func TestPlainValueEnd(t *testing.T) {
 	}
 }
 
+// TestPlainValueEndStrings checks PlainValueEnd's first step over a
+// string, which reads its first eight bytes without plainEnd, against the
+// byte-by-byte rule: a string ends at its first quote if no byte before
+// it is below 0x20, a backslash or not ASCII. Each string of up to 12
+// bytes drawn from a few kinds of byte is read at each offset of a longer
+// buffer, so that eight bytes are and are not left after its quote.
+func TestPlainValueEndStrings(t *testing.T) {
+	t.Parallel()
+	want := func(src []byte, i int) int {
+		for j := i + 1; j < len(src); j++ {
+			switch c := src[j]; {
+			case c == '"':
+				return j + 1
+			case c < 0x20 || c == '\\' || c >= 0x80:
+				return -1
+			}
+		}
+		return -1
+	}
+	bytesOf := []byte{'a', '"', '\\', 0x1f, 0x7f, 0xc3, '~'}
+	for n := 0; n <= 12; n++ {
+		for k := range 200 {
+			text := make([]byte, n)
+			for x := range text {
+				text[x] = bytesOf[(k*7+x*x*3+x*k)%len(bytesOf)]
+				if k%3 == 0 {
+					text[x] = 'a' + byte(x)
+				}
+			}
+			for pad := range 10 {
+				src := append(append([]byte(`"`), text...), strings.Repeat(`"`, min(pad, 1))+strings.Repeat("x", pad)...)
+				if got, w := PlainValueEnd(src, 0), want(src, 0); got != w {
+					t.Fatalf("PlainValueEnd(%q, 0) = %d, want %d", src, got, w)
+				}
+			}
+		}
+	}
+	if got := PlainValueEnd([]byte(`"a"`), -1); got != -1 {
+		t.Errorf("PlainValueEnd at -1 = %d, want -1", got)
+	}
+}
+
 // TestDuplicatesInAnyOrder checks that an object that names a member
 // twice is rejected whatever the order of its members, for every list of
 // up to six names drawn from four: the insertion sort finds the pair.
