@@ -20,16 +20,15 @@ import (
 // to the encoder.
 const maxFlatFields = 32
 
-// flatSpans is where each name and each value of a flat body ends, two
-// offsets a field. The members are `"name":value` after one another, with
+// flatSpans is where each name and each value of a flat body ends, a
+// pair of offsets a field. The members are `"name":value` after one another, with
 // a ',' between them: each name starts two bytes after the value before it
 // ends (the first at 2), and each value two bytes after its name ends.
-type flatSpans [2 * maxFlatFields]int32
+type flatSpans [maxFlatFields][2]int32
 
 // scanFlat reports whether src is a flat body and, when it is, leaves in
-// spans where its names and values end. It returns the number of spans,
-// twice the number of fields, and the total length of the names; 0 when
-// src is not flat.
+// spans where its names and values end. It returns the number of fields
+// and the total length of the names; 0 when src is not flat.
 func scanFlat(src []byte, spans *flatSpans) (m, names int) {
 	n := len(src)
 	if n < 2 || n > math.MaxInt32 || src[0] != '{' || src[n-1] != '}' || src[1] == '}' {
@@ -62,8 +61,8 @@ func scanFlat(src []byte, spans *flatSpans) (m, names int) {
 		if k < 0 || k >= n {
 			return 0, 0
 		}
-		spans[m], spans[m+1] = int32(j), int32(k)
-		m += 2
+		spans[m] = [2]int32{int32(j), int32(k)}
+		m++
 		if src[k] == '}' {
 			if k != n-1 {
 				return 0, 0
@@ -91,8 +90,8 @@ func (s *scratch) flatJSON(src []byte) bool {
 	s.hasFields = true
 	pointers, ends := s.pointers[:0], s.ends[:0]
 	start := 2 // where the first name starts
-	for f := 0; f < m; f += 2 {
-		j, k := int(spans[f]), int(spans[f+1])
+	for _, span := range spans[:m] {
+		j, k := int(span[0]), int(span[1])
 		pointers = append(append(pointers, '/'), src[start:j]...)
 		ends = append(ends, len(pointers))
 		s.digestField(pointers[len(pointers)-(j-start)-1:], src[j+2:k])
@@ -123,12 +122,12 @@ func (s *scratch) encodedFlat(p *Params, f *Fingerprint) (fields []byte, ok, sca
 	// Each field is `"/name":"digest",` (see encodedFieldLen); then the
 	// kind, which needs no escapes.
 	const kind = `"` + kindMember + `":"` + kindJSON + `"}`
-	out := make([]byte, 1+m/2*encodedFieldLen(1)+names+len(kind))
+	out := make([]byte, 1+m*encodedFieldLen(1)+names+len(kind))
 	out[0] = '{'
 	w := 1
 	start := 2 // where the first name starts
-	for i := 0; i < m; i += 2 {
-		j, k := int(spans[i]), int(spans[i+1])
+	for _, span := range spans[:m] {
+		j, k := int(span[0]), int(span[1])
 		name := src[start:j]
 		// The digest's input, as digestField writes it, in one piece.
 		in := append(appendLen(s.field[:len(fieldHead)], 1+len(name)), '/')

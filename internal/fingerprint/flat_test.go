@@ -58,7 +58,7 @@ func TestFlat(t *testing.T) {
 		}
 		var spans flatSpans
 		if m, _ := scanFlat(p.Body, &spans); (m > 0) != tt.flat {
-			t.Errorf("scanFlat(%s) = %d spans, want flat %v", tt.body, m, tt.flat)
+			t.Errorf("scanFlat(%s) = %d fields, want flat %v", tt.body, m, tt.flat)
 		}
 		// The encoder's path, told the body is not flat.
 		s = scratchPool.Get().(*scratch)
