@@ -28,6 +28,9 @@ func FuzzEncodedFingerprint(f *testing.F) {
 		{"", "application/x-www-form-urlencoded", `&`, ""},
 		{"", "application/x-www-form-urlencoded", `%FF=1`, ""},
 		{"", "text/plain", `amount=1`, ""},
+		// Flat bodies (see encodedFlat), short and past maxJoinedTail.
+		{"", "application/json", `{"amount":4200,"currency":"usd","customer":"cus_bench"}`, ""},
+		{"", "application/json", flatFields(maxFlatFields), ""},
 	}
 	for _, s := range seeds {
 		for _, raw := range []bool{false, true} {
