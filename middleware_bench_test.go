@@ -3,12 +3,10 @@ package idem_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +15,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/benchbody"
 )
 
 // The middleware's own cost, without a database: the memory store, an
@@ -45,45 +44,10 @@ type benchBody struct {
 
 func benchBodies() []benchBody {
 	return []benchBody{
-		{"json-1KiB", "application/json", jsonBody(1 << 10)},
-		{"json-64KiB", "application/json", jsonBody(64 << 10)},
-		{"form", "application/x-www-form-urlencoded", formBody()},
+		{"json-1KiB", "application/json", benchbody.JSON(1 << 10)},
+		{"json-64KiB", "application/json", benchbody.JSON(64 << 10)},
+		{"form", "application/x-www-form-urlencoded", benchbody.Form()},
 	}
-}
-
-// jsonBody returns a payment request of about size bytes: a few top-level
-// fields, nested metadata, and line items that make up the size.
-func jsonBody(size int) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"amount": 12500, "currency": "EUR", "customer": "cus_8e03978e40d5",` +
-		` "description": "Order 2026-0042, \"express\" delivery",` +
-		` "metadata": {"order_id": "ord_1234567890", "channel": "web", "retry": false, "weight_kg": 1.25},` +
-		` "items": [`)
-	for i := 0; b.Len() < size-40; i++ {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, `{"sku": "SKU-%05d", "qty": %d, "unit_price": %d.%02d}`, i, i%7+1, 100+i, i%100)
-	}
-	b.WriteString(`], "capture": true}`)
-	return b.Bytes()
-}
-
-// formBody returns a payment request as form data: 8 fields in 10 pairs,
-// 248 bytes.
-func formBody() []byte {
-	v := url.Values{}
-	v.Set("amount", "12500")
-	v.Set("currency", "EUR")
-	v.Set("customer", "cus_8e03978e40d5")
-	v.Set("description", `Order 2026-0042, "express" delivery`)
-	v.Set("metadata[order_id]", "ord_1234567890")
-	v.Set("metadata[channel]", "web")
-	v.Add("items[]", "SKU-00001")
-	v.Add("items[]", "SKU-00002")
-	v.Add("items[]", "SKU-00003")
-	v.Set("capture", "true")
-	return []byte(v.Encode())
 }
 
 // benchHandler reads the body and answers 201 with a small JSON document,

@@ -1,11 +1,11 @@
 package fingerprint
 
 import (
-	"bytes"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/idemkit/idem/internal/benchbody"
 )
 
 // BenchmarkFingerprint measures the fingerprint alone, the largest part of
@@ -67,8 +67,8 @@ func BenchmarkEncoded(b *testing.B) {
 		p    Params
 	}{
 		{"small", Params{Method: "POST", Path: "/v1/payments", ContentType: "application/json", Body: []byte(`{"amount":4200,"currency":"usd","customer":"cus_bench"}`)}},
-		{"json-1KiB", Params{Method: "POST", Path: "/v1/payments", ContentType: "application/json", Body: benchJSONBody(1 << 10)}},
-		{"form", Params{Method: "POST", Path: "/v1/payments", ContentType: "application/x-www-form-urlencoded", Body: benchFormBody()}},
+		{"json-1KiB", Params{Method: "POST", Path: "/v1/payments", ContentType: "application/json", Body: benchbody.JSON(1 << 10)}},
+		{"form", Params{Method: "POST", Path: "/v1/payments", ContentType: "application/x-www-form-urlencoded", Body: benchbody.Form()}},
 	} {
 		b.Run(p.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -79,37 +79,4 @@ func BenchmarkEncoded(b *testing.B) {
 			}
 		})
 	}
-}
-
-// benchJSONBody is the JSON body of the middleware's benchmarks.
-func benchJSONBody(size int) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"amount": 12500, "currency": "EUR", "customer": "cus_8e03978e40d5",` +
-		` "description": "Order 2026-0042, \"express\" delivery",` +
-		` "metadata": {"order_id": "ord_1234567890", "channel": "web", "retry": false, "weight_kg": 1.25},` +
-		` "items": [`)
-	for i := 0; b.Len() < size-40; i++ {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, `{"sku": "SKU-%05d", "qty": %d, "unit_price": %d.%02d}`, i, i%7+1, 100+i, i%100)
-	}
-	b.WriteString(`], "capture": true}`)
-	return b.Bytes()
-}
-
-// benchFormBody is the form body of the middleware's benchmarks.
-func benchFormBody() []byte {
-	v := url.Values{}
-	v.Set("amount", "12500")
-	v.Set("currency", "EUR")
-	v.Set("customer", "cus_8e03978e40d5")
-	v.Set("description", `Order 2026-0042, "express" delivery`)
-	v.Set("metadata[order_id]", "ord_1234567890")
-	v.Set("metadata[channel]", "web")
-	v.Add("items[]", "SKU-00001")
-	v.Add("items[]", "SKU-00002")
-	v.Add("items[]", "SKU-00003")
-	v.Set("capture", "true")
-	return []byte(v.Encode())
 }
