@@ -210,23 +210,23 @@ func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, 
 			began = true
 		}
 	}
-	b.Queue(query, args...)
-	b.Queue(queryCommit)
+	b.add(query, args...)
+	b.add(queryCommit)
 	if after != nil {
-		after(b)
+		after(&b.Batch)
 	}
 	var br pgx.BatchResults
 	switch {
 	case claiming:
-		br = l.store.sendClaim(ctx, conn, b)
+		br = l.store.sendClaim(ctx, conn, &b.Batch)
 		tx = br.Tx()
 		err = claim.readBegin(br)
 	case began:
-		br = conn.SendBatch(ctx, b)
+		br = conn.SendBatch(ctx, &b.Batch)
 		tx = br.Tx()
 		_, err = br.Exec() // BEGIN
 	default:
-		br = tx.SendBatch(ctx, b)
+		br = tx.SendBatch(ctx, &b.Batch)
 	}
 	// The results in the order sent (see deferredClaim.readGuard): the
 	// statement, then COMMIT; Close reads what after queued.
@@ -251,11 +251,13 @@ func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, 
 
 // roundBatch returns an empty batch for a round trip of l: a deferred
 // claim's own, reused (deferredClaim.batch), or a new one.
-func (l *lease) roundBatch() *pgx.Batch {
+func (l *lease) roundBatch() *batch {
 	if dc, ok := l.h.(*deferredClaim); ok {
 		return dc.batch()
 	}
-	return &pgx.Batch{}
+	b := &batch{}
+	b.reset()
+	return b
 }
 
 // commitUpdate stores the response by query, with args, the fenced update
