@@ -4,9 +4,11 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idem/idemstore"
 )
 
 // TestBatchAdd: add queues what Batch.Queue would, in order, in the
@@ -60,4 +62,64 @@ func TestBatchAddAllocs(t *testing.T) {
 	}); n != 0 {
 		t.Errorf("%v allocations, want 0", n)
 	}
+}
+
+// TestInsertFirstArgs: insertFirst's arguments are insertNew's at token 1
+// without the token, typed and plain, NULL trace context included.
+func TestInsertFirstArgs(t *testing.T) {
+	resp := &idemstore.Response{StatusCode: 201, Body: []byte(`{"id":"pay_1"}`)}
+	header := []byte(`{"Content-Type":["application/json"]}`)
+	for _, typed := range []bool{true, false} {
+		for _, trace := range []string{"", "00-abc"} {
+			l := &lease{store: &Store{typedArgs: typed}, scope: idemstore.Scope{ClientID: "c", Key: "k"},
+				claimedAt: time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC), start: time.Now()}
+			r := &pendingRow{method: "POST", path: "/payments", hash: []byte{1, 2}, fields: []byte("f"), trace: trace}
+			q, args := r.insertNew(l, 1, resp, header)
+			if q != queryInsertCompletedNew || len(args) != 13 {
+				t.Fatalf("insertNew: %d arguments", len(args))
+			}
+			all := deref(args)
+			q, args = r.insertFirst(l, resp, header)
+			if q != queryInsertCompletedFirst {
+				t.Fatalf("insertFirst: wrong query")
+			}
+			first := deref(args)
+			want := slices.Delete(slices.Clone(all), 6, 7) // without the token
+			// The completion time is read again by each call.
+			want[10], first[10] = nil, nil
+			if !reflect.DeepEqual(first, want) {
+				t.Errorf("typed %v, trace %q: insertFirst %#v, want %#v", typed, trace, first, want)
+			}
+			if all[6] != int64(1) {
+				t.Errorf("typed %v: token %#v", typed, all[6])
+			}
+		}
+	}
+}
+
+// deref returns args with the types of arg.go replaced by the values they
+// point to (nil for NULL), so that two calls' arguments compare by value.
+func deref(args []any) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		switch a := a.(type) {
+		case *textArg:
+			if a != nil {
+				out[i] = string(*a)
+			}
+		case *bytesArg:
+			out[i] = []byte(*a)
+		case *intArg:
+			out[i] = int64(*a)
+		case *timeArg:
+			out[i] = time.Time(*a)
+		case *string:
+			if a != nil {
+				out[i] = *a
+			}
+		default:
+			out[i] = a
+		}
+	}
+	return out
 }

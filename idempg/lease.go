@@ -370,22 +370,34 @@ func (r *pendingRow) traceContext() *string {
 // token and resp, for a key that had no row. Its arguments are in r's
 // array, which a lease's Complete, sent once, is the only user of.
 func (r *pendingRow) insertNew(l *lease, token int64, resp *idemstore.Response, header any) (string, []any) {
-	r.token, r.status, r.body, r.completed = token, int64(resp.StatusCode), body(resp), l.completedAt()
-	if l.store.typedArgs {
-		r.args = [13]any{(*textArg)(&l.scope.ClientID), (*textArg)(&l.scope.Key), (*textArg)(&r.method), (*textArg)(&r.path),
-			(*bytesArg)(&r.hash), (*bytesArg)(&r.fields), (*intArg)(&r.token), (*intArg)(&r.status), header, (*bytesArg)(&r.body),
-			(*timeArg)(&l.claimedAt), (*timeArg)(&r.completed), (*textArg)(r.traceContext())}
-	} else {
-		r.args = [13]any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, r.fields,
-			token, resp.StatusCode, header, r.body, l.claimedAt, r.completed, r.traceContext()}
-	}
-	return queryInsertCompletedNew, r.args[:]
+	return queryInsertCompletedNew, r.fill(l, token, resp, header, true)
 }
 
 // insertFirst is insertNew at token 1: queryInsertCompletedFirst, whose
 // arguments are insertNew's without the token.
 func (r *pendingRow) insertFirst(l *lease, resp *idemstore.Response, header any) (string, []any) {
-	_, args := r.insertNew(l, 1, resp, header)
-	copy(args[6:], args[7:])
-	return queryInsertCompletedFirst, args[:len(args)-1]
+	return queryInsertCompletedFirst, r.fill(l, 1, resp, header, false)
+}
+
+// fill sets r.args to insertNew's arguments, without the token unless
+// withToken is set, and returns them. They are appended into the array in
+// place, in the queries' order, so that insertFirst needs no second copy
+// without the token.
+func (r *pendingRow) fill(l *lease, token int64, resp *idemstore.Response, header any, withToken bool) []any {
+	r.token, r.status, r.body, r.completed = token, int64(resp.StatusCode), body(resp), l.completedAt()
+	a := r.args[:0]
+	if l.store.typedArgs {
+		a = append(a, (*textArg)(&l.scope.ClientID), (*textArg)(&l.scope.Key), (*textArg)(&r.method), (*textArg)(&r.path),
+			(*bytesArg)(&r.hash), (*bytesArg)(&r.fields))
+		if withToken {
+			a = append(a, (*intArg)(&r.token))
+		}
+		return append(a, (*intArg)(&r.status), header, (*bytesArg)(&r.body),
+			(*timeArg)(&l.claimedAt), (*timeArg)(&r.completed), (*textArg)(r.traceContext()))
+	}
+	a = append(a, l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, r.fields)
+	if withToken {
+		a = append(a, token)
+	}
+	return append(a, resp.StatusCode, header, r.body, l.claimedAt, r.completed, r.traceContext())
 }
