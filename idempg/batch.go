@@ -13,6 +13,13 @@ type batch struct {
 	qq     [4]pgx.QueuedQuery  // what add queues, at its index in queued
 }
 
+// newBatch returns an empty batch.
+func newBatch() *batch {
+	b := &batch{}
+	b.reset()
+	return b
+}
+
 // reset empties b for the next round trip.
 func (b *batch) reset() {
 	b.Batch = pgx.Batch{QueuedQueries: b.queued[:0]}

@@ -186,15 +186,15 @@ func body(resp *idemstore.Response) []byte {
 }
 
 // commitRound sends, in one round trip, the fenced statement (query,
-// args), COMMIT, then what after queues. The statements run on tx, or, when
+// args), COMMIT, then what after queues, on b, an empty batch (a deferred
+// claim's own, deferredClaim.batch, or newBatch). The statements run on tx, or, when
 // the handler's transaction never began (tx is nil), in one begun in the
 // same round trip on conn, which is acquired for op when nil; claim, when
 // not nil, is a deferred claim still to be sent, which then goes out in
 // front of them (lease_deferred.go). It returns the connection and
 // transaction it used and whether the COMMIT succeeded; conn is nil only
 // when none could be acquired.
-func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, op, query string, args []any, claim *deferredClaim, after func(*pgx.Batch)) (_ *pgxpool.Conn, _ pgx.Tx, committed bool, err error) {
-	b := l.roundBatch()
+func (l *lease) commitRound(ctx context.Context, b *batch, conn *pgxpool.Conn, tx pgx.Tx, op, query string, args []any, claim *deferredClaim, after func(*pgx.Batch)) (_ *pgxpool.Conn, _ pgx.Tx, committed bool, err error) {
 	claiming, began := false, false
 	if tx == nil {
 		if conn == nil {
@@ -249,22 +249,11 @@ func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, 
 	return conn, tx, committed, err
 }
 
-// roundBatch returns an empty batch for a round trip of l: a deferred
-// claim's own, reused (deferredClaim.batch), or a new one.
-func (l *lease) roundBatch() *batch {
-	if dc, ok := l.h.(*deferredClaim); ok {
-		return dc.batch()
-	}
-	b := &batch{}
-	b.reset()
-	return b
-}
-
 // commitUpdate stores the response by query, with args, the fenced update
 // of the started row that the lease holds, and commits, in one round trip
 // (commitRound).
 func (l *lease) commitUpdate(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, query string, args ...any) error {
-	conn, tx, committed, err := l.commitRound(ctx, conn, tx, "complete key", query, args, nil, nil)
+	conn, tx, committed, err := l.commitRound(ctx, newBatch(), conn, tx, "complete key", query, args, nil, nil)
 	if conn == nil {
 		return err // no connection could be had; nothing was sent
 	}

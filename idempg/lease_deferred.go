@@ -276,7 +276,7 @@ func (dc *deferredClaim) complete(ctx context.Context, l *lease, conn *pgxpool.C
 			conn, tx = nil, nil
 		}
 	}
-	conn, tx, committed, err := l.commitRound(ctx, conn, tx, "complete key", query, args, claim, nil)
+	conn, tx, committed, err := l.commitRound(ctx, dc.batch(), conn, tx, "complete key", query, args, claim, nil)
 	if conn == nil {
 		return err // no connection could be had; nothing was sent
 	}

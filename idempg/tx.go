@@ -133,8 +133,7 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 		b = dc.batch()
 		dc.queue(b, true) // the claim, then BEGIN: one round trip
 	} else {
-		b = &batch{}
-		b.reset()
+		b = newBatch()
 		b.BeginTx(pgx.TxOptions{IsoLevel: lt.store.cfg.IsoLevel})
 	}
 	if sql != "" {
