@@ -186,15 +186,15 @@ func body(resp *idemstore.Response) []byte {
 }
 
 // commitRound sends, in one round trip, the fenced statement (query,
-// args), COMMIT, then what after queues. The statements run on tx, or, when
+// args), COMMIT, then what after queues, on b, an empty batch (a deferred
+// claim's own, deferredClaim.batch, or newBatch). The statements run on tx, or, when
 // the handler's transaction never began (tx is nil), in one begun in the
 // same round trip on conn, which is acquired for op when nil; claim, when
 // not nil, is a deferred claim still to be sent, which then goes out in
 // front of them (lease_deferred.go). It returns the connection and
 // transaction it used and whether the COMMIT succeeded; conn is nil only
 // when none could be acquired.
-func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, op, query string, args []any, claim *deferredClaim, after func(*pgx.Batch)) (_ *pgxpool.Conn, _ pgx.Tx, committed bool, err error) {
-	b := l.roundBatch()
+func (l *lease) commitRound(ctx context.Context, b *batch, conn *pgxpool.Conn, tx pgx.Tx, op, query string, args []any, claim *deferredClaim, after func(*pgx.Batch)) (_ *pgxpool.Conn, _ pgx.Tx, committed bool, err error) {
 	claiming, began := false, false
 	if tx == nil {
 		if conn == nil {
@@ -210,23 +210,23 @@ func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, 
 			began = true
 		}
 	}
-	b.Queue(query, args...)
-	b.Queue(queryCommit)
+	b.add(query, args...)
+	b.add(queryCommit)
 	if after != nil {
-		after(b)
+		after(&b.Batch)
 	}
 	var br pgx.BatchResults
 	switch {
 	case claiming:
-		br = l.store.sendClaim(ctx, conn, b)
+		br = l.store.sendClaim(ctx, conn, &b.Batch)
 		tx = br.Tx()
 		err = claim.readBegin(br)
 	case began:
-		br = conn.SendBatch(ctx, b)
+		br = conn.SendBatch(ctx, &b.Batch)
 		tx = br.Tx()
 		_, err = br.Exec() // BEGIN
 	default:
-		br = tx.SendBatch(ctx, b)
+		br = tx.SendBatch(ctx, &b.Batch)
 	}
 	// The results in the order sent (see deferredClaim.readGuard): the
 	// statement, then COMMIT; Close reads what after queued.
@@ -249,20 +249,11 @@ func (l *lease) commitRound(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, 
 	return conn, tx, committed, err
 }
 
-// roundBatch returns an empty batch for a round trip of l: a deferred
-// claim's own, reused (deferredClaim.batch), or a new one.
-func (l *lease) roundBatch() *pgx.Batch {
-	if dc, ok := l.h.(*deferredClaim); ok {
-		return dc.batch()
-	}
-	return &pgx.Batch{}
-}
-
 // commitUpdate stores the response by query, with args, the fenced update
 // of the started row that the lease holds, and commits, in one round trip
 // (commitRound).
 func (l *lease) commitUpdate(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, query string, args ...any) error {
-	conn, tx, committed, err := l.commitRound(ctx, conn, tx, "complete key", query, args, nil, nil)
+	conn, tx, committed, err := l.commitRound(ctx, newBatch(), conn, tx, "complete key", query, args, nil, nil)
 	if conn == nil {
 		return err // no connection could be had; nothing was sent
 	}
@@ -368,22 +359,34 @@ func (r *pendingRow) traceContext() *string {
 // token and resp, for a key that had no row. Its arguments are in r's
 // array, which a lease's Complete, sent once, is the only user of.
 func (r *pendingRow) insertNew(l *lease, token int64, resp *idemstore.Response, header any) (string, []any) {
-	r.token, r.status, r.body, r.completed = token, int64(resp.StatusCode), body(resp), l.completedAt()
-	if l.store.typedArgs {
-		r.args = [13]any{(*textArg)(&l.scope.ClientID), (*textArg)(&l.scope.Key), (*textArg)(&r.method), (*textArg)(&r.path),
-			(*bytesArg)(&r.hash), (*bytesArg)(&r.fields), (*intArg)(&r.token), (*intArg)(&r.status), header, (*bytesArg)(&r.body),
-			(*timeArg)(&l.claimedAt), (*timeArg)(&r.completed), (*textArg)(r.traceContext())}
-	} else {
-		r.args = [13]any{l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, r.fields,
-			token, resp.StatusCode, header, r.body, l.claimedAt, r.completed, r.traceContext()}
-	}
-	return queryInsertCompletedNew, r.args[:]
+	return queryInsertCompletedNew, r.fill(l, token, resp, header, true)
 }
 
 // insertFirst is insertNew at token 1: queryInsertCompletedFirst, whose
 // arguments are insertNew's without the token.
 func (r *pendingRow) insertFirst(l *lease, resp *idemstore.Response, header any) (string, []any) {
-	_, args := r.insertNew(l, 1, resp, header)
-	copy(args[6:], args[7:])
-	return queryInsertCompletedFirst, args[:len(args)-1]
+	return queryInsertCompletedFirst, r.fill(l, 1, resp, header, false)
+}
+
+// fill sets r.args to insertNew's arguments, without the token unless
+// withToken is set, and returns them. They are appended into the array in
+// place, in the queries' order, so that insertFirst needs no second copy
+// without the token.
+func (r *pendingRow) fill(l *lease, token int64, resp *idemstore.Response, header any, withToken bool) []any {
+	r.token, r.status, r.body, r.completed = token, int64(resp.StatusCode), body(resp), l.completedAt()
+	a := r.args[:0]
+	if l.store.typedArgs {
+		a = append(a, (*textArg)(&l.scope.ClientID), (*textArg)(&l.scope.Key), (*textArg)(&r.method), (*textArg)(&r.path),
+			(*bytesArg)(&r.hash), (*bytesArg)(&r.fields))
+		if withToken {
+			a = append(a, (*intArg)(&r.token))
+		}
+		return append(a, (*intArg)(&r.status), header, (*bytesArg)(&r.body),
+			(*timeArg)(&l.claimedAt), (*timeArg)(&r.completed), (*textArg)(r.traceContext()))
+	}
+	a = append(a, l.scope.ClientID, l.scope.Key, r.method, r.path, r.hash, r.fields)
+	if withToken {
+		a = append(a, token)
+	}
+	return append(a, resp.StatusCode, header, r.body, l.claimedAt, r.completed, r.traceContext())
 }

@@ -66,10 +66,9 @@ type deferredClaim struct {
 	// which Complete replaces; false when it found no row.
 	stale bool
 
-	// The lease's round trips, one at a time (see batch), reuse one batch,
-	// its queue's array and the guard's arguments.
-	b         pgx.Batch
-	queued    [4]*pgx.QueuedQuery
+	// The lease's round trips, one at a time (see batch), reuse one batch
+	// and the guard's arguments.
+	b         batch
 	guardArgs [4]any
 	staleDest [1]any // &stale, what readGuard scans into, set once
 }
@@ -86,8 +85,8 @@ type deferredLease struct {
 // Complete's (commitRound, once the lease has ended, so after the other).
 // A batch is done with once its results are closed, which each round trip
 // does before it returns.
-func (dc *deferredClaim) batch() *pgx.Batch {
-	dc.b = pgx.Batch{QueuedQueries: dc.queued[:0]}
+func (dc *deferredClaim) batch() *batch {
+	dc.b.reset()
 	return &dc.b
 }
 
@@ -135,7 +134,7 @@ func (dc *deferredClaim) refused() error {
 // statements run in. b then carries a transaction for BatchResults.Tx: its
 // begin query is the guard. The round trip's results are read with
 // readGuard first (and readBegin, with begin).
-func (dc *deferredClaim) queue(b *pgx.Batch, begin bool) {
+func (dc *deferredClaim) queue(b *batch, begin bool) {
 	if dc.store.typedArgs {
 		dc.guardArgs = [4]any{(*intArg)(&dc.lock), (*textArg)(&dc.scope.ClientID), (*textArg)(&dc.scope.Key), (*timeArg)(dc.cutoff)}
 	} else {
@@ -144,12 +143,12 @@ func (dc *deferredClaim) queue(b *pgx.Batch, begin bool) {
 	args := dc.guardArgs[:]
 	dc.stale = false
 	if !begin {
-		b.Queue(queryClaimGuard, args...)
+		b.add(queryClaimGuard, args...)
 		return
 	}
 	b.BeginTx(pgx.TxOptions{BeginQuery: queryClaimGuard})
 	b.QueuedQueries[0].Arguments = args
-	b.Queue(queryBegin)
+	b.add(queryBegin)
 }
 
 // readGuard reads the result of the guard that queue queued, the first of
@@ -229,7 +228,7 @@ func (dc *deferredClaim) existing(ctx context.Context, conn *pgxpool.Conn, code 
 func (dc *deferredClaim) checkFree(ctx context.Context, conn *pgxpool.Conn) error {
 	b := dc.batch()
 	dc.queue(b, false)
-	br := dc.store.sendClaim(ctx, conn, b)
+	br := dc.store.sendClaim(ctx, conn, &b.Batch)
 	err := dc.readGuard(br)
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -277,7 +276,7 @@ func (dc *deferredClaim) complete(ctx context.Context, l *lease, conn *pgxpool.C
 			conn, tx = nil, nil
 		}
 	}
-	conn, tx, committed, err := l.commitRound(ctx, conn, tx, "complete key", query, args, claim, nil)
+	conn, tx, committed, err := l.commitRound(ctx, dc.batch(), conn, tx, "complete key", query, args, claim, nil)
 	if conn == nil {
 		return err // no connection could be had; nothing was sent
 	}

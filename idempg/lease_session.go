@@ -129,7 +129,7 @@ func (h *sessionLock) complete(ctx context.Context, l *lease, conn *pgxpool.Conn
 		query, args = queryInsertCompleted, append(args, h.replaceToken, h.replaceCreated)
 	}
 	unlock := func(b *pgx.Batch) { b.Queue(queryUnlock, lock) }
-	conn, tx, committed, err := l.commitRound(ctx, conn, tx, "complete key", query, args, nil, unlock)
+	conn, tx, committed, err := l.commitRound(ctx, newBatch(), conn, tx, "complete key", query, args, nil, unlock)
 	if conn == nil {
 		return err // no connection could be had; nothing was sent
 	}

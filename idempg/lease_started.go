@@ -223,7 +223,7 @@ func (h *startedRow) checkpoint(ctx context.Context, l *lease, r idemstore.Recov
 // commitPhase commits the phase's transaction (tx on conn; nil when it
 // never began) with the fenced update of the recovery point.
 func (h *startedRow) commitPhase(ctx context.Context, l *lease, conn *pgxpool.Conn, tx pgx.Tx, point string, state []byte) error {
-	conn, tx, _, err := l.commitRound(ctx, conn, tx, "checkpoint", queryCheckpoint,
+	conn, tx, _, err := l.commitRound(ctx, newBatch(), conn, tx, "checkpoint", queryCheckpoint,
 		[]any{l.scope.ClientID, l.scope.Key, l.info.Token, point, state, h.created}, nil, nil)
 	if conn == nil {
 		return err // no connection could be had; nothing was sent

@@ -128,23 +128,23 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 		return pgconn.CommandTag{}, sql != "", refusal
 	}
 	claiming := dc.pending()
-	var b *pgx.Batch
+	var b *batch
 	if claiming {
 		b = dc.batch()
 		dc.queue(b, true) // the claim, then BEGIN: one round trip
 	} else {
-		b = &pgx.Batch{}
+		b = newBatch()
 		b.BeginTx(pgx.TxOptions{IsoLevel: lt.store.cfg.IsoLevel})
 	}
 	if sql != "" {
-		b.Queue(sql, args...)
+		b.add(sql, args...)
 	}
 	var br pgx.BatchResults
 	if claiming {
-		br = lt.store.sendClaim(ctx, lt.conn, b)
+		br = lt.store.sendClaim(ctx, lt.conn, &b.Batch)
 		err = dc.readBegin(br) // the guard and BEGIN
 	} else {
-		br = lt.conn.SendBatch(ctx, b)
+		br = lt.conn.SendBatch(ctx, &b.Batch)
 		_, err = br.Exec() // BEGIN
 	}
 	tx := br.Tx()
