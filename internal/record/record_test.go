@@ -260,3 +260,66 @@ func BenchmarkDecodeResponse(b *testing.B) {
 		DecodeResponse(201, header, nil)
 	}
 }
+
+// plainByByte is plain read one byte at a time with escaped, as it was
+// before unplainWord.
+func plainByByte(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if escaped[s[i]] != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// TestPlainWord: unplainWord tells, for a whole word, what escaped tells
+// byte by byte: for every byte at every place in a word of plain bytes,
+// and for every pair of bytes side by side, where a carry or borrow out
+// of one byte reaches the next.
+func TestPlainWord(t *testing.T) {
+	t.Parallel()
+	check := func(w [8]byte) {
+		t.Helper()
+		s := string(w[:])
+		if got, want := unplainWord(word(s))&highBits == 0, plainByByte(s); got != want {
+			t.Fatalf("unplainWord(%q) tells plain %v; escaped tells %v", s, got, want)
+		}
+	}
+	for pos := range 8 {
+		for c := range 256 {
+			w := [8]byte{'a', 'b', 'c', ' ', '~', '!', 'z', '0'}
+			w[pos] = byte(c)
+			check(w)
+		}
+	}
+	for pos := range 7 {
+		for c := range 256 {
+			for d := range 256 {
+				w := [8]byte{'A', '/', '9', ':', 'y', '=', ';', '}'}
+				w[pos], w[pos+1] = byte(c), byte(d)
+				check(w)
+			}
+		}
+	}
+}
+
+// TestPlainRandom: plain is plainByByte for strings of every length up
+// to 40, mostly plain and sometimes with one or two bytes that are not,
+// anywhere: in the word loop, and in the last word that overlaps it.
+func TestPlainRandom(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(3, 4))
+	const plainBytes = "abcXYZ019-_/;=:., *+%~!#$'()?@[]^`{|}"
+	for range 200000 {
+		b := make([]byte, rnd.IntN(41))
+		for i := range b {
+			b[i] = plainBytes[rnd.IntN(len(plainBytes))]
+		}
+		for k := rnd.IntN(3); k > 0 && len(b) > 0; k-- {
+			b[rnd.IntN(len(b))] = byte(rnd.IntN(256))
+		}
+		if got, want := plain(string(b)), plainByByte(string(b)); got != want {
+			t.Fatalf("plain(%q) = %v; want %v", b, got, want)
+		}
+	}
+}
