@@ -292,7 +292,9 @@ func (m *Middleware) run(c *call, lease idemstore.Lease, attempt int) runOutcome
 	}
 	sctx, span := m.startSpan(ctx, c, StepComplete, attempt, lease)
 	err := lease.Complete(sctx, m.responseOf(rec))
-	span.End(SpanEnd{Status: rec.statusCode(), Err: err})
+	if m.tracing.tracer != nil { // untraced, no SpanEnd to build and pass
+		span.End(SpanEnd{Status: rec.statusCode(), Err: err})
+	}
 	if err != nil && rerun() {
 		return conflicted // Complete rolled back; the commit itself hit the conflict
 	}
@@ -435,7 +437,9 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease, attempt int) *recor
 	}
 	c.next.ServeHTTP(rec, req)
 	finished = true
-	span.End(SpanEnd{Status: rec.statusCode()})
+	if m.tracing.tracer != nil { // untraced, no SpanEnd to build and pass
+		span.End(SpanEnd{Status: rec.statusCode()})
+	}
 	// The handler is done with its body: a reader of it that the handler
 	// left behind reads nothing more, and unless it is reading now, the
 	// buffer may go to another request.
