@@ -101,10 +101,19 @@ type field struct {
 // are distinct, being a map's keys.
 func sortFields(fields []field) {
 	for i := 1; i < len(fields); i++ {
-		for j := i; j > 0 && fields[j].name < fields[j-1].name; j-- {
+		for j := i; j > 0 && before(fields[j].name, fields[j-1].name); j-- {
 			fields[j], fields[j-1] = fields[j-1], fields[j]
 		}
 	}
+}
+
+// before reports whether a < b. Header names mostly differ in their first
+// byte, which decides most comparisons without a call to compare strings.
+func before(a, b string) bool {
+	if a != "" && b != "" && a[0] != b[0] {
+		return a[0] < b[0]
+	}
+	return a < b
 }
 
 // plain reports whether every byte of s is printable ASCII that

@@ -323,3 +323,17 @@ func TestPlainRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestBefore: before is the order of strings, for names that differ in
+// their first byte, share it, or are empty.
+func TestBefore(t *testing.T) {
+	t.Parallel()
+	names := []string{"", "A", "Location", "Content-Type", "Content-Language", "X-Id", "X-Idempotent", "a", "\xff", "Cache-Control"}
+	for _, a := range names {
+		for _, b := range names {
+			if got, want := before(a, b), a < b; got != want {
+				t.Errorf("before(%q, %q) = %v; want %v", a, b, got, want)
+			}
+		}
+	}
+}
