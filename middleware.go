@@ -43,7 +43,10 @@ func New(store idemstore.Store, cfg *Config) (*Middleware, error) {
 		return nil, errors.New("idem: Config.ClientID is required: keys must be scoped by client")
 	}
 	_, untimed := c.Metrics.(noMetrics)
-	c.Metrics = resultNoter{next: c.Metrics, traced: c.Tracer != nil} // the outcome of idemlog's line and of the request's span
+	// The outcome of idemlog's line and of the request's span; a pointer,
+	// whose methods the interface calls directly, where a value's go
+	// through a wrapper that copies it.
+	c.Metrics = &resultNoter{next: c.Metrics, traced: c.Tracer != nil}
 	return &Middleware{
 		store: store, cfg: c, replayHeaders: newReplayList(c.ReplayHeaders), recent: recent.New(), tracing: tracing{c.Tracer},
 		wallClock: cfg != nil && cfg.Now == nil, claimsTimed: !untimed,
