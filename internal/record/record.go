@@ -44,11 +44,18 @@ func EncodeHeader(h http.Header) ([]byte, error) {
 			}
 			n += len(v) + len(`"",`)
 		}
-		buf[k] = field{name, values} // k < len(h) <= len(buf)
+		// Sorted by name as they are read, as encoding/json orders a
+		// map's keys: a response has a few fields, and insertion into
+		// buf, without a pass of its own, is the cheapest sort here.
+		// Names are distinct, being a map's keys. k < len(h) <= len(buf).
+		j := k
+		for ; j > 0 && before(name, buf[j-1].name); j-- {
+			buf[j] = buf[j-1]
+		}
+		buf[j] = field{name, values}
 		k++
 	}
 	fields := buf[:k]
-	sortFields(fields)
 	out := make([]byte, 0, n)
 	out = append(out, '{')
 	for i := range fields {
@@ -93,18 +100,6 @@ func marshalHeader(h http.Header) ([]byte, error) {
 type field struct {
 	name   string
 	values []string
-}
-
-// sortFields sorts fields by name, as encoding/json orders a map's keys.
-// A response has a few fields: insertion sort, without the calls through
-// a comparison function of the slices package, is the fastest here. Names
-// are distinct, being a map's keys.
-func sortFields(fields []field) {
-	for i := 1; i < len(fields); i++ {
-		for j := i; j > 0 && before(fields[j].name, fields[j-1].name); j-- {
-			fields[j], fields[j-1] = fields[j-1], fields[j]
-		}
-	}
 }
 
 // before reports whether a < b. Header names mostly differ in their first
