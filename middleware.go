@@ -293,7 +293,10 @@ func (m *Middleware) run(c *call, lease idemstore.Lease, attempt int) runOutcome
 		m.release(ctx, c, lease, rec, attempt)
 		return answered
 	}
-	sctx, span := m.startSpan(ctx, c, StepComplete, attempt, lease)
+	sctx, span := ctx, untraced
+	if m.tracing.tracer != nil { // see untraced
+		sctx, span = m.startSpan(ctx, c, StepComplete, attempt, lease)
+	}
 	err := lease.Complete(sctx, m.responseOf(rec))
 	if m.tracing.tracer != nil { // untraced, no SpanEnd to build and pass
 		span.End(SpanEnd{Status: rec.statusCode(), Err: err})
@@ -400,7 +403,10 @@ func (m *Middleware) answerNotStored(ctx context.Context, c *call, lease idemsto
 // the handler panics, it releases the lease, which rolls back the handler's
 // writes and frees the key, and lets the panic go on to the server.
 func (m *Middleware) execute(c *call, lease idemstore.Lease, attempt int) *recorder {
-	base, span := m.startSpan(c.r.Context(), c, StepRun, attempt, lease)
+	base, span := c.r.Context(), untraced
+	if m.tracing.tracer != nil { // see untraced
+		base, span = m.startSpan(base, c, StepRun, attempt, lease)
+	}
 	finished := false
 	defer func() {
 		if finished {
