@@ -304,7 +304,13 @@ func (m *Middleware) run(c *call, lease idemstore.Lease, attempt int) runOutcome
 	if err != nil && rerun() {
 		return conflicted // Complete rolled back; the commit itself hit the conflict
 	}
-	m.answerComplete(ctx, c, lease, rec, err)
+	if err != nil {
+		m.answerNotStored(ctx, c, lease, err)
+		return answered
+	}
+	// Stored: the handler's response is the answer.
+	m.cfg.Metrics.Request(c.r.Context(), ResultExecuted)
+	rec.writeTo(c.w, c.values[:0])
 	return answered
 }
 
@@ -337,19 +343,8 @@ func (m *Middleware) release(ctx context.Context, c *call, lease idemstore.Lease
 	rec.writeTo(c.w, c.values[:0])
 }
 
-// answerComplete answers after Complete returned err: with the handler's
-// response once it is stored, or with the problem that says why it is not.
-func (m *Middleware) answerComplete(ctx context.Context, c *call, lease idemstore.Lease, rec *recorder, err error) {
-	if err == nil {
-		m.cfg.Metrics.Request(c.r.Context(), ResultExecuted)
-		rec.writeTo(c.w, c.values[:0])
-		return
-	}
-	m.answerNotStored(ctx, c, lease, err)
-}
-
 // answerNotStored answers after Complete failed with err. It is apart from
-// answerComplete so that the targets of its errors.As, which escape, are
+// run so that the targets of its errors.As, which escape, are
 // allocated only when Complete fails.
 func (m *Middleware) answerNotStored(ctx context.Context, c *call, lease idemstore.Lease, err error) {
 	var (
