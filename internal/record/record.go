@@ -5,8 +5,10 @@ package record
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"net/http"
 
 	"github.com/idemkit/idem/idemstore"
@@ -347,9 +349,9 @@ func scanString(b []byte, i int) (textSpan, int, bool) {
 	}
 	rest := b[i+1:]
 	for len(rest) >= 8 {
-		c := rest[:8:8]
-		if stringStop[c[0]]|stringStop[c[1]]|stringStop[c[2]]|stringStop[c[3]]|
-			stringStop[c[4]]|stringStop[c[5]]|stringStop[c[6]]|stringStop[c[7]] != 0 {
+		if m := stopWord(binary.LittleEndian.Uint64(rest)) & highBits; m != 0 {
+			// The lowest byte marked is the first stop (see stopWord).
+			rest = rest[bits.TrailingZeros64(m)/8:]
 			break
 		}
 		rest = rest[8:]
@@ -362,6 +364,19 @@ func scanString(b []byte, i int) (textSpan, int, bool) {
 		return textSpan{}, 0, false
 	}
 	return textSpan{i + 1, end}, end + 1, true
+}
+
+// stopWord is unplainWord for the bytes that stringStop marks: its high
+// bits (highBits) are all clear when x, eight bytes, has none of them.
+// As in unplainWord, a carry or borrow goes only out of a marked byte, so
+// the lowest byte whose high bit is set is the first that stringStop
+// marks. TestStopWord compares it with stringStop.
+func stopWord(x uint64) uint64 {
+	return x | // 0x80 and above
+		(x + 0x01*lowBits) | // 0x7f
+		(x - 0x20*lowBits) | // below 0x20
+		((x ^ 0x22*lowBits) - lowBits) | // '"'
+		((x ^ 0x5c*lowBits) - lowBits) // '\\'
 }
 
 // stringStop marks, with 1, the bytes that end a string's text in

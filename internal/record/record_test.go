@@ -2,7 +2,9 @@ package record
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 	"math/rand/v2"
 	"net/http"
 	"reflect"
@@ -332,6 +334,40 @@ func TestBefore(t *testing.T) {
 		for _, b := range names {
 			if got, want := before(a, b), a < b; got != want {
 				t.Errorf("before(%q, %q) = %v; want %v", a, b, got, want)
+			}
+		}
+	}
+}
+
+// TestStopWord: stopWord tells, for a whole word, what stringStop tells
+// byte by byte, as TestPlainWord does for unplainWord.
+func TestStopWord(t *testing.T) {
+	t.Parallel()
+	check := func(w [8]byte) {
+		first := 8 // the first stop, or 8 for none
+		for i, c := range w {
+			if stringStop[c] != 0 {
+				first = i
+				break
+			}
+		}
+		if got := bits.TrailingZeros64(stopWord(binary.LittleEndian.Uint64(w[:]))&highBits) / 8; got != first {
+			t.Fatalf("stopWord(%q) tells the first stop at %d; stringStop tells %d", w, got, first)
+		}
+	}
+	for pos := range 8 {
+		for c := range 256 {
+			w := [8]byte{'a', 'b', 'c', ' ', '~', '!', 'z', '0'}
+			w[pos] = byte(c)
+			check(w)
+		}
+	}
+	for pos := range 7 {
+		for c := range 256 {
+			for d := range 256 {
+				w := [8]byte{'A', '/', '9', ':', 'y', '=', ';', '}'}
+				w[pos], w[pos+1] = byte(c), byte(d)
+				check(w)
 			}
 		}
 	}
