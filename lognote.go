@@ -32,7 +32,7 @@ type resultNoter struct {
 	traced bool
 }
 
-func (n resultNoter) Request(ctx context.Context, r Result) {
+func (n *resultNoter) Request(ctx context.Context, r Result) {
 	n.next.Request(ctx, r)
 	if r == ResultTakenOver || r == ResultConflictRerun {
 		return // counted in addition to the final result
@@ -47,6 +47,6 @@ func (n resultNoter) Request(ctx context.Context, r Result) {
 	}
 }
 
-func (n resultNoter) Claim(ctx context.Context, d time.Duration, err error) {
+func (n *resultNoter) Claim(ctx context.Context, d time.Duration, err error) {
 	n.next.Claim(ctx, d, err)
 }

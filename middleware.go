@@ -43,7 +43,10 @@ func New(store idemstore.Store, cfg *Config) (*Middleware, error) {
 		return nil, errors.New("idem: Config.ClientID is required: keys must be scoped by client")
 	}
 	_, untimed := c.Metrics.(noMetrics)
-	c.Metrics = resultNoter{next: c.Metrics, traced: c.Tracer != nil} // the outcome of idemlog's line and of the request's span
+	// The outcome of idemlog's line and of the request's span; a pointer,
+	// whose methods the interface calls directly, where a value's go
+	// through a wrapper that copies it.
+	c.Metrics = &resultNoter{next: c.Metrics, traced: c.Tracer != nil}
 	return &Middleware{
 		store: store, cfg: c, replayHeaders: newReplayList(c.ReplayHeaders), recent: recent.New(), tracing: tracing{c.Tracer},
 		wallClock: cfg != nil && cfg.Now == nil, claimsTimed: !untimed,
@@ -290,13 +293,24 @@ func (m *Middleware) run(c *call, lease idemstore.Lease, attempt int) runOutcome
 		m.release(ctx, c, lease, rec, attempt)
 		return answered
 	}
-	sctx, span := m.startSpan(ctx, c, StepComplete, attempt, lease)
+	sctx, span := ctx, untraced
+	if m.tracing.tracer != nil { // see untraced
+		sctx, span = m.startSpan(ctx, c, StepComplete, attempt, lease)
+	}
 	err := lease.Complete(sctx, m.responseOf(rec))
-	span.End(SpanEnd{Status: rec.statusCode(), Err: err})
+	if m.tracing.tracer != nil { // untraced, no SpanEnd to build and pass
+		span.End(SpanEnd{Status: rec.statusCode(), Err: err})
+	}
 	if err != nil && rerun() {
 		return conflicted // Complete rolled back; the commit itself hit the conflict
 	}
-	m.answerComplete(ctx, c, lease, rec, err)
+	if err != nil {
+		m.answerNotStored(ctx, c, lease, err)
+		return answered
+	}
+	// Stored: the handler's response is the answer.
+	m.cfg.Metrics.Request(c.r.Context(), ResultExecuted)
+	rec.writeTo(c.w, c.values[:0])
 	return answered
 }
 
@@ -329,19 +343,8 @@ func (m *Middleware) release(ctx context.Context, c *call, lease idemstore.Lease
 	rec.writeTo(c.w, c.values[:0])
 }
 
-// answerComplete answers after Complete returned err: with the handler's
-// response once it is stored, or with the problem that says why it is not.
-func (m *Middleware) answerComplete(ctx context.Context, c *call, lease idemstore.Lease, rec *recorder, err error) {
-	if err == nil {
-		m.cfg.Metrics.Request(c.r.Context(), ResultExecuted)
-		rec.writeTo(c.w, c.values[:0])
-		return
-	}
-	m.answerNotStored(ctx, c, lease, err)
-}
-
 // answerNotStored answers after Complete failed with err. It is apart from
-// answerComplete so that the targets of its errors.As, which escape, are
+// run so that the targets of its errors.As, which escape, are
 // allocated only when Complete fails.
 func (m *Middleware) answerNotStored(ctx context.Context, c *call, lease idemstore.Lease, err error) {
 	var (
@@ -395,7 +398,10 @@ func (m *Middleware) answerNotStored(ctx context.Context, c *call, lease idemsto
 // the handler panics, it releases the lease, which rolls back the handler's
 // writes and frees the key, and lets the panic go on to the server.
 func (m *Middleware) execute(c *call, lease idemstore.Lease, attempt int) *recorder {
-	base, span := m.startSpan(c.r.Context(), c, StepRun, attempt, lease)
+	base, span := c.r.Context(), untraced
+	if m.tracing.tracer != nil { // see untraced
+		base, span = m.startSpan(base, c, StepRun, attempt, lease)
+	}
 	finished := false
 	defer func() {
 		if finished {
@@ -435,7 +441,9 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease, attempt int) *recor
 	}
 	c.next.ServeHTTP(rec, req)
 	finished = true
-	span.End(SpanEnd{Status: rec.statusCode()})
+	if m.tracing.tracer != nil { // untraced, no SpanEnd to build and pass
+		span.End(SpanEnd{Status: rec.statusCode()})
+	}
 	// The handler is done with its body: a reader of it that the handler
 	// left behind reads nothing more, and unless it is reading now, the
 	// buffer may go to another request.

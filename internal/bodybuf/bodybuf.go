@@ -6,6 +6,7 @@ package bodybuf
 import (
 	"errors"
 	"io"
+	"math/bits"
 	"sync"
 )
 
@@ -31,14 +32,18 @@ var maxPooledBody = int64(bodySizes[len(bodySizes)-1])
 var bodyBuffers [len(bodySizes)]sync.Pool // of *[]byte
 
 // bodySize returns the index in bodySizes of the smallest size of at least
-// n, or -1 when there is none.
+// n, or -1 when there is none. The sizes are the powers of two from 512:
+// the index is read off n-1's bit length, rather than found by a walk
+// over the sizes (see TestBodySize).
 func bodySize(n int64) int {
-	for i, size := range bodySizes {
-		if n <= int64(size) {
-			return i
-		}
+	if n <= int64(bodySizes[0]) {
+		return 0
 	}
-	return -1
+	i := bits.Len64(uint64(n-1)) - bits.Len64(uint64(bodySizes[0]-1))
+	if i >= len(bodySizes) {
+		return -1
+	}
+	return i
 }
 
 // Get returns an empty buffer for a body of the given length, with

@@ -66,3 +66,22 @@ func TestBodyReaderReadsAsBytesReader(t *testing.T) {
 		t.Errorf("a detached body's ReadAt = %d, %v; want 0, EOF", n, err)
 	}
 }
+
+// TestBodySize: bodySize is the walk over bodySizes for the smallest size
+// of at least n, for every n around each size and between them.
+func TestBodySize(t *testing.T) {
+	t.Parallel()
+	walk := func(n int64) int {
+		for i, size := range bodySizes {
+			if n <= int64(size) {
+				return i
+			}
+		}
+		return -1
+	}
+	for n := int64(-2); n <= 2*maxPooledBody; n++ {
+		if got, want := bodySize(n), walk(n); got != want {
+			t.Fatalf("bodySize(%d) = %d; want %d", n, got, want)
+		}
+	}
+}

@@ -5,8 +5,10 @@ package record
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"net/http"
 
 	"github.com/idemkit/idem/idemstore"
@@ -26,7 +28,12 @@ func EncodeHeader(h http.Header) ([]byte, error) {
 		return marshalHeader(h)
 	}
 	var buf [8]field
-	fields := buf[:0]
+	if len(h) > len(buf) {
+		// Rare: more fields than replay lists hold but for a long
+		// ReplayHeaders.
+		return marshalHeader(h)
+	}
+	k := 0
 	n := len("{}")
 	for name, values := range h {
 		if !plain(name) {
@@ -39,28 +46,45 @@ func EncodeHeader(h http.Header) ([]byte, error) {
 			}
 			n += len(v) + len(`"",`)
 		}
-		fields = append(fields, field{name, values})
+		// Sorted by name as they are read, as encoding/json orders a
+		// map's keys: a response has a few fields, and insertion into
+		// buf, without a pass of its own, is the cheapest sort here.
+		// Names are distinct, being a map's keys. k < len(h) <= len(buf).
+		j := k
+		for ; j > 0 && before(name, buf[j-1].name); j-- {
+			buf[j] = buf[j-1]
+		}
+		buf[j] = field{name, values}
+		k++
 	}
-	sortFields(fields)
+	fields := buf[:k]
 	out := make([]byte, 0, n)
 	out = append(out, '{')
-	for i, f := range fields {
+	for i := range fields {
+		f := &fields[i] // not a copy of the field a step
 		if i > 0 {
 			out = append(out, ',')
 		}
 		out = append(append(append(out, '"'), f.name...), '"', ':')
-		if f.values == nil {
-			out = append(out, "null"...)
-			continue
-		}
-		out = append(out, '[')
-		for j, v := range f.values {
-			if j > 0 {
-				out = append(out, ',')
+		switch len(f.values) {
+		case 0:
+			if f.values == nil {
+				out = append(out, "null"...)
+			} else {
+				out = append(out, '[', ']')
 			}
-			out = append(append(append(out, '"'), v...), '"')
+		case 1: // most fields
+			out = append(append(append(out, '[', '"'), f.values[0]...), '"', ']')
+		default:
+			out = append(out, '[')
+			for j, v := range f.values {
+				if j > 0 {
+					out = append(out, ',')
+				}
+				out = append(append(append(out, '"'), v...), '"')
+			}
+			out = append(out, ']')
 		}
-		out = append(out, ']')
 	}
 	return append(out, '}'), nil
 }
@@ -80,41 +104,73 @@ type field struct {
 	values []string
 }
 
-// sortFields sorts fields by name, as encoding/json orders a map's keys.
-// A response has a few fields: insertion sort, without the calls through
-// a comparison function of the slices package, is the fastest here. Names
-// are distinct, being a map's keys.
-func sortFields(fields []field) {
-	for i := 1; i < len(fields); i++ {
-		for j := i; j > 0 && fields[j].name < fields[j-1].name; j-- {
-			fields[j], fields[j-1] = fields[j-1], fields[j]
-		}
+// before reports whether a < b. Header names mostly differ in their first
+// byte, which decides most comparisons without a call to compare strings.
+func before(a, b string) bool {
+	if a != "" && b != "" && a[0] != b[0] {
+		return a[0] < b[0]
 	}
+	return a < b
 }
 
 // plain reports whether every byte of s is printable ASCII that
-// encoding/json writes as it is (see escaped). It looks at eight bytes a
-// step and ORs their marks, with one test a step instead of one a byte:
-// headers are mostly plain, and are read to their end.
+// encoding/json writes as it is (see escaped). Headers are mostly plain,
+// and are read to their end: it tests eight bytes at a time, as one
+// word (see unplainWord), rather than one byte at a time.
 func plain(s string) bool {
 	switch s {
 	case "Content-Type", "Content-Language", "Location",
 		"application/json", "application/problem+json", "application/json; charset=utf-8":
 		// The names on the replay list by default and the commonest
-		// media types, known to be plain, are compared rather than read
-		// byte by byte.
+		// media types, known to be plain, are compared rather than read.
 		return true
 	}
-	var bad byte
-	for len(s) >= 8 {
-		bad |= escaped[s[0]] | escaped[s[1]] | escaped[s[2]] | escaped[s[3]] |
-			escaped[s[4]] | escaped[s[5]] | escaped[s[6]] | escaped[s[7]]
-		s = s[8:]
+	if len(s) < 8 {
+		var bad byte
+		for i := 0; i < len(s); i++ {
+			bad |= escaped[s[i]]
+		}
+		return bad == 0
 	}
-	for i := 0; i < len(s); i++ {
-		bad |= escaped[s[i]]
+	// The last eight bytes first, which may overlap those the loop
+	// tests: a word rather than a loop over the last few bytes.
+	bad := unplainWord(word(s[len(s)-8:]))
+	for ; len(s) > 8; s = s[8:] {
+		bad |= unplainWord(word(s))
 	}
-	return bad == 0
+	return bad&highBits == 0
+}
+
+const (
+	// lowBits has the low bit of every byte of a word set.
+	lowBits = 0x0101010101010101
+	// highBits has the high bit of every byte of a word set.
+	highBits = 0x8080808080808080
+)
+
+// word returns the first eight bytes of s, which has them, as a
+// little-endian word. The compiler makes the eight loads one.
+func word(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// unplainWord returns a word whose high bits (highBits) are all clear
+// when every byte of x is one that escaped does not mark, and not all
+// clear otherwise. Each term sets a byte's high bit for one kind of byte
+// that escaped marks. An addition or subtraction carries or borrows into
+// the next byte only out of a byte that it marks, so the lowest marked
+// byte of x is always marked in the result, and no byte is when none is
+// marked in x: the test is exact for the word as a whole, which is all
+// that plain asks. TestPlainWord compares it with escaped.
+func unplainWord(x uint64) uint64 {
+	return x | // 0x80 and above
+		(x + 0x01*lowBits) | // 0x7f
+		(x - 0x20*lowBits) | // below 0x20
+		(((x | 0x04*lowBits) ^ 0x26*lowBits) - lowBits) | // '"' (0x22) or '&' (0x26)
+		(((x | 0x02*lowBits) ^ 0x3e*lowBits) - lowBits) | // '<' (0x3c) or '>' (0x3e)
+		((x ^ 0x5c*lowBits) - lowBits) // '\\'
 }
 
 // escaped marks, with 1, the bytes that encoding/json does not write in a
@@ -293,9 +349,9 @@ func scanString(b []byte, i int) (textSpan, int, bool) {
 	}
 	rest := b[i+1:]
 	for len(rest) >= 8 {
-		c := rest[:8:8]
-		if stringStop[c[0]]|stringStop[c[1]]|stringStop[c[2]]|stringStop[c[3]]|
-			stringStop[c[4]]|stringStop[c[5]]|stringStop[c[6]]|stringStop[c[7]] != 0 {
+		if m := stopWord(binary.LittleEndian.Uint64(rest)) & highBits; m != 0 {
+			// The lowest byte marked is the first stop (see stopWord).
+			rest = rest[bits.TrailingZeros64(m)/8:]
 			break
 		}
 		rest = rest[8:]
@@ -308,6 +364,19 @@ func scanString(b []byte, i int) (textSpan, int, bool) {
 		return textSpan{}, 0, false
 	}
 	return textSpan{i + 1, end}, end + 1, true
+}
+
+// stopWord is unplainWord for the bytes that stringStop marks: its high
+// bits (highBits) are all clear when x, eight bytes, has none of them.
+// As in unplainWord, a carry or borrow goes only out of a marked byte, so
+// the lowest byte whose high bit is set is the first that stringStop
+// marks. TestStopWord compares it with stringStop.
+func stopWord(x uint64) uint64 {
+	return x | // 0x80 and above
+		(x + 0x01*lowBits) | // 0x7f
+		(x - 0x20*lowBits) | // below 0x20
+		((x ^ 0x22*lowBits) - lowBits) | // '"'
+		((x ^ 0x5c*lowBits) - lowBits) // '\\'
 }
 
 // stringStop marks, with 1, the bytes that end a string's text in

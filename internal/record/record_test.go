@@ -2,7 +2,9 @@ package record
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 	"math/rand/v2"
 	"net/http"
 	"reflect"
@@ -258,5 +260,115 @@ func BenchmarkDecodeResponse(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		DecodeResponse(201, header, nil)
+	}
+}
+
+// plainByByte is plain read one byte at a time with escaped, as it was
+// before unplainWord.
+func plainByByte(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if escaped[s[i]] != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// TestPlainWord: unplainWord tells, for a whole word, what escaped tells
+// byte by byte: for every byte at every place in a word of plain bytes,
+// and for every pair of bytes side by side, where a carry or borrow out
+// of one byte reaches the next.
+func TestPlainWord(t *testing.T) {
+	t.Parallel()
+	check := func(w [8]byte) {
+		s := string(w[:])
+		if got, want := unplainWord(word(s))&highBits == 0, plainByByte(s); got != want {
+			t.Fatalf("unplainWord(%q) tells plain %v; escaped tells %v", s, got, want)
+		}
+	}
+	for pos := range 8 {
+		for c := range 256 {
+			w := [8]byte{'a', 'b', 'c', ' ', '~', '!', 'z', '0'}
+			w[pos] = byte(c)
+			check(w)
+		}
+	}
+	for pos := range 7 {
+		for c := range 256 {
+			for d := range 256 {
+				w := [8]byte{'A', '/', '9', ':', 'y', '=', ';', '}'}
+				w[pos], w[pos+1] = byte(c), byte(d)
+				check(w)
+			}
+		}
+	}
+}
+
+// TestPlainRandom: plain is plainByByte for strings of every length up
+// to 40, mostly plain and sometimes with one or two bytes that are not,
+// anywhere: in the word loop, and in the last word that overlaps it.
+func TestPlainRandom(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(3, 4))
+	const plainBytes = "abcXYZ019-_/;=:., *+%~!#$'()?@[]^`{|}"
+	for range 50000 {
+		b := make([]byte, rnd.IntN(41))
+		for i := range b {
+			b[i] = plainBytes[rnd.IntN(len(plainBytes))]
+		}
+		for k := rnd.IntN(3); k > 0 && len(b) > 0; k-- {
+			b[rnd.IntN(len(b))] = byte(rnd.IntN(256))
+		}
+		if got, want := plain(string(b)), plainByByte(string(b)); got != want {
+			t.Fatalf("plain(%q) = %v; want %v", b, got, want)
+		}
+	}
+}
+
+// TestBefore: before is the order of strings, for names that differ in
+// their first byte, share it, or are empty.
+func TestBefore(t *testing.T) {
+	t.Parallel()
+	names := []string{"", "A", "Location", "Content-Type", "Content-Language", "X-Id", "X-Idempotent", "a", "\xff", "Cache-Control"}
+	for _, a := range names {
+		for _, b := range names {
+			if got, want := before(a, b), a < b; got != want {
+				t.Errorf("before(%q, %q) = %v; want %v", a, b, got, want)
+			}
+		}
+	}
+}
+
+// TestStopWord: stopWord tells, for a whole word, what stringStop tells
+// byte by byte, as TestPlainWord does for unplainWord.
+func TestStopWord(t *testing.T) {
+	t.Parallel()
+	check := func(w [8]byte) {
+		first := 8 // the first stop, or 8 for none
+		for i, c := range w {
+			if stringStop[c] != 0 {
+				first = i
+				break
+			}
+		}
+		if got := bits.TrailingZeros64(stopWord(binary.LittleEndian.Uint64(w[:]))&highBits) / 8; got != first {
+			t.Fatalf("stopWord(%q) tells the first stop at %d; stringStop tells %d", w, got, first)
+		}
+	}
+	for pos := range 8 {
+		for c := range 256 {
+			w := [8]byte{'a', 'b', 'c', ' ', '~', '!', 'z', '0'}
+			w[pos] = byte(c)
+			check(w)
+		}
+	}
+	for pos := range 7 {
+		for c := range 256 {
+			for d := range 256 {
+				w := [8]byte{'A', '/', '9', ':', 'y', '=', ';', '}'}
+				w[pos], w[pos+1] = byte(c), byte(d)
+				check(w)
+			}
+		}
 	}
 }
