@@ -188,7 +188,9 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 		return nil, errors.New("bench: the purge's batch size must not be negative, and its share must be from 0 to 1")
 	}
 
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}}
+	// One connection more than the clients: the conflict variant's holder
+	// keeps its own open while the clients send its key.
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency + 1, MaxConnsPerHost: cfg.Concurrency + 1}}
 	var (
 		rigs    []*rig
 		sides   []side

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -76,6 +77,22 @@ func TestRunMeasuresEveryVariant(t *testing.T) {
 				t.Errorf("table:\n%s\nprogress:\n%s", table.String(), progress.String())
 			}
 		})
+	}
+}
+
+// TestDriveConflict runs the conflict variant one client at a time, as
+// `idem bench --drive` (and so --instructions) does: the holder of the key
+// keeps a connection of its own while the client sends the key again.
+func TestDriveConflict(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err := Run(ctx, Config{
+		DatabaseURL: pgtest.NewDatabase(t), Requests: 5, Rounds: 1, Concurrency: 1,
+		Variants: []string{Conflict}, Drive: true,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v (with one connection for the client and the holder both, the client waited behind the holder)", err)
 	}
 }
 
