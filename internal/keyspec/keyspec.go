@@ -175,19 +175,74 @@ func parseBare(s string) (string, error) {
 }
 
 // allBare reports whether IsBareChar holds for every byte of s. It looks
-// at eight bytes a step and ORs their marks, with one test a step instead
-// of one a byte: keys are mostly valid, and are read to their end.
+// at sixteen bytes a step, then eight, with one test a step instead of one
+// a byte: keys are mostly valid, and are read to their end. A step first
+// tests its bytes as words (see commonWords), which settles most keys'
+// words without a look at the table; a step that test does not settle
+// ORs its bytes' marks from the table.
 func allBare(s string) bool {
 	var bad byte
+	for len(s) >= 16 {
+		// Two words a step share the constants that commonWords loads.
+		if !commonWords(word(s), word(s[8:])) {
+			bad |= notBare[s[0]] | notBare[s[1]] | notBare[s[2]] | notBare[s[3]] |
+				notBare[s[4]] | notBare[s[5]] | notBare[s[6]] | notBare[s[7]] |
+				notBare[s[8]] | notBare[s[9]] | notBare[s[10]] | notBare[s[11]] |
+				notBare[s[12]] | notBare[s[13]] | notBare[s[14]] | notBare[s[15]]
+		}
+		s = s[16:]
+	}
 	for len(s) >= 8 {
-		bad |= notBare[s[0]] | notBare[s[1]] | notBare[s[2]] | notBare[s[3]] |
-			notBare[s[4]] | notBare[s[5]] | notBare[s[6]] | notBare[s[7]]
+		if !commonWords(word(s), word(s)) { // the word twice: one word's test
+			bad |= notBare[s[0]] | notBare[s[1]] | notBare[s[2]] | notBare[s[3]] |
+				notBare[s[4]] | notBare[s[5]] | notBare[s[6]] | notBare[s[7]]
+		}
 		s = s[8:]
 	}
 	for i := 0; i < len(s); i++ {
 		bad |= notBare[s[i]]
 	}
 	return bad == 0
+}
+
+const (
+	// lowBits has the low bit of every byte of a word set.
+	lowBits = 0x0101010101010101
+	// highBits has the high bit of every byte of a word set.
+	highBits = 0x8080808080808080
+)
+
+// word returns the first eight bytes of s, which has them, as a
+// little-endian word. The compiler makes the eight loads one.
+func word(s string) uint64 {
+	s = s[:8] // one bounds check, and the loads below need none
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// commonWords reports whether every byte of x and y is a letter, a digit,
+// or one of '-', '.', '/' and ':', the bytes of most keys: all of them bare
+// (IsBareChar). It reports false for words with any other byte, bare or
+// not, which the table must then decide. TestCommonWords compares it with
+// IsBareChar.
+//
+// Each byte is tested on its own: once no byte has its high bit set, the
+// additions below stay within each byte (a byte below 0x80 plus at most
+// 0x80 is below 0x100), so no carry crosses into the next byte. A byte's
+// high bit in x+(0x80-lo) is set when the byte is lo or more, and in
+// x+(0x7f-hi) when it is more than hi. The bytes from '-' (0x2d) to ':'
+// (0x3a) are '-', '.', '/', the digits and ':'. A letter with bit 0x20
+// set is its lower case, and only letters fall in 'a'..'z' so.
+func commonWords(x, y uint64) bool {
+	if (x|y)&highBits != 0 {
+		return false
+	}
+	const lo, hi = (0x80 - '-') * lowBits, (0x7f - ':') * lowBits
+	const foldLo, foldHi = (0x80 - 'a') * lowBits, (0x7f - 'z') * lowBits
+	fx, fy := x|0x20*lowBits, y|0x20*lowBits
+	cx := (x+lo)&^(x+hi) | (fx+foldLo)&^(fx+foldHi) // punctuation and digits, letters
+	cy := (y+lo)&^(y+hi) | (fy+foldLo)&^(fy+foldHi)
+	return cx&cy&highBits == highBits
 }
 
 // notBare marks, with 1, the bytes for which IsBareChar does not hold, as

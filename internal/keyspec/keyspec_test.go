@@ -1,6 +1,7 @@
 package keyspec
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -393,5 +394,78 @@ func isKind(err error, k Kind) bool {
 func BenchmarkParseBare(b *testing.B) {
 	for b.Loop() {
 		Parse("8e03978e-40d5-43e8-bc93-6894a57f9324")
+	}
+}
+
+// TestCommonWords compares commonWords with IsBareChar: for every byte in
+// every position of a word of common bytes, and for words of two bytes
+// each from a set that holds the edges of common's ranges. It may
+// report false for a word of bare bytes, never true for a word with a
+// byte that is not bare or not one of its common bytes.
+func TestCommonWords(t *testing.T) {
+	t.Parallel()
+	common := func(c byte) bool {
+		return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '-' <= c && c <= ':'
+	}
+	for _, fill := range []string{"aaaaaaaa", "Zz09-./:", "A-z:0/9."} {
+		for i := range 8 {
+			for c := range 256 {
+				b := []byte(fill)
+				b[i] = byte(c)
+				want := true
+				for _, d := range b {
+					want = want && common(d)
+				}
+				x, f := word(string(b)), word(fill)
+				if got := commonWords(x, f); got != want {
+					t.Fatalf("commonWords(%q, %q) = %v; want %v", b, fill, got, want)
+				}
+				if got := commonWords(f, x); got != want {
+					t.Fatalf("commonWords(%q, %q) = %v; want %v", fill, b, got, want)
+				}
+				if want && !allBare(string(b)) {
+					t.Fatalf("allBare(%q) = false for common bytes", b)
+				}
+			}
+		}
+	}
+	edges := []byte{0x00, 0x20, ',', '-', ':', ';', '@', 'A', 'Z', '[', '`', 'a', 'z', '{', 0x7f, 0x80, 0xad, 0xba, 0xc1, 0xe1, 0xfa, 0xff}
+	for _, c := range edges {
+		for _, d := range edges {
+			b := []byte{'a', c, 'b', d, 'c', c, 'd', d}
+			want := common(c) && common(d)
+			if got := commonWords(word(string(b)), word(string(b))); got != want {
+				t.Fatalf("commonWords(%q) = %v; want %v", b, got, want)
+			}
+		}
+	}
+}
+
+// TestAllBareMatchesEveryByte compares allBare with IsBareChar read byte
+// by byte, on keys of every length to 40 with each byte value at each
+// position, the rest being common or other bare bytes.
+func TestAllBareMatchesEveryByte(t *testing.T) {
+	t.Parallel()
+	slow := func(s string) bool {
+		for i := 0; i < len(s); i++ {
+			if !IsBareChar(s[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, fill := range []string{"a", "Z9", "_~+=", "bench-Q2"} {
+		for n := 1; n <= 40; n++ {
+			key := []byte(strings.Repeat(fill, n)[:n])
+			for i := range n {
+				for c := range 256 {
+					b := bytes.Clone(key)
+					b[i] = byte(c)
+					if got, want := allBare(string(b)), slow(string(b)); got != want {
+						t.Fatalf("allBare(%q) = %v; want %v", b, got, want)
+					}
+				}
+			}
+		}
 	}
 }
