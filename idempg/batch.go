@@ -38,3 +38,24 @@ func (b *batch) add(sql string, args ...any) {
 	b.qq[n] = pgx.QueuedQuery{SQL: sql, Arguments: args}
 	b.QueuedQueries = append(b.QueuedQueries, &b.qq[n])
 }
+
+// claimBegin is a batch whose only query is the deferred claim's guard,
+// queued by Batch.BeginTx, so that it begins a transaction. beginGuard
+// copies it: BeginTx allocates a QueuedQuery and a TxOptions on each call,
+// and pgx only reads the TxOptions, so every batch may share this one.
+var claimBegin = func() pgx.Batch {
+	var b pgx.Batch
+	b.BeginTx(pgx.TxOptions{BeginQuery: queryClaimGuard})
+	return b
+}()
+
+// beginGuard queues the claim's guard with args on b, which must be empty,
+// as b.BeginTx(pgx.TxOptions{BeginQuery: queryClaimGuard}) would, with args
+// set on the query it queues, but in the batch's own QueuedQuery and
+// without allocating.
+func (b *batch) beginGuard(args []any) {
+	b.Batch = claimBegin // its TxOptions; its queries are replaced below
+	b.qq[0] = pgx.QueuedQuery{SQL: queryClaimGuard, Arguments: args}
+	b.queued[0] = &b.qq[0]
+	b.QueuedQueries = b.queued[:1]
+}

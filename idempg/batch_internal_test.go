@@ -123,3 +123,44 @@ func deref(args []any) []any {
 	}
 	return out
 }
+
+// TestBeginGuard: beginGuard queues what BeginTx with the guard as begin
+// query would, arguments set on it, in the batch's own first QueuedQuery,
+// round after round; the queries added after it follow it.
+func TestBeginGuard(t *testing.T) {
+	b := &batch{}
+	for round := 0; round < 3; round++ {
+		args := []any{int64(round), "client", "key"}
+		b.reset()
+		b.beginGuard(args)
+		b.add(queryBegin)
+		want := &batch{}
+		want.reset()
+		want.BeginTx(pgx.TxOptions{BeginQuery: queryClaimGuard})
+		want.QueuedQueries[0].Arguments = args
+		want.Queue(queryBegin)
+		if !reflect.DeepEqual(b.Batch, want.Batch) {
+			t.Fatalf("round %d: beginGuard queued %+v, want %+v", round, b.Batch, want.Batch)
+		}
+		if b.QueuedQueries[0] != &b.qq[0] || b.QueuedQueries[1] != &b.qq[1] {
+			t.Errorf("round %d: queries not in the batch's own array", round)
+		}
+	}
+	if len(claimBegin.QueuedQueries) != 1 || claimBegin.QueuedQueries[0].Arguments != nil {
+		t.Errorf("claimBegin changed: %+v", claimBegin.QueuedQueries)
+	}
+}
+
+// TestBeginGuardAllocs: queuing the claim's guard and BEGIN on a reset
+// batch does not allocate.
+func TestBeginGuardAllocs(t *testing.T) {
+	b := &batch{}
+	args := []any{1}
+	if n := testing.AllocsPerRun(100, func() {
+		b.reset()
+		b.beginGuard(args)
+		b.add(queryBegin)
+	}); n != 0 {
+		t.Errorf("%v allocations, want 0", n)
+	}
+}

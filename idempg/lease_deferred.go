@@ -146,8 +146,7 @@ func (dc *deferredClaim) queue(b *batch, begin bool) {
 		b.add(queryClaimGuard, args...)
 		return
 	}
-	b.BeginTx(pgx.TxOptions{BeginQuery: queryClaimGuard})
-	b.QueuedQueries[0].Arguments = args
+	b.beginGuard(args)
 	b.add(queryBegin)
 }
 
