@@ -39,14 +39,7 @@ func TestPurgeLeavesWritersTheirShare(t *testing.T) {
 	)
 	store := openStore(t)
 	epoch := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	_, err := store.DB().Exec(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?1)
-INSERT INTO idempotency_keys (client_id, idempotency_key, request_method, request_path, request_hash,
-    status, lease_token, response_status, response_headers, response_body, created_at, locked_at, completed_at)
-SELECT 'client-' || (i % 1000), lower(hex(randomblob(16))), 'POST', '/v1/payments', randomblob(32),
-    'completed', 1, 201, '{}', randomblob(233), ?2 + i, ?2 + i, ?2 + i FROM n`, backlog, epoch.UnixMicro())
-	if err != nil {
-		t.Fatalf("fill the backlog: %v", err)
-	}
+	fillKeys(t, store, backlog, epoch)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -121,17 +114,6 @@ func TestPurgeCountsWhatItDeleted(t *testing.T) {
 	)
 	store := openStore(t)
 	epoch := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	fill := func() {
-		t.Helper()
-		_, err := store.DB().Exec(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?1)
-INSERT INTO idempotency_keys (client_id, idempotency_key, request_method, request_path, request_hash,
-    status, lease_token, response_status, response_headers, response_body, created_at, locked_at, completed_at)
-SELECT 'client-' || (i % 10), lower(hex(randomblob(16))), 'POST', '/v1/payments', randomblob(32),
-    'completed', 1, 201, '{}', randomblob(200), ?2 + i, ?2 + i, ?2 + i FROM n`, keys, epoch.UnixMicro())
-		if err != nil {
-			t.Fatalf("fill: %v", err)
-		}
-	}
 	count := func() int64 {
 		t.Helper()
 		var n int64
@@ -141,7 +123,7 @@ SELECT 'client-' || (i % 10), lower(hex(randomblob(16))), 'POST', '/v1/payments'
 		return n
 	}
 	for i := range trials {
-		fill()
+		fillKeys(t, store, keys, epoch)
 		before := count()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -163,5 +145,19 @@ SELECT 'client-' || (i % 10), lower(hex(randomblob(16))), 'POST', '/v1/payments'
 		if _, err := store.DB().Exec(`DELETE FROM idempotency_keys`); err != nil {
 			t.Fatalf("empty the table: %v", err)
 		}
+	}
+}
+
+// fillKeys inserts n completed keys of 1,000 clients, created a microsecond
+// apart from epoch on, with bodies of 233 random bytes.
+func fillKeys(t *testing.T, store *idemsqlite.Store, n int, epoch time.Time) {
+	t.Helper()
+	_, err := store.DB().Exec(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?1)
+INSERT INTO idempotency_keys (client_id, idempotency_key, request_method, request_path, request_hash,
+    status, lease_token, response_status, response_headers, response_body, created_at, locked_at, completed_at)
+SELECT 'client-' || (i % 1000), lower(hex(randomblob(16))), 'POST', '/v1/payments', randomblob(32),
+    'completed', 1, 201, '{}', randomblob(233), ?2 + i, ?2 + i, ?2 + i FROM n`, n, epoch.UnixMicro())
+	if err != nil {
+		t.Fatalf("fill %d keys: %v", n, err)
 	}
 }
