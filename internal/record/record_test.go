@@ -102,20 +102,7 @@ func TestEncodeHeaderRandom(t *testing.T) {
 		return string(b)
 	}
 	for range 20000 {
-		h := http.Header{}
-		for range rnd.IntN(13) {
-			var values []string
-			switch rnd.IntN(10) {
-			case 0: // nil
-			case 1:
-				values = []string{}
-			default:
-				for range 1 + rnd.IntN(3) {
-					values = append(values, text())
-				}
-			}
-			h[text()] = values
-		}
+		h := randomHeader(rnd, text, 13, 3)
 		want, err := json.Marshal(h)
 		if err != nil {
 			t.Fatal(err)
@@ -199,20 +186,7 @@ func TestDecodeResponseIsEncodingJSON(t *testing.T) {
 		return string(b)
 	}
 	for range 20000 {
-		h := http.Header{}
-		for range rnd.IntN(20) {
-			var values []string
-			switch rnd.IntN(10) {
-			case 0: // nil
-			case 1:
-				values = []string{}
-			default:
-				for range 1 + rnd.IntN(4) {
-					values = append(values, text())
-				}
-			}
-			h[text()] = values
-		}
+		h := randomHeader(rnd, text, 20, 4)
 		enc, err := EncodeHeader(h)
 		if err != nil {
 			t.Fatal(err)
@@ -371,4 +345,24 @@ func TestStopWord(t *testing.T) {
 			}
 		}
 	}
+}
+
+// randomHeader returns a header of fewer than fields names from text, each
+// with a nil value, an empty one, or 1 to values values from text.
+func randomHeader(rnd *rand.Rand, text func() string, fields, values int) http.Header {
+	h := http.Header{}
+	for range rnd.IntN(fields) {
+		var vs []string
+		switch rnd.IntN(10) {
+		case 0: // nil
+		case 1:
+			vs = []string{}
+		default:
+			for range 1 + rnd.IntN(values) {
+				vs = append(vs, text())
+			}
+		}
+		h[text()] = vs
+	}
+	return h
 }
