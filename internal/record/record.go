@@ -20,13 +20,106 @@ import (
 // replayed headers almost always are, are written here, without
 // encoding/json's reflection; any other goes to encoding/json.
 //
-// It reads the map once: each field is kept as it is read, so that writing
-// the fields in order needs no second pass over the map, nor a lookup of
-// each name in it.
+// A header whose names are all on the replay list by default, as most
+// stored headers are, is read by looking those names up, the commonest
+// first, which costs less than a pass over the map, and gives the fields
+// in their order; any other is read in one pass (see encodeAny), after at
+// most three lookups.
 func EncodeHeader(h http.Header) ([]byte, error) {
 	if h == nil {
 		return marshalHeader(h)
 	}
+	if len(h) > len(defaultNames) {
+		return encodeAny(h)
+	}
+	var (
+		ct, loc, cl          []string
+		hasCT, hasLoc, hasCL bool
+	)
+	// left is how many fields of h are not found yet; when more are left
+	// than names to look up, some name of h is not on the list.
+	left := len(h)
+	if left > 0 {
+		if ct, hasCT = h[contentType]; hasCT {
+			left--
+		}
+	}
+	if left > 0 {
+		if left > 2 {
+			return encodeAny(h)
+		}
+		if loc, hasLoc = h[location]; hasLoc {
+			left--
+		}
+	}
+	if left > 0 {
+		if left > 1 {
+			return encodeAny(h)
+		}
+		if cl, hasCL = h[contentLanguage]; !hasCL {
+			return encodeAny(h)
+		}
+	}
+	// The fields are written in the order of their names, with a comma
+	// after each but the last, counted in n for each field: n may be one
+	// byte more than the output, in its capacity.
+	n := len("{}")
+	if hasCL {
+		size, ok := valuesSize(cl)
+		if !ok {
+			return marshalHeader(h)
+		}
+		n += len(`"Content-Language":,`) + size
+	}
+	if hasCT {
+		size, ok := valuesSize(ct)
+		if !ok {
+			return marshalHeader(h)
+		}
+		n += len(`"Content-Type":,`) + size
+	}
+	if hasLoc {
+		size, ok := valuesSize(loc)
+		if !ok {
+			return marshalHeader(h)
+		}
+		n += len(`"Location":,`) + size
+	}
+	out := make([]byte, 0, n)
+	out = append(out, '{')
+	if hasCL {
+		out = appendValues(append(out, `"Content-Language":`...), cl)
+	}
+	if hasCT {
+		if hasCL {
+			out = append(out, ',')
+		}
+		out = appendValues(append(out, `"Content-Type":`...), ct)
+	}
+	if hasLoc {
+		if hasCL || hasCT {
+			out = append(out, ',')
+		}
+		out = appendValues(append(out, `"Location":`...), loc)
+	}
+	return append(out, '}'), nil
+}
+
+// The names on the replay list by default (see replay.Headers).
+const (
+	contentLanguage = "Content-Language"
+	contentType     = "Content-Type"
+	location        = "Location"
+)
+
+// defaultNames are the names on the replay list by default, in the order
+// encoding/json writes them.
+var defaultNames = [...]string{contentLanguage, contentType, location}
+
+// encodeAny is EncodeHeader of any header but nil. It reads the map once:
+// each field is kept as it is read, so that writing the fields in order
+// needs no second pass over the map, nor a lookup of each name in it.
+func encodeAny(h http.Header) ([]byte, error) {
 	var buf [8]field
 	if len(h) > len(buf) {
 		// Rare: more fields than replay lists hold but for a long
@@ -34,18 +127,7 @@ func EncodeHeader(h http.Header) ([]byte, error) {
 		return marshalHeader(h)
 	}
 	k := 0
-	n := len("{}")
 	for name, values := range h {
-		if !plain(name) {
-			return marshalHeader(h)
-		}
-		n += len(name) + len(`"":[],`)
-		for _, v := range values {
-			if !plain(v) {
-				return marshalHeader(h)
-			}
-			n += len(v) + len(`"",`)
-		}
 		// Sorted by name as they are read, as encoding/json orders a
 		// map's keys: a response has a few fields, and insertion into
 		// buf, without a pass of its own, is the cheapest sort here.
@@ -57,36 +139,81 @@ func EncodeHeader(h http.Header) ([]byte, error) {
 		buf[j] = field{name, values}
 		k++
 	}
-	fields := buf[:k]
+	if out, ok := encodeFields(buf[:k]); ok {
+		return out, nil
+	}
+	return marshalHeader(h)
+}
+
+// encodeFields writes fields, sorted by name, as encoding/json writes a
+// header that has them; false when a name or a value is not plain.
+func encodeFields(fields []field) ([]byte, bool) {
+	n := len("{}") // and a comma after each field, one more than written
+	for i := range fields {
+		f := &fields[i] // not a copy of the field a step
+		if !plain(f.name) {
+			return nil, false
+		}
+		size, ok := valuesSize(f.values)
+		if !ok {
+			return nil, false
+		}
+		n += len(f.name) + len(`"":,`) + size
+	}
 	out := make([]byte, 0, n)
 	out = append(out, '{')
 	for i := range fields {
-		f := &fields[i] // not a copy of the field a step
+		f := &fields[i]
 		if i > 0 {
 			out = append(out, ',')
 		}
 		out = append(append(append(out, '"'), f.name...), '"', ':')
-		switch len(f.values) {
-		case 0:
-			if f.values == nil {
-				out = append(out, "null"...)
-			} else {
-				out = append(out, '[', ']')
-			}
-		case 1: // most fields
-			out = append(append(append(out, '[', '"'), f.values[0]...), '"', ']')
-		default:
-			out = append(out, '[')
-			for j, v := range f.values {
-				if j > 0 {
-					out = append(out, ',')
-				}
-				out = append(append(append(out, '"'), v...), '"')
-			}
-			out = append(out, ']')
-		}
+		out = appendValues(out, f.values)
 	}
-	return append(out, '}'), nil
+	return append(out, '}'), true
+}
+
+// valuesSize returns the length of the list of values that appendValues
+// writes; false when a value is not plain.
+func valuesSize(values []string) (int, bool) {
+	if len(values) == 1 { // most fields
+		return len(values[0]) + len(`[""]`), plain(values[0])
+	}
+	if values == nil {
+		return len("null"), true
+	}
+	n := len("[]") + max(len(values)-1, 0) // and the commas between values
+	for _, v := range values {
+		if !plain(v) {
+			return 0, false
+		}
+		n += len(v) + len(`""`)
+	}
+	return n, true
+}
+
+// appendValues appends the list of values of a field to out, whose
+// capacity has room for it (see valuesSize).
+func appendValues(out []byte, values []string) []byte {
+	if len(values) == 1 { // most fields
+		return append(append(append(out, '[', '"'), values[0]...), '"', ']')
+	}
+	return appendList(out, values)
+}
+
+// appendList is appendValues of nil, none, or more than one value.
+func appendList(out []byte, values []string) []byte {
+	if values == nil {
+		return append(out, "null"...)
+	}
+	out = append(out, '[')
+	for i, v := range values {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(append(append(out, '"'), v...), '"')
+	}
+	return append(out, ']')
 }
 
 // marshalHeader is EncodeHeader by encoding/json, for any header.

@@ -8,7 +8,10 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"reflect"
+	"slices"
 	"testing"
+
+	"github.com/idemkit/idem/internal/replay"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -111,6 +114,66 @@ func TestEncodeHeaderRandom(t *testing.T) {
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("EncodeHeader(%q) = %s, %v; want %s", h, got, err, want)
 		}
+	}
+}
+
+// TestEncodeHeaderDefaultNames compares EncodeHeader with encoding/json on
+// random headers whose names are mostly those on the replay list by
+// default, which it looks up, with any other among them sometimes.
+func TestEncodeHeaderDefaultNames(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(5, 6))
+	names := []string{contentLanguage, contentType, location, contentLanguage, contentType, location, "X-Id", "Content-Typf", "", "Locatio"}
+	const plainBytes = "abcXYZ019-_/;=:., *+%"
+	const otherBytes = "\"\\<>&\x00\x1f\x7f\xc3\xa9"
+	value := func() string {
+		if rnd.IntN(4) == 0 {
+			return []string{"application/json", "application/problem+json", "application/json; charset=utf-8", ""}[rnd.IntN(4)]
+		}
+		b := make([]byte, rnd.IntN(50))
+		for i := range b {
+			b[i] = plainBytes[rnd.IntN(len(plainBytes))]
+		}
+		if len(b) > 0 && rnd.IntN(8) == 0 {
+			b[rnd.IntN(len(b))] = otherBytes[rnd.IntN(len(otherBytes))]
+		}
+		return string(b)
+	}
+	name := func() string { return names[rnd.IntN(len(names))] }
+	for range 20000 {
+		h := http.Header{}
+		for range rnd.IntN(5) {
+			var vs []string
+			switch rnd.IntN(10) {
+			case 0: // nil
+			case 1:
+				vs = []string{}
+			default:
+				for range 1 + rnd.IntN(rnd.IntN(3)+1) {
+					vs = append(vs, value())
+				}
+			}
+			h[name()] = vs
+		}
+		want, err := json.Marshal(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := EncodeHeader(h)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("EncodeHeader(%q) = %s, %v; want %s", h, got, err, want)
+		}
+	}
+}
+
+// TestDefaultNames: the names EncodeHeader looks up are those on the
+// replay list by default, in encoding/json's order.
+func TestDefaultNames(t *testing.T) {
+	t.Parallel()
+	want := replay.Headers(nil)
+	slices.Sort(want)
+	if !slices.Equal(defaultNames[:], want) {
+		t.Errorf("defaultNames = %q; want %q", defaultNames, want)
 	}
 }
 
