@@ -21,65 +21,69 @@ import (
 // encoding/json's reflection; any other goes to encoding/json.
 //
 // A header whose names are all on the replay list by default, as most
-// stored headers are, is read by looking those names up, the commonest
-// first, which costs less than a pass over the map, and gives the fields
-// in their order; any other is read in one pass (see encodeAny), after at
-// most three lookups.
+// stored headers are, is read by looking those names up, which costs less
+// than a pass over the map, and gives the fields in their order; any other
+// is read in one pass (see encodeAny).
 func EncodeHeader(h http.Header) ([]byte, error) {
 	if h == nil {
 		return marshalHeader(h)
 	}
-	if len(h) > len(defaultNames) {
-		return encodeAny(h)
-	}
+	// The values of the fields found, and which are, by the index of
+	// their name in defaultNames: kept in memory rather than in
+	// registers, that the compiler would shuffle from branch to branch.
 	var (
-		ct, loc, cl          []string
-		hasCT, hasLoc, hasCL bool
+		values [len(defaultNames)][]string
+		found  [len(defaultNames)]bool
 	)
-	// left is how many fields of h are not found yet; when more are left
-	// than names to look up, some name of h is not on the list.
-	left := len(h)
-	if left > 0 {
-		if ct, hasCT = h[contentType]; hasCT {
-			left--
+	const cl, ct, loc = 0, 1, 2
+	// The shapes of header looked up are those of most responses: one
+	// field, Content-Type or Location; both; and the three. Any other
+	// header is read in one pass after one or two lookups.
+	switch len(h) {
+	case 0:
+	case 1:
+		if values[ct], found[ct] = h[contentType]; !found[ct] {
+			if values[loc], found[loc] = h[location]; !found[loc] {
+				return encodeAny(h)
+			}
 		}
-	}
-	if left > 0 {
-		if left > 2 {
+	case 3:
+		// The rarest first, which tells soonest of a header with another
+		// name.
+		if values[cl], found[cl] = h[contentLanguage]; !found[cl] {
 			return encodeAny(h)
 		}
-		if loc, hasLoc = h[location]; hasLoc {
-			left--
-		}
-	}
-	if left > 0 {
-		if left > 1 {
+		fallthrough
+	case 2:
+		if values[ct], found[ct] = h[contentType]; !found[ct] {
 			return encodeAny(h)
 		}
-		if cl, hasCL = h[contentLanguage]; !hasCL {
+		if values[loc], found[loc] = h[location]; !found[loc] {
 			return encodeAny(h)
 		}
+	default:
+		return encodeAny(h)
 	}
 	// The fields are written in the order of their names, with a comma
 	// after each but the last, counted in n for each field: n may be one
 	// byte more than the output, in its capacity.
 	n := len("{}")
-	if hasCL {
-		size, ok := valuesSize(cl)
+	if found[cl] {
+		size, ok := valuesSize(values[cl])
 		if !ok {
 			return marshalHeader(h)
 		}
 		n += len(`"Content-Language":,`) + size
 	}
-	if hasCT {
-		size, ok := valuesSize(ct)
+	if found[ct] {
+		size, ok := valuesSize(values[ct])
 		if !ok {
 			return marshalHeader(h)
 		}
 		n += len(`"Content-Type":,`) + size
 	}
-	if hasLoc {
-		size, ok := valuesSize(loc)
+	if found[loc] {
+		size, ok := valuesSize(values[loc])
 		if !ok {
 			return marshalHeader(h)
 		}
@@ -87,20 +91,20 @@ func EncodeHeader(h http.Header) ([]byte, error) {
 	}
 	out := make([]byte, 0, n)
 	out = append(out, '{')
-	if hasCL {
-		out = appendValues(append(out, `"Content-Language":`...), cl)
+	if found[cl] {
+		out = appendValues(append(out, `"Content-Language":`...), values[cl])
 	}
-	if hasCT {
-		if hasCL {
+	if found[ct] {
+		if found[cl] {
 			out = append(out, ',')
 		}
-		out = appendValues(append(out, `"Content-Type":`...), ct)
+		out = appendValues(append(out, `"Content-Type":`...), values[ct])
 	}
-	if hasLoc {
-		if hasCL || hasCT {
+	if found[loc] {
+		if found[cl] || found[ct] {
 			out = append(out, ',')
 		}
-		out = appendValues(append(out, `"Location":`...), loc)
+		out = appendValues(append(out, `"Location":`...), values[loc])
 	}
 	return append(out, '}'), nil
 }
@@ -179,6 +183,11 @@ func valuesSize(values []string) (int, bool) {
 	if len(values) == 1 { // most fields
 		return len(values[0]) + len(`[""]`), plain(values[0])
 	}
+	return listSize(values)
+}
+
+// listSize is valuesSize of nil, none, or more than one value.
+func listSize(values []string) (int, bool) {
 	if values == nil {
 		return len("null"), true
 	}
