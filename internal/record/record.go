@@ -131,7 +131,16 @@ func encodeAny(h http.Header) ([]byte, error) {
 		return marshalHeader(h)
 	}
 	k := 0
+	n := len("{}") // and a comma after each field, one more than written
 	for name, values := range h {
+		if !plain(name) {
+			return marshalHeader(h)
+		}
+		size, ok := valuesSize(values)
+		if !ok {
+			return marshalHeader(h)
+		}
+		n += len(name) + len(`"":,`) + size
 		// Sorted by name as they are read, as encoding/json orders a
 		// map's keys: a response has a few fields, and insertion into
 		// buf, without a pass of its own, is the cheapest sort here.
@@ -143,38 +152,18 @@ func encodeAny(h http.Header) ([]byte, error) {
 		buf[j] = field{name, values}
 		k++
 	}
-	if out, ok := encodeFields(buf[:k]); ok {
-		return out, nil
-	}
-	return marshalHeader(h)
-}
-
-// encodeFields writes fields, sorted by name, as encoding/json writes a
-// header that has them; false when a name or a value is not plain.
-func encodeFields(fields []field) ([]byte, bool) {
-	n := len("{}") // and a comma after each field, one more than written
-	for i := range fields {
-		f := &fields[i] // not a copy of the field a step
-		if !plain(f.name) {
-			return nil, false
-		}
-		size, ok := valuesSize(f.values)
-		if !ok {
-			return nil, false
-		}
-		n += len(f.name) + len(`"":,`) + size
-	}
+	fields := buf[:k]
 	out := make([]byte, 0, n)
 	out = append(out, '{')
 	for i := range fields {
-		f := &fields[i]
+		f := &fields[i] // not a copy of the field a step
 		if i > 0 {
 			out = append(out, ',')
 		}
 		out = append(append(append(out, '"'), f.name...), '"', ':')
 		out = appendValues(out, f.values)
 	}
-	return append(out, '}'), true
+	return append(out, '}'), nil
 }
 
 // valuesSize returns the length of the list of values that appendValues
