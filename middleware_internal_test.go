@@ -160,46 +160,74 @@ func TestCopyFieldsIntoBuf(t *testing.T) {
 // whether replayList.response read the header's fields before (as it does
 // for a response it stores whole) or not, or read more than it keeps; and
 // its values are copies, so that changing them changes no stored response.
+// The stored header has the fields on the list that have values, for the
+// list by default, which response looks up, and for a longer one.
 func TestWriteToAfterResponse(t *testing.T) {
 	t.Parallel()
-	list := newReplayList([]string{"X-A", "X-B", "X-C", "X-D", "X-E"})
+	lists := []replayList{newReplayList(nil), newReplayList([]string{"X-A", "X-B", "X-C", "X-D", "X-E"})}
 	headers := []http.Header{
 		{},
 		{"Content-Type": {"application/json"}},
+		{"Location": {"/v1/payments/pay_1"}},
 		{"Content-Type": {"application/json"}, "Location": {"/v1/payments/pay_1"}},
+		{"Content-Type": {"a"}, "Location": {"b"}, "Content-Language": {"c"}},
 		{"Content-Type": {"a"}, "Location": {"b"}, "X-A": {"c", "d"}, "X-B": {"e"}},
 		{"Content-Type": {"a"}, "Location": {"b"}, "X-A": {"c"}, "X-B": {"e"}, "X-C": {"f"}}, // more than it keeps
 		{"Content-Type": {"a"}, "X-Other": {"b"}},                                            // not all on the list
 		{"Content-Type": {"a"}, "X-A": {}},                                                   // a field without values
+		{"Content-Type": {"a"}, "Location": {}},
+		{"Content-Type": nil, "Content-Language": {"en", "fr"}},
+		{"X-Other": {"a"}, "Content-Type": {"b"}, "Location": {"c"}, "Content-Language": {"d"}},
 	}
-	for _, h := range headers {
-		for _, first := range []bool{false, true} {
-			rec := &recorder{header: h.Clone(), status: http.StatusCreated, wroteHeader: true}
-			rec.body.WriteString("{}")
-			var stored *idemstore.Response
-			if first {
-				stored = list.response(rec)
-			}
-			w := httptest.NewRecorder()
-			var buf [4]string
-			rec.writeTo(w, buf[:0])
-			want := h.Clone()
-			want["Content-Length"] = []string{"2"}
-			if !reflect.DeepEqual(w.Header(), want) || w.Code != http.StatusCreated || w.Body.String() != "{}" {
-				t.Fatalf("writeTo of %v (response first: %t) = %d %v %q; want %v", h, first, w.Code, w.Header(), w.Body, want)
-			}
-			for _, values := range w.Header() {
-				for i := range values {
-					values[i] = "changed"
+	for _, list := range lists {
+		for _, h := range headers {
+			for _, first := range []bool{false, true} {
+				rec := &recorder{header: h.Clone(), status: http.StatusCreated, wroteHeader: true}
+				rec.body.WriteString("{}")
+				var stored *idemstore.Response
+				if first {
+					stored = list.response(rec)
+					want := http.Header{}
+					for name, values := range h {
+						if len(values) > 0 && slices.Contains(list, name) {
+							want[name] = values
+						}
+					}
+					if !reflect.DeepEqual(stored.Header, want) {
+						t.Fatalf("response of %v for %q stores %v; want %v", h, list, stored.Header, want)
+					}
 				}
-			}
-			if stored != nil {
-				for name, values := range stored.Header {
-					if !slices.Equal(values, h[name]) {
-						t.Fatalf("changing the answer's header changed the stored %s: %q", name, values)
+				w := httptest.NewRecorder()
+				var buf [4]string
+				rec.writeTo(w, buf[:0])
+				want := h.Clone()
+				want["Content-Length"] = []string{"2"}
+				if !reflect.DeepEqual(w.Header(), want) || w.Code != http.StatusCreated || w.Body.String() != "{}" {
+					t.Fatalf("writeTo of %v (response first: %t) = %d %v %q; want %v", h, first, w.Code, w.Header(), w.Body, want)
+				}
+				for _, values := range w.Header() {
+					for i := range values {
+						values[i] = "changed"
+					}
+				}
+				if stored != nil {
+					for name, values := range stored.Header {
+						if !slices.Equal(values, h[name]) {
+							t.Fatalf("changing the answer's header changed the stored %s: %q", name, values)
+						}
 					}
 				}
 			}
 		}
+	}
+}
+
+// TestDefaultLookups: the names that response looks up for the replay
+// list by default are the names on it.
+func TestDefaultLookups(t *testing.T) {
+	t.Parallel()
+	got, want := slices.Sorted(slices.Values(defaultLookups[:])), slices.Sorted(slices.Values(newReplayList(nil)))
+	if !slices.Equal(got, want) {
+		t.Errorf("defaultLookups = %q; want the names %q", defaultLookups, want)
 	}
 }

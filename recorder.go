@@ -22,17 +22,71 @@ func newReplayList(extra []string) replayList { return replay.Headers(extra) }
 func (l replayList) response(rec *recorder) *idemstore.Response {
 	resp := &rec.stored // in the recorder's allocation
 	*resp = idemstore.Response{StatusCode: rec.statusCode(), Body: rec.body.Bytes()}
-	if rec.stream == nil && l.all(rec) {
+	if rec.stream == nil {
 		// The handler is done with its header, and the client gets copies
 		// of its values (see writeTo): the response can hold the header
-		// itself. A streamed response's header went to the client as it
-		// is, so its values are copied here.
-		resp.Header = rec.header
-		return resp
+		// itself, or its values.
+		if len(l) == len(defaultLookups) { // the list by default
+			return lookUp(rec, resp)
+		}
+		if l.all(rec) {
+			resp.Header = rec.header
+			return resp
+		}
 	}
+	// A streamed response's header went to the client as it is, so its
+	// values are copied here; and those of a header not all kept.
 	resp.Header = make(http.Header, len(l))
 	copyFields(resp.Header, rec.header, l, 0, nil)
 	return resp
+}
+
+// defaultLookups are the names on the replay list by default (see
+// replay.Headers), in the order lookUp looks them up: the commonest first.
+// There are no more of them than rec.fields has room for.
+var defaultLookups = [...]string{"Content-Type", "Location", "Content-Language"}
+
+// lookUp is response's header for the replay list by default. It looks the
+// names on the list up in rec.header, which costs less than reading the
+// map, and stops once it has found as many fields as the header has. It
+// keeps the fields found with values in rec.fields, which writeTo uses
+// when they are all the header's fields (see all), and the stored header
+// has.
+func lookUp(rec *recorder, resp *idemstore.Response) *idemstore.Response {
+	h := rec.header
+	n := 0
+	if n < len(h) {
+		n = rec.keep(n, defaultLookups[0])
+	}
+	if n < len(h) {
+		n = rec.keep(n, defaultLookups[1])
+	}
+	if n < len(h) {
+		n = rec.keep(n, defaultLookups[2])
+	}
+	if n == len(h) {
+		rec.nfields = n
+		resp.Header = h
+		return resp
+	}
+	rec.nfields = 0
+	resp.Header = make(http.Header, n)
+	for _, f := range rec.fields[:n] {
+		resp.Header[f.name] = f.values
+	}
+	return resp
+}
+
+// keep keeps the field of rec.header named name in rec.fields[n] when it
+// has values, and returns how many fields rec.fields has then.
+func (rec *recorder) keep(n int, name string) int {
+	values := rec.header[name]
+	if len(values) == 0 {
+		return n
+	}
+	f := &rec.fields[n]
+	f.name, f.values = name, values
+	return n + 1
 }
 
 // all reports whether every field of rec.header is on the list and has a
@@ -87,8 +141,8 @@ type recorder struct {
 	// stored is what response returns, allocated with the recorder.
 	stored idemstore.Response
 	// fields are the nfields fields of header, each with values, as
-	// replayList.all read them, for writeTo; nfields is 0 when all did
-	// not read them all.
+	// replayList.all or lookUp read them, for writeTo; nfields is 0 when
+	// they did not read them all.
 	fields  [4]field
 	nfields int
 }
