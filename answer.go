@@ -177,15 +177,12 @@ func copyFields(dst, src http.Header, names []string, extra int, buf []string) [
 }
 
 // copyFieldList is copyFields of all the fields of a header, which fields
-// lists, each with values: it reads a list rather than a map.
+// lists, each with values: it reads a list rather than a map. As
+// copyFields, it makes room for one value a field at first.
 func copyFieldList(dst http.Header, fields []field, extra int, buf []string) []string {
-	n := extra
-	for i := range fields {
-		n += len(fields[i].values)
-	}
 	values := buf[:0]
-	if cap(values) < n {
-		values = make([]string, 0, n)
+	if cap(values) < len(fields)+extra {
+		values = make([]string, 0, len(fields)+extra)
 	}
 	for i := range fields {
 		f := &fields[i]
@@ -197,19 +194,22 @@ func copyFieldList(dst http.Header, fields []field, extra int, buf []string) []s
 		}
 		dst[f.name] = values[start:len(values):len(values)]
 	}
+	if cap(values)-len(values) < extra {
+		values = make([]string, 0, extra)
+	}
 	return values[len(values) : len(values) : len(values)+extra]
 }
 
 // writeBody writes the status and, when the status allows one, the body
 // with its Content-Length, whose value goes in spare's room if it has any.
 func writeBody(w http.ResponseWriter, status int, body []byte, spare []string) {
-	if bodyAllowed(status) {
-		w.Header()["Content-Length"] = append(spare[:0:min(1, cap(spare))], strconv.Itoa(len(body))) // canonical already
+	if !bodyAllowed(status) {
+		w.WriteHeader(status)
+		return
 	}
+	w.Header()["Content-Length"] = append(spare[:0:min(1, cap(spare))], strconv.Itoa(len(body))) // canonical already
 	w.WriteHeader(status)
-	if bodyAllowed(status) {
-		w.Write(body)
-	}
+	w.Write(body)
 }
 
 func bodyAllowed(status int) bool {
