@@ -257,10 +257,14 @@ func plain(s string) bool {
 		}
 		return bad == 0
 	}
-	// The last eight bytes first, which may overlap those the loop
-	// tests: a word rather than a loop over the last few bytes.
+	// The last eight bytes first, which may overlap those the loops
+	// test: a word rather than a loop over the last few bytes. Then two
+	// words a step, and the one left, if any.
 	bad := unplainWord(word(s[len(s)-8:]))
-	for ; len(s) > 8; s = s[8:] {
+	for ; len(s) > 16; s = s[16:] {
+		bad |= unplainWord(word(s)) | unplainWord(word(s[8:]))
+	}
+	if len(s) > 8 {
 		bad |= unplainWord(word(s))
 	}
 	return bad&highBits == 0
