@@ -48,10 +48,9 @@ var defaultLookups = [...]string{"Content-Type", "Location", "Content-Language"}
 
 // lookUp is response's header for the replay list by default. It looks the
 // names on the list up in rec.header, which costs less than reading the
-// map, and stops once it has found as many fields as the header has. It
-// keeps the fields found with values in rec.fields, which writeTo uses
-// when they are all the header's fields (see all), and the stored header
-// has.
+// map, and stops once it has found as many fields as the header has. The
+// fields found that have values, which the stored header has, it keeps in
+// rec.fields, for writeTo too when they are all the header's (see all).
 func lookUp(rec *recorder, resp *idemstore.Response) *idemstore.Response {
 	h := rec.header
 	n := 0

@@ -38,7 +38,7 @@ func EncodeHeader(h http.Header) ([]byte, error) {
 	const cl, ct, loc = 0, 1, 2
 	// The shapes of header looked up are those of most responses: one
 	// field, Content-Type or Location; both; and the three. Any other
-	// header is read in one pass after one or two lookups.
+	// header is read in one pass, after a lookup or two, at most three.
 	switch len(h) {
 	case 0:
 	case 1:
