@@ -55,10 +55,12 @@ func EncodeHeader(h http.Header) ([]byte, error) {
 		}
 		fallthrough
 	case 2:
-		if values[ct], found[ct] = h[contentType]; !found[ct] {
+		// Location first: a header of Content-Type and a name of its own
+		// is likelier than one of Location and a name of its own.
+		if values[loc], found[loc] = h[location]; !found[loc] {
 			return encodeAny(h)
 		}
-		if values[loc], found[loc] = h[location]; !found[loc] {
+		if values[ct], found[ct] = h[contentType]; !found[ct] {
 			return encodeAny(h)
 		}
 	default:
