@@ -88,20 +88,21 @@ type lease struct {
 // newLease makes the lease for a claim of p that holds the key by h, with
 // conn and tx, when not nil, as the lease's transaction (see leaseTx).
 func (s *Store) newLease(p idemstore.ClaimParams, info idemstore.LeaseInfo, h holder, conn *pgxpool.Conn, tx pgx.Tx) *lease {
-	l := &lease{}
-	s.initLease(l, &p, info, h, conn, tx)
-	return l
-}
-
-// initLease is newLease on l, a zero lease that the caller allocated (as
-// part of a deferredLease, say).
-func (s *Store) initLease(l *lease, p *idemstore.ClaimParams, info idemstore.LeaseInfo, h holder, conn *pgxpool.Conn, tx pgx.Tx) {
-	l.store, l.scope, l.h, l.info = s, p.Scope, h, info
-	l.claimedAt, l.start = p.Now, time.Now()
-	l.tx.store = s
+	l := &lease{info: info}
+	s.initLease(l, &p, h)
 	if conn != nil || tx != nil {
 		l.tx.open(conn, tx)
 	}
+	return l
+}
+
+// initLease sets l, a lease that the caller allocated (as part of a
+// deferredLease, say) with its info set, for a claim of p that holds the
+// key by h. Its transaction is the caller's to open.
+func (s *Store) initLease(l *lease, p *idemstore.ClaimParams, h holder) {
+	l.store, l.scope, l.h = s, p.Scope, h
+	l.claimedAt, l.start = p.Now, time.Now()
+	l.tx.store = s
 	// A claim that wrote no row yet (a session lock, a deferred claim)
 	// will write the claim's Now, which PostgreSQL keeps in microseconds.
 	if l.info.CreatedAt.IsZero() {

@@ -100,19 +100,26 @@ func (s *Store) claimDeferred(ctx context.Context, p *idemstore.ClaimParams) (id
 		return idemstore.ClaimResult{}, err
 	}
 	dl := &deferredLease{}
-	dc := &dl.claim
+	dc, l := &dl.claim, &dl.lease
 	dc.store, dc.scope, dc.lock = s, p.Scope, lockKey(p.Scope)
 	dc.row.init(p)
 	dc.staleDest[0] = &dc.stale
+	l.info.Token = 1
+	s.initLease(l, p, dc)
+	l.tx.open(conn, nil)
+	l.tx.claim = dc
 	if p.Retention > 0 {
 		// Truncated as pgx sends it, so that Go and the server compare
-		// created_at with the same instant.
-		dc.cutoffAt = p.Now.Add(-p.Retention).Truncate(time.Microsecond)
+		// created_at with the same instant. A retention of whole
+		// microseconds (any but a contrived one) keeps the truncated Now's
+		// remainder: the cutoff is then the lease's CreatedAt less it.
+		if p.Retention%time.Microsecond == 0 {
+			dc.cutoffAt = l.info.CreatedAt.Add(-p.Retention)
+		} else {
+			dc.cutoffAt = p.Now.Add(-p.Retention).Truncate(time.Microsecond)
+		}
 		dc.cutoff = &dc.cutoffAt
 	}
-	l := &dl.lease
-	s.initLease(l, p, idemstore.LeaseInfo{Token: 1}, dc, conn, nil)
-	l.tx.claim = dc
 	return idemstore.ClaimResult{Lease: l}, nil
 }
 
@@ -165,7 +172,8 @@ func (dc *deferredClaim) readGuard(br pgx.BatchResults) error {
 // readBegin reads the guard's result and BEGIN's, the first two of br's,
 // from a round trip that queue(b, true) began.
 func (dc *deferredClaim) readBegin(br pgx.BatchResults) error {
-	if err := dc.readGuard(br); err != nil {
+	// readGuard's statement, written out: a call fewer on every new key.
+	if err := br.QueryRow().Scan(dc.staleDest[:]...); err != nil {
 		return err
 	}
 	_, err := br.Exec()
@@ -177,6 +185,18 @@ func (dc *deferredClaim) readBegin(br pgx.BatchResults) error {
 // transaction, which only BEGIN, after the guard passed, opens. It returns
 // the refusal when the guard refused, else nil.
 func (dc *deferredClaim) settle(ctx context.Context, conn *pgxpool.Conn, err error, inTx bool) error {
+	if err == nil {
+		// The common case, apart so that it is inlined: the guard passed.
+		if inTx {
+			dc.state = claimHeld
+		}
+		return nil
+	}
+	return dc.settleFailed(ctx, conn, err, inTx)
+}
+
+// settleFailed is settle for a round trip that ended with an error.
+func (dc *deferredClaim) settleFailed(ctx context.Context, conn *pgxpool.Conn, err error, inTx bool) error {
 	switch code := pgCode(err); {
 	case code == codeKeyInFlight || code == codeKeyExists:
 		dc.state = claimRefused
@@ -279,8 +299,14 @@ func (dc *deferredClaim) complete(ctx context.Context, l *lease, conn *pgxpool.C
 	if conn == nil {
 		return err // no connection could be had; nothing was sent
 	}
+	if err == nil {
+		// Stored and committed, the common case: what settle and
+		// settleCommit do for it.
+		conn.Release()
+		return nil
+	}
 	if claim != nil {
-		if refusal := dc.settle(ctx, conn, err, false); refusal != nil {
+		if refusal := dc.settleFailed(ctx, conn, err, false); refusal != nil {
 			conn.Release() // the server rolled the round trip back
 			return refusal
 		}
