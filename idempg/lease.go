@@ -131,19 +131,8 @@ func (l *lease) completedAt() time.Time {
 // already completed or released; the key is then left as that call left
 // it.
 func (l *lease) Complete(ctx context.Context, resp *idemstore.Response) error {
-	err := l.complete(ctx, resp)
-	// A two-phase claim is committed: a Release after this failure frees
-	// it (see idemstore.Lease).
-	if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) && !errors.Is(err, ErrLeaseEnded) {
-		l.completeFailed = true
-	}
-	return err
-}
-
-// complete is Complete but for what a failure leaves for Release.
-func (l *lease) complete(ctx context.Context, resp *idemstore.Response) error {
 	if resp == nil {
-		return errors.New("idempg: complete key: no response")
+		return l.completeFailedWith(errors.New("idempg: complete key: no response"))
 	}
 	conn, tx, ended := l.tx.end()
 	if ended {
@@ -152,9 +141,23 @@ func (l *lease) complete(ctx context.Context, resp *idemstore.Response) error {
 	header, err := record.EncodeHeader(resp.Header)
 	if err != nil {
 		_ = l.h.end(context.WithoutCancel(ctx), l, conn, tx)
-		return fmt.Errorf("idempg: %w", err)
+		return l.completeFailedWith(fmt.Errorf("idempg: %w", err))
 	}
-	return l.h.complete(ctx, l, conn, tx, resp, headerArg(header, l.store.typedArgs))
+	if err := l.h.complete(ctx, l, conn, tx, resp, headerArg(header, l.store.typedArgs)); err != nil {
+		return l.completeFailedWith(err)
+	}
+	return nil
+}
+
+// completeFailedWith returns err, the error of a Complete, after noting
+// what it leaves for Release: a two-phase claim is committed, and a Release
+// after a failure other than losing the lease frees it (see
+// idemstore.Lease).
+func (l *lease) completeFailedWith(err error) error {
+	if !errors.Is(err, idemstore.ErrLeaseLost) && !errors.Is(err, ErrLeaseEnded) {
+		l.completeFailed = true
+	}
+	return err
 }
 
 // Release implements [idemstore.Lease]. It returns an error wrapping

@@ -16,14 +16,15 @@ const (
 	codeKeyExists   = "IDEM3" // the key exists and is not past retention
 )
 
-// deferredClaims reports whether a speculative atomic claim
+// deferredClaims reports whether, under cfg, a speculative atomic claim
 // (idemstore.ClaimParams.Speculative) is deferred to the lease's first round
 // trip: at READ COMMITTED, where each statement of the claim's round trip
 // takes a snapshot of its own. The claim holds the key by a
 // transaction-scoped lock, so it suits poolers in transaction mode too,
-// but not Config.NoAdvisoryLocks.
-func (s *Store) deferredClaims() bool {
-	return (s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted) && !s.cfg.NoAdvisoryLocks
+// but not Config.NoAdvisoryLocks. New keeps the answer for the store's
+// configuration, read on every claim.
+func deferredClaims(cfg *Config) bool {
+	return (cfg.IsoLevel == "" || cfg.IsoLevel == pgx.ReadCommitted) && !cfg.NoAdvisoryLocks
 }
 
 // claimState is how far a deferred claim got.

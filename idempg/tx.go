@@ -41,7 +41,23 @@ func TxFromContext(ctx context.Context) (pgx.Tx, error) {
 	if !ok {
 		return nil, ErrNoTx
 	}
-	return lt.get(ctx)
+	lt.mu.Lock()
+	if lt.ended.Load() {
+		lt.mu.Unlock()
+		return nil, ErrLeaseEnded
+	}
+	if lt.view == nil {
+		conn, err := lt.store.acquire(ctx, "begin handler transaction")
+		if err != nil {
+			lt.mu.Unlock()
+			return nil, err
+		}
+		lt.conn = conn
+		lt.view = &observedTx{lt: lt, top: true}
+	}
+	view := lt.view
+	lt.mu.Unlock()
+	return view, nil
 }
 
 // leaseTx is a lease's transaction, opened with the claim or on first use.
@@ -80,26 +96,6 @@ func (lt *leaseTx) open(conn *pgxpool.Conn, tx pgx.Tx) {
 	lt.conn, lt.tx = conn, tx
 	lt.firstView = observedTx{tx: tx, lt: lt, top: true}
 	lt.view = &lt.firstView
-}
-
-func (lt *leaseTx) get(ctx context.Context) (pgx.Tx, error) {
-	lt.mu.Lock()
-	if lt.ended.Load() {
-		lt.mu.Unlock()
-		return nil, ErrLeaseEnded
-	}
-	if lt.view == nil {
-		conn, err := lt.store.acquire(ctx, "begin handler transaction")
-		if err != nil {
-			lt.mu.Unlock()
-			return nil, err
-		}
-		lt.conn = conn
-		lt.view = &observedTx{lt: lt, top: true}
-	}
-	view := lt.view
-	lt.mu.Unlock()
-	return view, nil
 }
 
 // begin begins the deferred transaction of view, the lease's top view,
@@ -225,12 +221,19 @@ func (lt *leaseTx) detach() (conn *pgxpool.Conn, tx pgx.Tx, ended bool) {
 	return conn, tx, false
 }
 
-// observe records a conflict in err.
+// observe records a conflict in err. It is inlined: most statements
+// return no error.
 func (lt *leaseTx) observe(err error) error {
-	if err != nil && isConflict(err) {
-		lt.conflicted.Store(true)
+	if err != nil {
+		lt.observeErr(err)
 	}
 	return err
+}
+
+func (lt *leaseTx) observeErr(err error) {
+	if isConflict(err) {
+		lt.conflicted.Store(true)
+	}
 }
 
 var _ pgx.Tx = (*observedTx)(nil)
