@@ -222,9 +222,8 @@ func (l *lease) commitRound(ctx context.Context, b *batch, conn *pgxpool.Conn, t
 	var br pgx.BatchResults
 	switch {
 	case claiming:
-		br = l.store.sendClaim(ctx, conn, &b.Batch)
+		br, err = claim.sendBegin(ctx, conn, b)
 		tx = br.Tx()
-		err = claim.readBegin(br)
 	case began:
 		br = conn.SendBatch(ctx, &b.Batch)
 		tx = br.Tx()

@@ -141,7 +141,7 @@ func (dc *deferredClaim) refused() error {
 // the guard took the key's lock, into the explicit one that the handler's
 // statements run in. b then carries a transaction for BatchResults.Tx: its
 // begin query is the guard. The round trip's results are read with
-// readGuard first (and readBegin, with begin).
+// readGuard first (with begin, sendBegin sends it and reads both).
 func (dc *deferredClaim) queue(b *batch, begin bool) {
 	if dc.store.typedArgs {
 		dc.guardArgs = [4]any{(*intArg)(&dc.lock), (*textArg)(&dc.scope.ClientID), (*textArg)(&dc.scope.Key), (*timeArg)(dc.cutoff)}
@@ -170,15 +170,16 @@ func (dc *deferredClaim) readGuard(br pgx.BatchResults) error {
 	return br.QueryRow().Scan(dc.staleDest[:]...)
 }
 
-// readBegin reads the guard's result and BEGIN's, the first two of br's,
-// from a round trip that queue(b, true) began.
-func (dc *deferredClaim) readBegin(br pgx.BatchResults) error {
+// sendBegin sends b, which queue(b, true) began, on conn (sendClaim), and
+// reads the guard's result and BEGIN's, the first two of the round trip's.
+func (dc *deferredClaim) sendBegin(ctx context.Context, conn *pgxpool.Conn, b *batch) (pgx.BatchResults, error) {
+	br := dc.store.sendClaim(ctx, conn, &b.Batch)
 	// readGuard's statement, written out: a call fewer on every new key.
 	if err := br.QueryRow().Scan(dc.staleDest[:]...); err != nil {
-		return err
+		return br, err
 	}
 	_, err := br.Exec()
-	return err
+	return br, err
 }
 
 // settle records what the round trip that carried the claim, on conn,

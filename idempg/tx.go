@@ -137,8 +137,7 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 	}
 	var br pgx.BatchResults
 	if claiming {
-		br = lt.store.sendClaim(ctx, lt.conn, &b.Batch)
-		err = dc.readBegin(br) // the guard and BEGIN
+		br, err = dc.sendBegin(ctx, lt.conn, b) // the guard and BEGIN
 	} else {
 		br = lt.conn.SendBatch(ctx, &b.Batch)
 		_, err = br.Exec() // BEGIN
@@ -230,6 +229,10 @@ func (lt *leaseTx) observe(err error) error {
 	return err
 }
 
+// observeErr is observe's rare half, kept out of line so that observe is
+// inlined.
+//
+//go:noinline
 func (lt *leaseTx) observeErr(err error) {
 	if isConflict(err) {
 		lt.conflicted.Store(true)
