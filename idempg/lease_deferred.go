@@ -54,7 +54,7 @@ const (
 type deferredClaim struct {
 	atomicLease
 	store  *Store
-	scope  idemstore.Scope
+	scope  *idemstore.Scope // the lease's
 	lock   int64
 	cutoff *time.Time // keys created at or before it are past retention; nil for none
 	row    pendingRow // what Complete inserts
@@ -91,6 +91,14 @@ func (dc *deferredClaim) batch() *batch {
 	return &dc.b
 }
 
+// claimBatch returns dc's batch with the claim and BEGIN queued on it
+// (queue(b, true)), for the claim's round trip in leaseTx.begin. That
+// BEGIN sets the whole batch, which needs no emptying first.
+func (dc *deferredClaim) claimBatch() *batch {
+	dc.queue(&dc.b, true)
+	return &dc.b
+}
+
 // claimDeferred returns a lease that has not claimed the key: it holds a
 // pooled connection, on which the claim goes out with the lease
 // transaction's first statement (leaseTx.begin), or with Complete or
@@ -102,7 +110,7 @@ func (s *Store) claimDeferred(ctx context.Context, p *idemstore.ClaimParams) (id
 	}
 	dl := &deferredLease{}
 	dc, l := &dl.claim, &dl.lease
-	dc.store, dc.scope, dc.lock = s, p.Scope, lockKey(p.Scope)
+	dc.store, dc.scope, dc.lock = s, &l.scope, lockKey(p.Scope)
 	dc.row.init(p)
 	dc.staleDest[0] = &dc.stale
 	l.info.Token = 1
@@ -136,12 +144,13 @@ func (dc *deferredClaim) refused() error {
 	return dc.refusal
 }
 
-// queue queues the claim's guard on b, which must be empty; with begin,
-// BEGIN after it, which turns the round trip's implicit transaction, where
-// the guard took the key's lock, into the explicit one that the handler's
-// statements run in. b then carries a transaction for BatchResults.Tx: its
-// begin query is the guard. The round trip's results are read with
-// readGuard first (with begin, sendBegin sends it and reads both).
+// queue queues the claim's guard on b, which must be empty unless begin
+// is set; with begin, which replaces what b held, BEGIN after it, which
+// turns the round trip's implicit transaction, where the guard took the
+// key's lock, into the explicit one that the handler's statements run in.
+// b then carries a transaction for BatchResults.Tx: its begin query is the
+// guard. The round trip's results are read with readGuard first (with
+// begin, sendBegin sends it and reads both).
 func (dc *deferredClaim) queue(b *batch, begin bool) {
 	if dc.store.typedArgs {
 		dc.guardArgs = [4]any{(*intArg)(&dc.lock), (*textArg)(&dc.scope.ClientID), (*textArg)(&dc.scope.Key), (*timeArg)(dc.cutoff)}
@@ -222,23 +231,23 @@ func (dc *deferredClaim) settleFailed(ctx context.Context, conn *pgxpool.Conn, e
 // conn is idle again: the refusal rolled its round trip back.
 func (dc *deferredClaim) existing(ctx context.Context, conn *pgxpool.Conn, code string) (*idemstore.Record, error) {
 	if code == codeKeyInFlight {
-		return inFlight(dc.scope), nil
+		return inFlight(*dc.scope), nil
 	}
 	var (
 		rec *idemstore.Record
 		err error
 	)
 	if conn.Conn().IsClosed() {
-		rec, err = dc.store.probe(ctx, dc.scope)
+		rec, err = dc.store.probe(ctx, *dc.scope)
 	} else {
-		rec, err = loadKey(ctx, conn, dc.scope)
+		rec, err = loadKey(ctx, conn, *dc.scope)
 	}
 	if err != nil || rec != nil {
 		return rec, err
 	}
 	// Gone again (purged, or deleted by an operator): it was there a moment
 	// ago, so answer as for a key in flight, which the retry settles.
-	return inFlight(dc.scope), nil
+	return inFlight(*dc.scope), nil
 }
 
 // checkFree settles a deferred claim that Release ends before anything was

@@ -104,6 +104,7 @@ func (lt *leaseTx) open(conn *pgxpool.Conn, tx pgx.Tx) {
 // whether it did. The lock is held for the round trip, so that the lease
 // cannot end, and its connection go back to the pool, in the middle of it.
 func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args []any) (tag pgconn.CommandTag, ran bool, err error) {
+	withSQL := sql != ""
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
 	if lt.ended.Load() {
@@ -121,18 +122,17 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 	dc := lt.claim
 	if refusal := dc.refused(); refusal != nil {
 		// Nothing runs for a request whose claim was refused.
-		return pgconn.CommandTag{}, sql != "", refusal
+		return pgconn.CommandTag{}, withSQL, refusal
 	}
 	claiming := dc.pending()
 	var b *batch
 	if claiming {
-		b = dc.batch()
-		dc.queue(b, true) // the claim, then BEGIN: one round trip
+		b = dc.claimBatch() // the claim, then BEGIN: one round trip
 	} else {
 		b = newBatch()
 		b.BeginTx(pgx.TxOptions{IsoLevel: lt.store.cfg.IsoLevel})
 	}
-	if sql != "" {
+	if withSQL {
 		b.add(sql, args...)
 	}
 	var br pgx.BatchResults
@@ -143,7 +143,7 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 		_, err = br.Exec() // BEGIN
 	}
 	tx := br.Tx()
-	if err == nil && sql != "" {
+	if err == nil && withSQL {
 		tag, err = br.Exec()
 	}
 	// Close reads what is left and returns the first error, if any, in
@@ -161,13 +161,13 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 	}
 	if claiming {
 		if refusal := dc.settle(ctx, lt.conn, err, inTx); refusal != nil {
-			return pgconn.CommandTag{}, sql != "", refusal
+			return pgconn.CommandTag{}, withSQL, refusal
 		}
 	}
-	if sql == "" && err != nil {
+	if !withSQL && err != nil {
 		err = wrapErr(ctx, "begin handler transaction", err)
 	}
-	return tag, sql != "", err
+	return tag, withSQL, err
 }
 
 // deferrable reports whether an Exec of args can go out in a batch with
