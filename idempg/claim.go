@@ -68,7 +68,7 @@ func (s *Store) Claim(ctx context.Context, p idemstore.ClaimParams) (idemstore.C
 	if err := ctx.Err(); err != nil {
 		return idemstore.ClaimResult{}, fmt.Errorf("idempg: claim: %w", err)
 	}
-	if p.Speculative && !p.TwoPhase && s.deferredClaims() {
+	if p.Speculative && !p.TwoPhase && s.deferredClaims {
 		return s.claimDeferred(ctx, &p)
 	}
 	if p.TwoPhase {

@@ -88,20 +88,21 @@ type lease struct {
 // newLease makes the lease for a claim of p that holds the key by h, with
 // conn and tx, when not nil, as the lease's transaction (see leaseTx).
 func (s *Store) newLease(p idemstore.ClaimParams, info idemstore.LeaseInfo, h holder, conn *pgxpool.Conn, tx pgx.Tx) *lease {
-	l := &lease{}
-	s.initLease(l, &p, info, h, conn, tx)
-	return l
-}
-
-// initLease is newLease on l, a zero lease that the caller allocated (as
-// part of a deferredLease, say).
-func (s *Store) initLease(l *lease, p *idemstore.ClaimParams, info idemstore.LeaseInfo, h holder, conn *pgxpool.Conn, tx pgx.Tx) {
-	l.store, l.scope, l.h, l.info = s, p.Scope, h, info
-	l.claimedAt, l.start = p.Now, time.Now()
-	l.tx.store = s
+	l := &lease{info: info}
+	s.initLease(l, &p, h)
 	if conn != nil || tx != nil {
 		l.tx.open(conn, tx)
 	}
+	return l
+}
+
+// initLease sets l, a lease that the caller allocated (as part of a
+// deferredLease, say) with its info set, for a claim of p that holds the
+// key by h. Its transaction is the caller's to open.
+func (s *Store) initLease(l *lease, p *idemstore.ClaimParams, h holder) {
+	l.store, l.scope, l.h = s, p.Scope, h
+	l.claimedAt, l.start = p.Now, time.Now()
+	l.tx.store = s
 	// A claim that wrote no row yet (a session lock, a deferred claim)
 	// will write the claim's Now, which PostgreSQL keeps in microseconds.
 	if l.info.CreatedAt.IsZero() {
@@ -130,19 +131,8 @@ func (l *lease) completedAt() time.Time {
 // already completed or released; the key is then left as that call left
 // it.
 func (l *lease) Complete(ctx context.Context, resp *idemstore.Response) error {
-	err := l.complete(ctx, resp)
-	// A two-phase claim is committed: a Release after this failure frees
-	// it (see idemstore.Lease).
-	if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) && !errors.Is(err, ErrLeaseEnded) {
-		l.completeFailed = true
-	}
-	return err
-}
-
-// complete is Complete but for what a failure leaves for Release.
-func (l *lease) complete(ctx context.Context, resp *idemstore.Response) error {
 	if resp == nil {
-		return errors.New("idempg: complete key: no response")
+		return l.completeFailedWith(errors.New("idempg: complete key: no response"))
 	}
 	conn, tx, ended := l.tx.end()
 	if ended {
@@ -151,9 +141,23 @@ func (l *lease) complete(ctx context.Context, resp *idemstore.Response) error {
 	header, err := record.EncodeHeader(resp.Header)
 	if err != nil {
 		_ = l.h.end(context.WithoutCancel(ctx), l, conn, tx)
-		return fmt.Errorf("idempg: %w", err)
+		return l.completeFailedWith(fmt.Errorf("idempg: %w", err))
 	}
-	return l.h.complete(ctx, l, conn, tx, resp, headerArg(header, l.store.typedArgs))
+	if err := l.h.complete(ctx, l, conn, tx, resp, headerArg(header, l.store.typedArgs)); err != nil {
+		return l.completeFailedWith(err)
+	}
+	return nil
+}
+
+// completeFailedWith returns err, the error of a Complete, after noting
+// what it leaves for Release: a two-phase claim is committed, and a Release
+// after a failure other than losing the lease frees it (see
+// idemstore.Lease).
+func (l *lease) completeFailedWith(err error) error {
+	if !errors.Is(err, idemstore.ErrLeaseLost) && !errors.Is(err, ErrLeaseEnded) {
+		l.completeFailed = true
+	}
+	return err
 }
 
 // Release implements [idemstore.Lease]. It returns an error wrapping
@@ -218,9 +222,8 @@ func (l *lease) commitRound(ctx context.Context, b *batch, conn *pgxpool.Conn, t
 	var br pgx.BatchResults
 	switch {
 	case claiming:
-		br = l.store.sendClaim(ctx, conn, &b.Batch)
+		br, err = claim.sendBegin(ctx, conn, b)
 		tx = br.Tx()
-		err = claim.readBegin(br)
 	case began:
 		br = conn.SendBatch(ctx, &b.Batch)
 		tx = br.Tx()

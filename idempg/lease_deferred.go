@@ -16,14 +16,15 @@ const (
 	codeKeyExists   = "IDEM3" // the key exists and is not past retention
 )
 
-// deferredClaims reports whether a speculative atomic claim
+// deferredClaims reports whether, under cfg, a speculative atomic claim
 // (idemstore.ClaimParams.Speculative) is deferred to the lease's first round
 // trip: at READ COMMITTED, where each statement of the claim's round trip
 // takes a snapshot of its own. The claim holds the key by a
 // transaction-scoped lock, so it suits poolers in transaction mode too,
-// but not Config.NoAdvisoryLocks.
-func (s *Store) deferredClaims() bool {
-	return (s.cfg.IsoLevel == "" || s.cfg.IsoLevel == pgx.ReadCommitted) && !s.cfg.NoAdvisoryLocks
+// but not Config.NoAdvisoryLocks. New keeps the answer for the store's
+// configuration, read on every claim.
+func deferredClaims(cfg *Config) bool {
+	return (cfg.IsoLevel == "" || cfg.IsoLevel == pgx.ReadCommitted) && !cfg.NoAdvisoryLocks
 }
 
 // claimState is how far a deferred claim got.
@@ -53,7 +54,7 @@ const (
 type deferredClaim struct {
 	atomicLease
 	store  *Store
-	scope  idemstore.Scope
+	scope  *idemstore.Scope // the lease's
 	lock   int64
 	cutoff *time.Time // keys created at or before it are past retention; nil for none
 	row    pendingRow // what Complete inserts
@@ -90,6 +91,14 @@ func (dc *deferredClaim) batch() *batch {
 	return &dc.b
 }
 
+// claimBatch returns dc's batch with the claim and BEGIN queued on it
+// (queue(b, true)), for the claim's round trip in leaseTx.begin. That
+// BEGIN sets the whole batch, which needs no emptying first.
+func (dc *deferredClaim) claimBatch() *batch {
+	dc.queue(&dc.b, true)
+	return &dc.b
+}
+
 // claimDeferred returns a lease that has not claimed the key: it holds a
 // pooled connection, on which the claim goes out with the lease
 // transaction's first statement (leaseTx.begin), or with Complete or
@@ -100,19 +109,26 @@ func (s *Store) claimDeferred(ctx context.Context, p *idemstore.ClaimParams) (id
 		return idemstore.ClaimResult{}, err
 	}
 	dl := &deferredLease{}
-	dc := &dl.claim
-	dc.store, dc.scope, dc.lock = s, p.Scope, lockKey(p.Scope)
+	dc, l := &dl.claim, &dl.lease
+	dc.store, dc.scope, dc.lock = s, &l.scope, lockKey(p.Scope)
 	dc.row.init(p)
 	dc.staleDest[0] = &dc.stale
+	l.info.Token = 1
+	s.initLease(l, p, dc)
+	l.tx.open(conn, nil)
+	l.tx.claim = dc
 	if p.Retention > 0 {
 		// Truncated as pgx sends it, so that Go and the server compare
-		// created_at with the same instant.
-		dc.cutoffAt = p.Now.Add(-p.Retention).Truncate(time.Microsecond)
+		// created_at with the same instant. A retention of whole
+		// microseconds (any but a contrived one) keeps the truncated Now's
+		// remainder: the cutoff is then the lease's CreatedAt less it.
+		if p.Retention%time.Microsecond == 0 {
+			dc.cutoffAt = l.info.CreatedAt.Add(-p.Retention)
+		} else {
+			dc.cutoffAt = p.Now.Add(-p.Retention).Truncate(time.Microsecond)
+		}
 		dc.cutoff = &dc.cutoffAt
 	}
-	l := &dl.lease
-	s.initLease(l, p, idemstore.LeaseInfo{Token: 1}, dc, conn, nil)
-	l.tx.claim = dc
 	return idemstore.ClaimResult{Lease: l}, nil
 }
 
@@ -128,12 +144,13 @@ func (dc *deferredClaim) refused() error {
 	return dc.refusal
 }
 
-// queue queues the claim's guard on b, which must be empty; with begin,
-// BEGIN after it, which turns the round trip's implicit transaction, where
-// the guard took the key's lock, into the explicit one that the handler's
-// statements run in. b then carries a transaction for BatchResults.Tx: its
-// begin query is the guard. The round trip's results are read with
-// readGuard first (and readBegin, with begin).
+// queue queues the claim's guard on b, which must be empty unless begin
+// is set; with begin, which replaces what b held, BEGIN after it, which
+// turns the round trip's implicit transaction, where the guard took the
+// key's lock, into the explicit one that the handler's statements run in.
+// b then carries a transaction for BatchResults.Tx: its begin query is the
+// guard. The round trip's results are read with readGuard first (with
+// begin, sendBegin sends it and reads both).
 func (dc *deferredClaim) queue(b *batch, begin bool) {
 	if dc.store.typedArgs {
 		dc.guardArgs = [4]any{(*intArg)(&dc.lock), (*textArg)(&dc.scope.ClientID), (*textArg)(&dc.scope.Key), (*timeArg)(dc.cutoff)}
@@ -162,14 +179,16 @@ func (dc *deferredClaim) readGuard(br pgx.BatchResults) error {
 	return br.QueryRow().Scan(dc.staleDest[:]...)
 }
 
-// readBegin reads the guard's result and BEGIN's, the first two of br's,
-// from a round trip that queue(b, true) began.
-func (dc *deferredClaim) readBegin(br pgx.BatchResults) error {
-	if err := dc.readGuard(br); err != nil {
-		return err
+// sendBegin sends b, which queue(b, true) began, on conn (sendClaim), and
+// reads the guard's result and BEGIN's, the first two of the round trip's.
+func (dc *deferredClaim) sendBegin(ctx context.Context, conn *pgxpool.Conn, b *batch) (pgx.BatchResults, error) {
+	br := dc.store.sendClaim(ctx, conn, &b.Batch)
+	// readGuard's statement, written out: a call fewer on every new key.
+	if err := br.QueryRow().Scan(dc.staleDest[:]...); err != nil {
+		return br, err
 	}
 	_, err := br.Exec()
-	return err
+	return br, err
 }
 
 // settle records what the round trip that carried the claim, on conn,
@@ -177,6 +196,18 @@ func (dc *deferredClaim) readBegin(br pgx.BatchResults) error {
 // transaction, which only BEGIN, after the guard passed, opens. It returns
 // the refusal when the guard refused, else nil.
 func (dc *deferredClaim) settle(ctx context.Context, conn *pgxpool.Conn, err error, inTx bool) error {
+	if err == nil {
+		// The common case, apart so that it is inlined: the guard passed.
+		if inTx {
+			dc.state = claimHeld
+		}
+		return nil
+	}
+	return dc.settleFailed(ctx, conn, err, inTx)
+}
+
+// settleFailed is settle for a round trip that ended with an error.
+func (dc *deferredClaim) settleFailed(ctx context.Context, conn *pgxpool.Conn, err error, inTx bool) error {
 	switch code := pgCode(err); {
 	case code == codeKeyInFlight || code == codeKeyExists:
 		dc.state = claimRefused
@@ -200,23 +231,23 @@ func (dc *deferredClaim) settle(ctx context.Context, conn *pgxpool.Conn, err err
 // conn is idle again: the refusal rolled its round trip back.
 func (dc *deferredClaim) existing(ctx context.Context, conn *pgxpool.Conn, code string) (*idemstore.Record, error) {
 	if code == codeKeyInFlight {
-		return inFlight(dc.scope), nil
+		return inFlight(*dc.scope), nil
 	}
 	var (
 		rec *idemstore.Record
 		err error
 	)
 	if conn.Conn().IsClosed() {
-		rec, err = dc.store.probe(ctx, dc.scope)
+		rec, err = dc.store.probe(ctx, *dc.scope)
 	} else {
-		rec, err = loadKey(ctx, conn, dc.scope)
+		rec, err = loadKey(ctx, conn, *dc.scope)
 	}
 	if err != nil || rec != nil {
 		return rec, err
 	}
 	// Gone again (purged, or deleted by an operator): it was there a moment
 	// ago, so answer as for a key in flight, which the retry settles.
-	return inFlight(dc.scope), nil
+	return inFlight(*dc.scope), nil
 }
 
 // checkFree settles a deferred claim that Release ends before anything was
@@ -279,8 +310,14 @@ func (dc *deferredClaim) complete(ctx context.Context, l *lease, conn *pgxpool.C
 	if conn == nil {
 		return err // no connection could be had; nothing was sent
 	}
+	if err == nil {
+		// Stored and committed, the common case: what settle and
+		// settleCommit do for it.
+		conn.Release()
+		return nil
+	}
 	if claim != nil {
-		if refusal := dc.settle(ctx, conn, err, false); refusal != nil {
+		if refusal := dc.settleFailed(ctx, conn, err, false); refusal != nil {
 			conn.Release() // the server rolled the round trip back
 			return refusal
 		}

@@ -150,6 +150,8 @@ type Store struct {
 	// pool's query mode, so the hot statements send the argument types of
 	// arg.go, which it encodes without allocating.
 	typedArgs bool
+	// deferredClaims is deferredClaims(cfg).
+	deferredClaims bool
 
 	// testHooks are set by the package's tests only.
 	testHooks testHooks
@@ -183,6 +185,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		claimLockTimeout: fmt.Sprintf("%dms", c.ClaimLockTimeout.Milliseconds()),
 		prepareClaims:    mode == pgx.QueryExecModeCacheStatement,
 		typedArgs:        typedArgs(mode),
+		deferredClaims:   deferredClaims(c),
 	}, nil
 }
 
@@ -194,8 +197,8 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // Config.AcquireTimeout.
 func (s *Store) acquire(ctx context.Context, op string) (*pgxpool.Conn, error) {
 	actx, cancel := context.WithTimeout(ctx, s.cfg.AcquireTimeout)
-	defer cancel()
 	conn, err := s.pool.Acquire(actx)
+	cancel() // not deferred: a call that panicked leaves a timer to fire
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("idempg: %s: no connection within %s: %w", op, s.cfg.AcquireTimeout, idemstore.ErrUnavailable)

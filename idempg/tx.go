@@ -41,7 +41,23 @@ func TxFromContext(ctx context.Context) (pgx.Tx, error) {
 	if !ok {
 		return nil, ErrNoTx
 	}
-	return lt.get(ctx)
+	lt.mu.Lock()
+	if lt.ended.Load() {
+		lt.mu.Unlock()
+		return nil, ErrLeaseEnded
+	}
+	if lt.view == nil {
+		conn, err := lt.store.acquire(ctx, "begin handler transaction")
+		if err != nil {
+			lt.mu.Unlock()
+			return nil, err
+		}
+		lt.conn = conn
+		lt.view = &observedTx{lt: lt, top: true}
+	}
+	view := lt.view
+	lt.mu.Unlock()
+	return view, nil
 }
 
 // leaseTx is a lease's transaction, opened with the claim or on first use.
@@ -82,32 +98,13 @@ func (lt *leaseTx) open(conn *pgxpool.Conn, tx pgx.Tx) {
 	lt.view = &lt.firstView
 }
 
-func (lt *leaseTx) get(ctx context.Context) (pgx.Tx, error) {
-	lt.mu.Lock()
-	if lt.ended.Load() {
-		lt.mu.Unlock()
-		return nil, ErrLeaseEnded
-	}
-	if lt.view == nil {
-		conn, err := lt.store.acquire(ctx, "begin handler transaction")
-		if err != nil {
-			lt.mu.Unlock()
-			return nil, err
-		}
-		lt.conn = conn
-		lt.view = &observedTx{lt: lt, top: true}
-	}
-	view := lt.view
-	lt.mu.Unlock()
-	return view, nil
-}
-
 // begin begins the deferred transaction of view, the lease's top view,
 // unless it has begun. With sql set, it sends sql and args in the same
 // round trip as BEGIN, as Exec does, and returns their result; ran reports
 // whether it did. The lock is held for the round trip, so that the lease
 // cannot end, and its connection go back to the pool, in the middle of it.
 func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args []any) (tag pgconn.CommandTag, ran bool, err error) {
+	withSQL := sql != ""
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
 	if lt.ended.Load() {
@@ -125,30 +122,28 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 	dc := lt.claim
 	if refusal := dc.refused(); refusal != nil {
 		// Nothing runs for a request whose claim was refused.
-		return pgconn.CommandTag{}, sql != "", refusal
+		return pgconn.CommandTag{}, withSQL, refusal
 	}
 	claiming := dc.pending()
 	var b *batch
 	if claiming {
-		b = dc.batch()
-		dc.queue(b, true) // the claim, then BEGIN: one round trip
+		b = dc.claimBatch() // the claim, then BEGIN: one round trip
 	} else {
 		b = newBatch()
 		b.BeginTx(pgx.TxOptions{IsoLevel: lt.store.cfg.IsoLevel})
 	}
-	if sql != "" {
+	if withSQL {
 		b.add(sql, args...)
 	}
 	var br pgx.BatchResults
 	if claiming {
-		br = lt.store.sendClaim(ctx, lt.conn, &b.Batch)
-		err = dc.readBegin(br) // the guard and BEGIN
+		br, err = dc.sendBegin(ctx, lt.conn, b) // the guard and BEGIN
 	} else {
 		br = lt.conn.SendBatch(ctx, &b.Batch)
 		_, err = br.Exec() // BEGIN
 	}
 	tx := br.Tx()
-	if err == nil && sql != "" {
+	if err == nil && withSQL {
 		tag, err = br.Exec()
 	}
 	// Close reads what is left and returns the first error, if any, in
@@ -166,13 +161,13 @@ func (lt *leaseTx) begin(ctx context.Context, view *observedTx, sql string, args
 	}
 	if claiming {
 		if refusal := dc.settle(ctx, lt.conn, err, inTx); refusal != nil {
-			return pgconn.CommandTag{}, sql != "", refusal
+			return pgconn.CommandTag{}, withSQL, refusal
 		}
 	}
-	if sql == "" && err != nil {
+	if !withSQL && err != nil {
 		err = wrapErr(ctx, "begin handler transaction", err)
 	}
-	return tag, sql != "", err
+	return tag, withSQL, err
 }
 
 // deferrable reports whether an Exec of args can go out in a batch with
@@ -225,12 +220,23 @@ func (lt *leaseTx) detach() (conn *pgxpool.Conn, tx pgx.Tx, ended bool) {
 	return conn, tx, false
 }
 
-// observe records a conflict in err.
+// observe records a conflict in err. It is inlined: most statements
+// return no error.
 func (lt *leaseTx) observe(err error) error {
-	if err != nil && isConflict(err) {
-		lt.conflicted.Store(true)
+	if err != nil {
+		lt.observeErr(err)
 	}
 	return err
+}
+
+// observeErr is observe's rare half, kept out of line so that observe is
+// inlined.
+//
+//go:noinline
+func (lt *leaseTx) observeErr(err error) {
+	if isConflict(err) {
+		lt.conflicted.Store(true)
+	}
 }
 
 var _ pgx.Tx = (*observedTx)(nil)
