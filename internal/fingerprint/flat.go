@@ -139,13 +139,13 @@ func (s *scratch) encodedFlat(p *Params, f *Fingerprint) (fields []byte, ok, sca
 		// s.hash, written out: the call costs more than its lines here.
 		s.h.Reset()
 		s.h.Write(in)
-		sum := s.h.Sum(s.sums[:0])
+		s.h.Sum(s.sums[:0]) // into s.sums, which has room
 		out[w], out[w+1] = '"', '/'
 		w += 2 + copy(out[w+2:], name)
 		// The rest of the field has a fixed length.
 		rest := (*[len(`":"",`) + digestLen]byte)(out[w:])
 		rest[0], rest[1], rest[2] = '"', ':', '"'
-		putDigest((*[digestLen]byte)(rest[3:]), (*[16]byte)(sum[:16]))
+		putDigest((*[digestLen]byte)(rest[3:]), (*[16]byte)(s.sums[:16]))
 		rest[len(rest)-2], rest[len(rest)-1] = '"', ','
 		w += len(rest)
 		start = k + 2
