@@ -108,7 +108,10 @@ func (s *scratch) flatJSON(src []byte) bool {
 // between; the bytes are those of scratch.encodeFields. It sets f's Sum
 // and Kind in place, which spares copies of the Fingerprint. It reports
 // false, having computed nothing and left f as it was, for any other
-// request, and whether it scanned the body to find it is not flat.
+// request, and whether it scanned the body to find it is not flat. A flat
+// body with a name or value whose length takes more than one byte in a
+// digest's input, rare, it leaves to flatJSON, as not scanned: then each
+// field's input fits in s.flatField, with no growth to check.
 func (s *scratch) encodedFlat(p *Params, f *Fingerprint) (fields []byte, ok, scanned bool) {
 	if p.RawQuery != "" || len(p.Exclude) > 0 || p.ContentType != "application/json" || len(p.Body) == 0 {
 		return nil, false, false
@@ -122,32 +125,38 @@ func (s *scratch) encodedFlat(p *Params, f *Fingerprint) (fields []byte, ok, sca
 	// Each field is `"/name":"digest",` (see encodedFieldLen); then the
 	// kind, which needs no escapes.
 	const kind = `"` + kindMember + `":"` + kindJSON + `"}`
-	out := make([]byte, 1+m*encodedFieldLen(1)+names+len(kind))
+	out := make([]byte, 1+m*(len(`"/":"",`)+digestLen)+names+len(kind))
 	out[0] = '{'
 	w := 1
 	start := 2 // where the first name starts
 	for _, span := range spans[:m] {
 		j, k := int(span[0]), int(span[1])
-		name := src[start:j]
+		name, value := src[start:j], src[j+2:k]
 		// The digest's input, as digestField writes it, in one piece.
-		in := append(appendLen(s.field[:len(fieldHead)], 1+len(name)), '/')
-		in = append(in, name...)
-		in = append(appendLen(in, k-j-2), src[j+2:k]...)
-		if cap(in) > cap(s.field) {
-			s.field = in
+		n := len(name)
+		if n >= 0x7f || len(value) >= 0x80 {
+			// A length takes more than a byte: rare enough to leave to
+			// the general path, which reads flat bodies too.
+			return nil, false, false
 		}
+		in := &s.flatField
+		in[len(fieldHead)], in[len(fieldHead)+1] = byte(1+n), '/'
+		copy(in[len(fieldHead)+2:], name)
+		in[len(fieldHead)+2+n] = byte(len(value))
+		copy(in[len(fieldHead)+3+n:], value)
 		// s.hash, written out: the call costs more than its lines here.
 		s.h.Reset()
-		s.h.Write(in)
+		s.h.Write(in[:len(fieldHead)+3+n+len(value)])
 		s.h.Sum(s.sums[:0]) // into s.sums, which has room
-		out[w], out[w+1] = '"', '/'
-		w += 2 + copy(out[w+2:], name)
-		// The rest of the field has a fixed length.
-		rest := (*[len(`":"",`) + digestLen]byte)(out[w:])
+		// The field in out: its pointer, then a part of fixed length.
+		field := out[w : w+len(`"/":"",`)+digestLen+n]
+		field[0], field[1] = '"', '/'
+		copy(field[2:], name)
+		rest := (*[len(`":"",`) + digestLen]byte)(field[2+n:])
 		rest[0], rest[1], rest[2] = '"', ':', '"'
 		putDigest((*[digestLen]byte)(rest[3:]), (*[16]byte)(s.sums[:16]))
 		rest[len(rest)-2], rest[len(rest)-1] = '"', ','
-		w += len(rest)
+		w += len(field)
 		start = k + 2
 	}
 	copy(out[w:], kind)

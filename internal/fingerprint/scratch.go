@@ -42,6 +42,9 @@ type scratch struct {
 	// flatJSON), as encodedFlat found it.
 	notFlat bool
 	spans   flatSpans // encodedFlat's
+	// flatField is fieldHead, then room for the rest of the input of a
+	// field digest whose lengths take one byte each: encodedFlat's.
+	flatField [len(fieldHead) + 1 + 1 + 0x7e + 1 + 0x7f]byte
 }
 
 // formPair is one name=value pair of a form body or query, unescaped; or,
@@ -57,7 +60,9 @@ type formPair struct {
 const maxScratchBytes = 256 << 10
 
 var scratchPool = sync.Pool{New: func() any {
-	return &scratch{h: sha256.New(), field: []byte(fieldHead), enc: jcs.Encoder{Options: canonicalForm}}
+	s := &scratch{h: sha256.New(), field: []byte(fieldHead), enc: jcs.Encoder{Options: canonicalForm}}
+	copy(s.flatField[:], fieldHead)
+	return s
 }}
 
 // release returns s to the pool, without references into a request.
