@@ -159,7 +159,7 @@ func (s *scratch) flatJSON(src []byte) bool {
 // request, and whether it scanned the body to find it is not flat. A flat
 // body with a name or value whose length takes more than one byte in a
 // digest's input, rare, it leaves to flatJSON, as not scanned: then each
-// field's input fits in s.flatField, with no growth to check.
+// field's input fits in s.flatField.
 func (s *scratch) encodedFlat(p *Params, f *Fingerprint) (fields []byte, ok, scanned bool) {
 	if p.RawQuery != "" || len(p.Exclude) > 0 || p.ContentType != "application/json" || len(p.Body) == 0 {
 		return nil, false, false
@@ -171,11 +171,13 @@ func (s *scratch) encodedFlat(p *Params, f *Fingerprint) (fields []byte, ok, sca
 		return nil, false, true
 	}
 	// Each field is `"/name":"digest",` (see encodedFieldLen); then the
-	// kind, which needs no escapes.
+	// kind, which needs no escapes. out and the digests' inputs are
+	// written with appends, which never grow them: unlike copy, an append
+	// leaves no branch to join after its call, where the compiler would
+	// load each of the loop's variables back into a register.
 	const kind = `"` + kindMember + `":"` + kindJSON + `"}`
-	out := make([]byte, 1+m*(len(`"/":"",`)+digestLen)+names+len(kind))
-	out[0] = '{'
-	w := 1
+	const restLen = len(`":"",`) + digestLen // a field's bytes after its pointer
+	out := append(make([]byte, 0, 1+m*(2+restLen)+names+len(kind)), '{')
 	start := 2 // where the first name starts
 	for _, span := range spans[:m] {
 		j, k := int(span[0]), int(span[1])
@@ -187,27 +189,23 @@ func (s *scratch) encodedFlat(p *Params, f *Fingerprint) (fields []byte, ok, sca
 			// the general path, which reads flat bodies too.
 			return nil, false, false
 		}
-		in := &s.flatField
-		in[len(fieldHead)], in[len(fieldHead)+1] = byte(1+n), '/'
-		copy(in[len(fieldHead)+2:], name)
-		in[len(fieldHead)+2+n] = byte(len(value))
-		copy(in[len(fieldHead)+3+n:], value)
+		in := append(s.flatField[:len(fieldHead)], byte(1+n), '/')
+		in = append(in, name...)
+		in = append(append(in, byte(len(value))), value...)
 		// s.hash, written out: the call costs more than its lines here.
 		s.h.Reset()
-		s.h.Write(in[:len(fieldHead)+3+n+len(value)])
+		s.h.Write(in)
 		s.h.Sum(s.sums[:0]) // into s.sums, which has room
 		// The field in out: its pointer, then a part of fixed length.
-		field := out[w : w+len(`"/":"",`)+digestLen+n]
-		field[0], field[1] = '"', '/'
-		copy(field[2:], name)
-		rest := (*[len(`":"",`) + digestLen]byte)(field[2+n:])
+		out = append(append(out, '"', '/'), name...)
+		out = out[:len(out)+restLen]
+		rest := (*[restLen]byte)(out[len(out)-restLen:])
 		rest[0], rest[1], rest[2] = '"', ':', '"'
 		putDigest((*[digestLen]byte)(rest[3:]), (*[16]byte)(s.sums[:16]))
 		rest[len(rest)-2], rest[len(rest)-1] = '"', ','
-		w += len(field)
 		start = k + 2
 	}
-	copy(out[w:], kind)
+	out = append(out, kind...)
 	head := append(s.head[:0], fingerprintHead...)
 	head = appendPart(head, p.Method)
 	head = appendPart(head, p.Path)
