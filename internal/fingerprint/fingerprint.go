@@ -151,7 +151,7 @@ func (s *scratch) fingerprint(p *Params) (Fingerprint, error) {
 	if err != nil {
 		return Fingerprint{}, err
 	}
-	head := append(s.head[:0], fingerprintHead...)
+	head := s.head[:len(fingerprintHead)]
 	head = appendPart(head, p.Method)
 	head = appendPart(head, p.Path)
 	head = appendPart(head, query)

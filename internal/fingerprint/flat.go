@@ -206,7 +206,7 @@ func (s *scratch) encodedFlat(p *Params, f *Fingerprint) (fields []byte, ok, sca
 		start = k + 2
 	}
 	out = append(out, kind...)
-	head := append(s.head[:0], fingerprintHead...)
+	head := s.head[:len(fingerprintHead)]
 	head = appendPart(head, p.Method)
 	head = appendPart(head, p.Path)
 	// The empty query, and the kind after its length: one constant.

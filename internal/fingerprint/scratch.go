@@ -15,7 +15,7 @@ import (
 // the last.
 type scratch struct {
 	h     hash.Hash
-	head  []byte            // the length-prefixed parts before a body
+	head  []byte            // fingerprintHead, then the parts before a body
 	field []byte            // fieldHead, then the parts of a field's digest
 	sums  [sha256.Size]byte // a hash's sum, where Sum appends it
 	query []byte            // the canonical query
@@ -60,7 +60,7 @@ type formPair struct {
 const maxScratchBytes = 256 << 10
 
 var scratchPool = sync.Pool{New: func() any {
-	s := &scratch{h: sha256.New(), field: []byte(fieldHead), enc: jcs.Encoder{Options: canonicalForm}}
+	s := &scratch{h: sha256.New(), head: []byte(fingerprintHead), field: []byte(fieldHead), enc: jcs.Encoder{Options: canonicalForm}}
 	copy(s.flatField[:], fieldHead)
 	return s
 }}
@@ -74,10 +74,13 @@ func (s *scratch) release() {
 	if cap(s.text) > maxScratchBytes || cap(s.value) > maxScratchBytes || cap(s.head) > maxScratchBytes ||
 		cap(s.query) > maxScratchBytes || cap(s.pointers) > maxScratchBytes || cap(s.unescaped) > maxScratchBytes ||
 		cap(s.field) > maxScratchBytes {
-		for _, b := range []*[]byte{&s.head, &s.query, &s.text, &s.value, &s.pointers, &s.unescaped} {
+		for _, b := range []*[]byte{&s.query, &s.text, &s.value, &s.pointers, &s.unescaped} {
 			if cap(*b) > maxScratchBytes {
 				*b = nil
 			}
+		}
+		if cap(s.head) > maxScratchBytes {
+			s.head = []byte(fingerprintHead)
 		}
 		if cap(s.field) > maxScratchBytes {
 			s.field = []byte(fieldHead)
