@@ -170,6 +170,19 @@ func (s *scratch) encodedFlat(p *Params, f *Fingerprint) (fields []byte, ok, sca
 	if m == 0 {
 		return nil, false, true
 	}
+	if len(src) > 0x7f {
+		// A name or value may be long enough for its length to take
+		// more than a byte in its digest's input: rare enough to leave to
+		// the general path, which reads flat bodies too.
+		start := 2
+		for _, span := range spans[:m] {
+			j, k := int(span[0]), int(span[1])
+			if j-start >= 0x7f || k-j-2 >= 0x80 {
+				return nil, false, false
+			}
+			start = k + 2
+		}
+	}
 	// Each field is `"/name":"digest",` (see encodedFieldLen); then the
 	// kind, which needs no escapes. out and the digests' inputs are
 	// written with appends, which never grow them: unlike copy, an append
@@ -183,13 +196,7 @@ func (s *scratch) encodedFlat(p *Params, f *Fingerprint) (fields []byte, ok, sca
 		j, k := int(span[0]), int(span[1])
 		name, value := src[start:j], src[j+2:k]
 		// The digest's input, as digestField writes it, in one piece.
-		n := len(name)
-		if n >= 0x7f || len(value) >= 0x80 {
-			// A length takes more than a byte: rare enough to leave to
-			// the general path, which reads flat bodies too.
-			return nil, false, false
-		}
-		in := append(s.flatField[:len(fieldHead)], byte(1+n), '/')
+		in := append(s.flatField[:len(fieldHead)], byte(1+len(name)), '/')
 		in = append(in, name...)
 		in = append(append(in, byte(len(value))), value...)
 		// s.hash, written out: the call costs more than its lines here.

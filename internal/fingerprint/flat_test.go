@@ -105,7 +105,8 @@ func TestFlat(t *testing.T) {
 }
 
 // TestEncodedAllocs checks that Encoded allocates only the encoded fields
-// that it returns, for a flat body and for one that goes to the encoder.
+// that it returns, for a flat body, for one that goes to the encoder, and
+// for a flat one that encodedFlat leaves to flatJSON.
 func TestEncodedAllocs(t *testing.T) {
 	if race.Enabled {
 		t.Skip("sync.Pool drops scratches under the race detector")
@@ -113,6 +114,7 @@ func TestEncodedAllocs(t *testing.T) {
 	for _, body := range []string{
 		`{"amount":4200,"currency":"usd","customer":"cus_bench"}`,
 		`{"amount": 4200, "metadata": {"b": 1, "a": [2.5, "x"]}, "currency": "usd"}`,
+		`{"amount":4200,"description":"` + strings.Repeat("a", 200) + `"}`, // flat, left to flatJSON
 	} {
 		p := Params{Method: "POST", Path: "/v1/payments", ContentType: "application/json", Body: []byte(body)}
 		Encoded(p) // fill a scratch's buffers
