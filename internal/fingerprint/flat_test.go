@@ -67,13 +67,10 @@ func TestFlat(t *testing.T) {
 		}
 		if tt.long {
 			// Encoded reads it as flatJSON does.
-			if f, fields, err := Encoded(p); err == nil {
-				want, err := fingerprintOf(p)
-				if err != nil || f.Sum != want.Sum || !bytes.Equal(fields, want.encodeFields()) {
-					t.Errorf("Encoded(%s) = %x %s, %v; flatJSON's %x %s", tt.body, f.Sum, fields, err, want.Sum, want.encodeFields())
-				}
-			} else {
-				t.Errorf("Encoded(%s): %v", tt.body, err)
+			got, gotFields, err := Encoded(p)
+			want, wantErr := fingerprintOf(p)
+			if err != nil || wantErr != nil || got.Sum != want.Sum || !bytes.Equal(gotFields, want.encodeFields()) {
+				t.Errorf("Encoded(%s) = %x %s, %v; flatJSON's %x %s, %v", tt.body, got.Sum, gotFields, err, want.Sum, want.encodeFields(), wantErr)
 			}
 		}
 		var spans flatSpans
