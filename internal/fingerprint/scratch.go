@@ -89,10 +89,10 @@ func (s *scratch) release() {
 	scratchPool.Put(s)
 }
 
-// releaseFlat is release after encodedFlat, which uses only the head
-// and field buffers, and keeps no reference into the request.
+// releaseFlat is release after encodedFlat, whose only buffer that grows
+// is head, and which keeps no reference into the request.
 func (s *scratch) releaseFlat() {
-	if cap(s.head) > maxScratchBytes || cap(s.field) > maxScratchBytes {
+	if cap(s.head) > maxScratchBytes {
 		s.release()
 		return
 	}
