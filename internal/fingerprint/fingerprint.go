@@ -115,16 +115,16 @@ const (
 // them. It returns the field digests encoded (see scratch.encodeFields), in
 // their one allocation, and a Fingerprint without them (see
 // [Fingerprint.WithFields]).
-func Encoded(p Params) (Fingerprint, []byte, error) {
+func Encoded(p Params) (f Fingerprint, fields []byte, err error) {
 	s := scratchPool.Get().(*scratch)
-	var f Fingerprint
+	// encodedFlat sets the result in place, which spares a copy of it.
 	fields, ok, scanned := s.encodedFlat(&p, &f)
 	if ok {
 		s.releaseFlat()
 		return f, fields, nil
 	}
 	s.notFlat = scanned // the body is not flat: canonicalJSON need not look again
-	f, err := s.fingerprint(&p)
+	f, err = s.fingerprint(&p)
 	s.notFlat = false
 	if err != nil {
 		s.release()
@@ -151,7 +151,7 @@ func (s *scratch) fingerprint(p *Params) (Fingerprint, error) {
 	if err != nil {
 		return Fingerprint{}, err
 	}
-	head := append(s.head[:0], fingerprintHead...)
+	head := s.head[:len(fingerprintHead)]
 	head = appendPart(head, p.Method)
 	head = appendPart(head, p.Path)
 	head = appendPart(head, query)

@@ -2,7 +2,9 @@ package fingerprint
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
+	"math/bits"
 
 	"github.com/idemkit/idem/internal/jcs"
 )
@@ -29,6 +31,10 @@ type flatSpans [maxFlatFields][2]int32
 // scanFlat reports whether src is a flat body and, when it is, leaves in
 // spans where its names and values end. It returns the number of fields
 // and the total length of the names; 0 when src is not flat.
+//
+// It reads most names and strings eight bytes at a time, and most values
+// without a call: a call makes the compiler keep the loop's variables on
+// the stack.
 func scanFlat(src []byte, spans *flatSpans) (m, names int) {
 	n := len(src)
 	if n < 2 || n > math.MaxInt32 || src[0] != '{' || src[n-1] != '}' || src[1] == '}' {
@@ -42,6 +48,12 @@ func scanFlat(src []byte, spans *flatSpans) (m, names int) {
 		}
 		start := i + 1
 		j := start
+		for ; j+8 <= n; j += 8 {
+			if m := notLower(binary.LittleEndian.Uint64(src[j : j+8])); m != 0 {
+				j += bits.TrailingZeros64(m) >> 3
+				break
+			}
+		}
 		for j < n && pointerOdd[src[j]] == 0 {
 			j++
 		}
@@ -57,8 +69,34 @@ func scanFlat(src []byte, spans *flatSpans) (m, names int) {
 		}
 		lastStart, lastEnd = start, j
 		names += j - start
-		k := jcs.PlainValueEnd(src, j+2)
-		if k < 0 || k >= n {
+		// The value: jcs.PlainValueEnd, with its cases for a string and
+		// for an integer that does not start with 0 written out.
+		k := j + 2
+		if c := src[k]; c == '"' {
+			for k++; k+8 <= n; k += 8 {
+				if m := jcs.NotPlain(binary.LittleEndian.Uint64(src[k : k+8])); m != 0 {
+					k += bits.TrailingZeros64(m) >> 3
+					break
+				}
+			}
+			for k < n && jcs.PlainByte(src[k]) {
+				k++
+			}
+			if k >= n || src[k] != '"' {
+				return 0, 0
+			}
+			k++
+		} else if '1' <= c && c <= '9' {
+			// The byte after the digits must be ',' or '}', checked below.
+			for k++; k < n && '0' <= src[k] && src[k] <= '9'; k++ {
+			}
+			if k-j-2 > jcs.MaxPlainDigits {
+				return 0, 0
+			}
+		} else if k = jcs.PlainValueEnd(src, k); k < 0 {
+			return 0, 0
+		}
+		if k >= n {
 			return 0, 0
 		}
 		spans[m] = [2]int32{int32(j), int32(k)}
@@ -74,6 +112,16 @@ func scanFlat(src []byte, spans *flatSpans) (m, names int) {
 		}
 		i = k + 1
 	}
+}
+
+// notLower returns the eight bytes x, read little-endian, with the high
+// bit of the first one outside ']' to '}' set, and no bit of a byte before
+// it; 0 when all eight are in that range, which holds the lowercase
+// letters and '_', and none of the bytes that pointerOdd marks. No byte
+// before the first one outside carries into the next in either sum.
+func notLower(x uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	return (^(x + ones*(0x80-']')) | (x + ones*(0x80-'}'-1)) | x) & highs
 }
 
 // flatJSON leaves in s the pointers and digests of the fields of src, as
@@ -108,7 +156,10 @@ func (s *scratch) flatJSON(src []byte) bool {
 // between; the bytes are those of scratch.encodeFields. It sets f's Sum
 // and Kind in place, which spares copies of the Fingerprint. It reports
 // false, having computed nothing and left f as it was, for any other
-// request, and whether it scanned the body to find it is not flat.
+// request, and whether it scanned the body to find it is not flat. A flat
+// body with a name or value whose length takes more than one byte in a
+// digest's input, rare, it leaves to flatJSON, as not scanned: then each
+// field's input fits in s.flatField.
 func (s *scratch) encodedFlat(p *Params, f *Fingerprint) (fields []byte, ok, scanned bool) {
 	if p.RawQuery != "" || len(p.Exclude) > 0 || p.ContentType != "application/json" || len(p.Body) == 0 {
 		return nil, false, false
@@ -119,39 +170,50 @@ func (s *scratch) encodedFlat(p *Params, f *Fingerprint) (fields []byte, ok, sca
 	if m == 0 {
 		return nil, false, true
 	}
+	if len(src) > 0x7f {
+		// A name or value may be long enough for its length to take
+		// more than a byte in its digest's input: rare enough to leave to
+		// the general path, which reads flat bodies too.
+		start := 2
+		for _, span := range spans[:m] {
+			j, k := int(span[0]), int(span[1])
+			if j-start >= 0x7f || k-j-2 >= 0x80 {
+				return nil, false, false
+			}
+			start = k + 2
+		}
+	}
 	// Each field is `"/name":"digest",` (see encodedFieldLen); then the
-	// kind, which needs no escapes.
+	// kind, which needs no escapes. out and the digests' inputs are
+	// written with appends, which never grow them: unlike copy, an append
+	// leaves no branch to join after its call, where the compiler would
+	// load each of the loop's variables back into a register.
 	const kind = `"` + kindMember + `":"` + kindJSON + `"}`
-	out := make([]byte, 1+m*encodedFieldLen(1)+names+len(kind))
-	out[0] = '{'
-	w := 1
+	const restLen = len(`":"",`) + digestLen // a field's bytes after its pointer
+	out := append(make([]byte, 0, 1+m*(2+restLen)+names+len(kind)), '{')
 	start := 2 // where the first name starts
 	for _, span := range spans[:m] {
 		j, k := int(span[0]), int(span[1])
-		name := src[start:j]
+		name, value := src[start:j], src[j+2:k]
 		// The digest's input, as digestField writes it, in one piece.
-		in := append(appendLen(s.field[:len(fieldHead)], 1+len(name)), '/')
+		in := append(s.flatField[:len(fieldHead)], byte(1+len(name)), '/')
 		in = append(in, name...)
-		in = append(appendLen(in, k-j-2), src[j+2:k]...)
-		if cap(in) > cap(s.field) {
-			s.field = in
-		}
+		in = append(append(in, byte(len(value))), value...)
 		// s.hash, written out: the call costs more than its lines here.
 		s.h.Reset()
 		s.h.Write(in)
-		sum := s.h.Sum(s.sums[:0])
-		out[w], out[w+1] = '"', '/'
-		w += 2 + copy(out[w+2:], name)
-		// The rest of the field has a fixed length.
-		rest := (*[len(`":"",`) + digestLen]byte)(out[w:])
+		s.h.Sum(s.sums[:0]) // into s.sums, which has room
+		// The field in out: its pointer, then a part of fixed length.
+		out = append(append(out, '"', '/'), name...)
+		out = out[:len(out)+restLen]
+		rest := (*[restLen]byte)(out[len(out)-restLen:])
 		rest[0], rest[1], rest[2] = '"', ':', '"'
-		putDigest((*[digestLen]byte)(rest[3:]), (*[16]byte)(sum[:16]))
+		putDigest((*[digestLen]byte)(rest[3:]), (*[16]byte)(s.sums[:16]))
 		rest[len(rest)-2], rest[len(rest)-1] = '"', ','
-		w += len(rest)
 		start = k + 2
 	}
-	copy(out[w:], kind)
-	head := append(s.head[:0], fingerprintHead...)
+	out = append(out, kind...)
+	head := s.head[:len(fingerprintHead)]
 	head = appendPart(head, p.Method)
 	head = appendPart(head, p.Path)
 	// The empty query, and the kind after its length: one constant.

@@ -15,7 +15,7 @@ import (
 // the last.
 type scratch struct {
 	h     hash.Hash
-	head  []byte            // the length-prefixed parts before a body
+	head  []byte            // fingerprintHead, then the parts before a body
 	field []byte            // fieldHead, then the parts of a field's digest
 	sums  [sha256.Size]byte // a hash's sum, where Sum appends it
 	query []byte            // the canonical query
@@ -42,6 +42,9 @@ type scratch struct {
 	// flatJSON), as encodedFlat found it.
 	notFlat bool
 	spans   flatSpans // encodedFlat's
+	// flatField is fieldHead, then room for the rest of the input of a
+	// field digest whose lengths take one byte each: encodedFlat's.
+	flatField [len(fieldHead) + 1 + 1 + 0x7e + 1 + 0x7f]byte
 }
 
 // formPair is one name=value pair of a form body or query, unescaped; or,
@@ -57,7 +60,9 @@ type formPair struct {
 const maxScratchBytes = 256 << 10
 
 var scratchPool = sync.Pool{New: func() any {
-	return &scratch{h: sha256.New(), field: []byte(fieldHead), enc: jcs.Encoder{Options: canonicalForm}}
+	s := &scratch{h: sha256.New(), head: []byte(fingerprintHead), field: []byte(fieldHead), enc: jcs.Encoder{Options: canonicalForm}}
+	copy(s.flatField[:], fieldHead)
+	return s
 }}
 
 // release returns s to the pool, without references into a request.
@@ -69,10 +74,13 @@ func (s *scratch) release() {
 	if cap(s.text) > maxScratchBytes || cap(s.value) > maxScratchBytes || cap(s.head) > maxScratchBytes ||
 		cap(s.query) > maxScratchBytes || cap(s.pointers) > maxScratchBytes || cap(s.unescaped) > maxScratchBytes ||
 		cap(s.field) > maxScratchBytes {
-		for _, b := range []*[]byte{&s.head, &s.query, &s.text, &s.value, &s.pointers, &s.unescaped} {
+		for _, b := range []*[]byte{&s.query, &s.text, &s.value, &s.pointers, &s.unescaped} {
 			if cap(*b) > maxScratchBytes {
 				*b = nil
 			}
+		}
+		if cap(s.head) > maxScratchBytes {
+			s.head = []byte(fingerprintHead)
 		}
 		if cap(s.field) > maxScratchBytes {
 			s.field = []byte(fieldHead)
@@ -81,10 +89,10 @@ func (s *scratch) release() {
 	scratchPool.Put(s)
 }
 
-// releaseFlat is release after encodedFlat, which uses only the head
-// and field buffers, and keeps no reference into the request.
+// releaseFlat is release after encodedFlat, whose only buffer that grows
+// is head, and which keeps no reference into the request.
 func (s *scratch) releaseFlat() {
-	if cap(s.head) > maxScratchBytes || cap(s.field) > maxScratchBytes {
+	if cap(s.head) > maxScratchBytes {
 		s.release()
 		return
 	}

@@ -196,15 +196,19 @@ func (p *parser) syntaxErrorAt(off int, msg string) error {
 	return &SyntaxError{Offset: int64(off), Msg: msg}
 }
 
+// MaxPlainDigits is the most digits of an integer that [PlainValueEnd]
+// accepts.
+const MaxPlainDigits = maxExactDigits
+
 // PlainValueEnd returns the end of the JSON value that starts at src[i]
 // when that value is its own canonical form in the simplest way, as the
 // values of most requests are: a string of printable ASCII without
-// escapes, an integer of up to 15 digits without sign or exponent, true,
-// false or null. It returns -1 for any other value, and for a value that
-// src does not hold to its end, which a caller then reads with an
-// [Encoder]. The byte after the value is not checked but for a number,
-// whose digits must end there: a following '.', 'e', 'E' or digit makes
-// it -1.
+// escapes (see [PlainByte]), an integer of up to [MaxPlainDigits] digits
+// without sign, exponent or leading zero, true, false or null. It returns
+// -1 for any other value, and for a value that src does not hold to its
+// end, which a caller then reads with an [Encoder]. The byte after the
+// value is not checked but for a number, whose digits must end there: a
+// following '.', 'e', 'E' or digit makes it -1.
 func PlainValueEnd(src []byte, i int) int {
 	if i < 0 || i >= len(src) {
 		return -1
@@ -216,7 +220,7 @@ func PlainValueEnd(src []byte, i int) int {
 		// without the call, as it holds most strings whole.
 		j := i + 1
 		if len(src)-j >= 8 {
-			if m := notPlain(binary.LittleEndian.Uint64(src[j:])); m != 0 {
+			if m := NotPlain(binary.LittleEndian.Uint64(src[j:])); m != 0 {
 				if j += bits.TrailingZeros64(m) >> 3; src[j] == '"' {
 					return j + 1
 				}

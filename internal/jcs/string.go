@@ -222,7 +222,7 @@ func utf16Key(r rune) rune {
 // are left, as a string's text mostly is.
 func plainEnd(src []byte, i int) int {
 	for ; i+8 <= len(src); i += 8 {
-		if m := notPlain(binary.LittleEndian.Uint64(src[i:])); m != 0 {
+		if m := NotPlain(binary.LittleEndian.Uint64(src[i:])); m != 0 {
 			return i + bits.TrailingZeros64(m)>>3
 		}
 	}
@@ -232,10 +232,14 @@ func plainEnd(src []byte, i int) int {
 	return i
 }
 
-// notPlain returns the eight bytes x, read little-endian, with the high bit
-// of the first one that plainASCII does not mark set, and no bit of a byte
-// before it; 0 when plainASCII marks all eight.
-func notPlain(x uint64) uint64 {
+// PlainByte reports whether a string that [PlainValueEnd] accepts may hold
+// c as it is: printable ASCII or DEL, but '"' and '\'.
+func PlainByte(c byte) bool { return plainASCII[c] }
+
+// NotPlain returns the eight bytes x, read little-endian, with the high bit
+// of the first one that [PlainByte] does not accept set, and no bit of a
+// byte before it; 0 when it accepts all eight.
+func NotPlain(x uint64) uint64 {
 	const (
 		ones  = 0x0101010101010101
 		highs = 0x8080808080808080
