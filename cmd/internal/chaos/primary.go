@@ -17,6 +17,11 @@ import (
 // another socket (an outgoing connection given that port as its local
 // one) can take the port in between: the bind fails, nothing listens any
 // more, and every connection to the database fails until the run ends.
+//
+// Every database connection of a run passes the switch, so it costs the
+// harness's process as few descriptors as it can: two per connection,
+// the client's and the primary's, held no longer than the connection
+// (see primaryDialTimeout and copyConn).
 type primarySwitch struct {
 	l net.Listener
 
@@ -94,11 +99,22 @@ func (s *primarySwitch) serve() {
 	}
 }
 
+// primaryDialTimeout bounds the switch's dial of the primary. A primary
+// too slow to accept (a loaded machine, a postmaster forking backends)
+// lets its listen queue fill, and the kernel then drops the dial's SYNs
+// and sends them again for about two minutes, while the client behind
+// the switch gives up and connects again: without a bound, each of its
+// attempts kept two descriptors of the harness (the client's connection
+// and the dial) for those two minutes. The bound lets the kernel send
+// the SYN twice more (after 1 s and 3 s) before the client is told that
+// the primary is down.
+const primaryDialTimeout = 5 * time.Second
+
 // forward pipes c to the current upstream until either side closes, or
 // a move closes both.
 func (s *primarySwitch) forward(c net.Conn) {
 	target := s.target()
-	up, err := net.Dial("tcp", target)
+	up, err := net.DialTimeout("tcp", target, primaryDialTimeout)
 	if err != nil {
 		c.Close() // the client sees the primary down
 		return
@@ -115,7 +131,7 @@ func (s *primarySwitch) forward(c net.Conn) {
 	s.mu.Unlock()
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		io.Copy(dst, src)
+		copyConn(dst, src)
 		done <- struct{}{}
 	}
 	go pipe(up, c)
@@ -128,4 +144,14 @@ func (s *primarySwitch) forward(c net.Conn) {
 	delete(s.conns, c)
 	delete(s.conns, up)
 	s.mu.Unlock()
+}
+
+// copyConn copies src to dst until src ends or either fails, through a
+// buffer of its own. io.Copy from one TCP connection to another splices:
+// on Linux it moves the bytes through a pipe held for the whole copy, two
+// more descriptors per direction, which made each connection through the
+// switch cost six descriptors instead of two.
+func copyConn(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
 }
