@@ -57,14 +57,7 @@ func TestEncodeHeaderIsEncodingJSON(t *testing.T) {
 		{"Z": {"1"}, "Y": {"2"}, "X": {"3"}, "W": {"4"}, "V": {"5"}, "U": {"6"}, "T": {"7"}, "S": {"8"}, "R": {"9"}, "Q": {"10"}},
 	}
 	for _, h := range headers {
-		want, err := json.Marshal(h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := EncodeHeader(h)
-		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("EncodeHeader(%q) = %s, %v; want %s", h, got, err, want)
-		}
+		checkEncodeHeader(t, h)
 	}
 }
 
@@ -75,13 +68,7 @@ func FuzzEncodeHeader(f *testing.F) {
 	f.Add("X-A", "<>&", "\x00")
 	f.Fuzz(func(t *testing.T, name, v1, v2 string) {
 		h := http.Header{name: {v1, v2}, "Location": {v2}}
-		want, err := json.Marshal(h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, err := EncodeHeader(h); err != nil || !bytes.Equal(got, want) {
-			t.Errorf("EncodeHeader(%q) = %s, %v; want %s", h, got, err, want)
-		}
+		checkEncodeHeader(t, h)
 	})
 }
 
@@ -92,28 +79,10 @@ func FuzzEncodeHeader(f *testing.F) {
 func TestEncodeHeaderRandom(t *testing.T) {
 	t.Parallel()
 	rnd := rand.New(rand.NewPCG(1, 2))
-	const plainBytes = "abcXYZ019-_/;=:., *+%"
-	const otherBytes = "\"\\<>&\x00\x1f\x7f\xc3\xa9\xe2\x80\xa8"
-	text := func() string {
-		b := make([]byte, rnd.IntN(40))
-		for i := range b {
-			b[i] = plainBytes[rnd.IntN(len(plainBytes))]
-		}
-		if len(b) > 0 && rnd.IntN(8) == 0 {
-			b[rnd.IntN(len(b))] = otherBytes[rnd.IntN(len(otherBytes))]
-		}
-		return string(b)
-	}
+	text := randomText(rnd, 40, "abcXYZ019-_/;=:., *+%", "\"\\<>&\x00\x1f\x7f\xc3\xa9\xe2\x80\xa8")
 	for range 20000 {
-		h := randomHeader(rnd, text, 13, 3)
-		want, err := json.Marshal(h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := EncodeHeader(h)
-		if err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("EncodeHeader(%q) = %s, %v; want %s", h, got, err, want)
-		}
+		h := randomHeader(rnd, text, text, 13, 3)
+		checkEncodeHeader(t, h)
 	}
 }
 
@@ -124,45 +93,17 @@ func TestEncodeHeaderDefaultNames(t *testing.T) {
 	t.Parallel()
 	rnd := rand.New(rand.NewPCG(5, 6))
 	names := []string{contentLanguage, contentType, location, contentLanguage, contentType, location, "X-Id", "Content-Typf", "", "Locatio"}
-	const plainBytes = "abcXYZ019-_/;=:., *+%"
-	const otherBytes = "\"\\<>&\x00\x1f\x7f\xc3\xa9"
+	text := randomText(rnd, 50, "abcXYZ019-_/;=:., *+%", "\"\\<>&\x00\x1f\x7f\xc3\xa9")
 	value := func() string {
 		if rnd.IntN(4) == 0 {
 			return []string{"application/json", "application/problem+json", "application/json; charset=utf-8", ""}[rnd.IntN(4)]
 		}
-		b := make([]byte, rnd.IntN(50))
-		for i := range b {
-			b[i] = plainBytes[rnd.IntN(len(plainBytes))]
-		}
-		if len(b) > 0 && rnd.IntN(8) == 0 {
-			b[rnd.IntN(len(b))] = otherBytes[rnd.IntN(len(otherBytes))]
-		}
-		return string(b)
+		return text()
 	}
 	name := func() string { return names[rnd.IntN(len(names))] }
 	for range 20000 {
-		h := http.Header{}
-		for range rnd.IntN(5) {
-			var vs []string
-			switch rnd.IntN(10) {
-			case 0: // nil
-			case 1:
-				vs = []string{}
-			default:
-				for range 1 + rnd.IntN(rnd.IntN(3)+1) {
-					vs = append(vs, value())
-				}
-			}
-			h[name()] = vs
-		}
-		want, err := json.Marshal(h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := EncodeHeader(h)
-		if err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("EncodeHeader(%q) = %s, %v; want %s", h, got, err, want)
-		}
+		h := randomHeader(rnd, name, value, 5, 3)
+		checkEncodeHeader(t, h)
 	}
 }
 
@@ -240,16 +181,9 @@ func TestDecodeResponseIsEncodingJSON(t *testing.T) {
 		checkDecode(t, []byte(header))
 	}
 	rnd := rand.New(rand.NewPCG(3, 4))
-	const plainBytes = "abcXYZ019-_/;=:., *+%<>&"
-	text := func() string {
-		b := make([]byte, rnd.IntN(30))
-		for i := range b {
-			b[i] = plainBytes[rnd.IntN(len(plainBytes))]
-		}
-		return string(b)
-	}
+	text := randomText(rnd, 30, "abcXYZ019-_/;=:., *+%<>&", "")
 	for range 20000 {
-		h := randomHeader(rnd, text, 20, 4)
+		h := randomHeader(rnd, text, text, 20, 4)
 		enc, err := EncodeHeader(h)
 		if err != nil {
 			t.Fatal(err)
@@ -410,9 +344,9 @@ func TestStopWord(t *testing.T) {
 	}
 }
 
-// randomHeader returns a header of fewer than fields names from text, each
-// with a nil value, an empty one, or 1 to values values from text.
-func randomHeader(rnd *rand.Rand, text func() string, fields, values int) http.Header {
+// randomHeader returns a header of fewer than fields names from name,
+// each with a nil value, an empty one, or 1 to values values from value.
+func randomHeader(rnd *rand.Rand, name, value func() string, fields, values int) http.Header {
 	h := http.Header{}
 	for range rnd.IntN(fields) {
 		var vs []string
@@ -422,10 +356,39 @@ func randomHeader(rnd *rand.Rand, text func() string, fields, values int) http.H
 			vs = []string{}
 		default:
 			for range 1 + rnd.IntN(values) {
-				vs = append(vs, text())
+				vs = append(vs, value())
 			}
 		}
-		h[text()] = vs
+		h[name()] = vs
 	}
 	return h
+}
+
+// randomText returns a maker of strings of fewer than max bytes drawn from
+// plain, one in eight of them with one byte drawn from other at a random
+// place (none when other is empty).
+func randomText(rnd *rand.Rand, max int, plain, other string) func() string {
+	return func() string {
+		b := make([]byte, rnd.IntN(max))
+		for i := range b {
+			b[i] = plain[rnd.IntN(len(plain))]
+		}
+		if other != "" && len(b) > 0 && rnd.IntN(8) == 0 {
+			b[rnd.IntN(len(b))] = other[rnd.IntN(len(other))]
+		}
+		return string(b)
+	}
+}
+
+// checkEncodeHeader fails t unless EncodeHeader writes the bytes that
+// encoding/json does for h.
+func checkEncodeHeader(t *testing.T, h http.Header) {
+	t.Helper()
+	want, err := json.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := EncodeHeader(h); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("EncodeHeader(%q) = %s, %v; want %s", h, got, err, want)
+	}
 }
