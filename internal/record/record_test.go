@@ -257,22 +257,7 @@ func TestPlainWord(t *testing.T) {
 			t.Fatalf("unplainWord(%q) tells plain %v; escaped tells %v", s, got, want)
 		}
 	}
-	for pos := range 8 {
-		for c := range 256 {
-			w := [8]byte{'a', 'b', 'c', ' ', '~', '!', 'z', '0'}
-			w[pos] = byte(c)
-			check(w)
-		}
-	}
-	for pos := range 7 {
-		for c := range 256 {
-			for d := range 256 {
-				w := [8]byte{'A', '/', '9', ':', 'y', '=', ';', '}'}
-				w[pos], w[pos+1] = byte(c), byte(d)
-				check(w)
-			}
-		}
-	}
+	eachTestWord(check)
 }
 
 // TestPlainRandom: plain is plainByByte for strings of every length up
@@ -326,22 +311,7 @@ func TestStopWord(t *testing.T) {
 			t.Fatalf("stopWord(%q) tells the first stop at %d; stringStop tells %d", w, got, first)
 		}
 	}
-	for pos := range 8 {
-		for c := range 256 {
-			w := [8]byte{'a', 'b', 'c', ' ', '~', '!', 'z', '0'}
-			w[pos] = byte(c)
-			check(w)
-		}
-	}
-	for pos := range 7 {
-		for c := range 256 {
-			for d := range 256 {
-				w := [8]byte{'A', '/', '9', ':', 'y', '=', ';', '}'}
-				w[pos], w[pos+1] = byte(c), byte(d)
-				check(w)
-			}
-		}
-	}
+	eachTestWord(check)
 }
 
 // randomHeader returns a header of fewer than fields names from name,
@@ -390,5 +360,28 @@ func checkEncodeHeader(t *testing.T, h http.Header) {
 	}
 	if got, err := EncodeHeader(h); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("EncodeHeader(%q) = %s, %v; want %s", h, got, err, want)
+	}
+}
+
+// eachTestWord calls check with every byte at every place in a word of
+// plain bytes, and with every pair of bytes side by side, where a carry or
+// borrow out of one byte reaches the next: the words that the word-wide
+// tests compare with their byte-by-byte tables.
+func eachTestWord(check func([8]byte)) {
+	for pos := range 8 {
+		for c := range 256 {
+			w := [8]byte{'a', 'b', 'c', ' ', '~', '!', 'z', '0'}
+			w[pos] = byte(c)
+			check(w)
+		}
+	}
+	for pos := range 7 {
+		for c := range 256 {
+			for d := range 256 {
+				w := [8]byte{'A', '/', '9', ':', 'y', '=', ';', '}'}
+				w[pos], w[pos+1] = byte(c), byte(d)
+				check(w)
+			}
+		}
 	}
 }
