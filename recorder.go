@@ -26,7 +26,7 @@ func (l replayList) response(rec *recorder) *idemstore.Response {
 		// The handler is done with its header, and the client gets copies
 		// of its values (see writeTo): the response can hold the header
 		// itself, or its values.
-		if len(l) == len(defaultLookups) { // the list by default
+		if len(l) == len(replay.Defaults) { // the list by default (see replay.Defaults)
 			return lookUp(rec, resp)
 		}
 		if l.all(rec) {
@@ -44,7 +44,7 @@ func (l replayList) response(rec *recorder) *idemstore.Response {
 // defaultLookups are the names on the replay list by default (see
 // replay.Headers), in the order lookUp looks them up: the commonest first.
 // There are no more of them than rec.fields has room for.
-var defaultLookups = [...]string{"Content-Type", "Location", "Content-Language"}
+var defaultLookups = [...]string{replay.ContentType, replay.Location, replay.ContentLanguage}
 
 // lookUp is response's header for the replay list by default. It looks the
 // names on the list up in rec.header, which costs less than reading the

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/idemkit/idem/internal/replay"
 )
 
 // EncodeHeader returns the stored form of a response's headers: the bytes
@@ -106,11 +108,11 @@ func EncodeHeader(h http.Header) ([]byte, error) {
 	return append(out, '}'), nil
 }
 
-// The names on the replay list by default (see replay.Headers).
+// The names on the replay list by default.
 const (
-	contentLanguage = "Content-Language"
-	contentType     = "Content-Type"
-	location        = "Location"
+	contentLanguage = replay.ContentLanguage
+	contentType     = replay.ContentType
+	location        = replay.Location
 )
 
 // defaultNames are the names on the replay list by default, in the order

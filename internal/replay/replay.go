@@ -10,11 +10,22 @@ import (
 	"slices"
 )
 
+// The names on the replay list by default, which every list begins with.
+const (
+	ContentType     = "Content-Type"
+	ContentLanguage = "Content-Language"
+	Location        = "Location"
+)
+
+// Defaults is the replay list by default. A list that Headers returns is
+// the default one exactly when it has as many names.
+var Defaults = [...]string{ContentType, ContentLanguage, Location}
+
 // Headers returns the response headers that a stored response keeps and
-// a replay sends: Content-Type, Content-Language and Location, then extra
-// (a Config's ReplayHeaders), canonical and each once.
+// a replay sends: Defaults, then extra (a Config's ReplayHeaders),
+// canonical and each once.
 func Headers(extra []string) []string {
-	l := []string{"Content-Type", "Content-Language", "Location"}
+	l := append(make([]string, 0, len(Defaults)+len(extra)), Defaults[:]...)
 	for _, h := range extra {
 		if h = http.CanonicalHeaderKey(h); !slices.Contains(l, h) {
 			l = append(l, h)
