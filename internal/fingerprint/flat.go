@@ -49,8 +49,8 @@ func scanFlat(src []byte, spans *flatSpans) (m, names int) {
 		start := i + 1
 		j := start
 		for ; j+8 <= n; j += 8 {
-			if m := notLower(binary.LittleEndian.Uint64(src[j : j+8])); m != 0 {
-				j += bits.TrailingZeros64(m) >> 3
+			if stop := notLower(binary.LittleEndian.Uint64(src[j : j+8])); stop != 0 {
+				j += bits.TrailingZeros64(stop) >> 3
 				break
 			}
 		}
@@ -74,8 +74,8 @@ func scanFlat(src []byte, spans *flatSpans) (m, names int) {
 		k := j + 2
 		if c := src[k]; c == '"' {
 			for k++; k+8 <= n; k += 8 {
-				if m := jcs.NotPlain(binary.LittleEndian.Uint64(src[k : k+8])); m != 0 {
-					k += bits.TrailingZeros64(m) >> 3
+				if stop := jcs.NotPlain(binary.LittleEndian.Uint64(src[k : k+8])); stop != 0 {
+					k += bits.TrailingZeros64(stop) >> 3
 					break
 				}
 			}
