@@ -10,7 +10,8 @@ import (
 // Report is the machine-readable form of a run, as `idem bench --json`
 // prints it.
 type Report struct {
-	// Order lists the variants in the order they ran.
+	// Order lists the variants in the order they ran in the first round;
+	// even rounds run all but the first in reverse (see roundOrder).
 	Order []string `json:"order"`
 	// Variants maps each variant's name to its figures.
 	Variants map[string]VariantReport `json:"variants"`

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -81,5 +82,50 @@ func TestTableColumnsLineUp(t *testing.T) {
 		if len(line) != len(lines[0]) {
 			t.Errorf("table:\n%s\nrow %q is %d characters wide, the header %d", table.String(), line, len(line), len(lines[0]))
 		}
+	}
+}
+
+// TestRoundOrder holds the rounds' orders to their promise: with three
+// variants, each two rounds run each variant right after each other one
+// exactly once, counting the step from one round into the next.
+func TestRoundOrder(t *testing.T) {
+	vs := []string{Bare, Atomic, Floor2RTRead}
+	var seq []string
+	for round := 1; round <= 4; round++ {
+		seq = append(seq, roundOrder(vs, round)...)
+	}
+	after := map[[2]string]int{}
+	for i := 1; i < len(seq); i++ {
+		after[[2]string{seq[i-1], seq[i]}]++
+	}
+	// Twelve runs make eleven steps: the first variant of round 1 has no
+	// predecessor, so one pair (the last of round 4 before the first of
+	// round 1, which a fifth round would add) is counted once.
+	for _, a := range vs {
+		for _, b := range vs {
+			if a == b {
+				if n := after[[2]string{a, b}]; n != 0 {
+					t.Errorf("%s ran right after itself %d times", a, n)
+				}
+				continue
+			}
+			want := 2
+			if a == seq[len(seq)-1] && b == seq[0] {
+				want = 1
+			}
+			if n := after[[2]string{a, b}]; n != want {
+				t.Errorf("%s ran right after %s %d times, want %d (order %v)", b, a, n, want, seq)
+			}
+		}
+	}
+	if got := roundOrder(vs, 1); !slices.Equal(got, vs) {
+		t.Errorf("round 1 ran %v, want the order given %v", got, vs)
+	}
+	if got, want := roundOrder(vs, 2), []string{Bare, Floor2RTRead, Atomic}; !slices.Equal(got, want) {
+		t.Errorf("round 2 ran %v, want %v", got, want)
+	}
+	two := []string{Atomic, Replay}
+	if got := roundOrder(two, 2); !slices.Equal(got, two) {
+		t.Errorf("two variants in round 2 ran %v, want %v", got, two)
 	}
 }
