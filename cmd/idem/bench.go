@@ -74,7 +74,7 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 		db             = dbFlag(fs, env, "database `URL`: postgres://..., mysql://... or sqlite:PATH (required; env DATABASE_URL)")
 		duration       = fs.Duration("duration", env.Duration("IDEM_BENCH_DURATION", 0), "`time` each variant runs per round (default 3s; env IDEM_BENCH_DURATION)")
 		requests       = fs.Int("requests", env.Int("IDEM_BENCH_REQUESTS", 0), "`number` of requests each variant sends per round, in place of --duration (env IDEM_BENCH_REQUESTS)")
-		rounds         = fs.Int("rounds", env.Int("IDEM_BENCH_ROUNDS", 0), "`number` of interleaved rounds, even ones running all variants but the first in reverse (default 3; env IDEM_BENCH_ROUNDS)")
+		rounds         = fs.Int("rounds", env.Int("IDEM_BENCH_ROUNDS", 0), "`number` of interleaved rounds, even ones running all variants but the first in reverse (default 4; env IDEM_BENCH_ROUNDS)")
 		concurrency    = fs.Int("concurrency", env.Int("IDEM_BENCH_CONCURRENCY", 0), "`number` of clients sending at once (default 8; env IDEM_BENCH_CONCURRENCY)")
 		variants       = fs.String("variants", env.String("IDEM_BENCH_VARIANTS", strings.Join(bench.AllVariants, ",")), "comma-separated `list` of variants; bare always runs (env IDEM_BENCH_VARIANTS)")
 		bouncer        = fs.String("pgbouncer", env.String("IDEM_BENCH_PGBOUNCER", ""), "`URL` of the same database through PgBouncer in pool_mode = transaction, for the variants bare-pgbouncer and atomic-pgbouncer (env IDEM_BENCH_PGBOUNCER)")

@@ -64,7 +64,8 @@ type Config struct {
 	// each round, in place of a Duration: a run of fixed size, whatever the
 	// speed of the machine. Defaults to 0 (run for Duration).
 	Requests int64
-	// Rounds is how many times the variants are interleaved. Defaults to 3.
+	// Rounds is how many times the variants are interleaved. Defaults to 4,
+	// an even number (see roundOrder).
 	Rounds int
 	// Concurrency is the number of clients sending at once. Defaults to 8.
 	Concurrency int
@@ -161,7 +162,7 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 		cfg.Duration = 3 * time.Second
 	}
 	if cfg.Rounds <= 0 {
-		cfg.Rounds = 3
+		cfg.Rounds = 4
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 8
