@@ -88,33 +88,29 @@ func decodePlain(header []byte) (http.Header, bool) {
 				f.empty = true
 				i = skipSpace(header, i+1) + 1
 			default:
-				i++
+				i = skipSpace(header, i+1)
 				for {
 					var v textSpan
-					if v, i, ok = scanString(header, skipSpace(header, i)); !ok {
+					if v, i, ok = scanString(header, i); !ok {
 						return nil, false
 					}
 					values = append(values, v)
-					if i = skipSpace(header, i); at(header, i, ']') {
-						i++
+					var end bool
+					if i, end, ok = afterItem(header, i, ']'); !ok {
+						return nil, false
+					} else if end {
 						break
 					}
-					if !at(header, i, ',') {
-						return nil, false
-					}
-					i++
 				}
 			}
 			f.n = len(values) - f.first
 			fields = append(fields, f)
-			if i = skipSpace(header, i); at(header, i, '}') {
-				i++
+			var end bool
+			if i, end, ok = afterItem(header, i, '}'); !ok {
+				return nil, false
+			} else if end {
 				break
 			}
-			if !at(header, i, ',') {
-				return nil, false
-			}
-			i = skipSpace(header, i+1)
 		}
 	}
 	if skipSpace(header, i) != len(header) {
@@ -145,6 +141,19 @@ type textSpan struct{ start, end int }
 
 // at reports whether b[i] is c.
 func at(b []byte, i int, c byte) bool { return i < len(b) && b[i] == c }
+
+// afterItem reads what follows an item of a list that closer ends, from
+// i: the closer (end), or a comma and the white space after it. It
+// returns where what follows begins, and false for anything else.
+func afterItem(b []byte, i int, closer byte) (next int, end, ok bool) {
+	switch i = skipSpace(b, i); {
+	case at(b, i, closer):
+		return i + 1, true, true
+	case at(b, i, ','):
+		return skipSpace(b, i+1), false, true
+	}
+	return i, false, false
+}
 
 // skipSpace returns where the white space that JSON allows between
 // tokens, if any, ends at i.
