@@ -305,8 +305,9 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 // first and the others in reverse. A variant's figures carry some of
 // what the one before it left behind (the database's writes to flush,
 // the heap's garbage): run in one order every round, the variant after
-// the heaviest (bare, which runs most requests) paid for it every time,
-// about 0.04 of its ratio on PostgreSQL here. In the usual run of three
+// the heaviest (bare, which runs most requests) paid for it every time:
+// on PostgreSQL here that lowered atomic over floor-2rt-read by about
+// 0.035 (docs/benchmarks.md, "A fair order"). In the usual run of three
 // (bare and the two to compare) each two rounds run each variant right
 // after each other one exactly once, counting across the rounds'
 // boundary; with more, the second and the last listed still trade places.
