@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/bodybuf"
+	"github.com/idemkit/idem/internal/deadline"
 	"github.com/idemkit/idem/internal/fingerprint"
 	"github.com/idemkit/idem/internal/keyspec"
 	"github.com/idemkit/idem/internal/recent"
@@ -23,10 +24,12 @@ type Middleware struct {
 	replayHeaders replayList
 	recent        *recent.Keys // keys claimed here lately; see claimOnce
 	tracing       tracing
+	// storeCalls bounds each store call by Config.StoreTimeout, without a
+	// timer of its own (see package deadline).
+	storeCalls *deadline.Queue
 	// wallClock is set when Config.Now is time.Now, the default, whose
-	// reading claimOnce then uses for the claim's deadline too; and
-	// claimsTimed when Config.Metrics counts claims, so that they are
-	// timed only then.
+	// reading claimOnce then uses to time the claim too; and claimsTimed
+	// when Config.Metrics counts claims, so that they are timed only then.
 	wallClock, claimsTimed bool
 }
 
@@ -49,7 +52,7 @@ func New(store idemstore.Store, cfg *Config) (*Middleware, error) {
 	c.Metrics = &resultNoter{next: c.Metrics, traced: c.Tracer != nil}
 	return &Middleware{
 		store: store, cfg: c, replayHeaders: newReplayList(c.ReplayHeaders), recent: recent.New(), tracing: tracing{c.Tracer},
-		wallClock: cfg != nil && cfg.Now == nil, claimsTimed: !untimed,
+		storeCalls: deadline.NewQueue(c.StoreTimeout), wallClock: cfg != nil && cfg.Now == nil, claimsTimed: !untimed,
 	}, nil
 }
 
@@ -244,11 +247,11 @@ func (m *Middleware) mayRerun(attempt int) bool {
 
 // finishContext bounds a call that finishes a lease. It does not depend on
 // the client staying connected: a handler that finished its work commits
-// it, and the client's retry gets the replay. Cancel it when the call
+// it, and the client's retry gets the replay. Stop it when the call
 // returns.
-func (m *Middleware) finishContext(c *call) (context.Context, context.CancelFunc) {
+func (m *Middleware) finishContext(c *call) *deadline.Context {
 	c.detached = detachedContext{c.r.Context()}
-	return context.WithTimeout(&c.detached, m.cfg.StoreTimeout)
+	return m.storeCalls.WithTimeout(&c.detached)
 }
 
 // detachedContext is the values of parent without its cancellation, as
@@ -273,8 +276,9 @@ func (m *Middleware) run(c *call, lease idemstore.Lease, attempt int) runOutcome
 		c.w = &discardWriter{} // the client has the response; see StreamResponse
 		defer rec.abortIfBroken()
 	}
-	ctx, cancel := m.finishContext(c)
-	defer cancel()
+	finish := m.finishContext(c)
+	defer finish.Stop()
+	var ctx context.Context = finish
 	rerun := func() bool { return m.mayRerun(attempt) && reportsConflict(lease) }
 	switch {
 	case rerun():
@@ -408,8 +412,8 @@ func (m *Middleware) execute(c *call, lease idemstore.Lease, attempt int) *recor
 			return
 		}
 		span.End(SpanEnd{Err: errHandlerPanicked})
-		ctx, cancel := m.finishContext(c)
-		defer cancel()
+		ctx := m.finishContext(c)
+		defer ctx.Stop()
 		m.cfg.Metrics.Request(ctx, ResultReleased)
 		var exists *idemstore.ExistsError
 		if err := lease.Release(ctx); err != nil && !errors.As(err, &exists) {

@@ -2,7 +2,6 @@ package idem
 
 import (
 	"bytes"
-	"context"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -27,21 +26,21 @@ func (m *Middleware) claimOnce(c *call) (idemstore.ClaimResult, error) {
 	ctx := c.r.Context()
 	now := m.cfg.Now()
 	started := now // time.Now's, with its monotonic reading
-	if !m.wallClock {
+	if m.claimsTimed && !m.wallClock {
 		started = time.Now()
 	}
 	sctx, span := ctx, untraced
 	if m.tracing.tracer != nil { // see untraced
 		sctx, span = m.startSpan(ctx, c, StepClaim, 0, nil)
 	}
-	claimCtx, cancel := context.WithDeadline(sctx, started.Add(m.cfg.StoreTimeout))
+	claimCtx := m.storeCalls.WithTimeout(sctx)
 	res, err := m.store.Claim(claimCtx, idemstore.ClaimParams{
 		Scope: c.scope, Method: c.r.Method, Path: c.path,
 		RequestHash: c.fp.Sum[:], RequestFields: c.fields,
 		TwoPhase: m.cfg.Mode == ModeTwoPhase, Now: now, LockTimeout: m.cfg.LockTimeout, Retention: m.cfg.Retention,
 		Speculative: m.speculative(c), TraceContext: c.traceContext,
 	})
-	cancel()
+	claimCtx.Stop()
 	if m.tracing.tracer != nil {
 		end := SpanEnd{Err: err}
 		if err == nil && res.Lease != nil {

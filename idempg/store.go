@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/deadline"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -152,6 +153,9 @@ type Store struct {
 	typedArgs bool
 	// deferredClaims is deferredClaims(cfg).
 	deferredClaims bool
+	// acquires bounds each wait for a connection by cfg.AcquireTimeout,
+	// without a timer of its own (see package deadline).
+	acquires *deadline.Queue
 
 	// testHooks are set by the package's tests only.
 	testHooks testHooks
@@ -186,6 +190,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		prepareClaims:    mode == pgx.QueryExecModeCacheStatement,
 		typedArgs:        typedArgs(mode),
 		deferredClaims:   deferredClaims(c),
+		acquires:         deadline.NewQueue(c.AcquireTimeout),
 	}, nil
 }
 
@@ -196,9 +201,9 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // acquire takes a connection from the pool, waiting at most
 // Config.AcquireTimeout.
 func (s *Store) acquire(ctx context.Context, op string) (*pgxpool.Conn, error) {
-	actx, cancel := context.WithTimeout(ctx, s.cfg.AcquireTimeout)
+	actx := s.acquires.WithTimeout(ctx)
 	conn, err := s.pool.Acquire(actx)
-	cancel() // not deferred: a call that panicked leaves a timer to fire
+	actx.Stop() // not deferred: a call that panicked leaves its context queued
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("idempg: %s: no connection within %s: %w", op, s.cfg.AcquireTimeout, idemstore.ErrUnavailable)
