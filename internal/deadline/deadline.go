@@ -262,6 +262,10 @@ func (c *Context) watch() {
 	if c.parent.Done() == nil {
 		return
 	}
+	if err := c.parent.Err(); err != nil {
+		c.cancel(err) // at once, rather than from AfterFunc's goroutine
+		return
+	}
 	stop := context.AfterFunc(c.parent, func() { c.cancel(c.parent.Err()) })
 	c.mu.Lock()
 	if c.err != nil {
