@@ -25,6 +25,19 @@ func waitDone(t *testing.T, ctx context.Context) {
 	}
 }
 
+// isDone reports whether ctx is done, without waiting.
+func isDone(ctx context.Context) bool { return isClosed(ctx.Done()) }
+
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 // queued returns the number of contexts in q.
 func queued(q *Queue) int {
 	q.mu.Lock()
@@ -82,9 +95,7 @@ func TestExpiresWithoutDone(t *testing.T) {
 	if err := c.Err(); err != context.DeadlineExceeded {
 		t.Fatalf("Err() = %v, want context.DeadlineExceeded", err)
 	}
-	select {
-	case <-c.Done():
-	default:
+	if !isDone(c) {
 		t.Fatal("Done() not closed once Err() is set")
 	}
 }
@@ -97,9 +108,7 @@ func TestStop(t *testing.T) {
 		t.Fatalf("%d contexts queued, want 1", n)
 	}
 	c.Stop()
-	select {
-	case <-done:
-	default:
+	if !isClosed(done) {
 		t.Fatal("Done() not closed by Stop")
 	}
 	if err := c.Err(); err != context.Canceled {
@@ -111,9 +120,7 @@ func TestStop(t *testing.T) {
 	// A context stopped before Done was asked for is done too.
 	c = q.WithTimeout(context.Background())
 	c.Stop()
-	select {
-	case <-c.Done():
-	default:
+	if !isDone(c) {
 		t.Fatal("Done() of a stopped context not closed")
 	}
 }
@@ -141,9 +148,7 @@ func TestParent(t *testing.T) {
 
 	// A parent already done: the context is done as soon as it is asked.
 	c := q.WithTimeout(parent)
-	select {
-	case <-c.Done():
-	default:
+	if !isDone(c) {
 		t.Fatal("Done() of a context whose parent is done is not closed")
 	}
 	if err := c.Err(); err != context.Canceled {
