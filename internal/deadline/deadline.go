@@ -49,9 +49,6 @@ func NewQueue(timeout time.Duration) *Queue {
 	return q
 }
 
-// Timeout returns q's timeout.
-func (q *Queue) Timeout() time.Duration { return q.timeout }
-
 // WithTimeout returns a context that is done when parent is, or q's timeout
 // from now, or when it is stopped, whichever comes first. Stop it as soon
 // as the call it bounds returns, as with context.WithTimeout's cancel.

@@ -50,15 +50,17 @@ func queued(q *Queue) int {
 }
 
 func TestExpires(t *testing.T) {
-	q := NewQueue(20 * time.Millisecond)
+	const timeout = 20 * time.Millisecond
+	q := NewQueue(timeout)
 	before := time.Now()
 	c := q.WithTimeout(context.Background())
 	after := time.Now()
 	d, ok := c.Deadline()
-	if !ok || d.Before(before.Add(q.Timeout())) || d.After(after.Add(q.Timeout())) {
-		t.Fatalf("Deadline() = %v, %v; want between %v and %v", d, ok, before.Add(q.Timeout()), after.Add(q.Timeout()))
+	if !ok || d.Before(before.Add(timeout)) || d.After(after.Add(timeout)) {
+		t.Fatalf("Deadline() = %v, %v; want between %v and %v", d, ok, before.Add(timeout), after.Add(timeout))
 	}
-	if err := c.Err(); err != nil {
+	// Done before its deadline is wrong; after it, a slow machine's.
+	if err := c.Err(); err != nil && time.Now().Before(d) {
 		t.Fatalf("Err() before the deadline = %v", err)
 	}
 	waitDone(t, c)
