@@ -88,6 +88,7 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 		purgeShare     = fs.Float64("purge-share", 0, "with --prefill-purge, the most of its time the purge spends in its batches, from 0 to 1: after a batch of d it pauses d × (1 − share) / share; 1 sends them back to back (default the store's, as the purge service's: 0.1 on SQLite, else 0.2)")
 		prefillBacklog = fs.Int64("prefill-backlog", 0, "with --prefill-purge, the `number` of expired keys (default a quarter of --prefill); size it so that the purge lasts the whole run")
 		callgrindDir   = fs.String("callgrind-dir", "", "with --instructions, keep the callgrind files in `dir`, as callgrind.VARIANT.REQUESTS, for callgrind_annotate (default a temporary directory, removed)")
+		fresh          = fs.Bool("fresh", false, "measure on tables without rows: on PostgreSQL in the schema bench_run of the database, dropped and made anew; on SQLite at PATH, removed first (the rows of earlier runs make inserts dearer as they grow, and runs on one database drift apart)")
 		drive          = fs.Bool("drive", false, "send --requests requests of --variants one at a time, without bare, and print nothing: what --instructions runs under callgrind")
 	)
 	if env.Err() != nil {
@@ -135,6 +136,7 @@ func runBench(ctx context.Context, c *cli, args []string) int {
 	outcome, err := bench.RunAll(ctx, bench.Config{
 		DatabaseURL: *db, Duration: *duration, Requests: int64(*requests), BouncerURL: *bouncer, Rounds: *rounds, Concurrency: *concurrency,
 		Variants: strings.Split(*variants, ","), Progress: c.stderr, Prefill: *prefillN, PrefillPurge: *prefillPurge, PrefillBacklog: *prefillBacklog, PurgeBatch: *purgeBatch, PurgeShare: *purgeShare,
+		Fresh: *fresh,
 	})
 	if err != nil {
 		fmt.Fprintf(c.stderr, "idem bench: %v\n", err)

@@ -103,6 +103,14 @@ type Config struct {
 	// (idemsqlite.PurgeShareDefault on SQLite, else
 	// idemstore.PurgeShareDefault); 1 sends them back to back.
 	PurgeShare float64
+	// Fresh runs the variants on tables without rows: on PostgreSQL in
+	// the schema bench_run of the database, which it drops and creates
+	// anew; on SQLite at PATH, which it removes first. The rows that
+	// earlier runs left behind make every insert dearer as they grow (on
+	// PostgreSQL, once the indexes outgrow shared_buffers) and runs on
+	// one database drift apart: runs to compare start empty. Defaults to
+	// false.
+	Fresh bool
 	// Drive runs the listed variants only, without bare, and Run returns
 	// no results: the run that Instructions counts under callgrind.
 	// Defaults to false.
@@ -183,8 +191,8 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 		cfg.Progress = io.Discard
 	}
 
-	if cfg.Prefill > 0 && slices.ContainsFunc(cfg.Variants, func(v string) bool { return slices.Contains(BouncerVariants, v) }) {
-		return nil, errors.New("bench: --prefill does not run the PgBouncer variants")
+	if (cfg.Prefill > 0 || cfg.Fresh) && slices.ContainsFunc(cfg.Variants, func(v string) bool { return slices.Contains(BouncerVariants, v) }) {
+		return nil, errors.New("bench: --prefill and --fresh do not run the PgBouncer variants")
 	}
 	if cfg.PurgeBatch < 0 || !idemstore.ValidPurgeShare(cfg.PurgeShare) {
 		return nil, errors.New("bench: the purge's batch size must not be negative, and its share must be from 0 to 1")
@@ -205,7 +213,15 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 		}
 	}()
 	if cfg.Prefill <= 0 {
-		g, err := newRig(ctx, cfg, cfg.DatabaseURL, client)
+		url := cfg.DatabaseURL
+		if cfg.Fresh {
+			urls, err := emptyURLs(ctx, url, "run")
+			if err != nil {
+				return nil, err
+			}
+			url = urls[0]
+		}
+		g, err := newRig(ctx, cfg, url, client)
 		if err != nil {
 			return nil, err
 		}

@@ -63,30 +63,48 @@ const prefillClients = 1000
 // prefillURLs returns the URLs of the prefilled and the empty side of a run
 // on url, each made empty first.
 func prefillURLs(ctx context.Context, url string) ([]string, error) {
+	if !strings.HasPrefix(url, "sqlite:") && !strings.HasPrefix(url, "postgres") {
+		return nil, errors.New("bench: --prefill needs PostgreSQL or SQLite")
+	}
+	return emptyURLs(ctx, url, "prefill", "empty")
+}
+
+// emptyURLs returns a URL for each of names, on the database at url, with
+// no rows: on PostgreSQL the schema bench_NAME of the database, dropped and
+// made anew; on SQLite at PATH for the first name and PATH-NAME for the
+// others, each file removed first. The run's migrations then make the
+// tables.
+func emptyURLs(ctx context.Context, url string, names ...string) ([]string, error) {
 	if path, ok := strings.CutPrefix(url, "sqlite:"); ok {
-		empty := path + "-empty"
-		for _, p := range []string{path, empty} {
+		var out []string
+		for i, name := range names {
+			p := path
+			if i > 0 {
+				p += "-" + name
+			}
 			for _, f := range []string{p, p + "-wal", p + "-shm"} {
 				if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-					return nil, fmt.Errorf("bench: prefill: %w", err)
+					return nil, fmt.Errorf("bench: empty tables: %w", err)
 				}
 			}
+			out = append(out, "sqlite:"+p)
 		}
-		return []string{url, "sqlite:" + empty}, nil
+		return out, nil
 	}
 	if !strings.HasPrefix(url, "postgres") {
-		return nil, errors.New("bench: --prefill needs PostgreSQL or SQLite")
+		return nil, errors.New("bench: empty tables need PostgreSQL or SQLite")
 	}
 	conn, err := pgxpool.New(ctx, url) // takes the URL's pool_ parameters
 	if err != nil {
-		return nil, fmt.Errorf("bench: prefill: %w", err)
+		return nil, fmt.Errorf("bench: empty tables: %w", err)
 	}
 	defer conn.Close()
 	var out []string
-	for _, schema := range []string{"bench_prefill", "bench_empty"} {
+	for _, name := range names {
+		schema := "bench_" + name
 		for _, q := range []string{`DROP SCHEMA IF EXISTS ` + schema + ` CASCADE`, `CREATE SCHEMA ` + schema} {
 			if _, err := conn.Exec(ctx, q); err != nil {
-				return nil, fmt.Errorf("bench: prefill: %s: %w", q, err)
+				return nil, fmt.Errorf("bench: empty tables: %s: %w", q, err)
 			}
 		}
 		sep := "?"

@@ -1,0 +1,77 @@
+package bench
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/cmd/internal/database"
+	"github.com/idemkit/idem/internal/pgtest"
+)
+
+// TestRunAllFresh runs twice with Fresh on each store: each run measures
+// on tables without the rows of the one before (its key table holds its
+// own keys only), and on PostgreSQL the database's own schema gets none.
+func TestRunAllFresh(t *testing.T) {
+	t.Parallel()
+	for name, url := range map[string]func(t *testing.T) string{
+		"sqlite":   func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "bench.db") },
+		"postgres": func(t *testing.T) string { return pgtest.NewDatabase(t) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			const requests = 25
+			ctx := context.Background()
+			dbURL := url(t)
+			fresh := dbURL // where the runs write
+			if name == "postgres" {
+				sep := "?"
+				if strings.Contains(dbURL, "?") {
+					sep = "&"
+				}
+				fresh = dbURL + sep + "search_path=bench_run"
+			}
+			for run := 1; run <= 2; run++ {
+				out, err := RunAll(ctx, Config{
+					DatabaseURL: dbURL, Requests: requests, Rounds: 1, Concurrency: 2,
+					Variants: []string{Atomic}, Fresh: true,
+				})
+				if err != nil {
+					t.Fatalf("run %d: RunAll: %v", run, err)
+				}
+				for _, r := range out.Results {
+					if r.Requests != requests || r.Errors != 0 {
+						t.Fatalf("run %d: %s: %+v; want %d requests, no errors", run, r.Variant, r, requests)
+					}
+				}
+				if keys := countKeys(ctx, t, fresh); keys != requests {
+					t.Errorf("run %d: the run's key table holds %d keys; want its own %d", run, keys, requests)
+				}
+			}
+			if name == "postgres" {
+				// The database's own schema: migrated by the count, never
+				// written by the runs.
+				if keys := countKeys(ctx, t, dbURL); keys != 0 {
+					t.Errorf("the database's own key table holds %d keys; want none", keys)
+				}
+			}
+		})
+	}
+}
+
+// countKeys returns how many keys the key table at url holds.
+func countKeys(ctx context.Context, t *testing.T, url string) int64 {
+	t.Helper()
+	db, err := database.Open(ctx, url, &database.Config{Migrate: true})
+	if err != nil {
+		t.Fatalf("open %s: %v", url, err)
+	}
+	defer db.Close()
+	n, err := db.PurgeCount(ctx, database.PurgeParams{Before: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatalf("count keys: %v", err)
+	}
+	return n
+}
