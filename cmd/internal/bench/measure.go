@@ -63,19 +63,23 @@ func (t *tally) quantile(q float64) time.Duration {
 }
 
 // measure runs cfg.Concurrency clients against url for cfg.Duration, or
-// until they have sent cfg.Requests requests when that is set.
+// until they have sent cfg.Requests requests when that is set. At the end
+// of the duration the clients send no more, and the requests in flight run
+// to their answers, which count: a request cut off on its way would break
+// its connections (pgx closes a connection whose query is canceled, and
+// asks the server to cancel it on another), and the variant that runs next
+// would pay for new ones. The run lasts until the last answer.
 func measure(ctx context.Context, client *http.Client, url string, cfg Config, nextKey func() string, want int) *tally {
-	// more reports whether a client may send another request: always until
-	// the deadline, or while requests of the fixed count remain.
-	more := func() bool { return true }
+	// more reports whether a client may send another request: until the
+	// end of the duration, or while requests of the fixed count remain.
+	var more func() bool
 	if cfg.Requests > 0 {
 		var left atomic.Int64
 		left.Store(cfg.Requests)
 		more = func() bool { return left.Add(-1) >= 0 }
 	} else {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
-		defer cancel()
+		end := time.Now().Add(cfg.Duration)
+		more = func() bool { return time.Now().Before(end) }
 	}
 	var mu sync.Mutex
 	total := &tally{}
@@ -94,7 +98,7 @@ func measure(ctx context.Context, client *http.Client, url string, cfg Config, n
 				t0 := time.Now()
 				status, said, err := send(ctx, client, url, nextKey(), want)
 				if ctx.Err() != nil {
-					break // cut off by the end of the run
+					break // the whole run was canceled
 				}
 				local.n++
 				local.latencies = append(local.latencies, time.Since(t0))
