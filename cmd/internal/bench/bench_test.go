@@ -18,16 +18,20 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// storeURLs make a new scratch database of each store that a run
+// measures on, by the store's name.
+var storeURLs = map[string]func(t *testing.T) string{
+	"sqlite":   func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "bench.db") },
+	"postgres": func(t *testing.T) string { return pgtest.NewDatabase(t) },
+}
+
 // TestRunMeasuresEveryVariant runs a short benchmark on each store and
 // checks that every variant made its fixed count of requests without errors and the ratios
 // are computed against the bare endpoint. It asserts no speed: speed
 // targets live in docs/benchmarks.md and in `idem bench`.
 func TestRunMeasuresEveryVariant(t *testing.T) {
 	t.Parallel()
-	for name, url := range map[string]func(t *testing.T) string{
-		"sqlite":   func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "bench.db") },
-		"postgres": func(t *testing.T) string { return pgtest.NewDatabase(t) },
-	} {
+	for name, url := range storeURLs {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			var progress bytes.Buffer

@@ -2,13 +2,10 @@ package bench
 
 import (
 	"context"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem/cmd/internal/database"
-	"github.com/idemkit/idem/internal/pgtest"
 )
 
 // TestRunAllFresh runs twice with Fresh on each store: each run measures
@@ -16,10 +13,7 @@ import (
 // own keys only), and on PostgreSQL the database's own schema gets none.
 func TestRunAllFresh(t *testing.T) {
 	t.Parallel()
-	for name, url := range map[string]func(t *testing.T) string{
-		"sqlite":   func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "bench.db") },
-		"postgres": func(t *testing.T) string { return pgtest.NewDatabase(t) },
-	} {
+	for name, url := range storeURLs {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			const requests = 25
@@ -27,11 +21,7 @@ func TestRunAllFresh(t *testing.T) {
 			dbURL := url(t)
 			fresh := dbURL // where the runs write
 			if name == "postgres" {
-				sep := "?"
-				if strings.Contains(dbURL, "?") {
-					sep = "&"
-				}
-				fresh = dbURL + sep + "search_path=bench_run"
+				fresh = schemaURL(dbURL, "bench_run")
 			}
 			for run := 1; run <= 2; run++ {
 				out, err := RunAll(ctx, Config{

@@ -107,13 +107,18 @@ func emptyURLs(ctx context.Context, url string, names ...string) ([]string, erro
 				return nil, fmt.Errorf("bench: empty tables: %s: %w", q, err)
 			}
 		}
-		sep := "?"
-		if strings.Contains(url, "?") {
-			sep = "&"
-		}
-		out = append(out, url+sep+"search_path="+schema)
+		out = append(out, schemaURL(url, schema))
 	}
 	return out, nil
+}
+
+// schemaURL returns the PostgreSQL URL url with schema as its search_path.
+func schemaURL(url, schema string) string {
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + "search_path=" + schema
 }
 
 // prefillRow is one key that prefill writes, with its payment.

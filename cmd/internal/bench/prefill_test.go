@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,10 +20,7 @@ import (
 // carries prefill, empty and purging.
 func TestRunAllPrefills(t *testing.T) {
 	t.Parallel()
-	for name, url := range map[string]func(t *testing.T) string{
-		"sqlite":   func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "bench.db") },
-		"postgres": func(t *testing.T) string { return pgtest.NewDatabase(t) },
-	} {
+	for name, url := range storeURLs {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			const keys, backlog, requests = 2000, 700, 30
@@ -47,10 +43,7 @@ func TestRunAllPrefills(t *testing.T) {
 			}
 			prefilled := dbURL
 			if name == "postgres" {
-				prefilled += "&search_path=bench_prefill"
-				if !strings.Contains(dbURL, "?") {
-					prefilled = dbURL + "?search_path=bench_prefill"
-				}
+				prefilled = schemaURL(dbURL, "bench_prefill")
 			}
 			db, err := database.Open(ctx, prefilled, nil)
 			if err != nil {
