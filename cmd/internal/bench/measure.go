@@ -62,13 +62,19 @@ func (t *tally) quantile(q float64) time.Duration {
 	return s[int(q*float64(len(s)-1))]
 }
 
+// drainLimit is how long after the end of its duration a round waits for
+// its requests in flight: a request that hangs cannot hold the run forever.
+const drainLimit = 30 * time.Second
+
 // measure runs cfg.Concurrency clients against url for cfg.Duration, or
 // until they have sent cfg.Requests requests when that is set. At the end
 // of the duration the clients send no more, and the requests in flight run
 // to their answers, which count: a request cut off on its way would break
 // its connections (pgx closes a connection whose query is canceled, and
 // asks the server to cancel it on another), and the variant that runs next
-// would pay for new ones. The run lasts until the last answer.
+// would pay for new ones. The run lasts until the last answer, or until
+// drainLimit after the end of the duration, when what is still in flight is
+// cut off and not counted.
 func measure(ctx context.Context, client *http.Client, url string, cfg Config, nextKey func() string, want int) *tally {
 	// more reports whether a client may send another request: until the
 	// end of the duration, or while requests of the fixed count remain.
@@ -80,6 +86,9 @@ func measure(ctx context.Context, client *http.Client, url string, cfg Config, n
 	} else {
 		end := time.Now().Add(cfg.Duration)
 		more = func() bool { return time.Now().Before(end) }
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, end.Add(drainLimit))
+		defer cancel()
 	}
 	var mu sync.Mutex
 	total := &tally{}
@@ -98,7 +107,7 @@ func measure(ctx context.Context, client *http.Client, url string, cfg Config, n
 				t0 := time.Now()
 				status, said, err := send(ctx, client, url, nextKey(), want)
 				if ctx.Err() != nil {
-					break // the whole run was canceled
+					break // the run was canceled, or this request outlasted drainLimit
 				}
 				local.n++
 				local.latencies = append(local.latencies, time.Since(t0))
