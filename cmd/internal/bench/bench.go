@@ -227,7 +227,7 @@ func RunAll(ctx context.Context, cfg Config) (*Outcome, error) {
 		}
 		rigs, sides = append(rigs, g), append(sides, side{})
 	} else {
-		urls, err := prefillURLs(ctx, cfg.DatabaseURL)
+		urls, err := emptyURLs(ctx, cfg.DatabaseURL, "prefill", "empty")
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,4 +65,16 @@ func countKeys(ctx context.Context, t *testing.T, url string) int64 {
 		t.Fatalf("count keys: %v", err)
 	}
 	return n
+}
+
+// TestFreshNeedsPostgresOrSQLite refuses --fresh on MySQL, whose tables
+// it cannot make anew, before it connects to anything.
+func TestFreshNeedsPostgresOrSQLite(t *testing.T) {
+	t.Parallel()
+	_, err := RunAll(context.Background(), Config{
+		DatabaseURL: "mysql://root@127.0.0.1:1/bench", Requests: 1, Rounds: 1, Variants: []string{Atomic}, Fresh: true,
+	})
+	if err == nil || !strings.Contains(err.Error(), "--fresh need") {
+		t.Fatalf("RunAll on MySQL with Fresh: %v; want the refusal of --fresh", err)
+	}
 }

@@ -60,17 +60,8 @@ type TableSize struct {
 // prefillClients is how many clients the prefilled keys are spread over.
 const prefillClients = 1000
 
-// prefillURLs returns the URLs of the prefilled and the empty side of a run
-// on url, each made empty first.
-func prefillURLs(ctx context.Context, url string) ([]string, error) {
-	if !strings.HasPrefix(url, "sqlite:") && !strings.HasPrefix(url, "postgres") {
-		return nil, errors.New("bench: --prefill needs PostgreSQL or SQLite")
-	}
-	return emptyURLs(ctx, url, "prefill", "empty")
-}
-
 // emptyURLs returns a URL for each of names, on the database at url, with
-// no rows: on PostgreSQL the schema bench_NAME of the database, dropped and
+// no rows (the sides of a run with --prefill; the one of --fresh): on PostgreSQL the schema bench_NAME of the database, dropped and
 // made anew; on SQLite at PATH for the first name and PATH-NAME for the
 // others, each file removed first. The run's migrations then make the
 // tables.
@@ -92,7 +83,7 @@ func emptyURLs(ctx context.Context, url string, names ...string) ([]string, erro
 		return out, nil
 	}
 	if !strings.HasPrefix(url, "postgres") {
-		return nil, errors.New("bench: empty tables need PostgreSQL or SQLite")
+		return nil, errors.New("bench: --prefill and --fresh need PostgreSQL or SQLite")
 	}
 	conn, err := pgxpool.New(ctx, url) // takes the URL's pool_ parameters
 	if err != nil {
