@@ -108,8 +108,9 @@ type Config struct {
 	// anew; on SQLite at PATH, which it removes first. The rows that
 	// earlier runs left behind make every insert dearer as they grow (on
 	// PostgreSQL, once the indexes outgrow shared_buffers) and runs on
-	// one database drift apart: runs to compare start empty. Defaults to
-	// false.
+	// one database drift apart: runs to compare start empty. With
+	// Prefill, whose sides are made anew anyway, it changes nothing; on
+	// MySQL it is refused. Defaults to false.
 	Fresh bool
 	// Drive runs the listed variants only, without bare, and Run returns
 	// no results: the run that Instructions counts under callgrind.
